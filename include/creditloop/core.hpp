@@ -1,0 +1,319 @@
+// creditloop/core.hpp: the deterministic dispatcher core.
+//
+// What it is: the scheduling contract (SPEC sections 1-5) as a single-threaded state machine.
+// It never reads a clock and never touches a thread: every call that depends on time takes `now`,
+// and the embedder says when the server has room by calling the loop only while it has. The same
+// code runs under the simulator's virtual clock, the tests' manual clock, and (wrapped) the
+// multithreaded runtime's real clock.
+//
+// When to use it directly: in a simulator, a test, or an embedder that already serialises all
+// calls on one thread. Otherwise use the runtime, which owns the thread and the queues.
+//
+// The loop, as calls:
+//     while (server has room) {
+//       if (!core.in_turn() && !core.begin_turn(now)) break;   // every queue empty
+//       if (auto d = core.visit(now)) hand d->request to the server;
+//     }
+//     core.end_turn();                                           // no room ends a turn
+// run() does exactly this with a small handler; prefer it.
+//
+// Data and cost (N participants registered, W waiting, k metered classes):
+//  - Each metered class c has a ready set (a 64-ary hierarchical bitmap over ring places) of
+//    the waiting participants with a credit in c, and a timer heap (4-ary, indexed) of the waiting
+//    participants without one, keyed by the instant their c bucket reaches a credit. A waiting
+//    participant is in exactly one of the two for each class it holds; an idle one in neither.
+//    Nobody waiting for a credit is touched until that instant comes, or a charge-back moves it.
+//  - The unmetered class's ready set is the set of waiting participants.
+//  - begin_turn: moves every timer that has come due into its ready set (each move is paid for
+//    by the dispatch or charge that filed it), then checks k+1 top words. O(k) plus amortized
+//    O(log W) per due timer.
+//  - visit: next set bit after the cursor, O(log64 N) (four word reads at 16M places); refill of
+//    the participant's buckets, O(k); one debit; re-filing one class, O(log W) heap work.
+//  - submit: O(1) when the queue was non-empty, O(k log W) when it becomes non-empty.
+//  - complete: O(log W) (one re-file). add: amortized O(k); remove and replan: O(k log W).
+//  Nothing on submit, visit or complete allocates once capacity is reserved (reserve()).
+//
+// Charge-back and threads: each bucket keeps a monotonically growing 64-bit count of the
+// nano-credits charged to it (an atomic, wrapping) and the part of it already folded into the
+// balance. complete() adds to the count and folds at once. A threaded embedder may instead add
+// to the count from any thread with one wait-free fetch_add; every refill folds the difference
+// into the balance before the balance is read, and a visit re-tests qualification, so a charge
+// that arrives late at worst costs one re-file. The count wraps safely as long as fewer than
+// 2^64 nano-credits (18,446 charges at the cost limit) land on one bucket between two folds.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "creditloop/bucket.hpp"
+#include "creditloop/detail/ready_set.hpp"
+#include "creditloop/detail/segmented.hpp"
+#include "creditloop/detail/timer_heap.hpp"
+#include "creditloop/error.hpp"
+#include "creditloop/participant.hpp"
+#include "creditloop/plan.hpp"
+#include "creditloop/request.hpp"
+#include "creditloop/ticket.hpp"
+#include "creditloop/units.hpp"
+
+namespace creditloop {
+
+/// One visit's outcome: a request that went out.
+struct Dispatch {
+  RequestHook* request = nullptr;
+  Ticket ticket;
+  ParticipantId participant;
+  ClassId out = 0;   // the class it went out under; the unmetered class id (k) when no credit
+  ClassId turn = 0;  // the class of the turn that visited it
+};
+
+/// What a completion did.
+struct Completion {
+  ParticipantId participant;
+  ClassId bucket = 0;    // the admitting class; k for an unmetered request
+  bool charged = false;  // false when the cost went nowhere (unmetered, removed, dropped bucket)
+};
+
+class Core {
+ public:
+  /// Validates `config` once. Throws std::invalid_argument naming the plan and field at fault.
+  explicit Core(Config config);
+  ~Core();
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  // ---- configuration ----------------------------------------------------------------------
+  [[nodiscard]] int classes() const noexcept { return k_; }
+  [[nodiscard]] ClassId unmetered() const noexcept { return static_cast<ClassId>(k_); }
+  [[nodiscard]] const Config& config() const noexcept { return config_; }
+  [[nodiscard]] std::optional<PlanId> find_plan(std::string_view name) const noexcept;
+  [[nodiscard]] bool plan_holds(PlanId plan, ClassId c) const noexcept;
+
+  /// Reserves room so that up to `participants` registrations and `in_flight` outstanding
+  /// dispatches allocate nothing more. May allocate.
+  void reserve(std::size_t participants, std::size_t in_flight);
+
+  // ---- participants (may allocate; dispatcher thread only) --------------------------------
+  /// Registers a participant at the end of the ring, or in the place of a removed one. Its
+  /// buckets start full at `now`. Errors: unknown_plan, duplicate_name, bad_shares,
+  /// too_many_participants.
+  Result<ParticipantId> add(std::string_view name, std::string_view plan, std::uint32_t shares,
+                            Nanos now);
+  Result<ParticipantId> add(std::string_view name, PlanId plan, std::uint32_t shares, Nanos now);
+
+  /// Unregisters `p` and hands back its queued requests, oldest first. Its in-flight requests
+  /// stay completable; their costs are counted nowhere but in the core totals. Errors:
+  /// unknown_participant.
+  Result<RequestList> remove(ParticipantId p);
+
+  /// Gives `p` a new plan and share count. Each bucket the new plan still holds keeps its balance
+  /// (refilled to `now` at the old terms), clipped to the new capacity; a newly held bucket starts
+  /// full; a dropped one is gone, and completions it admitted are charged nowhere.
+  /// Errors: unknown_participant, unknown_plan, bad_shares.
+  Status replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos now);
+
+  [[nodiscard]] std::optional<ParticipantId> find(std::string_view name) const;
+  [[nodiscard]] bool contains(ParticipantId p) const noexcept;
+  /// Preconditions for these four: contains(p).
+  [[nodiscard]] std::string_view name(ParticipantId p) const noexcept;
+  [[nodiscard]] PlanId plan(ParticipantId p) const noexcept;
+  [[nodiscard]] std::uint32_t shares(ParticipantId p) const noexcept;
+  [[nodiscard]] const ParticipantStats& stats(ParticipantId p) const noexcept;
+
+  /// Participants registered now, and places in the ring (registered or free).
+  [[nodiscard]] std::size_t size() const noexcept { return live_; }
+  [[nodiscard]] std::uint32_t ring_size() const noexcept { return ring_size_; }
+  /// The participant at ring place `slot`, if one is registered there.
+  [[nodiscard]] std::optional<ParticipantId> at(std::uint32_t slot) const noexcept;
+
+  // ---- requests (noexcept, no allocation) --------------------------------------------------
+  /// Appends `request` to `p`'s queue. On error (unknown_participant) the request is not
+  /// linked: the caller still owns it. O(1), or O(k log W) when the queue was empty.
+  Status submit(ParticipantId p, RequestHook& request, Nanos now) noexcept;
+
+  /// Queued requests of `p` (0 for an unknown participant).
+  [[nodiscard]] std::size_t queued(ParticipantId p) const noexcept;
+  /// Participants with a non-empty queue.
+  [[nodiscard]] std::size_t waiting() const noexcept { return waiting_.count(); }
+
+  // ---- the loop (noexcept, no allocation once reserved) ------------------------------------
+  /// Step 2: settles the pass class at `now` and starts its turn. Nothing when every queue is
+  /// empty. Ends any turn in progress first.
+  std::optional<ClassId> begin_turn(Nanos now) noexcept;
+
+  /// Step 3-4: the next visit of the current turn, or nothing when the cursor has been once round
+  /// the ring (the turn is then over). Call only while the server has room. A participant
+  /// registered during a turn is not visited by it: it joins the ring for the next turn.
+  std::optional<Dispatch> visit(Nanos now) noexcept;
+
+  /// The server has no room: the current turn ends here.
+  void end_turn() noexcept { turn_.active = false; }
+
+  [[nodiscard]] bool in_turn() const noexcept { return turn_.active; }
+  [[nodiscard]] std::optional<ClassId> turn_class() const noexcept {
+    return turn_.active ? std::optional<ClassId>(turn_.cls) : std::nullopt;
+  }
+
+  /// Runs the loop at `now` while `handler.room()` is true and work is queued. Calls
+  /// `handler.on_pass(ClassId)` when a turn settles its class and `handler.on_dispatch(const
+  /// Dispatch&)` for each dispatch (the handler takes the room there). Returns the dispatch count.
+  template <class Handler>
+  std::size_t run(Nanos now, Handler&& handler) {
+    std::size_t dispatched = 0;
+    while (handler.room()) {
+      if (!turn_.active) {
+        const std::optional<ClassId> c = begin_turn(now);
+        if (!c) return dispatched;
+        handler.on_pass(*c);
+      }
+      if (const std::optional<Dispatch> d = visit(now)) {
+        ++dispatched;
+        handler.on_dispatch(*d);
+      }
+    }
+    end_turn();
+    return dispatched;
+  }
+
+  // ---- completions -------------------------------------------------------------------------
+  /// Charges `cost` credits (taken to 9 decimals) to the request's admitting bucket, after its
+  /// refill to `now`, and retires the ticket. Errors, tested in this order: bad_cost,
+  /// unknown_ticket (never issued), stale_ticket (completed already); on error nothing changes.
+  Result<Completion> complete(Ticket t, double cost, Nanos now) noexcept;
+  /// The same with a cost already in nano-credits (0 .. kMaxCost * 1e9).
+  Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept;
+  /// Dispatched and not yet completed.
+  [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
+
+  // ---- reading balances (each read refills to `now` first) --------------------------------
+  [[nodiscard]] bool holds(ParticipantId p, ClassId c) const noexcept;
+  /// `p`'s balance in class c in nano-credits. Errors: unknown_participant, unknown_class (c not
+  /// metered, or not held by p's plan).
+  Result<Balance> balance(ParticipantId p, ClassId c, Nanos now) noexcept;
+  /// Whether `p` qualifies for class c at `now`: a queued request and, for a metered class, a
+  /// credit in its c bucket. False for an unknown participant.
+  bool qualifies(ParticipantId p, ClassId c, Nanos now) noexcept;
+
+  /// Calls f(ParticipantId) for each participant with queued work, in ring order from the first.
+  /// O(W log64 N).
+  template <class F>
+  void for_each_waiting(F&& f) const {
+    for (std::uint32_t s = waiting_.find_next(0); s != detail::ReadySet::npos;
+         s = waiting_.find_next(s + 1)) {
+      f(ParticipantId{s, slots_[s].generation});
+    }
+  }
+
+  /// Hands back every queued request of every participant (shutdown), oldest first per
+  /// participant and participants in ring order; ends any turn. Participants stay registered.
+  RequestList take_all_queued() noexcept;
+
+ private:
+  struct Slot {  // hot per-participant state, one cache line
+    RequestHook* head = nullptr;
+    RequestHook* tail = nullptr;
+    Nanos refilled_at = 0;
+    std::uint64_t joined_turn = 0;  // the turn during which it registered, or 0
+    std::uint32_t generation = 0;   // of the latest registration in this place
+    std::uint32_t queued = 0;
+    std::uint32_t shares = 0;
+    PlanId plan = 0;
+    std::uint8_t held = 0;  // bit c: the plan holds class c
+    bool live = false;
+  };
+  struct BucketRec {
+    BucketState state;
+    // Charge-back: total nano-credits ever charged (wrapping) and the part folded into state.
+    // relaxed is enough in the core (one thread); a threaded embedder publishes its fetch_add
+    // with release and pairs it with the acquire in fold().
+    std::atomic<std::uint64_t> charged{0};
+    std::uint64_t folded = 0;
+    std::uint32_t incarnation = 0;  // bumped when a re-plan creates or drops this bucket
+  };
+  struct InFlight {
+    std::uint32_t generation = 0;  // odd while in flight
+    std::uint32_t slot = 0;
+    std::uint32_t participant_generation = 0;
+    std::uint32_t incarnation = 0;
+    ClassId bucket = 0;
+  };
+  struct PlanTerms {
+    std::array<std::uint64_t, kMaxClasses> rate{};  // nano-credits per second per share
+    std::array<std::int64_t, kMaxClasses> burst{};  // nano-credits per share
+    std::uint8_t held = 0;
+  };
+  struct Turn {
+    bool active = false;
+    bool wrapped = false;
+    ClassId cls = 0;
+    std::uint32_t start = 0;  // the place just after the cursor when the turn began
+    std::uint32_t end = 0;    // the ring's size when the turn began
+    std::uint32_t next = 0;   // the next place the cursor reaches
+    std::uint64_t serial = 0;
+  };
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+
+  BucketRec& bucket(std::uint32_t slot, ClassId c) noexcept { return buckets_[slot * k_ + c]; }
+  const BucketRec& bucket(std::uint32_t slot, ClassId c) const noexcept {
+    return buckets_[slot * k_ + c];
+  }
+  [[nodiscard]] bool live(ParticipantId p) const noexcept;
+  [[nodiscard]] Rate128 rate_of(const Slot& s, ClassId c) const noexcept;
+  [[nodiscard]] Balance cap_of(const Slot& s, ClassId c) const noexcept;
+  void bring_to(std::uint32_t slot, Nanos now) noexcept;
+  void fold(BucketRec& b) noexcept;
+  void refile(std::uint32_t slot, ClassId c) noexcept;
+  void enter_waiting(std::uint32_t slot) noexcept;
+  void leave_waiting(std::uint32_t slot) noexcept;
+  void expire_timers(ClassId c, Nanos now) noexcept;
+  [[nodiscard]] std::uint32_t next_in_turn(const detail::ReadySet& set) noexcept;
+  Nanos observe(Nanos now) noexcept { return now > now_ ? (now_ = now) : now_; }
+  void grow_places(std::uint32_t places);
+  Ticket issue(std::uint32_t slot, ClassId out);
+
+  Config config_;
+  int k_ = 2;
+  std::vector<PlanTerms> terms_;
+  std::unordered_map<std::string, PlanId, NameHash, std::equal_to<>> plan_index_;
+
+  detail::Segmented<Slot> slots_;
+  detail::Segmented<BucketRec> buckets_;
+  detail::Segmented<std::string> names_;
+  detail::Segmented<ParticipantStats> stats_;
+  std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> name_index_;
+  std::vector<std::uint32_t> free_slots_;  // LIFO: the most recently freed place is reused first
+  std::uint32_t ring_size_ = 0;
+  std::size_t live_ = 0;
+
+  detail::ReadySet waiting_;
+  std::array<detail::ReadySet, kMaxClasses> ready_;
+  std::array<detail::TimerHeap, kMaxClasses> timers_;
+  std::array<std::int64_t, kMaxClasses + 1> cursor_{};  // place of the last dispatch; -1 = none
+  Turn turn_;
+
+  std::uint32_t places_ = 0;  // capacity of the per-place structures
+
+  detail::Segmented<InFlight> in_flight_records_;
+  std::vector<std::uint32_t> free_tickets_;
+  std::uint32_t tickets_ = 0;  // records ever used
+  std::size_t in_flight_ = 0;
+
+  // The latest time seen: time never runs backwards inside the core.
+  Nanos now_ = std::numeric_limits<Nanos>::min();
+};
+
+}  // namespace creditloop

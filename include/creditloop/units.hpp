@@ -1,0 +1,50 @@
+// creditloop/units.hpp: time, credits and the documented limits.
+//
+// Time is a signed count of nanoseconds of a monotonic clock, always passed in by the caller.
+// Credits are fixed point in units of 1e-9 credit ("nano-credits"): rates, bursts and costs are
+// taken to 9 decimal places (rounded to the nearest unit) and every balance is an exact integer
+// count of units, so the arithmetic agrees with exact rational arithmetic over any run length.
+//
+// Limits. They are checked where a value enters (config validation, registration, completion)
+// and a value above them is rejected with an error; inside those limits nothing overflows:
+//   shares                      1 .. kMaxShares            (1,000,000)
+//   rate (credits/s per share)  (0, kMaxRate]              (1,000,000; at least 1e-9 after rounding)
+//   burst (credits per share)   [1, kMaxBurst]             (1,000,000)
+//   cost (credits per request)  [0, kMaxCost]              (1,000,000)
+//   metered classes             1 .. kMaxClasses           (7)
+//   participants registered     kMaxParticipants at once   (16,777,216)
+// A bucket's capacity is at most 1e12 credits and its refill at most 1e12 credits/s; balances are
+// 128-bit so that debt from charge-back can grow for the life of any real process without wrapping.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace creditloop {
+
+/// Nanoseconds of a monotonic clock. The core never reads a clock: every call that depends on time
+/// takes `now` of this type. A `now` earlier than one already seen is treated as the later one.
+using Nanos = std::int64_t;
+
+/// One credit in fixed-point units.
+inline constexpr std::int64_t kNanoPerCredit = 1'000'000'000;
+inline constexpr std::int64_t kNanosPerSecond = 1'000'000'000;
+
+inline constexpr std::uint32_t kMaxShares = 1'000'000;
+inline constexpr double kMaxRate = 1'000'000.0;
+inline constexpr double kMaxBurst = 1'000'000.0;
+inline constexpr double kMaxCost = 1'000'000.0;
+inline constexpr int kMaxClasses = 7;
+inline constexpr std::uint32_t kMaxParticipants = 1u << 24;
+
+/// A balance in nano-credits. 128 bits: capacity alone reaches 1e21 units at the limits.
+__extension__ typedef __int128 Balance;
+
+/// Converts a credit amount to nano-credits, rounding to the nearest unit. Returns nothing when the
+/// value is not finite, negative, or above `limit` credits. Callers check their own lower bounds.
+[[nodiscard]] std::optional<std::int64_t> to_nano_credits(double credits, double limit) noexcept;
+
+/// A balance in credits, for display and traces only (never for decisions).
+[[nodiscard]] double to_credits(Balance nano) noexcept;
+
+}  // namespace creditloop

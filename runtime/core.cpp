@@ -1,0 +1,492 @@
+#include "creditloop/core.hpp"
+
+#include <bit>
+#include <stdexcept>
+#include <utility>
+
+namespace creditloop {
+namespace {
+
+Nanos saturating_add(Nanos a, Nanos b) noexcept {
+  Nanos sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<Nanos>::max() : sum;
+}
+
+constexpr std::int64_t kMaxCostNano = 1'000'000 * kNanoPerCredit;
+
+}  // namespace
+
+Core::Core(Config config) : config_(std::move(config)) {
+  if (const auto problem = check(config_)) throw std::invalid_argument(problem->message);
+  k_ = config_.classes;
+  terms_.reserve(config_.plans.size());
+  for (std::size_t i = 0; i < config_.plans.size(); ++i) {
+    const Plan& plan = config_.plans[i];
+    PlanTerms t;
+    for (int c = 0; c < k_; ++c) {
+      const auto& terms = plan.terms[static_cast<std::size_t>(c)];
+      if (!terms) continue;
+      // check() has already proven both values convert.
+      t.rate[static_cast<std::size_t>(c)] =
+          static_cast<std::uint64_t>(*to_nano_credits(terms->rate, kMaxRate));
+      t.burst[static_cast<std::size_t>(c)] = *to_nano_credits(terms->burst, kMaxBurst);
+      t.held = static_cast<std::uint8_t>(t.held | (1u << c));
+    }
+    terms_.push_back(t);
+    plan_index_.emplace(plan.name, static_cast<PlanId>(i));
+  }
+  cursor_.fill(-1);
+}
+
+Core::~Core() = default;
+
+std::optional<PlanId> Core::find_plan(std::string_view name) const noexcept {
+  const auto it = plan_index_.find(name);
+  if (it == plan_index_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool Core::plan_holds(PlanId plan, ClassId c) const noexcept {
+  return plan < terms_.size() && c < k_ && ((terms_[plan].held >> c) & 1u) != 0;
+}
+
+void Core::grow_places(std::uint32_t places) {
+  if (places <= places_) return;
+  const std::size_t n = places;
+  slots_.grow_to(n);
+  buckets_.grow_to(n * static_cast<std::size_t>(k_));
+  names_.grow_to(n);
+  stats_.grow_to(n);
+  waiting_.resize(places);
+  for (int c = 0; c < k_; ++c) {
+    ready_[static_cast<std::size_t>(c)].resize(places);
+    timers_[static_cast<std::size_t>(c)].resize(places);
+  }
+  places_ = places;
+}
+
+void Core::reserve(std::size_t participants, std::size_t in_flight) {
+  const auto places = static_cast<std::uint32_t>(
+      participants < kMaxParticipants ? participants : std::size_t{kMaxParticipants});
+  grow_places(places);
+  name_index_.reserve(participants);
+  free_slots_.reserve(participants);
+  for (int c = 0; c < k_; ++c) timers_[static_cast<std::size_t>(c)].reserve(participants);
+  in_flight_records_.grow_to(in_flight);
+  free_tickets_.reserve(in_flight);
+}
+
+// ---- participants ---------------------------------------------------------------------------
+
+bool Core::live(ParticipantId p) const noexcept {
+  if (p.slot >= ring_size_) return false;
+  const Slot& s = slots_[p.slot];
+  return s.live && s.generation == p.generation;
+}
+
+bool Core::contains(ParticipantId p) const noexcept { return live(p); }
+
+Result<ParticipantId> Core::add(std::string_view name, std::string_view plan,
+                                std::uint32_t shares, Nanos now) {
+  const auto id = find_plan(plan);
+  if (!id) return Errc::unknown_plan;
+  return add(name, *id, shares, now);
+}
+
+Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_t shares,
+                                Nanos now) {
+  if (plan >= terms_.size()) return Errc::unknown_plan;
+  if (shares == 0 || shares > kMaxShares) return Errc::bad_shares;
+  if (name_index_.find(name) != name_index_.end()) return Errc::duplicate_name;
+  now = observe(now);
+
+  std::uint32_t slot = 0;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+  } else {
+    if (ring_size_ == kMaxParticipants) return Errc::too_many_participants;
+    slot = ring_size_;
+    if (slot >= places_) {
+      const std::uint32_t doubled = places_ > kMaxParticipants / 2 ? kMaxParticipants : places_ * 2;
+      grow_places(doubled > 4096 ? doubled : 4096);
+    }
+  }
+  // Everything that can allocate happens before the first change of state.
+  name_index_.emplace(std::string(name), slot);
+  if (!free_slots_.empty()) {
+    free_slots_.pop_back();
+  } else {
+    ++ring_size_;
+  }
+
+  Slot& s = slots_[slot];
+  const std::uint32_t generation = s.generation + 1 == 0 ? 1 : s.generation + 1;
+  s = Slot{};
+  s.refilled_at = now;
+  s.joined_turn = turn_.active ? turn_.serial : 0;
+  s.generation = generation;
+  s.shares = shares;
+  s.plan = plan;
+  s.held = terms_[plan].held;
+  s.live = true;
+  for (int c = 0; c < k_; ++c) {
+    BucketRec& b = bucket(slot, static_cast<ClassId>(c));
+    b.state = BucketState{cap_of(s, static_cast<ClassId>(c)), 0};
+    b.folded = b.charged.load(std::memory_order_relaxed);  // single-threaded here: no pairing
+    ++b.incarnation;
+  }
+  names_[slot].assign(name);
+  stats_[slot] = ParticipantStats{};
+  ++live_;
+  return ParticipantId{slot, generation};
+}
+
+Result<RequestList> Core::remove(ParticipantId p) {
+  if (!live(p)) return Errc::unknown_participant;
+  Slot& s = slots_[p.slot];
+  if (s.queued != 0) leave_waiting(p.slot);
+  RequestList handed_back(s.head, s.tail, s.queued);
+  s.head = s.tail = nullptr;
+  s.queued = 0;
+  s.live = false;
+  for (int c = 0; c < k_; ++c) ++bucket(p.slot, static_cast<ClassId>(c)).incarnation;
+  name_index_.erase(name_index_.find(std::string_view(names_[p.slot])));
+  free_slots_.push_back(p.slot);
+  --live_;
+  return handed_back;
+}
+
+Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos now) {
+  if (!live(p)) return Errc::unknown_participant;
+  if (plan >= terms_.size()) return Errc::unknown_plan;
+  if (shares == 0 || shares > kMaxShares) return Errc::bad_shares;
+  now = observe(now);
+  bring_to(p.slot, now);  // refill at the old terms up to the change
+  Slot& s = slots_[p.slot];
+  const std::uint8_t old_held = s.held;
+  s.plan = plan;
+  s.shares = shares;
+  s.held = terms_[plan].held;
+  for (int i = 0; i < k_; ++i) {
+    const auto c = static_cast<ClassId>(i);
+    const bool had = ((old_held >> c) & 1u) != 0;
+    const bool has = ((s.held >> c) & 1u) != 0;
+    BucketRec& b = bucket(p.slot, c);
+    if (has && had) {
+      const Balance cap = cap_of(s, c);
+      if (b.state.balance >= cap) b.state = BucketState{cap, 0};
+    } else if (has) {
+      b.state = BucketState{cap_of(s, c), 0};
+      ++b.incarnation;
+    } else if (had) {
+      ++b.incarnation;
+      ready_[c].clear(p.slot);
+      timers_[c].erase(p.slot);
+    }
+  }
+  if (s.queued != 0) {
+    for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+      refile(p.slot, static_cast<ClassId>(std::countr_zero(held)));
+    }
+  }
+  return {};
+}
+
+std::optional<ParticipantId> Core::find(std::string_view name) const {
+  const auto it = name_index_.find(name);
+  if (it == name_index_.end()) return std::nullopt;
+  return ParticipantId{it->second, slots_[it->second].generation};
+}
+
+std::optional<ParticipantId> Core::at(std::uint32_t slot) const noexcept {
+  if (slot >= ring_size_ || !slots_[slot].live) return std::nullopt;
+  return ParticipantId{slot, slots_[slot].generation};
+}
+
+std::string_view Core::name(ParticipantId p) const noexcept { return names_[p.slot]; }
+PlanId Core::plan(ParticipantId p) const noexcept { return slots_[p.slot].plan; }
+std::uint32_t Core::shares(ParticipantId p) const noexcept { return slots_[p.slot].shares; }
+const ParticipantStats& Core::stats(ParticipantId p) const noexcept { return stats_[p.slot]; }
+
+// ---- buckets and filing ---------------------------------------------------------------------
+
+Rate128 Core::rate_of(const Slot& s, ClassId c) const noexcept {
+  return static_cast<Rate128>(terms_[s.plan].rate[c]) * s.shares;
+}
+
+Balance Core::cap_of(const Slot& s, ClassId c) const noexcept {
+  return static_cast<Balance>(terms_[s.plan].burst[c]) * s.shares;
+}
+
+void Core::fold(BucketRec& b) noexcept {
+  // acquire pairs with the release fetch_add of a completing thread, so that whatever that thread
+  // wrote before charging is visible once the charge is folded.
+  const std::uint64_t charged = b.charged.load(std::memory_order_acquire);
+  const std::uint64_t delta = charged - b.folded;  // wraps by design; see core.hpp
+  if (delta != 0) {
+    b.folded = charged;
+    b.state.balance -= static_cast<Balance>(delta);
+  }
+}
+
+void Core::bring_to(std::uint32_t slot, Nanos now) noexcept {
+  Slot& s = slots_[slot];
+  const Nanos dt = now - s.refilled_at;
+  if (dt > 0) s.refilled_at = now;
+  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    const auto c = static_cast<ClassId>(std::countr_zero(held));
+    BucketRec& b = bucket(slot, c);
+    // Refill before folding: a charge that landed while the bucket sat at capacity must not be
+    // absorbed by the cap (that would forgive debt).
+    refill(b.state, dt, rate_of(s, c), cap_of(s, c));
+    fold(b);
+  }
+}
+
+void Core::refile(std::uint32_t slot, ClassId c) noexcept {
+  const BucketRec& b = bucket(slot, c);
+  if (has_credit(b.state)) {
+    timers_[c].erase(slot);
+    ready_[c].set(slot);
+  } else {
+    ready_[c].clear(slot);
+    const Slot& s = slots_[slot];
+    timers_[c].set(slot, saturating_add(s.refilled_at, time_to_credit(b.state, rate_of(s, c))));
+  }
+}
+
+void Core::enter_waiting(std::uint32_t slot) noexcept {
+  waiting_.set(slot);
+  for (std::uint8_t held = slots_[slot].held; held != 0;
+       held &= static_cast<std::uint8_t>(held - 1)) {
+    refile(slot, static_cast<ClassId>(std::countr_zero(held)));
+  }
+}
+
+void Core::leave_waiting(std::uint32_t slot) noexcept {
+  waiting_.clear(slot);
+  for (std::uint8_t held = slots_[slot].held; held != 0;
+       held &= static_cast<std::uint8_t>(held - 1)) {
+    const auto c = static_cast<ClassId>(std::countr_zero(held));
+    ready_[c].clear(slot);
+    timers_[c].erase(slot);
+  }
+}
+
+void Core::expire_timers(ClassId c, Nanos now) noexcept {
+  detail::TimerHeap& timers = timers_[c];
+  while (!timers.empty() && timers.top().due <= now) {
+    const std::uint32_t slot = timers.top().place;
+    bring_to(slot, now);
+    refile(slot, c);  // leaves the heap, or moves to a later due if a charge landed meanwhile
+  }
+}
+
+// ---- requests -------------------------------------------------------------------------------
+
+Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
+  if (!live(p)) return Errc::unknown_participant;
+  now = observe(now);
+  Slot& s = slots_[p.slot];
+  request.next_in_queue = nullptr;
+  if (s.tail == nullptr) {
+    s.head = &request;
+  } else {
+    s.tail->next_in_queue = &request;
+  }
+  s.tail = &request;
+  if (++s.queued == 1) {
+    bring_to(p.slot, now);
+    enter_waiting(p.slot);
+  }
+  return {};
+}
+
+std::size_t Core::queued(ParticipantId p) const noexcept {
+  return live(p) ? slots_[p.slot].queued : 0;
+}
+
+RequestList Core::take_all_queued() noexcept {
+  RequestList all;
+  for (std::uint32_t s = waiting_.find_next(0); s != detail::ReadySet::npos;
+       s = waiting_.find_next(s + 1)) {
+    Slot& slot = slots_[s];
+    leave_waiting(s);
+    all.splice_back(RequestList(slot.head, slot.tail, slot.queued));
+    slot.head = slot.tail = nullptr;
+    slot.queued = 0;
+  }
+  turn_.active = false;
+  return all;
+}
+
+// ---- the loop -------------------------------------------------------------------------------
+
+std::optional<ClassId> Core::begin_turn(Nanos now) noexcept {
+  now = observe(now);
+  turn_.active = false;
+  ClassId chosen = unmetered();
+  for (int i = 0; i < k_; ++i) {
+    const auto c = static_cast<ClassId>(i);
+    expire_timers(c, now);
+    if (ready_[c].any()) {
+      chosen = c;
+      break;
+    }
+  }
+  if (chosen == unmetered() && !waiting_.any()) return std::nullopt;
+  const std::int64_t cursor = cursor_[chosen];
+  turn_.active = true;
+  turn_.wrapped = false;
+  turn_.cls = chosen;
+  turn_.start = static_cast<std::uint32_t>(cursor + 1);  // -1 (never dispatched) starts at 0
+  turn_.end = ring_size_;
+  turn_.next = turn_.start;
+  ++turn_.serial;
+  return chosen;
+}
+
+std::uint32_t Core::next_in_turn(const detail::ReadySet& set) noexcept {
+  if (!turn_.wrapped) {
+    const std::uint32_t p = set.find_next(turn_.next);
+    if (p < turn_.end) return p;  // npos is never below end
+    turn_.wrapped = true;
+    turn_.next = 0;
+  }
+  const std::uint32_t p = set.find_next(turn_.next);
+  return p < turn_.start ? p : detail::ReadySet::npos;
+}
+
+Ticket Core::issue(std::uint32_t slot, ClassId out) {
+  std::uint32_t index = 0;
+  if (!free_tickets_.empty()) {
+    index = free_tickets_.back();
+    free_tickets_.pop_back();
+  } else {
+    index = tickets_++;
+    in_flight_records_.grow_to(tickets_);  // allocates only past the reservation
+  }
+  InFlight& f = in_flight_records_[index];
+  ++f.generation;  // odd: in flight
+  f.slot = slot;
+  f.participant_generation = slots_[slot].generation;
+  f.bucket = out;
+  f.incarnation = out < k_ ? bucket(slot, out).incarnation : 0;
+  ++in_flight_;
+  return Ticket{index, f.generation};
+}
+
+std::optional<Dispatch> Core::visit(Nanos now) noexcept {
+  if (!turn_.active) return std::nullopt;
+  now = observe(now);
+  const ClassId c = turn_.cls;
+  const bool metered = c < k_;
+  const detail::ReadySet& set = metered ? ready_[c] : waiting_;
+  for (;;) {
+    // Credits that land during the turn count when the cursor reaches their owner.
+    if (metered) expire_timers(c, now);
+    const std::uint32_t slot = next_in_turn(set);
+    if (slot == detail::ReadySet::npos) {
+      turn_.active = false;
+      return std::nullopt;
+    }
+    turn_.next = slot + 1;
+    Slot& s = slots_[slot];
+    if (s.joined_turn == turn_.serial) continue;
+    bring_to(slot, now);
+    if (metered && !has_credit(bucket(slot, c).state)) {
+      refile(slot, c);  // a charge-back landed since it was filed
+      continue;
+    }
+    ClassId out = unmetered();
+    for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+      const auto h = static_cast<ClassId>(std::countr_zero(held));
+      if (has_credit(bucket(slot, h).state)) {
+        out = h;
+        break;
+      }
+    }
+    if (out != unmetered()) bucket(slot, out).state.balance -= kNanoPerCredit;
+
+    RequestHook* request = s.head;
+    s.head = request->next_in_queue;
+    if (s.head == nullptr) s.tail = nullptr;
+    request->next_in_queue = nullptr;
+    --s.queued;
+
+    const Ticket ticket = issue(slot, out);
+    ++stats_[slot].dispatched[out];
+    cursor_[c] = slot;
+    if (s.queued == 0) {
+      leave_waiting(slot);
+    } else if (out != unmetered()) {
+      refile(slot, out);
+    }
+    return Dispatch{request, ticket, ParticipantId{slot, s.generation}, out, c};
+  }
+}
+
+// ---- completions ----------------------------------------------------------------------------
+
+Result<Completion> Core::complete(Ticket t, double cost, Nanos now) noexcept {
+  const auto nano = to_nano_credits(cost, kMaxCost);
+  if (!nano) return Errc::bad_cost;
+  return complete_nano(t, *nano, now);
+}
+
+Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
+  if (cost_nano < 0 || cost_nano > kMaxCostNano) return Errc::bad_cost;
+  if (t.index >= tickets_ || (t.generation & 1u) == 0) return Errc::unknown_ticket;
+  InFlight& f = in_flight_records_[t.index];
+  if (t.generation > f.generation) return Errc::unknown_ticket;
+  if (t.generation != f.generation) return Errc::stale_ticket;
+  now = observe(now);
+
+  ++f.generation;  // even: retired; a repeat of this ticket is now stale
+  free_tickets_.push_back(t.index);  // within the reservation: one entry per record
+  --in_flight_;
+
+  const ParticipantId p{f.slot, f.participant_generation};
+  Completion done{p, f.bucket, false};
+  if (!live(p)) return done;
+  Slot& s = slots_[f.slot];
+  ParticipantStats& st = stats_[f.slot];
+  ++st.completed;
+  const ClassId c = f.bucket;
+  if (c == unmetered() || ((s.held >> c) & 1u) == 0 || bucket(f.slot, c).incarnation != f.incarnation) {
+    st.cost_uncharged += cost_nano;
+    return done;
+  }
+  bring_to(f.slot, now);
+  BucketRec& b = bucket(f.slot, c);
+  // relaxed: this thread is the only writer here; a threaded embedder uses release (see fold()).
+  b.charged.fetch_add(static_cast<std::uint64_t>(cost_nano), std::memory_order_relaxed);
+  fold(b);
+  st.cost_charged += cost_nano;
+  if (s.queued != 0) refile(f.slot, c);
+  done.charged = true;
+  return done;
+}
+
+// ---- reading --------------------------------------------------------------------------------
+
+bool Core::holds(ParticipantId p, ClassId c) const noexcept {
+  return live(p) && c < k_ && ((slots_[p.slot].held >> c) & 1u) != 0;
+}
+
+Result<Balance> Core::balance(ParticipantId p, ClassId c, Nanos now) noexcept {
+  if (!live(p)) return Errc::unknown_participant;
+  if (!holds(p, c)) return Errc::unknown_class;
+  bring_to(p.slot, observe(now));
+  return bucket(p.slot, c).state.balance;
+}
+
+bool Core::qualifies(ParticipantId p, ClassId c, Nanos now) noexcept {
+  if (!live(p) || slots_[p.slot].queued == 0 || c > k_) return false;
+  if (c == unmetered()) return true;
+  if (!holds(p, c)) return false;
+  bring_to(p.slot, observe(now));
+  return has_credit(bucket(p.slot, c).state);
+}
+
+}  // namespace creditloop

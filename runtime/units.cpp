@@ -1,0 +1,22 @@
+#include "creditloop/units.hpp"
+
+#include <cmath>
+
+namespace creditloop {
+
+std::optional<std::int64_t> to_nano_credits(double credits, double limit) noexcept {
+  if (!std::isfinite(credits) || credits < 0 || credits > limit) return std::nullopt;
+  // Limits are at most 1e6 credits = 1e15 units, well inside the 2^53 integers a double holds
+  // exactly, so the nearest unit is found without drift.
+  return static_cast<std::int64_t>(std::llround(credits * static_cast<double>(kNanoPerCredit)));
+}
+
+double to_credits(Balance nano) noexcept {
+  // Split first so that balances beyond 2^53 units lose only the sub-unit digits.
+  const Balance whole = nano / kNanoPerCredit;
+  const Balance frac = nano % kNanoPerCredit;
+  return static_cast<double>(whole) +
+         static_cast<double>(frac) / static_cast<double>(kNanoPerCredit);
+}
+
+}  // namespace creditloop
