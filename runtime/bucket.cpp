@@ -49,6 +49,16 @@ void refill(BucketState& b, Nanos dt, Rate128 rate, Balance cap) noexcept {
 Nanos time_to_credit(const BucketState& b, Rate128 rate) noexcept {
   if (b.balance >= kNanoPerCredit) return 0;
   // Smallest dt with floor((dt*rate + rem) / 1e9) >= 1e9 - balance.
+  // Fast path: a debt of less than 8 credits keeps the numerator within 64 bits.
+  if (b.balance > -8 * kNanoPerCredit && rate <= std::numeric_limits<std::uint64_t>::max()) {
+    const auto missing64 = static_cast<std::uint64_t>(kNanoPerCredit - b.balance);
+    const std::uint64_t needed64 = missing64 * kUnit - b.remainder;
+    const auto rate64 = static_cast<std::uint64_t>(rate);
+    const std::uint64_t dt64 = needed64 / rate64 + (needed64 % rate64 != 0 ? 1 : 0);
+    return dt64 > static_cast<std::uint64_t>(std::numeric_limits<Nanos>::max())
+               ? std::numeric_limits<Nanos>::max()
+               : static_cast<Nanos>(dt64);
+  }
   const Rate128 missing = static_cast<Rate128>(kNanoPerCredit - b.balance);  // > 0
   constexpr Rate128 kSaturate = static_cast<Rate128>(std::numeric_limits<Nanos>::max());
   if (missing > kSaturate) return std::numeric_limits<Nanos>::max();

@@ -86,8 +86,8 @@ bool Core::live(ParticipantId p) const noexcept {
 
 bool Core::contains(ParticipantId p) const noexcept { return live(p); }
 
-Result<ParticipantId> Core::add(std::string_view name, std::string_view plan,
-                                std::uint32_t shares, Nanos now) {
+Result<ParticipantId> Core::add(std::string_view name, std::string_view plan, std::uint32_t shares,
+                                Nanos now) {
   const auto id = find_plan(plan);
   if (!id) return Errc::unknown_plan;
   return add(name, *id, shares, now);
@@ -442,7 +442,7 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   if (t.generation != f.generation) return Errc::stale_ticket;
   now = observe(now);
 
-  ++f.generation;  // even: retired; a repeat of this ticket is now stale
+  ++f.generation;                    // even: retired; a repeat of this ticket is now stale
   free_tickets_.push_back(t.index);  // within the reservation: one entry per record
   --in_flight_;
 
@@ -453,7 +453,8 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   ParticipantStats& st = stats_[f.slot];
   ++st.completed;
   const ClassId c = f.bucket;
-  if (c == unmetered() || ((s.held >> c) & 1u) == 0 || bucket(f.slot, c).incarnation != f.incarnation) {
+  if (c == unmetered() || ((s.held >> c) & 1u) == 0 ||
+      bucket(f.slot, c).incarnation != f.incarnation) {
     st.cost_uncharged += cost_nano;
     return done;
   }

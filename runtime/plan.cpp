@@ -33,9 +33,8 @@ std::optional<ClassId> parse_class_name(std::string_view name, int k) noexcept {
 
 std::optional<ConfigProblem> check(const Config& config) {
   if (config.classes < 1 || config.classes > kMaxClasses) {
-    return ConfigProblem{Errc::bad_classes,
-                         "classes: " + std::to_string(config.classes) + " is outside 1.." +
-                             std::to_string(kMaxClasses)};
+    return ConfigProblem{Errc::bad_classes, "classes: " + std::to_string(config.classes) +
+                                                " is outside 1.." + std::to_string(kMaxClasses)};
   }
   std::set<std::string, std::less<>> names;
   for (const Plan& plan : config.plans) {
@@ -48,9 +47,9 @@ std::optional<ConfigProblem> check(const Config& config) {
       if (!terms) continue;
       const std::string at = where + " class " + class_name(static_cast<ClassId>(c));
       if (c >= config.classes) {
-        return ConfigProblem{Errc::unknown_class, at + ": there are only " +
-                                                      std::to_string(config.classes) +
-                                                      " metered classes"};
+        return ConfigProblem{
+            Errc::unknown_class,
+            at + ": there are only " + std::to_string(config.classes) + " metered classes"};
       }
       const auto rate = to_nano_credits(terms->rate, kMaxRate);
       if (!rate || *rate <= 0) {

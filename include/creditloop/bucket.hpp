@@ -20,8 +20,9 @@ namespace creditloop {
 __extension__ typedef unsigned __int128 Rate128;
 
 struct BucketState {
-  Balance balance = 0;          // nano-credits, the exact value rounded down
-  std::uint64_t remainder = 0;  // < 1e9: the fractional nano-credit carried by refill, in 1e-9 units
+  Balance balance = 0;  // nano-credits, the exact value rounded down
+  std::uint64_t remainder =
+      0;  // < 1e9: the fractional nano-credit carried by refill, in 1e-9 units
 };
 
 /// Brings `b` forward by `dt` >= 0 nanoseconds at `rate` nano-credits per second, capped at `cap`.

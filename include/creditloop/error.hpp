@@ -14,17 +14,17 @@ namespace creditloop {
 enum class Errc : unsigned char {
   unknown_plan,
   unknown_class,
-  unknown_participant,   // never registered, or removed (its id is stale)
-  duplicate_name,        // a live participant already has this name
-  bad_shares,            // 0, or above kMaxShares
-  bad_rate,              // not finite, not positive at 9 decimals, or above kMaxRate
-  bad_burst,             // not finite, below 1, or above kMaxBurst
-  bad_cost,              // negative, NaN, infinite, or above kMaxCost
-  bad_classes,           // class count outside 1..kMaxClasses
-  unknown_ticket,        // a ticket this core never issued
-  stale_ticket,          // a ticket already completed, or from an earlier use of its slot
-  too_many_participants, // kMaxParticipants are registered
-  shut_down,             // the runtime no longer accepts this call
+  unknown_participant,    // never registered, or removed (its id is stale)
+  duplicate_name,         // a live participant already has this name
+  bad_shares,             // 0, or above kMaxShares
+  bad_rate,               // not finite, not positive at 9 decimals, or above kMaxRate
+  bad_burst,              // not finite, below 1, or above kMaxBurst
+  bad_cost,               // negative, NaN, infinite, or above kMaxCost
+  bad_classes,            // class count outside 1..kMaxClasses
+  unknown_ticket,         // a ticket this core never issued
+  stale_ticket,           // a ticket already completed, or from an earlier use of its slot
+  too_many_participants,  // kMaxParticipants are registered
+  shut_down,              // the runtime no longer accepts this call
 };
 
 /// A short English description of the error, for logs and messages.

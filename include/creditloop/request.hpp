@@ -1,4 +1,5 @@
-// creditloop/request.hpp: the intrusive hook a queued request carries, and lists of handed-back ones.
+// creditloop/request.hpp: the intrusive hook a queued request carries, and lists of handed-back
+// ones.
 //
 // The core never allocates per request: a participant's FIFO is a singly linked list threaded
 // through a hook that lives inside the embedder's own request object (derive from RequestHook).

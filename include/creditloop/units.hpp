@@ -8,11 +8,10 @@
 // Limits. They are checked where a value enters (config validation, registration, completion)
 // and a value above them is rejected with an error; inside those limits nothing overflows:
 //   shares                      1 .. kMaxShares            (1,000,000)
-//   rate (credits/s per share)  (0, kMaxRate]              (1,000,000; at least 1e-9 after rounding)
-//   burst (credits per share)   [1, kMaxBurst]             (1,000,000)
-//   cost (credits per request)  [0, kMaxCost]              (1,000,000)
-//   metered classes             1 .. kMaxClasses           (7)
-//   participants registered     kMaxParticipants at once   (16,777,216)
+//   rate (credits/s per share)  (0, kMaxRate]              (1,000,000; at least 1e-9 after
+//   rounding) burst (credits per share)   [1, kMaxBurst]             (1,000,000) cost (credits per
+//   request)  [0, kMaxCost]              (1,000,000) metered classes             1 .. kMaxClasses
+//   (7) participants registered     kMaxParticipants at once   (16,777,216)
 // A bucket's capacity is at most 1e12 credits and its refill at most 1e12 credits/s; balances are
 // 128-bit so that debt from charge-back can grow for the life of any real process without wrapping.
 #pragma once
