@@ -30,7 +30,7 @@ using creditloop::Nanos;
 using creditloop::ParticipantId;
 using creditloop::RequestHook;
 
-constexpr int kBatch = 256;
+constexpr int kBatch = 1024;
 
 struct Request : RequestHook {
   ParticipantId owner;

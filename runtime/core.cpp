@@ -16,7 +16,7 @@ constexpr std::int64_t kMaxCostNano = 1'000'000 * kNanoPerCredit;
 
 }  // namespace
 
-Core::Core(Config config) : config_(std::move(config)) {
+Core::Core(Config config) : config_(std::move(config)), places_store_(config_.classes) {
   if (const auto problem = check(config_)) throw std::invalid_argument(problem->message);
   k_ = config_.classes;
   terms_.reserve(config_.plans.size());
@@ -53,8 +53,7 @@ bool Core::plan_holds(PlanId plan, ClassId c) const noexcept {
 void Core::grow_places(std::uint32_t places) {
   if (places <= places_) return;
   const std::size_t n = places;
-  slots_.grow_to(n);
-  buckets_.grow_to(n * static_cast<std::size_t>(k_));
+  places_store_.grow_to(n);
   names_.grow_to(n);
   stats_.grow_to(n);
   waiting_.resize(places);
@@ -80,7 +79,7 @@ void Core::reserve(std::size_t participants, std::size_t in_flight) {
 
 bool Core::live(ParticipantId p) const noexcept {
   if (p.slot >= ring_size_) return false;
-  const Slot& s = slots_[p.slot];
+  const Slot& s = slot_at(p.slot);
   return s.live && s.generation == p.generation;
 }
 
@@ -119,7 +118,7 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
     ++ring_size_;
   }
 
-  Slot& s = slots_[slot];
+  Slot& s = slot_at(slot);
   const std::uint32_t generation = s.generation + 1 == 0 ? 1 : s.generation + 1;
   s = Slot{};
   s.refilled_at = now;
@@ -131,19 +130,22 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
   s.live = true;
   for (int c = 0; c < k_; ++c) {
     BucketRec& b = bucket(slot, static_cast<ClassId>(c));
-    b.state = BucketState{cap_of(s, static_cast<ClassId>(c)), 0};
+    set_terms(slot, static_cast<ClassId>(c));
+    b.balance = static_cast<Balance>(b.cap);
+    b.remainder = 0;
     b.folded = b.charged.load(std::memory_order_relaxed);  // single-threaded here: no pairing
+    b.dispatched = 0;
     ++b.incarnation;
   }
   names_[slot].assign(name);
-  stats_[slot] = ParticipantStats{};
+  stats_[slot] = ColdStats{};
   ++live_;
   return ParticipantId{slot, generation};
 }
 
 Result<RequestList> Core::remove(ParticipantId p) {
   if (!live(p)) return Errc::unknown_participant;
-  Slot& s = slots_[p.slot];
+  Slot& s = slot_at(p.slot);
   if (s.queued != 0) leave_waiting(p.slot);
   RequestList handed_back(s.head, s.tail, s.queued);
   s.head = s.tail = nullptr;
@@ -162,7 +164,7 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
   if (shares == 0 || shares > kMaxShares) return Errc::bad_shares;
   now = observe(now);
   bring_to(p.slot, now);  // refill at the old terms up to the change
-  Slot& s = slots_[p.slot];
+  Slot& s = slot_at(p.slot);
   const std::uint8_t old_held = s.held;
   s.plan = plan;
   s.shares = shares;
@@ -172,11 +174,15 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
     const bool had = ((old_held >> c) & 1u) != 0;
     const bool has = ((s.held >> c) & 1u) != 0;
     BucketRec& b = bucket(p.slot, c);
+    set_terms(p.slot, c);
     if (has && had) {
-      const Balance cap = cap_of(s, c);
-      if (b.state.balance >= cap) b.state = BucketState{cap, 0};
+      if (b.balance >= static_cast<Balance>(b.cap)) {
+        b.balance = static_cast<Balance>(b.cap);
+        b.remainder = 0;
+      }
     } else if (has) {
-      b.state = BucketState{cap_of(s, c), 0};
+      b.balance = static_cast<Balance>(b.cap);
+      b.remainder = 0;
       ++b.incarnation;
     } else if (had) {
       ++b.incarnation;
@@ -195,27 +201,39 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
 std::optional<ParticipantId> Core::find(std::string_view name) const {
   const auto it = name_index_.find(name);
   if (it == name_index_.end()) return std::nullopt;
-  return ParticipantId{it->second, slots_[it->second].generation};
+  return ParticipantId{it->second, slot_at(it->second).generation};
 }
 
 std::optional<ParticipantId> Core::at(std::uint32_t slot) const noexcept {
-  if (slot >= ring_size_ || !slots_[slot].live) return std::nullopt;
-  return ParticipantId{slot, slots_[slot].generation};
+  if (slot >= ring_size_ || !slot_at(slot).live) return std::nullopt;
+  return ParticipantId{slot, slot_at(slot).generation};
 }
 
 std::string_view Core::name(ParticipantId p) const noexcept { return names_[p.slot]; }
-PlanId Core::plan(ParticipantId p) const noexcept { return slots_[p.slot].plan; }
-std::uint32_t Core::shares(ParticipantId p) const noexcept { return slots_[p.slot].shares; }
-const ParticipantStats& Core::stats(ParticipantId p) const noexcept { return stats_[p.slot]; }
+PlanId Core::plan(ParticipantId p) const noexcept { return slot_at(p.slot).plan; }
+std::uint32_t Core::shares(ParticipantId p) const noexcept { return slot_at(p.slot).shares; }
+ParticipantStats Core::stats(ParticipantId p) const noexcept {
+  ParticipantStats out;
+  for (int c = 0; c < k_; ++c) {
+    out.dispatched[static_cast<std::size_t>(c)] =
+        bucket(p.slot, static_cast<ClassId>(c)).dispatched;
+  }
+  out.dispatched[static_cast<std::size_t>(k_)] = slot_at(p.slot).unmetered_dispatched;
+  const ColdStats& cold = stats_[p.slot];
+  out.completed = cold.completed;
+  out.cost_charged = cold.cost_charged;
+  out.cost_uncharged = cold.cost_uncharged;
+  return out;
+}
 
 // ---- buckets and filing ---------------------------------------------------------------------
 
-Rate128 Core::rate_of(const Slot& s, ClassId c) const noexcept {
-  return static_cast<Rate128>(terms_[s.plan].rate[c]) * s.shares;
-}
-
-Balance Core::cap_of(const Slot& s, ClassId c) const noexcept {
-  return static_cast<Balance>(terms_[s.plan].burst[c]) * s.shares;
+void Core::set_terms(std::uint32_t slot, ClassId c) noexcept {
+  const Slot& s = slot_at(slot);
+  BucketRec& b = bucket(slot, c);
+  // Within the limits of units.hpp both products fit 64 bits (at most 1e19).
+  b.rate = terms_[s.plan].rate[c] * s.shares;
+  b.cap = static_cast<std::uint64_t>(terms_[s.plan].burst[c]) * s.shares;
 }
 
 void Core::fold(BucketRec& b) noexcept {
@@ -225,39 +243,44 @@ void Core::fold(BucketRec& b) noexcept {
   const std::uint64_t delta = charged - b.folded;  // wraps by design; see core.hpp
   if (delta != 0) {
     b.folded = charged;
-    b.state.balance -= static_cast<Balance>(delta);
+    b.balance -= static_cast<Balance>(delta);
   }
 }
 
 void Core::bring_to(std::uint32_t slot, Nanos now) noexcept {
-  Slot& s = slots_[slot];
+  Slot& s = slot_at(slot);
   const Nanos dt = now - s.refilled_at;
   if (dt > 0) s.refilled_at = now;
   for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
-    const auto c = static_cast<ClassId>(std::countr_zero(held));
-    BucketRec& b = bucket(slot, c);
+    BucketRec& b = bucket(slot, static_cast<ClassId>(std::countr_zero(held)));
+    if (dt > 0) {
+      BucketState state{b.balance, b.remainder};
+      refill(state, dt, b.rate, static_cast<Balance>(b.cap));
+      b.balance = state.balance;
+      b.remainder = static_cast<std::uint32_t>(state.remainder);
+    }
     // Refill before folding: a charge that landed while the bucket sat at capacity must not be
     // absorbed by the cap (that would forgive debt).
-    refill(b.state, dt, rate_of(s, c), cap_of(s, c));
     fold(b);
   }
 }
 
 void Core::refile(std::uint32_t slot, ClassId c) noexcept {
   const BucketRec& b = bucket(slot, c);
-  if (has_credit(b.state)) {
+  if (b.has_credit()) {
     timers_[c].erase(slot);
     ready_[c].set(slot);
   } else {
     ready_[c].clear(slot);
-    const Slot& s = slots_[slot];
-    timers_[c].set(slot, saturating_add(s.refilled_at, time_to_credit(b.state, rate_of(s, c))));
+    const Slot& s = slot_at(slot);
+    const Nanos wait = time_to_credit(BucketState{b.balance, b.remainder}, b.rate);
+    timers_[c].set(slot, saturating_add(s.refilled_at, wait));
   }
 }
 
 void Core::enter_waiting(std::uint32_t slot) noexcept {
   waiting_.set(slot);
-  for (std::uint8_t held = slots_[slot].held; held != 0;
+  for (std::uint8_t held = slot_at(slot).held; held != 0;
        held &= static_cast<std::uint8_t>(held - 1)) {
     refile(slot, static_cast<ClassId>(std::countr_zero(held)));
   }
@@ -265,7 +288,7 @@ void Core::enter_waiting(std::uint32_t slot) noexcept {
 
 void Core::leave_waiting(std::uint32_t slot) noexcept {
   waiting_.clear(slot);
-  for (std::uint8_t held = slots_[slot].held; held != 0;
+  for (std::uint8_t held = slot_at(slot).held; held != 0;
        held &= static_cast<std::uint8_t>(held - 1)) {
     const auto c = static_cast<ClassId>(std::countr_zero(held));
     ready_[c].clear(slot);
@@ -287,7 +310,7 @@ void Core::expire_timers(ClassId c, Nanos now) noexcept {
 Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
   if (!live(p)) return Errc::unknown_participant;
   now = observe(now);
-  Slot& s = slots_[p.slot];
+  Slot& s = slot_at(p.slot);
   request.next_in_queue = nullptr;
   if (s.tail == nullptr) {
     s.head = &request;
@@ -303,14 +326,14 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
 }
 
 std::size_t Core::queued(ParticipantId p) const noexcept {
-  return live(p) ? slots_[p.slot].queued : 0;
+  return live(p) ? slot_at(p.slot).queued : 0;
 }
 
 RequestList Core::take_all_queued() noexcept {
   RequestList all;
   for (std::uint32_t s = waiting_.find_next(0); s != detail::ReadySet::npos;
        s = waiting_.find_next(s + 1)) {
-    Slot& slot = slots_[s];
+    Slot& slot = slot_at(s);
     leave_waiting(s);
     all.splice_back(RequestList(slot.head, slot.tail, slot.queued));
     slot.head = slot.tail = nullptr;
@@ -369,7 +392,7 @@ Ticket Core::issue(std::uint32_t slot, ClassId out) {
   InFlight& f = in_flight_records_[index];
   ++f.generation;  // odd: in flight
   f.slot = slot;
-  f.participant_generation = slots_[slot].generation;
+  f.participant_generation = slot_at(slot).generation;
   f.bucket = out;
   f.incarnation = out < k_ ? bucket(slot, out).incarnation : 0;
   ++in_flight_;
@@ -391,22 +414,28 @@ std::optional<Dispatch> Core::visit(Nanos now) noexcept {
       return std::nullopt;
     }
     turn_.next = slot + 1;
-    Slot& s = slots_[slot];
+    Slot& s = slot_at(slot);
     if (s.joined_turn == turn_.serial) continue;
     bring_to(slot, now);
-    if (metered && !has_credit(bucket(slot, c).state)) {
+    if (metered && !bucket(slot, c).has_credit()) {
       refile(slot, c);  // a charge-back landed since it was filed
       continue;
     }
     ClassId out = unmetered();
     for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
       const auto h = static_cast<ClassId>(std::countr_zero(held));
-      if (has_credit(bucket(slot, h).state)) {
+      if (bucket(slot, h).has_credit()) {
         out = h;
         break;
       }
     }
-    if (out != unmetered()) bucket(slot, out).state.balance -= kNanoPerCredit;
+    if (out != unmetered()) {
+      BucketRec& b = bucket(slot, out);
+      b.balance -= kNanoPerCredit;
+      ++b.dispatched;
+    } else {
+      ++s.unmetered_dispatched;
+    }
 
     RequestHook* request = s.head;
     s.head = request->next_in_queue;
@@ -415,7 +444,6 @@ std::optional<Dispatch> Core::visit(Nanos now) noexcept {
     --s.queued;
 
     const Ticket ticket = issue(slot, out);
-    ++stats_[slot].dispatched[out];
     cursor_[c] = slot;
     if (s.queued == 0) {
       leave_waiting(slot);
@@ -449,8 +477,8 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   const ParticipantId p{f.slot, f.participant_generation};
   Completion done{p, f.bucket, false};
   if (!live(p)) return done;
-  Slot& s = slots_[f.slot];
-  ParticipantStats& st = stats_[f.slot];
+  Slot& s = slot_at(f.slot);
+  ColdStats& st = stats_[f.slot];
   ++st.completed;
   const ClassId c = f.bucket;
   if (c == unmetered() || ((s.held >> c) & 1u) == 0 ||
@@ -472,22 +500,22 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
 // ---- reading --------------------------------------------------------------------------------
 
 bool Core::holds(ParticipantId p, ClassId c) const noexcept {
-  return live(p) && c < k_ && ((slots_[p.slot].held >> c) & 1u) != 0;
+  return live(p) && c < k_ && ((slot_at(p.slot).held >> c) & 1u) != 0;
 }
 
 Result<Balance> Core::balance(ParticipantId p, ClassId c, Nanos now) noexcept {
   if (!live(p)) return Errc::unknown_participant;
   if (!holds(p, c)) return Errc::unknown_class;
   bring_to(p.slot, observe(now));
-  return bucket(p.slot, c).state.balance;
+  return bucket(p.slot, c).balance;
 }
 
 bool Core::qualifies(ParticipantId p, ClassId c, Nanos now) noexcept {
-  if (!live(p) || slots_[p.slot].queued == 0 || c > k_) return false;
+  if (!live(p) || slot_at(p.slot).queued == 0 || c > k_) return false;
   if (c == unmetered()) return true;
   if (!holds(p, c)) return false;
   bring_to(p.slot, observe(now));
-  return has_credit(bucket(p.slot, c).state);
+  return bucket(p.slot, c).has_credit();
 }
 
 }  // namespace creditloop

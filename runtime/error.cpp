@@ -15,9 +15,9 @@ std::string_view describe(Errc e) noexcept {
     case Errc::bad_shares:
       return "shares must be a whole number from 1 to 1000000";
     case Errc::bad_rate:
-      return "rate must be finite, positive and at most 1000000";
+      return "rate must be finite, positive and at most 10000";
     case Errc::bad_burst:
-      return "burst must be finite, at least 1 and at most 1000000";
+      return "burst must be finite, at least 1 and at most 10000";
     case Errc::bad_cost:
       return "cost must be finite, at least 0 and at most 1000000";
     case Errc::bad_classes:

@@ -55,13 +55,13 @@ std::optional<ConfigProblem> check(const Config& config) {
       if (!rate || *rate <= 0) {
         return ConfigProblem{Errc::bad_rate, at + ": rate " + std::to_string(terms->rate) +
                                                  " must be finite, positive (at 9 decimals) and "
-                                                 "at most 1000000"};
+                                                 "at most 10000"};
       }
       const auto burst = to_nano_credits(terms->burst, kMaxBurst);
       if (!burst || *burst < kNanoPerCredit) {
         return ConfigProblem{Errc::bad_burst, at + ": burst " + std::to_string(terms->burst) +
                                                   " must be finite, at least 1 and at most "
-                                                  "1000000"};
+                                                  "10000"};
       }
     }
   }

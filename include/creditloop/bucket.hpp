@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "creditloop/units.hpp"
 
@@ -25,8 +26,37 @@ struct BucketState {
       0;  // < 1e9: the fractional nano-credit carried by refill, in 1e-9 units
 };
 
-/// Brings `b` forward by `dt` >= 0 nanoseconds at `rate` nano-credits per second, capped at `cap`.
-void refill(BucketState& b, Nanos dt, Rate128 rate, Balance cap) noexcept;
+namespace detail {
+void refill_wide(BucketState& b, Nanos dt, Rate128 rate, Balance cap) noexcept;
+Nanos time_to_credit_wide(const BucketState& b, Rate128 rate) noexcept;
+}  // namespace detail
+
+/// Brings `b` forward by `dt` nanoseconds (none if dt <= 0) at `rate` nano-credits per second,
+/// capped at `cap`. Inline: a visit calls it for every bucket it reads.
+inline void refill(BucketState& b, Nanos dt, Rate128 rate, Balance cap) noexcept {
+  if (b.balance >= cap) {
+    b.remainder = 0;  // full (or above, after a capacity cut): the exact value has no fraction
+    return;
+  }
+  if (dt <= 0) return;
+  constexpr auto kUnit = static_cast<std::uint64_t>(kNanoPerCredit);
+  std::uint64_t product = 0;
+  // Within the limits rate fits 64 bits; the product does for gaps up to about a second at the
+  // highest rates, so the division by the constant 1e9 is a multiply and a shift.
+  if (rate <= ~std::uint64_t{0} &&
+      !__builtin_mul_overflow(static_cast<std::uint64_t>(dt), static_cast<std::uint64_t>(rate),
+                              &product) &&
+      !__builtin_add_overflow(product, b.remainder, &product)) {
+    b.balance += static_cast<Balance>(product / kUnit);
+    b.remainder = product % kUnit;
+    if (b.balance >= cap) {
+      b.balance = cap;
+      b.remainder = 0;
+    }
+    return;
+  }
+  detail::refill_wide(b, dt, rate, cap);
+}
 
 /// Whether the bucket has a credit: balance of at least one whole credit.
 [[nodiscard]] constexpr bool has_credit(const BucketState& b) noexcept {
@@ -35,6 +65,18 @@ void refill(BucketState& b, Nanos dt, Rate128 rate, Balance cap) noexcept;
 
 /// Nanoseconds of refill at `rate` until `b` has a credit (0 if it has one). Saturates at the
 /// largest Nanos for debts so deep that the instant lies beyond any clock.
-[[nodiscard]] Nanos time_to_credit(const BucketState& b, Rate128 rate) noexcept;
+[[nodiscard]] inline Nanos time_to_credit(const BucketState& b, Rate128 rate) noexcept {
+  if (b.balance >= kNanoPerCredit) return 0;
+  // A debt under 8 credits keeps the numerator within 64 bits.
+  if (b.balance > -8 * kNanoPerCredit && rate <= ~std::uint64_t{0}) {
+    const auto missing = static_cast<std::uint64_t>(kNanoPerCredit - b.balance);
+    const std::uint64_t needed = missing * static_cast<std::uint64_t>(kNanoPerCredit) - b.remainder;
+    const auto rate64 = static_cast<std::uint64_t>(rate);
+    const std::uint64_t dt = needed / rate64 + (needed % rate64 != 0 ? 1 : 0);
+    constexpr Nanos kNever = std::numeric_limits<Nanos>::max();
+    return dt > static_cast<std::uint64_t>(kNever) ? kNever : static_cast<Nanos>(dt);
+  }
+  return detail::time_to_credit_wide(b, rate);
+}
 
 }  // namespace creditloop

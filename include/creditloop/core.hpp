@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "creditloop/bucket.hpp"
+#include "creditloop/detail/place_store.hpp"
 #include "creditloop/detail/ready_set.hpp"
 #include "creditloop/detail/segmented.hpp"
 #include "creditloop/detail/timer_heap.hpp"
@@ -127,7 +128,7 @@ class Core {
   [[nodiscard]] std::string_view name(ParticipantId p) const noexcept;
   [[nodiscard]] PlanId plan(ParticipantId p) const noexcept;
   [[nodiscard]] std::uint32_t shares(ParticipantId p) const noexcept;
-  [[nodiscard]] const ParticipantStats& stats(ParticipantId p) const noexcept;
+  [[nodiscard]] ParticipantStats stats(ParticipantId p) const noexcept;
 
   /// Participants registered now, and places in the ring (registered or free).
   [[nodiscard]] std::size_t size() const noexcept { return live_; }
@@ -209,7 +210,7 @@ class Core {
   void for_each_waiting(F&& f) const {
     for (std::uint32_t s = waiting_.find_next(0); s != detail::ReadySet::npos;
          s = waiting_.find_next(s + 1)) {
-      f(ParticipantId{s, slots_[s].generation});
+      f(ParticipantId{s, slot_at(s).generation});
     }
   }
 
@@ -218,26 +219,38 @@ class Core {
   RequestList take_all_queued() noexcept;
 
  private:
-  struct Slot {  // hot per-participant state, one cache line
+  struct alignas(64) Slot {  // hot per-participant state, one cache line
     RequestHook* head = nullptr;
     RequestHook* tail = nullptr;
     Nanos refilled_at = 0;
     std::uint64_t joined_turn = 0;  // the turn during which it registered, or 0
-    std::uint32_t generation = 0;   // of the latest registration in this place
+    std::uint64_t unmetered_dispatched = 0;
+    std::uint32_t generation = 0;  // of the latest registration in this place
     std::uint32_t queued = 0;
     std::uint32_t shares = 0;
     PlanId plan = 0;
     std::uint8_t held = 0;  // bit c: the plan holds class c
     bool live = false;
   };
-  struct BucketRec {
-    BucketState state;
-    // Charge-back: total nano-credits ever charged (wrapping) and the part folded into state.
+  struct alignas(64) BucketRec {  // one cache line per bucket, right after its Slot
+    Balance balance = 0;          // nano-credits, the exact value rounded down
+    std::uint64_t rate = 0;       // nano-credits per second: the plan's rate times the shares
+    std::uint64_t cap = 0;        // nano-credits: the plan's burst times the shares
+    // Charge-back: total nano-credits ever charged (wrapping) and the part folded into balance.
     // relaxed is enough in the core (one thread); a threaded embedder publishes its fetch_add
     // with release and pairs it with the acquire in fold().
     std::atomic<std::uint64_t> charged{0};
     std::uint64_t folded = 0;
+    std::uint64_t dispatched = 0;   // kept across re-plans: counts every dispatch in this class
+    std::uint32_t remainder = 0;    // the refill fraction carried forward, < 1e9
     std::uint32_t incarnation = 0;  // bumped when a re-plan creates or drops this bucket
+    [[nodiscard]] bool has_credit() const noexcept { return balance >= kNanoPerCredit; }
+  };
+  static_assert(sizeof(Slot) == 64 && sizeof(BucketRec) == 64);
+  struct ColdStats {
+    std::uint64_t completed = 0;
+    Balance cost_charged = 0;
+    Balance cost_uncharged = 0;
   };
   struct InFlight {
     std::uint32_t generation = 0;  // odd while in flight
@@ -267,13 +280,16 @@ class Core {
     }
   };
 
-  BucketRec& bucket(std::uint32_t slot, ClassId c) noexcept { return buckets_[slot * k_ + c]; }
+  Slot& slot_at(std::uint32_t slot) noexcept { return places_store_.header(slot); }
+  const Slot& slot_at(std::uint32_t slot) const noexcept { return places_store_.header(slot); }
+  BucketRec& bucket(std::uint32_t slot, ClassId c) noexcept {
+    return places_store_.bucket(slot, c);
+  }
   const BucketRec& bucket(std::uint32_t slot, ClassId c) const noexcept {
-    return buckets_[slot * k_ + c];
+    return places_store_.bucket(slot, c);
   }
   [[nodiscard]] bool live(ParticipantId p) const noexcept;
-  [[nodiscard]] Rate128 rate_of(const Slot& s, ClassId c) const noexcept;
-  [[nodiscard]] Balance cap_of(const Slot& s, ClassId c) const noexcept;
+  void set_terms(std::uint32_t slot, ClassId c) noexcept;
   void bring_to(std::uint32_t slot, Nanos now) noexcept;
   void fold(BucketRec& b) noexcept;
   void refile(std::uint32_t slot, ClassId c) noexcept;
@@ -290,10 +306,9 @@ class Core {
   std::vector<PlanTerms> terms_;
   std::unordered_map<std::string, PlanId, NameHash, std::equal_to<>> plan_index_;
 
-  detail::Segmented<Slot> slots_;
-  detail::Segmented<BucketRec> buckets_;
+  detail::PlaceStore<Slot, BucketRec> places_store_;
   detail::Segmented<std::string> names_;
-  detail::Segmented<ParticipantStats> stats_;
+  detail::Segmented<ColdStats> stats_;
   std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> name_index_;
   std::vector<std::uint32_t> free_slots_;  // LIFO: the most recently freed place is reused first
   std::uint32_t ring_size_ = 0;

@@ -6,14 +6,19 @@
 // count of units, so the arithmetic agrees with exact rational arithmetic over any run length.
 //
 // Limits. They are checked where a value enters (config validation, registration, completion)
-// and a value above them is rejected with an error; inside those limits nothing overflows:
-//   shares                      1 .. kMaxShares            (1,000,000)
-//   rate (credits/s per share)  (0, kMaxRate]              (1,000,000; at least 1e-9 after
-//   rounding) burst (credits per share)   [1, kMaxBurst]             (1,000,000) cost (credits per
-//   request)  [0, kMaxCost]              (1,000,000) metered classes             1 .. kMaxClasses
-//   (7) participants registered     kMaxParticipants at once   (16,777,216)
-// A bucket's capacity is at most 1e12 credits and its refill at most 1e12 credits/s; balances are
-// 128-bit so that debt from charge-back can grow for the life of any real process without wrapping.
+// and a value above them is rejected with an error; inside those limits nothing overflows.
+// clang-format off
+//   shares                        1 .. kMaxShares         1,000,000
+//   rate, credits/s per share     (0, kMaxRate]           10,000 (at least 1e-9 after rounding)
+//   burst, credits per share      [1, kMaxBurst]          10,000
+//   cost, credits per request     [0, kMaxCost]           1,000,000
+//   metered classes               1 .. kMaxClasses        7
+//   participants registered       kMaxParticipants        16,777,216 at once
+// clang-format on
+// So a bucket's capacity (burst x shares) is at most 1e10 credits and its refill (rate x shares)
+// at most 1e10 credits/s: both fit 64 bits in nano-credits, which keeps a visit's refill
+// arithmetic in 64-bit registers. Balances are 128-bit so that debt from charge-back can grow for
+// the life of any real process without wrapping.
 #pragma once
 
 #include <cstdint>
@@ -30,13 +35,13 @@ inline constexpr std::int64_t kNanoPerCredit = 1'000'000'000;
 inline constexpr std::int64_t kNanosPerSecond = 1'000'000'000;
 
 inline constexpr std::uint32_t kMaxShares = 1'000'000;
-inline constexpr double kMaxRate = 1'000'000.0;
-inline constexpr double kMaxBurst = 1'000'000.0;
+inline constexpr double kMaxRate = 10'000.0;
+inline constexpr double kMaxBurst = 10'000.0;
 inline constexpr double kMaxCost = 1'000'000.0;
 inline constexpr int kMaxClasses = 7;
 inline constexpr std::uint32_t kMaxParticipants = 1u << 24;
 
-/// A balance in nano-credits. 128 bits: capacity alone reaches 1e21 units at the limits.
+/// A balance in nano-credits. 128 bits: debt from charge-back has no bound but the process's life.
 __extension__ typedef __int128 Balance;
 
 /// Converts a credit amount to nano-credits, rounding to the nearest unit. Returns nothing when the
