@@ -298,10 +298,14 @@ void Core::leave_waiting(std::uint32_t slot) noexcept {
 
 void Core::expire_timers(ClassId c, Nanos now) noexcept {
   detail::TimerHeap& timers = timers_[c];
+  // A due instant is exact: every change to the bucket since it was filed (debit, charge,
+  // re-plan) re-filed it. So a due participant has its credit and joins the ready set without
+  // its record being read; the visit re-tests it anyway, which covers charges folded late by a
+  // threaded embedder.
   while (!timers.empty() && timers.top().due <= now) {
     const std::uint32_t slot = timers.top().place;
-    bring_to(slot, now);
-    refile(slot, c);  // leaves the heap, or moves to a later due if a charge landed meanwhile
+    timers.erase(slot);
+    ready_[c].set(slot);
   }
 }
 
@@ -414,6 +418,10 @@ std::optional<Dispatch> Core::visit(Nanos now) noexcept {
       return std::nullopt;
     }
     turn_.next = slot + 1;
+    // The cursor's next stop is known now; start loading its record so that the next visit does
+    // not wait for memory (at a million participants, a record is rarely in cache).
+    const std::uint32_t ahead = set.find_next(slot + 1);
+    if (ahead != detail::ReadySet::npos) places_store_.prefetch(ahead);
     Slot& s = slot_at(slot);
     if (s.joined_turn == turn_.serial) continue;
     bring_to(slot, now);
@@ -447,8 +455,8 @@ std::optional<Dispatch> Core::visit(Nanos now) noexcept {
     cursor_[c] = slot;
     if (s.queued == 0) {
       leave_waiting(slot);
-    } else if (out != unmetered()) {
-      refile(slot, out);
+    } else if (out != unmetered() && (out != c || !bucket(slot, out).has_credit())) {
+      refile(slot, out);  // it ran out of credit, or went out above the turn's class (rule 4)
     }
     return Dispatch{request, ticket, ParticipantId{slot, s.generation}, out, c};
   }
