@@ -247,12 +247,12 @@ void Core::fold(BucketRec& b) noexcept {
   }
 }
 
-void Core::bring_to(std::uint32_t slot, Nanos now) noexcept {
-  Slot& s = slot_at(slot);
+void Core::bring_to(Slot& s, Nanos now) noexcept {
   const Nanos dt = now - s.refilled_at;
   if (dt > 0) s.refilled_at = now;
+  BucketRec* buckets = buckets_of(s);
   for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
-    BucketRec& b = bucket(slot, static_cast<ClassId>(std::countr_zero(held)));
+    BucketRec& b = buckets[std::countr_zero(held)];
     if (dt > 0) {
       BucketState state{b.balance, b.remainder};
       refill(state, dt, b.rate, static_cast<Balance>(b.cap));
@@ -265,14 +265,13 @@ void Core::bring_to(std::uint32_t slot, Nanos now) noexcept {
   }
 }
 
-void Core::refile(std::uint32_t slot, ClassId c) noexcept {
-  const BucketRec& b = bucket(slot, c);
+void Core::refile(std::uint32_t slot, const Slot& s, ClassId c) noexcept {
+  const BucketRec& b = buckets_of(const_cast<Slot&>(s))[c];
   if (b.has_credit()) {
     timers_[c].erase(slot);
     ready_[c].set(slot);
   } else {
     ready_[c].clear(slot);
-    const Slot& s = slot_at(slot);
     const Nanos wait = time_to_credit(BucketState{b.balance, b.remainder}, b.rate);
     timers_[c].set(slot, saturating_add(s.refilled_at, wait));
   }
@@ -349,7 +348,7 @@ RequestList Core::take_all_queued() noexcept {
 
 // ---- the loop -------------------------------------------------------------------------------
 
-std::optional<ClassId> Core::begin_turn(Nanos now) noexcept {
+[[gnu::flatten]] std::optional<ClassId> Core::begin_turn(Nanos now) noexcept {
   now = observe(now);
   turn_.active = false;
   ClassId chosen = unmetered();
@@ -384,7 +383,8 @@ std::uint32_t Core::next_in_turn(const detail::ReadySet& set) noexcept {
   return p < turn_.start ? p : detail::ReadySet::npos;
 }
 
-Ticket Core::issue(std::uint32_t slot, ClassId out) {
+Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
+                   std::uint32_t incarnation) {
   std::uint32_t index = 0;
   if (!free_tickets_.empty()) {
     index = free_tickets_.back();
@@ -396,14 +396,14 @@ Ticket Core::issue(std::uint32_t slot, ClassId out) {
   InFlight& f = in_flight_records_[index];
   ++f.generation;  // odd: in flight
   f.slot = slot;
-  f.participant_generation = slot_at(slot).generation;
+  f.participant_generation = generation;
   f.bucket = out;
-  f.incarnation = out < k_ ? bucket(slot, out).incarnation : 0;
+  f.incarnation = incarnation;
   ++in_flight_;
   return Ticket{index, f.generation};
 }
 
-std::optional<Dispatch> Core::visit(Nanos now) noexcept {
+[[gnu::flatten]] std::optional<Dispatch> Core::visit(Nanos now) noexcept {
   if (!turn_.active) return std::nullopt;
   now = observe(now);
   const ClassId c = turn_.cls;
@@ -424,23 +424,26 @@ std::optional<Dispatch> Core::visit(Nanos now) noexcept {
     if (ahead != detail::ReadySet::npos) places_store_.prefetch(ahead);
     Slot& s = slot_at(slot);
     if (s.joined_turn == turn_.serial) continue;
-    bring_to(slot, now);
-    if (metered && !bucket(slot, c).has_credit()) {
-      refile(slot, c);  // a charge-back landed since it was filed
+    bring_to(s, now);
+    BucketRec* buckets = buckets_of(s);
+    if (metered && !buckets[c].has_credit()) {
+      refile(slot, s, c);  // a charge-back landed since it was filed
       continue;
     }
     ClassId out = unmetered();
     for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
       const auto h = static_cast<ClassId>(std::countr_zero(held));
-      if (bucket(slot, h).has_credit()) {
+      if (buckets[h].has_credit()) {
         out = h;
         break;
       }
     }
+    std::uint32_t incarnation = 0;
     if (out != unmetered()) {
-      BucketRec& b = bucket(slot, out);
+      BucketRec& b = buckets[out];
       b.balance -= kNanoPerCredit;
       ++b.dispatched;
+      incarnation = b.incarnation;
     } else {
       ++s.unmetered_dispatched;
     }
@@ -451,12 +454,12 @@ std::optional<Dispatch> Core::visit(Nanos now) noexcept {
     request->next_in_queue = nullptr;
     --s.queued;
 
-    const Ticket ticket = issue(slot, out);
+    const Ticket ticket = issue(slot, s.generation, out, incarnation);
     cursor_[c] = slot;
     if (s.queued == 0) {
       leave_waiting(slot);
-    } else if (out != unmetered() && (out != c || !bucket(slot, out).has_credit())) {
-      refile(slot, out);  // it ran out of credit, or went out above the turn's class (rule 4)
+    } else if (out != unmetered() && (out != c || !buckets[out].has_credit())) {
+      refile(slot, s, out);  // it ran out of credit, or went out above the turn's class (rule 4)
     }
     return Dispatch{request, ticket, ParticipantId{slot, s.generation}, out, c};
   }

@@ -290,16 +290,22 @@ class Core {
   }
   [[nodiscard]] bool live(ParticipantId p) const noexcept;
   void set_terms(std::uint32_t slot, ClassId c) noexcept;
-  void bring_to(std::uint32_t slot, Nanos now) noexcept;
-  void fold(BucketRec& b) noexcept;
-  void refile(std::uint32_t slot, ClassId c) noexcept;
+  static BucketRec* buckets_of(Slot& s) noexcept {
+    return detail::PlaceStore<Slot, BucketRec>::buckets_after(s);
+  }
+  void bring_to(std::uint32_t slot, Nanos now) noexcept { bring_to(slot_at(slot), now); }
+  static void bring_to(Slot& s, Nanos now) noexcept;
+  static void fold(BucketRec& b) noexcept;
+  void refile(std::uint32_t slot, ClassId c) noexcept { refile(slot, slot_at(slot), c); }
+  void refile(std::uint32_t slot, const Slot& s, ClassId c) noexcept;
   void enter_waiting(std::uint32_t slot) noexcept;
   void leave_waiting(std::uint32_t slot) noexcept;
   void expire_timers(ClassId c, Nanos now) noexcept;
   [[nodiscard]] std::uint32_t next_in_turn(const detail::ReadySet& set) noexcept;
   Nanos observe(Nanos now) noexcept { return now > now_ ? (now_ = now) : now_; }
   void grow_places(std::uint32_t places);
-  Ticket issue(std::uint32_t slot, ClassId out);
+  Ticket issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
+               std::uint32_t incarnation);
 
   Config config_;
   int k_ = 2;

@@ -47,6 +47,16 @@ class PlaceStore {
     }
   }
 
+  /// The buckets of the record whose header is `h`: they follow it directly.
+  static Bucket* buckets_after(Header& h) noexcept {
+    return std::launder(
+        reinterpret_cast<Bucket*>(reinterpret_cast<std::byte*>(&h) + sizeof(Header)));
+  }
+  static const Bucket* buckets_after(const Header& h) noexcept {
+    return std::launder(
+        reinterpret_cast<const Bucket*>(reinterpret_cast<const std::byte*>(&h) + sizeof(Header)));
+  }
+
   Header& header(std::uint32_t place) noexcept {
     return *std::launder(reinterpret_cast<Header*>(at(place)));
   }
