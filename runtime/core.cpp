@@ -420,6 +420,8 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
     turn_.next = slot + 1;
     // The cursor's next stop is known now; start loading its record so that the next visit does
     // not wait for memory (at a million participants, a record is rarely in cache).
+    // The cursor's next stop is known now: start loading its record, so that the next visit
+    // does not wait for memory (at a million participants a record is rarely in cache).
     const std::uint32_t ahead = set.find_next(slot + 1);
     if (ahead != detail::ReadySet::npos) places_store_.prefetch(ahead);
     Slot& s = slot_at(slot);
