@@ -70,7 +70,6 @@ void Core::reserve(std::size_t participants, std::size_t in_flight) {
   grow_places(places);
   name_index_.reserve(participants);
   free_slots_.reserve(participants);
-  for (int c = 0; c < k_; ++c) timers_[static_cast<std::size_t>(c)].reserve(participants);
   in_flight_records_.grow_to(in_flight);
   free_tickets_.reserve(in_flight);
 }
@@ -301,8 +300,8 @@ void Core::expire_timers(ClassId c, Nanos now) noexcept {
   // re-plan) re-filed it. So a due participant has its credit and joins the ready set without
   // its record being read; the visit re-tests it anyway, which covers charges folded late by a
   // threaded embedder.
-  while (!timers.empty() && timers.top().due <= now) {
-    const std::uint32_t slot = timers.top().place;
+  for (std::uint32_t slot = timers.find_due(now); slot != detail::TimerHeap::npos;
+       slot = timers.find_due(now)) {
     timers.erase(slot);
     ready_[c].set(slot);
   }
