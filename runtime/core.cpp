@@ -71,7 +71,7 @@ void Core::reserve(std::size_t participants, std::size_t in_flight) {
   name_index_.reserve(participants);
   free_slots_.reserve(participants);
   in_flight_records_.grow_to(in_flight);
-  free_tickets_.reserve(in_flight);
+  free_tickets_.reserve(in_flight_records_.capacity());
 }
 
 // ---- participants ---------------------------------------------------------------------------
@@ -390,7 +390,12 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
     free_tickets_.pop_back();
   } else {
     index = tickets_++;
-    in_flight_records_.grow_to(tickets_);  // allocates only past the reservation
+    if (tickets_ > in_flight_records_.capacity()) {
+      // Past the reservation: grow, and keep the free list able to hold every record, so that
+      // complete() never allocates.
+      in_flight_records_.grow_to(tickets_);
+      free_tickets_.reserve(in_flight_records_.capacity());
+    }
   }
   InFlight& f = in_flight_records_[index];
   ++f.generation;  // odd: in flight
@@ -483,7 +488,7 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   now = observe(now);
 
   ++f.generation;                    // even: retired; a repeat of this ticket is now stale
-  free_tickets_.push_back(t.index);  // within the reservation: one entry per record
+  free_tickets_.push_back(t.index);  // never allocates: capacity covers every record
   --in_flight_;
 
   const ParticipantId p{f.slot, f.participant_generation};

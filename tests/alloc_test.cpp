@@ -1,0 +1,90 @@
+// The hot paths allocate nothing once capacity is reserved: submit, begin_turn, visit and
+// complete run for many rounds under a global operator new that counts, and the count must stay
+// at zero. Its own binary, because replacing operator new affects everything linked with it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "creditloop/core.hpp"
+
+namespace {
+std::atomic<long> g_allocations{0};
+std::atomic<bool> g_counting{false};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  // relaxed: a counter read by the same thread after the measured section.
+  if (g_counting.load(std::memory_order_relaxed))
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace creditloop {
+namespace {
+
+struct Job : RequestHook {
+  ParticipantId owner;
+};
+
+TEST(Allocation, TheCounterSeesAllocations) {
+  g_counting.store(true, std::memory_order_relaxed);
+  auto* probe = new std::string(100, 'x');  // longer than the small-string buffer
+  g_counting.store(false, std::memory_order_relaxed);
+  EXPECT_GE(g_allocations.exchange(0, std::memory_order_relaxed), 1);
+  delete probe;
+}
+
+TEST(Allocation, SteadyStateDispatchAllocatesNothing) {
+  constexpr int kParticipants = 3000;
+  constexpr int kDepth = 3;
+  constexpr int kInFlight = 32;
+  Core core(reference_config());
+  core.reserve(kParticipants, kInFlight + 1);
+  std::vector<Job> jobs(kParticipants * kDepth);
+  for (int i = 0; i < kParticipants; ++i) {
+    const auto id = core.add("t" + std::to_string(i), i % 3 == 0 ? "lite" : "pro", 1 + i % 5, 0);
+    ASSERT_TRUE(id.ok());
+    for (int d = 0; d < kDepth; ++d) {
+      Job& j = jobs[static_cast<std::size_t>(i * kDepth + d)];
+      j.owner = *id;
+      ASSERT_TRUE(core.submit(*id, j, 0).ok());
+    }
+  }
+  std::vector<Ticket> in_flight;
+  in_flight.reserve(kInFlight);
+  Nanos now = 0;
+  long dispatched = 0;
+  long metered = 0;
+  g_counting.store(true, std::memory_order_relaxed);
+  for (int round = 0; round < 200'000; ++round) {
+    if (in_flight.size() == kInFlight) {
+      const auto done = core.complete(in_flight.front(), (round % 4) * 0.5, now);
+      if (!done.ok()) break;
+      in_flight.erase(in_flight.begin());
+    }
+    if (!core.in_turn() && !core.begin_turn(now)) break;
+    if (const auto d = core.visit(now)) {
+      ++dispatched;
+      metered += d->out != core.unmetered() ? 1 : 0;
+      in_flight.push_back(d->ticket);
+      auto& job = static_cast<Job&>(*d->request);
+      if (!core.submit(job.owner, job, now).ok()) break;
+    }
+    now += 20'000;  // 20 us per step: credits land, classes change
+  }
+  g_counting.store(false, std::memory_order_relaxed);
+  EXPECT_EQ(g_allocations.load(std::memory_order_relaxed), 0);
+  EXPECT_GT(dispatched, 150'000);
+  EXPECT_GT(metered, 1000) << "the run must exercise metered classes, not only P3";
+  EXPECT_LT(metered, dispatched) << "and the unmetered one";
+}
+
+}  // namespace
+}  // namespace creditloop

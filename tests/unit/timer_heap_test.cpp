@@ -1,0 +1,152 @@
+// detail::TimerHeap (a radix heap on a monotone clock) against a brute-force map under seeded
+// random operations: after find_due(now), a place is reported due exactly when some filed place
+// has an instant at or before now, and every reported place is one of those.
+#include "creditloop/detail/timer_heap.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <random>
+
+namespace creditloop::detail {
+namespace {
+
+constexpr std::uint32_t npos = TimerHeap::npos;
+
+// Expires everything due at `now` from both, checking they agree on what is due.
+void expire_both(TimerHeap& h, std::map<std::uint32_t, Nanos>& brute, Nanos now) {
+  std::size_t due_in_brute = 0;
+  for (const auto& [place, due] : brute) due_in_brute += due <= now ? 1 : 0;
+  std::size_t expired = 0;
+  for (std::uint32_t p = h.find_due(now); p != npos; p = h.find_due(now)) {
+    ASSERT_EQ(brute.count(p), 1u) << "reported a place that is not filed: " << p;
+    ASSERT_LE(brute[p], now) << "reported a place not yet due: " << p;
+    h.erase(p);
+    brute.erase(p);
+    ++expired;
+  }
+  ASSERT_EQ(expired, due_in_brute);
+  for (const auto& [place, due] : brute) ASSERT_GT(due, now);
+}
+
+TEST(TimerHeap, EmptyAndOneEntry) {
+  TimerHeap h;
+  h.resize(10);
+  EXPECT_TRUE(h.empty());
+  EXPECT_FALSE(h.contains(3));
+  EXPECT_EQ(h.find_due(1000), npos);
+  h.set(3, 2000);
+  EXPECT_TRUE(h.contains(3));
+  EXPECT_EQ(h.due(3), 2000);
+  EXPECT_EQ(h.find_due(1999), npos);
+  EXPECT_EQ(h.find_due(2000), 3u);
+  h.erase(3);
+  EXPECT_TRUE(h.empty());
+  EXPECT_FALSE(h.contains(3));
+  h.erase(3);  // erasing what is not filed does nothing
+  EXPECT_TRUE(h.empty());
+}
+
+TEST(TimerHeap, MovingAnEntryEarlierAndLater) {
+  TimerHeap h;
+  h.resize(10);
+  h.set(1, 10);
+  h.set(2, 20);
+  h.set(3, 30);
+  h.set(3, 5);  // earlier: due first
+  EXPECT_EQ(h.size(), 3u);
+  EXPECT_EQ(h.find_due(5), 3u);
+  h.set(3, 25);  // later again
+  EXPECT_EQ(h.find_due(9), npos);
+  EXPECT_EQ(h.find_due(10), 1u);
+  h.set(1, 100);
+  EXPECT_EQ(h.find_due(19), npos);
+  EXPECT_EQ(h.find_due(20), 2u);
+  h.erase(2);
+  EXPECT_EQ(h.find_due(24), npos);
+  EXPECT_EQ(h.find_due(25), 3u);
+}
+
+TEST(TimerHeap, InstantBeforeTheFloorIsDueAtOnce) {
+  TimerHeap h;
+  h.resize(4);
+  EXPECT_EQ(h.find_due(1000), npos);
+  h.set(0, 10);  // earlier than the floor the last find_due set
+  EXPECT_EQ(h.find_due(1000), 0u);
+}
+
+TEST(TimerHeap, ExtremeInstants) {
+  TimerHeap h;
+  h.resize(4);
+  constexpr Nanos kMin = std::numeric_limits<Nanos>::min();
+  constexpr Nanos kMax = std::numeric_limits<Nanos>::max();
+  h.set(0, kMax);
+  h.set(1, kMin);
+  h.set(2, 0);
+  EXPECT_EQ(h.find_due(kMin), 1u);
+  h.erase(1);
+  EXPECT_EQ(h.find_due(-1), npos);
+  EXPECT_EQ(h.find_due(0), 2u);
+  h.erase(2);
+  EXPECT_EQ(h.find_due(kMax - 1), npos);
+  EXPECT_EQ(h.find_due(kMax), 0u);
+}
+
+void random_against_brute(std::uint32_t places, std::uint64_t seed, int ops, Nanos spread) {
+  std::mt19937_64 rng(seed);
+  TimerHeap h;
+  h.resize(places);
+  std::map<std::uint32_t, Nanos> brute;
+  Nanos now = -spread;
+  for (int i = 0; i < ops; ++i) {
+    const auto p = static_cast<std::uint32_t>(rng() % places);
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 5) {
+      // Filed instants are never before the present, as in the core.
+      const Nanos d = now + static_cast<Nanos>(rng() % static_cast<std::uint64_t>(spread));
+      h.set(p, d);
+      brute[p] = d;
+    } else if (op < 7) {
+      h.erase(p);
+      brute.erase(p);
+    } else {
+      // Time moves by steps small and large, sometimes not at all.
+      const std::uint64_t kind = rng() % 4;
+      const Nanos step = kind == 0   ? 0
+                         : kind == 1 ? 1
+                         : kind == 2
+                             ? static_cast<Nanos>(rng() % static_cast<std::uint64_t>(spread))
+                             : spread * 3;
+      now += step;
+      expire_both(h, brute, now);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    ASSERT_EQ(h.contains(p), brute.count(p) == 1) << "op " << i;
+    ASSERT_EQ(h.size(), brute.size()) << "op " << i;
+  }
+}
+
+TEST(TimerHeap, RandomOperationsAgreeWithBruteForce) {
+  random_against_brute(3, 1, 20'000, 64);
+  random_against_brute(17, 2, 50'000, 1000);
+  random_against_brute(1000, 3, 200'000, 1'000'000'000);
+  random_against_brute(5000, 4, 100'000, Nanos{1} << 40);
+}
+
+TEST(TimerHeap, ResizeKeepsEntries) {
+  TimerHeap h;
+  h.resize(2);
+  h.set(1, 7);
+  h.resize(100);
+  h.set(99, 3);
+  EXPECT_TRUE(h.contains(1));
+  EXPECT_EQ(h.find_due(3), 99u);
+  h.erase(99);
+  EXPECT_EQ(h.find_due(6), npos);
+  EXPECT_EQ(h.find_due(7), 1u);
+}
+
+}  // namespace
+}  // namespace creditloop::detail
