@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <utility>
 
 namespace creditloop::detail {
 namespace {
@@ -146,6 +147,95 @@ TEST(TimerHeap, ResizeKeepsEntries) {
   h.erase(99);
   EXPECT_EQ(h.find_due(6), npos);
   EXPECT_EQ(h.find_due(7), 1u);
+}
+
+// The radix heap's own risks: the floor crossing bit boundaries of every size, instants below
+// zero, many places at one instant, and instants filed already past.
+
+// The heap and a model of it, changed together.
+struct Checked {
+  explicit Checked(std::uint32_t places) { heap.resize(places); }
+  void set(std::uint32_t p, Nanos due) {
+    heap.set(p, due);
+    model[p] = due;
+  }
+  int expire(Nanos now) {
+    const std::size_t before = model.size();
+    expire_both(heap, model, now);
+    return static_cast<int>(before - model.size());
+  }
+  TimerHeap heap;
+  std::map<std::uint32_t, Nanos> model;
+};
+
+TEST(TimerHeap, NegativeInstantsComeDueInOrder) {
+  constexpr Nanos kMin = std::numeric_limits<Nanos>::min();
+  constexpr Nanos kMax = std::numeric_limits<Nanos>::max();
+  Checked t(8);
+  t.set(0, kMin + 1);
+  t.set(1, -5);
+  t.set(2, 0);
+  t.set(3, kMax);
+  t.set(4, -1);
+  EXPECT_EQ(t.expire(kMin), 0);
+  EXPECT_EQ(t.expire(-6), 1);  // kMin + 1
+  EXPECT_EQ(t.expire(-2), 1);  // -5
+  EXPECT_EQ(t.expire(-1), 1);
+  EXPECT_EQ(t.expire(0), 1);
+  EXPECT_EQ(t.expire(kMax - 1), 0);
+  EXPECT_EQ(t.expire(kMax), 1);
+}
+
+TEST(TimerHeap, ManyPlacesAtOneInstantAllComeDue) {
+  Checked t(1000);
+  for (std::uint32_t p = 0; p < 1000; ++p) t.set(p, Nanos{1} << 20);
+  EXPECT_EQ(t.expire((Nanos{1} << 20) - 1), 0);
+  EXPECT_EQ(t.expire(Nanos{1} << 20), 1000);
+  EXPECT_TRUE(t.heap.empty());
+}
+
+TEST(TimerHeap, FloorCrossingEveryBitBoundary) {
+  // Entries just before and at each power of two; each step of the floor crosses one more bit.
+  Checked t(130);
+  std::uint32_t p = 0;
+  for (int b = 1; b < 62; ++b) {
+    t.set(p++, (Nanos{1} << b) - 1);
+    t.set(p++, Nanos{1} << b);
+  }
+  for (int b = 1; b < 62; ++b) {
+    // Due at 2^b - 1: that instant and the previous power of two.
+    ASSERT_EQ(t.expire((Nanos{1} << b) - 1), b == 1 ? 1 : 2) << b;
+  }
+  EXPECT_EQ(t.expire(std::numeric_limits<Nanos>::max()), 1);
+}
+
+TEST(TimerHeap, RandomSpansAcrossEveryBitAndPastInstants) {
+  for (const auto& [seed, start] : {std::pair<std::uint64_t, Nanos>{11, 0},
+                                    {12, -(Nanos{1} << 40)},
+                                    {13, (Nanos{1} << 62) - (Nanos{1} << 49)}}) {
+    std::mt19937_64 rng(seed);
+    Checked t(64);
+    Nanos now = start;
+    t.expire(now);
+    for (int i = 0; i < 30'000; ++i) {
+      const auto p = static_cast<std::uint32_t>(rng() % 64);
+      const auto span = static_cast<std::uint64_t>(Nanos{1} << (rng() % 50));
+      const int op = static_cast<int>(rng() % 10);
+      if (op < 5) {
+        const auto ahead = static_cast<Nanos>(rng() % span);
+        t.set(p, rng() % 16 == 0 ? now - ahead : now + ahead);  // sometimes already past
+      } else if (op < 7) {
+        t.heap.erase(p);
+        t.model.erase(p);
+      } else {
+        now += static_cast<Nanos>(rng() % span);
+        t.expire(now);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      ASSERT_EQ(t.heap.size(), t.model.size()) << "op " << i;
+      for (const auto& [q, due] : t.model) ASSERT_EQ(t.heap.due(q), due);
+    }
+  }
 }
 
 }  // namespace

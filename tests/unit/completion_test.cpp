@@ -1,0 +1,192 @@
+// SPEC section 2, "Completion": the cost goes to the admitting bucket after its refill to now,
+// on top of the credit taken at dispatch; unmetered costs go nowhere; at most once.
+#include <gtest/gtest.h>
+
+#include "harness.hpp"
+
+namespace creditloop::test {
+namespace {
+
+// pro1: P1 {1/s, 1}, P2 {1/s, 10}; ten: P1 {1/s, 10}; one: P1 and P2 {1/s, 1}; free: nothing.
+Config plans() {
+  return make_config(
+      2, {make_plan("pro1", {{0, {1, 1}}, {1, {1, 10}}}), make_plan("ten", {{0, {1, 10}}}),
+          make_plan("one", {{0, {1, 1}}, {1, {1, 1}}}), make_plan("free", {})});
+}
+
+TEST(Completion, ChargesAdmittingBucketWhateverClassNow) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "pro1");
+  rig.submit(a, 3);
+  EXPECT_EQ(rig.drain(0, 2), "P1: A | P2: A");  // P1 1 -> 0, P2 10 -> 9
+  // A is on P2 now (no P1 credit); the first request was admitted by P1 and is charged there.
+  const Result<Completion> c1 = rig.core.complete(rig.log[0].ticket, 2, 0);
+  ASSERT_TRUE(c1.ok());
+  EXPECT_EQ(c1->bucket, 0);
+  EXPECT_TRUE(c1->charged);
+  EXPECT_EQ(c1->participant, a);
+  EXPECT_EQ(rig.bal(a, 0, 0), credits(-2));
+  EXPECT_EQ(rig.bal(a, 1, 0), credits(9));
+  const Result<Completion> c2 = rig.core.complete(rig.log[1].ticket, 3, 0);
+  ASSERT_TRUE(c2.ok());
+  EXPECT_EQ(c2->bucket, 1);
+  EXPECT_TRUE(c2->charged);
+  EXPECT_EQ(rig.bal(a, 0, 0), credits(-2));
+  EXPECT_EQ(rig.bal(a, 1, 0), credits(6));
+}
+
+TEST(Completion, TotalChargeIsOnePlusCost) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "ten");
+  rig.submit(a, 1);
+  EXPECT_EQ(rig.turn(0), "P1: A");
+  // 10 - 1 at dispatch; 0.5 s of refill; then 2.5: 10 - 1 + 0.5 - 2.5 = 7.
+  ASSERT_TRUE(rig.core.complete(rig.log[0].ticket, 2.5, kSec / 2).ok());
+  EXPECT_EQ(rig.bal(a, 0, kSec / 2), credits(7));
+  EXPECT_EQ(str(rig.core.stats(a).cost_charged), "2500000000");
+  EXPECT_EQ(rig.core.stats(a).completed, 1u);
+}
+
+TEST(Completion, ChargedAfterRefillToNow) {
+  // 9 after the dispatch at 0; at 5 s the bucket is full (10) before the charge of 3: 7.
+  // Charging first (9 - 3 = 6) and refilling after would give 10.
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "ten");
+  rig.submit(a, 1);
+  EXPECT_EQ(rig.turn(0), "P1: A");
+  ASSERT_TRUE(rig.core.complete(rig.log[0].ticket, 3, 5 * kSec).ok());
+  EXPECT_EQ(rig.bal(a, 0, 5 * kSec), credits(7));
+}
+
+TEST(Completion, UnmeteredCostChargedNowhereButCounted) {
+  Rig rig(plans());
+  const ParticipantId f = rig.add("F", "free");
+  const ParticipantId a = rig.add("A", "one");
+  rig.submit(f, 1);
+  rig.submit(a, 3);
+  EXPECT_EQ(rig.drain(0), "P1: A | P2: A | P3: F A");
+  ASSERT_EQ(rig.log.size(), 4u);
+  // F's request and A's third went out P3.
+  const Result<Completion> cf = rig.core.complete(rig.log[2].ticket, 7, 0);
+  ASSERT_TRUE(cf.ok());
+  EXPECT_EQ(cf->bucket, rig.core.unmetered());
+  EXPECT_FALSE(cf->charged);
+  EXPECT_EQ(rig.core.stats(f).completed, 1u);
+  EXPECT_EQ(str(rig.core.stats(f).cost_uncharged), "7000000000");
+  EXPECT_EQ(str(rig.core.stats(f).cost_charged), "0");
+  const Result<Completion> ca = rig.core.complete(rig.log[3].ticket, 4, 0);
+  ASSERT_TRUE(ca.ok());
+  EXPECT_EQ(ca->bucket, rig.core.unmetered());
+  EXPECT_FALSE(ca->charged);
+  EXPECT_EQ(rig.bals(a, 0, 0), "0");
+  EXPECT_EQ(rig.bals(a, 1, 0), "0");
+  EXPECT_EQ(str(rig.core.stats(a).cost_uncharged), "4000000000");
+  EXPECT_EQ(str(rig.core.stats(a).cost_charged), "0");
+}
+
+TEST(Completion, AtMostOnce) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "ten");
+  rig.submit(a, 2);
+  EXPECT_EQ(rig.drain(0), "P1: A | P1: A");
+  ASSERT_EQ(rig.core.in_flight(), 2u);
+  ASSERT_TRUE(rig.core.complete(rig.log[0].ticket, 1, 0).ok());
+  const std::string before = snapshot(rig.core, 0);
+  const Result<Completion> again = rig.core.complete(rig.log[0].ticket, 1, 0);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error(), Errc::stale_ticket);
+  const Result<Completion> again_nano = rig.core.complete_nano(rig.log[0].ticket, 0, 0);
+  ASSERT_FALSE(again_nano.ok());
+  EXPECT_EQ(again_nano.error(), Errc::stale_ticket);
+  EXPECT_EQ(snapshot(rig.core, 0), before);
+  EXPECT_EQ(rig.core.in_flight(), 1u);
+  EXPECT_EQ(rig.bal(a, 0, 0), credits(7));  // 10 - 2 dispatches - cost 1
+}
+
+TEST(Completion, ReturnsTheRoom) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "ten");
+  rig.submit(a, 3);
+  rig.drain(0);
+  EXPECT_EQ(rig.core.in_flight(), 3u);
+  ASSERT_TRUE(rig.core.complete(rig.log[1].ticket, 0, 0).ok());
+  EXPECT_EQ(rig.core.in_flight(), 2u);
+  ASSERT_TRUE(rig.core.complete(rig.log[0].ticket, 0, 0).ok());
+  ASSERT_TRUE(rig.core.complete(rig.log[2].ticket, 0, 0).ok());
+  EXPECT_EQ(rig.core.in_flight(), 0u);
+  EXPECT_EQ(rig.core.stats(a).completed, 3u);
+}
+
+TEST(Completion, ZeroCostChargesNothingMore) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "ten");
+  rig.submit(a, 1);
+  rig.drain(0);
+  const Result<Completion> c = rig.core.complete(rig.log[0].ticket, 0, 0);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->bucket, 0);
+  EXPECT_EQ(rig.bal(a, 0, 0), credits(9));
+}
+
+TEST(Completion, OldTicketStaysStaleWhenItsRecordIsReused) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "ten");
+  rig.submit(a, 2);
+  EXPECT_EQ(rig.turn(0), "P1: A");
+  const Ticket first = rig.log[0].ticket;
+  ASSERT_TRUE(rig.core.complete(first, 0, 0).ok());
+  EXPECT_EQ(rig.turn(0), "P1: A");
+  const Ticket second = rig.log[1].ticket;
+  EXPECT_NE(second, first);
+  const Result<Completion> stale = rig.core.complete(first, 1, 0);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error(), Errc::stale_ticket);
+  EXPECT_EQ(rig.core.in_flight(), 1u);
+  EXPECT_EQ(rig.bal(a, 0, 0), credits(8));
+  ASSERT_TRUE(rig.core.complete(second, 1, 0).ok());
+  EXPECT_EQ(rig.bal(a, 0, 0), credits(7));
+}
+
+TEST(Completion, ForRemovedParticipantAcceptedAndChargedNowhere) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "ten");
+  const ParticipantId b = rig.add("B", "ten");
+  rig.submit(a, 2);
+  rig.submit(b, 1);
+  EXPECT_EQ(rig.turn(0), "P1: A B");
+  Result<RequestList> back = rig.core.remove(a);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->size(), 1u);
+  const std::string before_b = rig.bals(b, 0, 0);
+  const Result<Completion> c = rig.core.complete(rig.log[0].ticket, 3, 0);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->charged);
+  EXPECT_EQ(c->participant, a);
+  EXPECT_EQ(rig.core.in_flight(), 1u);
+  EXPECT_EQ(rig.bals(b, 0, 0), before_b);
+  EXPECT_EQ(rig.core.stats(b).completed, 0u);
+}
+
+TEST(Completion, ChargeBackCanTakeAParticipantOutOfAClass) {
+  Rig rig(reference_config());  // pro: P1 {2/s, 4}, P2 {5/s, 10}
+  const ParticipantId a = rig.add("A", "pro");
+  rig.submit(a, 2);
+  EXPECT_EQ(rig.turn(0), "P1: A");  // P1 4 -> 3
+  ASSERT_TRUE(rig.core.complete(rig.log[0].ticket, 2.5, 0).ok());
+  // 0.5 left: A waits without a P1 credit, so the next turn is P2's.
+  EXPECT_EQ(rig.bals(a, 0, 0), "500000000");
+  EXPECT_EQ(rig.turn(0), "P2: A");
+}
+
+TEST(Completion, CompleteNanoChargesExactUnits) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "ten");
+  rig.submit(a, 1);
+  rig.drain(0);
+  ASSERT_TRUE(rig.core.complete_nano(rig.log[0].ticket, 1, 0).ok());
+  EXPECT_EQ(rig.bals(a, 0, 0), "8999999999");
+  EXPECT_EQ(str(rig.core.stats(a).cost_charged), "1");
+}
+
+}  // namespace
+}  // namespace creditloop::test
