@@ -1,0 +1,925 @@
+// The simulator, run as a user runs it: a child process with its own stdout and stderr, scenario
+// files on disk. Expected values come from SPEC section 6 (its quoted lines) or from the rules of
+// sections 2-3 applied to the trace, never from a previous run of the simulator.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') {
+    std::fprintf(stderr, "%s is not set: run these tests through ctest\n", name);
+    std::exit(2);
+  }
+  return v;
+}
+
+const std::string& sim_path() {
+  static const std::string path = env("CREDITLOOP_SIM");
+  return path;
+}
+
+fs::path scenarios_dir() { return fs::path(env("CREDITLOOP_SCENARIOS")); }
+
+struct Output {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out;
+  std::string err;
+};
+
+// Runs the simulator with `args`, stdin from /dev/null, collecting stdout and stderr apart.
+// Both pipes are drained together so that a large trace cannot block the child.
+Output run_sim(const std::vector<std::string>& args) {
+  Output result;
+  int out_pipe[2];
+  int err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe2: " << std::strerror(errno);
+    return result;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  std::vector<std::string> all = {sim_path()};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned =
+      posix_spawn(&pid, sim_path().c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (spawned != 0) {
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    ADD_FAILURE() << "posix_spawn " << sim_path() << ": " << std::strerror(spawned);
+    return result;
+  }
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open_fds = 2;
+  char buf[1 << 16];
+  // A simulator that never finishes must fail the test, not hang it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (open_fds > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const int ready = poll(fds, 2, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+    if (ready == 0) {
+      ADD_FAILURE() << "the simulator ran for more than 120 s";
+      kill(pid, SIGKILL);
+      for (pollfd& p : fds) {
+        if (p.fd >= 0) close(p.fd);
+      }
+      break;
+    }
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      ADD_FAILURE() << "poll: " << std::strerror(errno);
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<std::size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The spec's example scenario, verbatim.
+constexpr const char* kSpecExample = R"({
+  "classes": ["P1", "P2"],
+  "plans": {
+    "pro":  {"P1": {"rate": 2, "burst": 4}, "P2": {"rate": 5, "burst": 10}},
+    "lite": {"P2": {"rate": 5, "burst": 10}}
+  },
+  "server": {"slots": 1},
+  "participants": [
+    {"name": "alice", "plan": "pro",  "shares": 1},
+    {"name": "bob",   "plan": "lite", "shares": 1}
+  ],
+  "arrivals": [
+    {"at": 0, "participant": "alice", "count": 40, "every": 0, "service": 0.1, "cost": 0},
+    {"at": 0.55, "participant": "bob", "count": 3, "every": 0.5, "service": 0.1, "cost": 2}
+  ],
+  "until": 5
+})";
+
+constexpr double kEps = 1e-9;
+
+struct Trace {
+  std::vector<json> lines;
+
+  [[nodiscard]] std::vector<json> events(const std::string& ev) const {
+    std::vector<json> out;
+    for (const json& l : lines) {
+      if (l.value("ev", "") == ev) out.push_back(l);
+    }
+    return out;
+  }
+  [[nodiscard]] const json& summary() const { return lines.back(); }
+  [[nodiscard]] json participant(const std::string& name) const {
+    return summary()["participants"][name];
+  }
+};
+
+class SimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "creditloop-sim-test-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p.string();
+  }
+
+  // Runs `file` (with `args` first) and parses its trace; fails the test on a bad exit.
+  static Trace trace_of(const std::string& file, std::vector<std::string> args = {}) {
+    args.push_back(file);
+    const Output o = run_sim(args);
+    EXPECT_EQ(o.status, 0) << o.err;
+    EXPECT_EQ(o.err, "");
+    Trace t;
+    for (const std::string& line : split_lines(o.out)) {
+      try {
+        t.lines.push_back(json::parse(line));
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "not JSON: " << line << " (" << e.what() << ")";
+      }
+    }
+    EXPECT_FALSE(t.lines.empty());
+    if (t.lines.empty()) t.lines.push_back(json::object());
+    return t;
+  }
+
+  static std::string example(const std::string& name) { return (scenarios_dir() / name).string(); }
+
+  fs::path dir_;
+};
+
+// ---- the spec's own example -------------------------------------------------------------------
+
+TEST_F(SimTest, SpecExampleQuotedLines) {
+  const Trace t = trace_of(write("spec.json", kSpecExample));
+  ASSERT_GE(t.lines.size(), 43u);
+  EXPECT_EQ(t.events("arrive").front(),
+            json::parse(R"({"t": 0.0, "ev": "arrive", "participant": "alice", "req": 0})"));
+  EXPECT_EQ(
+      t.events("pass").front(),
+      json::parse(
+          R"({"t": 0.0, "ev": "pass", "class": "P1", "eligible": ["alice"], "ignored": []})"));
+  EXPECT_EQ(t.events("dispatch").front(),
+            json::parse(R"({"t": 0.0, "ev": "dispatch", "participant": "alice", "req": 0,
+                            "class": "P1", "balances": {"P1": 3.0, "P2": 10.0}})"));
+  EXPECT_EQ(t.events("complete").front(),
+            json::parse(R"({"t": 0.1, "ev": "complete", "participant": "alice", "req": 0,
+                            "cost": 0.0, "bucket": "P1", "balances": {"P1": 3.2, "P2": 10.0}})"));
+  EXPECT_EQ(t.summary(), json::parse(R"({"ev": "summary", "participants": {
+      "alice": {"dispatched": {"P1": 12, "P2": 28, "P3": 0}, "completed": 40, "waiting": 0,
+                "wait_max": 4.2},
+      "bob": {"dispatched": {"P1": 0, "P2": 3, "P3": 0}, "completed": 3, "waiting": 0,
+              "wait_max": 0.05}}})"));
+  // "its first pass and dispatch (which follow all forty of alice's arrivals at 0)"
+  for (std::size_t i = 0; i < 40; ++i) {
+    EXPECT_EQ(t.lines[i]["ev"], "arrive") << i;
+    EXPECT_EQ(t.lines[i]["req"], i);
+  }
+  EXPECT_EQ(t.lines[40]["ev"], "pass");
+  EXPECT_EQ(t.lines[41]["ev"], "dispatch");
+}
+
+TEST_F(SimTest, QuickstartIsTheSpecExample) {
+  std::ifstream in(example("quickstart.json"));
+  ASSERT_TRUE(in) << example("quickstart.json");
+  EXPECT_EQ(json::parse(in), json::parse(kSpecExample));
+}
+
+TEST_F(SimTest, SummaryListsParticipantsInRingOrder) {
+  json s = json::parse(kSpecExample);
+  // Names out of alphabetical order, so that a sorted map would show.
+  s["participants"] =
+      json::parse(R"([{"name": "zed", "plan": "lite"}, {"name": "amy", "plan": "pro"},
+                                      {"name": "mo", "plan": "pro"}])");
+  s["arrivals"] = json::parse(R"([{"at": 0, "participant": "mo"}])");
+  const Output o = run_sim({write("ring.json", s.dump())});
+  ASSERT_EQ(o.status, 0) << o.err;
+  const auto lines = split_lines(o.out);
+  const ordered_json summary = ordered_json::parse(lines.back());
+  std::vector<std::string> names;
+  for (const auto& item : summary["participants"].items()) names.push_back(item.key());
+  EXPECT_EQ(names, (std::vector<std::string>{"zed", "amy", "mo"}));
+  EXPECT_EQ(summary["participants"]["zed"]["wait_max"], nullptr);
+  EXPECT_EQ(summary["participants"]["zed"]["dispatched"],
+            json::parse(R"({"P1": 0, "P2": 0, "P3": 0})"));
+}
+
+// Every line carries exactly the keys the spec shows for its kind.
+TEST_F(SimTest, LinesHaveExactlyTheSpecKeys) {
+  const std::map<std::string, std::set<std::string>> keys = {
+      {"arrive", {"t", "ev", "participant", "req"}},
+      {"pass", {"t", "ev", "class", "eligible", "ignored"}},
+      {"dispatch", {"t", "ev", "participant", "req", "class", "balances"}},
+      {"complete", {"t", "ev", "participant", "req", "cost", "bucket", "balances"}},
+      {"summary", {"ev", "participants"}}};
+  for (const char* name : {"quickstart.json", "heavy_work.json"}) {
+    const Trace t = trace_of(example(name));
+    for (const json& l : t.lines) {
+      const auto want = keys.find(l.value("ev", ""));
+      ASSERT_NE(want, keys.end()) << l;
+      std::set<std::string> have;
+      for (const auto& item : l.items()) have.insert(item.key());
+      EXPECT_EQ(have, want->second) << l;
+    }
+    EXPECT_EQ(t.summary()["ev"], "summary");
+    EXPECT_EQ(t.events("summary").size(), 1u);
+  }
+}
+
+TEST_F(SimTest, ByteForByteDeterministic) {
+  for (const char* name : {"quickstart.json", "shares.json", "heavy_work.json"}) {
+    for (const std::vector<std::string>& mode :
+         {std::vector<std::string>{}, std::vector<std::string>{"--table"}}) {
+      std::vector<std::string> args = mode;
+      args.push_back(example(name));
+      const Output a = run_sim(args);
+      const Output b = run_sim(args);
+      ASSERT_EQ(a.status, 0) << name << a.err;
+      EXPECT_FALSE(a.out.empty());
+      EXPECT_EQ(a.out, b.out) << name;
+    }
+  }
+}
+
+// ---- bad scenarios ----------------------------------------------------------------------------
+
+struct BadCase {
+  const char* name;
+  std::function<std::string()> text;
+  const char* field;  // the path the one stderr line must name, followed by ':'
+};
+
+std::function<std::string()> edit(std::function<void(json&)> f) {
+  return [f] {
+    json s = json::parse(kSpecExample);
+    f(s);
+    return s.dump(2);
+  };
+}
+
+std::function<std::string()> raw(std::string text) {
+  return [text] { return text; };
+}
+
+json seven_classes() { return json::parse(R"(["P1", "P2", "P3", "P4", "P5", "P6", "P7"])"); }
+
+const std::vector<BadCase>& bad_cases() {
+  static const std::vector<BadCase> cases = {
+      // keys the format does not define, anywhere
+      {"UnknownTopKey", edit([](json& s) { s["colour"] = 1; }), "colour"},
+      {"UnknownServerKey", edit([](json& s) { s["server"]["cores"] = 2; }), "server.cores"},
+      {"UnknownTermsKey", edit([](json& s) { s["plans"]["pro"]["P1"]["speed"] = 1; }),
+       "plans.pro.P1.speed"},
+      {"UnknownParticipantKey", edit([](json& s) { s["participants"][0]["weight"] = 1; }),
+       "participants[0].weight"},
+      {"UnknownArrivalKey", edit([](json& s) { s["arrivals"][1]["size"] = 1; }),
+       "arrivals[1].size"},
+      {"UnmeteredClassInPlan",
+       edit([](json& s) { s["plans"]["lite"]["P3"] = s["plans"]["lite"]["P2"]; }), "plans.lite.P3"},
+      // negative times
+      {"NegativeAt", edit([](json& s) { s["arrivals"][0]["at"] = -1; }), "arrivals[0].at"},
+      {"NegativeEvery", edit([](json& s) { s["arrivals"][1]["every"] = -0.5; }),
+       "arrivals[1].every"},
+      {"NegativeService", edit([](json& s) { s["arrivals"][1]["service"] = -0.1; }),
+       "arrivals[1].service"},
+      {"NegativeUntil", edit([](json& s) { s["until"] = -5; }), "until"},
+      // whole numbers
+      {"FractionalCount", edit([](json& s) { s["arrivals"][1]["count"] = 2.5; }),
+       "arrivals[1].count"},
+      {"NegativeCount", edit([](json& s) { s["arrivals"][1]["count"] = -1; }), "arrivals[1].count"},
+      {"FractionalSlots", edit([](json& s) { s["server"]["slots"] = 1.5; }), "server.slots"},
+      {"ZeroSlots", edit([](json& s) { s["server"]["slots"] = 0; }), "server.slots"},
+      {"FractionalShares", edit([](json& s) { s["participants"][0]["shares"] = 2.5; }),
+       "participants[0].shares"},
+      // classes
+      {"ClassesSkipOne", edit([](json& s) { s["classes"] = json::parse(R"(["P1", "P3"])"); }),
+       "classes[1]"},
+      {"ClassesLowercase", edit([](json& s) { s["classes"] = json::parse(R"(["p1"])"); }),
+       "classes[0]"},
+      {"ClassesEmpty", edit([](json& s) { s["classes"] = json::array(); }), "classes"},
+      {"ClassesEight", edit([](json& s) {
+         s["classes"] = seven_classes();
+         s["classes"].push_back("P8");
+       }),
+       "classes"},
+      {"ClassesNotArray", edit([](json& s) { s["classes"] = "P1"; }), "classes"},
+      // names
+      {"UnknownPlan", edit([](json& s) { s["participants"][1]["plan"] = "gold"; }),
+       "participants[1].plan"},
+      {"UnknownParticipant", edit([](json& s) { s["arrivals"][0]["participant"] = "carol"; }),
+       "arrivals[0].participant"},
+      {"DuplicateParticipant", edit([](json& s) { s["participants"][1]["name"] = "alice"; }),
+       "participants[1].name"},
+      // shares, rate, burst, cost, slots
+      {"ZeroShares", edit([](json& s) { s["participants"][0]["shares"] = 0; }),
+       "participants[0].shares"},
+      {"SharesAboveLimit", edit([](json& s) { s["participants"][1]["shares"] = 1000001; }),
+       "participants[1].shares"},
+      {"ZeroRate", edit([](json& s) { s["plans"]["pro"]["P1"]["rate"] = 0; }), "plans.pro.P1.rate"},
+      {"NegativeRate", edit([](json& s) { s["plans"]["lite"]["P2"]["rate"] = -2; }),
+       "plans.lite.P2.rate"},
+      {"RateRoundsToZero", edit([](json& s) { s["plans"]["pro"]["P2"]["rate"] = 1e-12; }),
+       "plans.pro.P2.rate"},
+      {"InfiniteRate",
+       raw(R"({"plans": {"pro": {"P1": {"rate": 1e999, "burst": 4}}}, "server": {"slots": 1},
+               "participants": [], "arrivals": []})"),
+       "plans.pro.P1.rate"},
+      {"BurstBelowOne", edit([](json& s) { s["plans"]["pro"]["P1"]["burst"] = 0.5; }),
+       "plans.pro.P1.burst"},
+      {"NegativeCost", edit([](json& s) { s["arrivals"][1]["cost"] = -1; }), "arrivals[1].cost"},
+      {"CostAboveLimit", edit([](json& s) { s["arrivals"][0]["cost"] = 2e6; }), "arrivals[0].cost"},
+      // wrong JSON types
+      {"PlansArray", edit([](json& s) { s["plans"] = json::array(); }), "plans"},
+      {"ParticipantsObject", edit([](json& s) { s["participants"] = json::object(); }),
+       "participants"},
+      {"ArrivalNumber", edit([](json& s) { s["arrivals"][0] = 3; }), "arrivals[0]"},
+      {"NameNumber", edit([](json& s) { s["participants"][0]["name"] = 7; }),
+       "participants[0].name"},
+      {"SlotsBoolean", edit([](json& s) { s["server"]["slots"] = true; }), "server.slots"},
+      {"CountString", edit([](json& s) { s["arrivals"][1]["count"] = "3"; }), "arrivals[1].count"},
+      {"UntilString", edit([](json& s) { s["until"] = "5"; }), "until"},
+      {"TermsNumber", edit([](json& s) { s["plans"]["pro"]["P2"] = 5; }), "plans.pro.P2"},
+      {"TopLevelArray", raw("[1, 2]"), "scenario"},
+      // missing required fields
+      {"MissingAt", edit([](json& s) { s["arrivals"][0].erase("at"); }), "arrivals[0].at"},
+      {"MissingServer", edit([](json& s) { s.erase("server"); }), "server"},
+      {"MissingSlots", edit([](json& s) { s["server"].erase("slots"); }), "server.slots"},
+      {"MissingPlan", edit([](json& s) { s["participants"][1].erase("plan"); }),
+       "participants[1].plan"},
+      {"MissingBurst", edit([](json& s) { s["plans"]["lite"]["P2"].erase("burst"); }),
+       "plans.lite.P2.burst"},
+      {"MissingArrivalParticipant", edit([](json& s) { s["arrivals"][1].erase("participant"); }),
+       "arrivals[1].participant"},
+      // malformed JSON, and a key given twice (which a plain parse would hide)
+      {"Truncated", raw(R"({"plans": {}, "server": {"slots": 1)"), "scenario"},
+      {"TrailingComma", raw(R"({"plans": {}, "server": {"slots": 1},})"), "scenario"},
+      {"Empty", raw(""), "scenario"},
+      {"DuplicateKey", raw(R"({"plans": {}, "server": {"slots": 1, "slots": 2}, "participants": [],
+               "arrivals": []})"),
+       "server.slots"},
+      {"DuplicateKeyInArray",
+       raw(R"({"plans": {"p": {}}, "server": {"slots": 1}, "participants": [{"name": "a", "plan": "p"}],
+               "arrivals": [{"at": 0, "participant": "a"},
+                            {"at": 1, "participant": "a", "cost": 2, "cost": 3}]})"),
+       "arrivals[1].cost"},
+  };
+  return cases;
+}
+
+class BadScenario : public SimTest, public ::testing::WithParamInterface<BadCase> {};
+
+TEST_P(BadScenario, OneStderrLineNamingTheFieldAndNoStdout) {
+  const BadCase& c = GetParam();
+  const Output o = run_sim({write("bad.json", c.text())});
+  EXPECT_NE(o.status, 0);
+  EXPECT_EQ(o.out, "") << "stdout must stay empty";
+  ASSERT_FALSE(o.err.empty());
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  EXPECT_EQ(o.err.back(), '\n');
+  EXPECT_NE(o.err.find(std::string(" ") + c.field + ":"), std::string::npos)
+      << "stderr does not name " << c.field << ": " << o.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sim, BadScenario, ::testing::ValuesIn(bad_cases()),
+                         [](const ::testing::TestParamInfo<BadCase>& param) {
+                           return std::string(param.param.name);
+                         });
+
+TEST_F(SimTest, ValidEdgesAreAccepted) {
+  // 3.0 is a whole number, classes may be omitted, k = 7 works and names P8 unmetered.
+  json s = json::parse(kSpecExample);
+  s.erase("classes");
+  s["server"]["slots"] = 3.0;
+  s["arrivals"][1]["count"] = 2.0;
+  EXPECT_EQ(run_sim({write("a.json", s.dump())}).status, 0);
+
+  json k7 =
+      json::parse(R"({"plans": {"low": {"P7": {"rate": 1, "burst": 1}}}, "server": {"slots": 1},
+      "participants": [{"name": "x", "plan": "low"}],
+      "arrivals": [{"at": 0, "participant": "x", "count": 2}]})");
+  k7["classes"] = seven_classes();
+  const Trace t = trace_of(write("k7.json", k7.dump()));
+  EXPECT_EQ(t.participant("x")["dispatched"],
+            json::parse(R"({"P1": 0, "P2": 0, "P3": 0, "P4": 0, "P5": 0, "P6": 0, "P7": 1,
+                            "P8": 1})"));
+}
+
+TEST_F(SimTest, UnreadableFiles) {
+  for (const std::string& path : {(dir_ / "missing.json").string(), dir_.string()}) {
+    const Output o = run_sim({path});
+    EXPECT_NE(o.status, 0) << path;
+    EXPECT_EQ(o.out, "");
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+    EXPECT_NE(o.err.find(path), std::string::npos) << o.err;
+  }
+}
+
+TEST_F(SimTest, CommandLine) {
+  const Output help = run_sim({"--help"});
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("usage: creditloop-sim"), std::string::npos);
+  EXPECT_EQ(help.err, "");
+
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{},
+        std::vector<std::string>{"--frobnicate", example("quickstart.json")},
+        std::vector<std::string>{example("quickstart.json"), example("shares.json")}}) {
+    const Output o = run_sim(args);
+    EXPECT_NE(o.status, 0);
+    EXPECT_EQ(o.out, "");
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  }
+
+  const Output check = run_sim({"--check", example("quickstart.json")});
+  EXPECT_EQ(check.status, 0);
+  EXPECT_EQ(check.out, "");
+
+  const Output summary = run_sim({"--summary", example("quickstart.json")});
+  EXPECT_EQ(summary.status, 0);
+  const auto lines = split_lines(summary.out);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(json::parse(lines[0])["participants"]["alice"]["completed"], 40);
+}
+
+// ---- time and order ---------------------------------------------------------------------------
+
+const char* kOnePlan = R"({"classes": ["P1"], "plans": {"p": {"P1": {"rate": 1, "burst": 10}}},
+                            "server": {"slots": 1}, "participants": [], "arrivals": []})";
+
+json one_plan(const std::vector<std::string>& names) {
+  json s = json::parse(kOnePlan);
+  for (const std::string& n : names) s["participants"].push_back({{"name", n}, {"plan", "p"}});
+  return s;
+}
+
+TEST_F(SimTest, UntilStopsBeforeTheFirstLaterEvent) {
+  json s = one_plan({"a"});
+  s["arrivals"].push_back(
+      {{"at", 0}, {"participant", "a"}, {"count", 10}, {"every", 1}, {"service", 0.5}});
+  s["until"] = 3;
+  const Trace t = trace_of(write("until.json", s.dump()));
+  double latest = 0;
+  for (const json& l : t.lines) {
+    if (l.contains("t")) latest = std::max(latest, l["t"].get<double>());
+  }
+  EXPECT_DOUBLE_EQ(latest, 3.0) << "events at exactly `until` are handled";
+  EXPECT_EQ(t.events("arrive").size(), 4u);    // 0, 1, 2, 3
+  EXPECT_EQ(t.events("dispatch").size(), 4u);  // each at its arrival
+  EXPECT_EQ(t.events("complete").size(), 3u);  // 0.5, 1.5, 2.5; 3.5 is later than until
+  EXPECT_EQ(t.participant("a")["completed"], 3);
+  EXPECT_EQ(t.participant("a")["waiting"], 0);
+
+  // Queued work at the stop counts as waiting; arrivals after `until` never happen.
+  json q = one_plan({"a"});
+  q["arrivals"].push_back({{"at", 0}, {"participant", "a"}, {"count", 3}, {"service", 2}});
+  q["arrivals"].push_back({{"at", 3.5}, {"participant", "a"}, {"service", 2}});
+  q["until"] = 3.999999999;
+  // Dispatches at 0 and 2, one completion at 2; the completion due at 4 is past `until`, the
+  // arrival at 3.5 is not.
+  const Trace u = trace_of(write("until2.json", q.dump()));
+  EXPECT_EQ(u.events("arrive").size(), 4u);
+  EXPECT_EQ(u.participant("a")["dispatched"]["P1"], 2);
+  EXPECT_EQ(u.participant("a")["completed"], 1);
+  EXPECT_EQ(u.participant("a")["waiting"], 2);
+  q["until"] = 3.4;
+  const Trace v = trace_of(write("until2b.json", q.dump()));
+  EXPECT_EQ(v.events("arrive").size(), 3u);
+  EXPECT_EQ(v.participant("a")["waiting"], 1);
+
+  // Without `until`, the run goes on until every request is dispatched and completed.
+  q.erase("until");
+  const Trace all = trace_of(write("until3.json", q.dump()));
+  EXPECT_EQ(all.participant("a")["completed"], 4);
+  EXPECT_EQ(all.lines[all.lines.size() - 2]["ev"], "complete");
+  EXPECT_DOUBLE_EQ(all.lines[all.lines.size() - 2]["t"].get<double>(), 8.0);
+}
+
+// Service 0: every event happens at t = 0, and the order is the spec's alone.
+TEST_F(SimTest, SameInstantOrderWithServiceZero) {
+  json s = one_plan({"alice", "bob"});
+  s["arrivals"].push_back({{"at", 0}, {"participant", "alice"}, {"count", 3}});
+  s["arrivals"].push_back({{"at", 0}, {"participant", "bob"}});
+  const Trace t = trace_of(write("zero.json", s.dump()));
+  const char* expected[] = {
+      R"({"t": 0.0, "ev": "arrive", "participant": "alice", "req": 0})",
+      R"({"t": 0.0, "ev": "arrive", "participant": "alice", "req": 1})",
+      R"({"t": 0.0, "ev": "arrive", "participant": "alice", "req": 2})",
+      R"({"t": 0.0, "ev": "arrive", "participant": "bob", "req": 3})",
+      R"({"t": 0.0, "ev": "pass", "class": "P1", "eligible": ["alice", "bob"], "ignored": []})",
+      R"({"t": 0.0, "ev": "dispatch", "participant": "alice", "req": 0, "class": "P1", "balances": {"P1": 9.0}})",
+      // the slot is full: the loop stops, the instant is handled again, completions first
+      R"({"t": 0.0, "ev": "complete", "participant": "alice", "req": 0, "cost": 0.0, "bucket": "P1", "balances": {"P1": 9.0}})",
+      // a new turn: P1's cursor starts just after alice
+      R"({"t": 0.0, "ev": "pass", "class": "P1", "eligible": ["alice", "bob"], "ignored": []})",
+      R"({"t": 0.0, "ev": "dispatch", "participant": "bob", "req": 3, "class": "P1", "balances": {"P1": 9.0}})",
+      R"({"t": 0.0, "ev": "complete", "participant": "bob", "req": 3, "cost": 0.0, "bucket": "P1", "balances": {"P1": 9.0}})",
+      R"({"t": 0.0, "ev": "pass", "class": "P1", "eligible": ["alice"], "ignored": []})",
+      R"({"t": 0.0, "ev": "dispatch", "participant": "alice", "req": 1, "class": "P1", "balances": {"P1": 8.0}})",
+      R"({"t": 0.0, "ev": "complete", "participant": "alice", "req": 1, "cost": 0.0, "bucket": "P1", "balances": {"P1": 8.0}})",
+      R"({"t": 0.0, "ev": "pass", "class": "P1", "eligible": ["alice"], "ignored": []})",
+      R"({"t": 0.0, "ev": "dispatch", "participant": "alice", "req": 2, "class": "P1", "balances": {"P1": 7.0}})",
+      R"({"t": 0.0, "ev": "complete", "participant": "alice", "req": 2, "cost": 0.0, "bucket": "P1", "balances": {"P1": 7.0}})",
+      R"({"ev": "summary", "participants": {"alice": {"dispatched": {"P1": 3, "P2": 0}, "completed": 3, "waiting": 0, "wait_max": 0.0}, "bob": {"dispatched": {"P1": 1, "P2": 0}, "completed": 1, "waiting": 0, "wait_max": 0.0}}})",
+  };
+  ASSERT_EQ(t.lines.size(), std::size(expected));
+  for (std::size_t i = 0; i < t.lines.size(); ++i)
+    EXPECT_EQ(t.lines[i], json::parse(expected[i])) << i;
+}
+
+TEST_F(SimTest, CompletionsBeforeArrivalsInDispatchAndScenarioOrder) {
+  json s = one_plan({"a", "b", "c"});
+  s["server"]["slots"] = 3;
+  // Entry 0 arrives at 0, 1, 2; entry 1 twice at 1; entry 2 at 1 ns rounded (0.4 ns -> 0).
+  s["arrivals"].push_back(
+      {{"at", 0}, {"participant", "a"}, {"count", 3}, {"every", 1}, {"service", 1}});
+  s["arrivals"].push_back({{"at", 1}, {"participant", "b"}, {"count", 2}, {"service", 1}});
+  s["arrivals"].push_back({{"at", 4e-10}, {"participant", "c"}, {"service", 1}});
+  s["arrivals"].push_back({{"at", 0.9999999996}, {"participant", "c"}, {"service", 1}});
+  const Trace t = trace_of(write("order.json", s.dump()));
+  std::vector<std::pair<std::string, int>> arrivals;
+  for (const json& a : t.events("arrive")) {
+    arrivals.emplace_back(a["participant"].get<std::string>(), a["req"].get<int>());
+  }
+  // Times round to the nearest nanosecond: 0.4 ns is instant 0 and 0.9999999996 s is instant
+  // 1 s, so c's requests arrive after a's and b's of the same instant (scenario order).
+  const std::vector<std::pair<std::string, int>> want = {{"a", 0}, {"c", 1}, {"a", 2}, {"b", 3},
+                                                         {"b", 4}, {"c", 5}, {"a", 6}};
+  EXPECT_EQ(arrivals, want);
+
+  // At t = 1 the two requests dispatched at 0 complete first, in dispatch order, then arrivals.
+  std::vector<json> at_one;
+  for (const json& l : t.lines) {
+    if (l.contains("t") && std::abs(l["t"].get<double>() - 1.0) < kEps) at_one.push_back(l);
+  }
+  ASSERT_GE(at_one.size(), 6u);
+  std::vector<int> dispatched_at_zero;
+  for (const json& d : t.events("dispatch")) {
+    if (d["t"].get<double>() < kEps) dispatched_at_zero.push_back(d["req"].get<int>());
+  }
+  ASSERT_EQ(dispatched_at_zero.size(), 2u);
+  EXPECT_EQ(at_one[0]["ev"], "complete");
+  EXPECT_EQ(at_one[0]["req"], dispatched_at_zero[0]);
+  EXPECT_EQ(at_one[1]["ev"], "complete");
+  EXPECT_EQ(at_one[1]["req"], dispatched_at_zero[1]);
+  EXPECT_EQ(at_one[2]["ev"], "arrive");
+  EXPECT_EQ(at_one[3]["ev"], "arrive");
+  EXPECT_EQ(at_one[4]["ev"], "arrive");
+  EXPECT_EQ(at_one[5]["ev"], "arrive");
+}
+
+TEST_F(SimTest, PlanHoldingNothingGoesOutUnmetered) {
+  json s = json::parse(R"({"plans": {"free": {}}, "server": {"slots": 1},
+      "participants": [{"name": "f", "plan": "free"}],
+      "arrivals": [{"at": 0, "participant": "f", "count": 2, "service": 0.5, "cost": 1.5}]})");
+  const Trace t = trace_of(write("free.json", s.dump()));
+  const auto passes = t.events("pass");
+  ASSERT_FALSE(passes.empty());
+  EXPECT_EQ(passes[0]["class"], "P3");
+  for (const json& d : t.events("dispatch")) {
+    EXPECT_EQ(d["class"], "P3");
+    EXPECT_EQ(d["balances"], json::object());
+  }
+  for (const json& c : t.events("complete")) {
+    EXPECT_EQ(c["bucket"], nullptr);
+    EXPECT_DOUBLE_EQ(c["cost"].get<double>(), 1.5);
+  }
+  EXPECT_EQ(t.participant("f")["dispatched"], json::parse(R"({"P1": 0, "P2": 0, "P3": 2})"));
+  EXPECT_DOUBLE_EQ(t.participant("f")["wait_max"].get<double>(), 0.5);
+}
+
+TEST_F(SimTest, NumbersRoundToSixDecimals) {
+  // 1/3 credit per second for 1 s from an empty-ish bucket: balances print as x.333333.
+  json s =
+      json::parse(R"({"classes": ["P1"], "plans": {"p": {"P1": {"rate": 0.333333333, "burst": 1}}},
+      "server": {"slots": 1}, "participants": [{"name": "a", "plan": "p"}],
+      "arrivals": [{"at": 0, "participant": "a", "service": 1.0000004, "cost": 0.0000015}]})");
+  const Output o = run_sim({write("round.json", s.dump())});
+  ASSERT_EQ(o.status, 0) << o.err;
+  // Completion at 1.0000004 s -> 1.0 (half a micro-unit rounds away from zero only at .5).
+  EXPECT_NE(o.out.find(R"({"t": 1.0, "ev": "complete")"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(R"("cost": 0.000002)"), std::string::npos) << o.out;  // 1.5e-6 -> 2e-6
+  // 0 + 1.0000004 * 0.333333333 - 0.0000015 = 0.333331... -> 0.333332
+  EXPECT_NE(o.out.find(R"("balances": {"P1": 0.333332})"), std::string::npos) << o.out;
+}
+
+// ---- each example scenario shows its rule -----------------------------------------------------
+
+struct Dispatched {
+  double t;
+  std::string who;
+  int req;
+  std::string cls;
+  json balances;
+};
+
+std::vector<Dispatched> dispatches(const Trace& t) {
+  std::vector<Dispatched> out;
+  for (const json& d : t.events("dispatch")) {
+    out.push_back({d["t"].get<double>(), d["participant"].get<std::string>(), d["req"].get<int>(),
+                   d["class"].get<std::string>(), d["balances"]});
+  }
+  return out;
+}
+
+std::map<int, double> arrival_times(const Trace& t) {
+  std::map<int, double> out;
+  for (const json& a : t.events("arrive")) out[a["req"].get<int>()] = a["t"].get<double>();
+  return out;
+}
+
+json load(const std::string& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+// Rule 4 and the completion rule, checked on any trace: a request goes out under the highest
+// class with a credit, the admitting bucket is the one charged, and the summary counts agree.
+void check_rules(const Trace& t, int k) {
+  std::map<int, std::string> admitted;
+  std::map<std::string, std::map<std::string, int>> counts;
+  for (const Dispatched& d : dispatches(t)) {
+    EXPECT_FALSE(admitted.count(d.req)) << "req " << d.req << " dispatched twice";
+    admitted[d.req] = d.cls;
+    ++counts[d.who][d.cls];
+    const int out = std::stoi(d.cls.substr(1)) - 1;
+    for (const auto& [name, value] : d.balances.items()) {
+      const int c = std::stoi(name.substr(1)) - 1;
+      const double v = value.get<double>();
+      if (c < out) {
+        EXPECT_LT(v, 1.0) << "req " << d.req << " skipped a credit in " << name;
+      }
+      if (c == out) {
+        EXPECT_GE(v, 0.0) << "req " << d.req << " went out without a credit";
+      }
+    }
+    if (out == k) {
+      for (const auto& item : d.balances.items()) EXPECT_LT(item.value().get<double>(), 1.0);
+    }
+  }
+  for (const json& c : t.events("complete")) {
+    const int req = c["req"];
+    ASSERT_TRUE(admitted.count(req)) << "req " << req << " completed before its dispatch";
+    const std::string cls = admitted[req];
+    if (std::stoi(cls.substr(1)) - 1 == k) {
+      EXPECT_EQ(c["bucket"], nullptr);
+    } else {
+      EXPECT_EQ(c["bucket"], cls);
+    }
+  }
+  for (const auto& [name, p] : t.summary()["participants"].items()) {
+    for (const auto& [cls, n] : p["dispatched"].items()) EXPECT_EQ(n, counts[name][cls]) << name;
+  }
+}
+
+TEST_F(SimTest, ExampleScenariosFollowTheRules) {
+  for (const char* name : {"quickstart.json", "interleave.json", "shares.json",
+                           "descend_climb.json", "bounded_wait.json", "heavy_work.json"}) {
+    SCOPED_TRACE(name);
+    const json s = load(example(name));
+    check_rules(trace_of(example(name)),
+                s.contains("classes") ? static_cast<int>(s["classes"].size()) : 2);
+  }
+}
+
+TEST_F(SimTest, InterleaveScenario) {
+  const Trace t = trace_of(example("interleave.json"));
+  const auto ds = dispatches(t);
+  // From trickle's first dispatch to its last, flood and trickle alternate: flood's hundred
+  // queued requests do not hold the class.
+  std::size_t first = ds.size();
+  std::size_t last = 0;
+  for (std::size_t i = 0; i < ds.size(); ++i) {
+    if (ds[i].who == "trickle") {
+      first = std::min(first, i);
+      last = i;
+    }
+  }
+  ASSERT_LT(first, ds.size());
+  EXPECT_EQ(ds[first - 1].who, "flood");
+  for (std::size_t i = first; i <= last; ++i) {
+    EXPECT_NE(ds[i].who, ds[i - 1].who) << "two in a row at dispatch " << i;
+    EXPECT_EQ(ds[i].cls, "P1");
+  }
+  EXPECT_EQ(t.participant("trickle")["completed"], 10);
+  // trickle's last request went out long before flood's queue emptied.
+  EXPECT_LT(last, 25u);
+}
+
+TEST_F(SimTest, SharesScenario) {
+  const json s = load(example("shares.json"));
+  const Trace t = trace_of(example("shares.json"));
+  // Every turn in which both qualify gives each of them exactly one visit while room lasts.
+  int both_turns = 0;
+  for (std::size_t i = 0; i < t.lines.size(); ++i) {
+    const json& l = t.lines[i];
+    if (l["ev"] != "pass" || l["eligible"].size() != 2) continue;
+    std::map<std::string, int> visits;
+    for (std::size_t j = i + 1; j < t.lines.size() && t.lines[j]["ev"] != "pass"; ++j) {
+      if (t.lines[j]["ev"] == "dispatch") ++visits[t.lines[j]["participant"]];
+    }
+    for (const auto& [who, n] : visits) EXPECT_EQ(n, 1) << who << " at t=" << l["t"];
+    if (visits.size() == 2) ++both_turns;
+  }
+  EXPECT_GT(both_turns, 100);
+  // Ten shares hold ten times more: the first debits leave burst*shares - 1.
+  const double burst = s["plans"]["std"]["P1"]["burst"];
+  const auto ds = dispatches(t);
+  const auto first_of = [&](const std::string& who) {
+    return *std::find_if(ds.begin(), ds.end(), [&](const Dispatched& d) { return d.who == who; });
+  };
+  EXPECT_DOUBLE_EQ(first_of("one").balances["P1"].get<double>(), burst * 1 - 1);
+  EXPECT_DOUBLE_EQ(first_of("ten").balances["P1"].get<double>(), burst * 10 - 1);
+  // ... and refill ten times faster: about ten times the P1 dispatches over the run.
+  const double one = t.participant("one")["dispatched"]["P1"];
+  const double ten = t.participant("ten")["dispatched"]["P1"];
+  ASSERT_GT(one, 0);
+  EXPECT_GT(ten / one, 8.0);
+  EXPECT_LT(ten / one, 12.0);
+}
+
+TEST_F(SimTest, DescendClimbScenario) {
+  const Trace t = trace_of(example("descend_climb.json"));
+  std::vector<std::string> cls;
+  for (const Dispatched& d : dispatches(t)) cls.push_back(d.cls);
+  const auto first = [&](const std::string& c) {
+    return static_cast<std::size_t>(std::find(cls.begin(), cls.end(), c) - cls.begin());
+  };
+  ASSERT_LT(first("P3"), cls.size());
+  EXPECT_EQ(first("P1"), 0u);
+  EXPECT_LT(first("P1"), first("P2"));
+  EXPECT_LT(first("P2"), first("P3"));
+  // After the first P3, credits land while work waits: the run climbs back to P2 and P1.
+  const auto after = cls.begin() + static_cast<std::ptrdiff_t>(first("P3"));
+  EXPECT_NE(std::find(after, cls.end(), "P1"), cls.end());
+  EXPECT_NE(std::find(after, cls.end(), "P2"), cls.end());
+}
+
+TEST_F(SimTest, BoundedWaitScenario) {
+  const json s = load(example("bounded_wait.json"));
+  const Trace t = trace_of(example("bounded_wait.json"));
+  const double rate = s["plans"]["gold"]["P1"]["rate"];
+  double service = 0;
+  for (const json& a : s["arrivals"]) service = std::max(service, a.value("service", 0.0));
+  const auto arrived = arrival_times(t);
+  std::optional<double> previous;
+  int n = 0;
+  for (const Dispatched& d : dispatches(t)) {
+    if (d.who != "steady") continue;
+    ++n;
+    EXPECT_EQ(d.cls, "P1");
+    // Its own P1 bucket's time to a credit, plus one turn of the room the server frees.
+    const double since =
+        previous ? d.t - std::max(*previous, arrived.at(d.req)) : d.t - arrived.at(d.req);
+    EXPECT_LE(since, 1.0 / rate + service + kEps) << "req " << d.req << " at " << d.t;
+    previous = d.t;
+  }
+  EXPECT_EQ(n, 12);
+  for (const char* bulk : {"bulk1", "bulk2", "bulk3"}) {
+    EXPECT_GT(t.participant(bulk)["wait_max"].get<double>(), 5.0) << bulk;
+  }
+}
+
+TEST_F(SimTest, HeavyWorkScenario) {
+  const Trace t = trace_of(example("heavy_work.json"));
+  const auto arrived = arrival_times(t);
+  const double service = 0.02;
+  std::vector<double> heavy;
+  std::vector<double> light;
+  for (const Dispatched& d : dispatches(t)) {
+    if (d.who == "heavy") heavy.push_back(d.t - arrived.at(d.req));
+    if (d.who == "light") light.push_back(d.t - arrived.at(d.req));
+  }
+  ASSERT_GE(heavy.size(), 3u);
+  ASSERT_EQ(light.size(), 10u);
+  // Never blocked in advance: heavy's first request goes out like anyone's.
+  EXPECT_LE(heavy[0], 2 * service + kEps);
+  // Its costs delay its own later returns; light, on the same plan, is never held up.
+  EXPECT_GT(*std::max_element(heavy.begin(), heavy.end()), 25 * service);
+  for (const double w : light) EXPECT_LE(w, 2 * service + kEps);
+}
+
+TEST_F(SimTest, TableHasOneRowPerParticipant) {
+  for (const auto& [name, people] : std::vector<std::pair<const char*, std::vector<std::string>>>{
+           {"quickstart.json", {"alice", "bob"}},
+           {"bounded_wait.json", {"steady", "bulk1", "bulk2", "bulk3"}}}) {
+    const Output o = run_sim({"--table", example(name)});
+    ASSERT_EQ(o.status, 0) << o.err;
+    EXPECT_EQ(o.err, "");
+    const auto lines = split_lines(o.out);
+    EXPECT_EQ(o.out.find("\"ev\""), std::string::npos) << "no trace with --table";
+    for (const std::string& who : people) {
+      const auto rows = std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+        return l.rfind(who + " ", 0) == 0;
+      });
+      EXPECT_EQ(rows, 1) << who;
+    }
+  }
+  // The figures are the summary's: alice's row shows 12 P1 and 28 P2 dispatches.
+  const Output o = run_sim({"--table", example("quickstart.json")});
+  for (const std::string& l : split_lines(o.out)) {
+    if (l.rfind("alice ", 0) != 0) continue;
+    EXPECT_NE(l.find(" 12 (30.0%)"), std::string::npos) << l;
+    EXPECT_NE(l.find(" 28 (70.0%)"), std::string::npos) << l;
+  }
+}
+
+TEST_F(SimTest, LargeScenarioRuns) {
+  // 120,000 requests from 12 participants: every one is dispatched and completed.
+  json s = json::parse(kSpecExample);
+  s.erase("until");
+  s["server"]["slots"] = 8;
+  s["participants"] = json::array();
+  s["arrivals"] = json::array();
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = "p" + std::to_string(i);
+    s["participants"].push_back(
+        {{"name", name}, {"plan", i % 2 ? "pro" : "lite"}, {"shares", i + 1}});
+    s["arrivals"].push_back({{"at", 0.001 * i},
+                             {"participant", name},
+                             {"count", 10000},
+                             {"every", 0.0005},
+                             {"service", 0.001},
+                             {"cost", 0.25}});
+  }
+  const Output o = run_sim({"--summary", write("large.json", s.dump())});
+  ASSERT_EQ(o.status, 0) << o.err;
+  const json summary = json::parse(o.out);
+  for (const auto& [name, p] : summary["participants"].items()) {
+    int total = 0;
+    for (const auto& item : p["dispatched"].items()) total += item.value().get<int>();
+    EXPECT_EQ(total, 10000) << name;
+    EXPECT_EQ(p["completed"], 10000) << name;
+    EXPECT_EQ(p["waiting"], 0) << name;
+  }
+}
+
+}  // namespace

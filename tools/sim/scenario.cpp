@@ -1,0 +1,450 @@
+#include "scenario.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
+
+namespace sim {
+namespace {
+
+using json = nlohmann::json;
+using creditloop::Nanos;
+
+// Thrown inside this file only; parse_scenario turns it into a ScenarioError so that the checks
+// below read as a straight list of rules.
+struct Bad {
+  std::string message;
+};
+
+[[noreturn]] void fail(const std::string& path, const std::string& problem) {
+  throw Bad{path + ": " + problem};
+}
+
+bool plain_key(std::string_view key) {
+  return !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '_' || ch == '-';
+  });
+}
+
+std::string json_quote(std::string_view s) {
+  // The replace handler never throws: a name cannot carry invalid UTF-8 past the parser anyway.
+  return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string child(const std::string& path, std::string_view key) {
+  if (path.empty()) return plain_key(key) ? std::string(key) : "[" + json_quote(key) + "]";
+  return path + path_key(key);
+}
+
+std::string child(const std::string& path, std::size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+
+// What the value was, short enough for one line.
+std::string got(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return ", got " + s;
+}
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "a number";
+  }
+}
+
+void expect_object(const json& v, const std::string& path) {
+  if (!v.is_object()) fail(path, std::string("must be an object, got ") + type_name(v));
+}
+
+void expect_array(const json& v, const std::string& path) {
+  if (!v.is_array()) fail(path, std::string("must be an array, got ") + type_name(v));
+}
+
+// Keys of `obj` must come from `allowed`; `required` ones must be present.
+void check_keys(const json& obj, const std::string& path,
+                std::initializer_list<const char*> allowed,
+                std::initializer_list<const char*> required) {
+  for (const auto& item : obj.items()) {
+    const bool known =
+        std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return item.key() == a; });
+    if (!known) {
+      std::string list;
+      for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      fail(child(path, item.key()), "unknown key (expected one of: " + list + ")");
+    }
+  }
+  for (const char* r : required) {
+    if (!obj.contains(r)) fail(child(path, r), "missing required field");
+  }
+}
+
+// A whole number in [lo, hi]. 3 and 3.0 are whole; 2.5, -1, "3" and true are not.
+std::uint64_t whole(const json& v, const std::string& path, std::uint64_t lo, std::uint64_t hi) {
+  const std::string rule =
+      "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+  std::optional<std::uint64_t> n;
+  if (v.is_number_unsigned()) {
+    n = v.get<std::uint64_t>();
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    // 2^64 exactly is the first double that no longer fits.
+    if (std::isfinite(d) && d >= 0 && std::floor(d) == d && d < 18446744073709551616.0) {
+      n = static_cast<std::uint64_t>(d);
+    }
+  }
+  if (!n || *n < lo || *n > hi) fail(path, rule + got(v));
+  return *n;
+}
+
+double number(const json& v, const std::string& path, const std::string& rule) {
+  if (!v.is_number()) fail(path, rule + got(v));
+  return v.get<double>();
+}
+
+Nanos time_at(const json& v, const std::string& path) {
+  const std::string rule = "must be a time in seconds from 0 to 1000000000";
+  const double s = number(v, path, rule);
+  if (std::signbit(s) && s != 0) fail(path, "must not be negative" + got(v));
+  if (!(s <= kMaxSeconds)) fail(path, rule + got(v));
+  return seconds_to_nanos(s);
+}
+
+std::string text(const json& v, const std::string& path) {
+  if (!v.is_string()) fail(path, std::string("must be a string, got ") + type_name(v));
+  std::string s = v.get<std::string>();
+  if (s.empty()) fail(path, "must not be empty");
+  return s;
+}
+
+int parse_classes(const json& root) {
+  if (!root.contains("classes")) return 2;
+  const json& v = root["classes"];
+  const std::string path = "classes";
+  if (!v.is_array() || v.empty() || v.size() > creditloop::kMaxClasses) {
+    fail(path, "must be [\"P1\", ..., \"Pk\"] with k from 1 to " +
+                   std::to_string(creditloop::kMaxClasses) + got(v));
+  }
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string want = "P" + std::to_string(i + 1);
+    if (!v[i].is_string() || v[i].get<std::string>() != want) {
+      fail(child(path, i), "must be \"" + want + "\" (classes are P1..Pk in order)" + got(v[i]));
+    }
+  }
+  return static_cast<int>(v.size());
+}
+
+std::vector<creditloop::Plan> parse_plans(const json& root, int k) {
+  const std::string path = "plans";
+  const json& plans = root["plans"];
+  expect_object(plans, path);
+  std::vector<creditloop::Plan> out;
+  for (const auto& item : plans.items()) {
+    const std::string ppath = child(path, item.key());
+    if (item.key().empty()) fail(ppath, "a plan name must not be empty");
+    expect_object(item.value(), ppath);
+    creditloop::Plan plan;
+    plan.name = item.key();
+    for (const auto& cls : item.value().items()) {
+      const std::string cpath = child(ppath, cls.key());
+      std::optional<int> c;
+      for (int i = 0; i < k; ++i) {
+        if (cls.key() == "P" + std::to_string(i + 1)) c = i;
+      }
+      if (!c) {
+        fail(cpath, "unknown key (a plan holds metered classes only: P1.." + std::string("P") +
+                        std::to_string(k) + ")");
+      }
+      const json& terms = cls.value();
+      expect_object(terms, cpath);
+      check_keys(terms, cpath, {"rate", "burst"}, {"rate", "burst"});
+      const std::string rpath = child(cpath, "rate");
+      const std::string rate_rule =
+          "must be a number of credits per second above 0 and at most 1000000";
+      const double rate = number(terms["rate"], rpath, rate_rule);
+      // The core keeps rates to 9 decimals: a rate that rounds to 0 there refills nothing.
+      const auto rate_nano = creditloop::to_nano_credits(rate, creditloop::kMaxRate);
+      if (!rate_nano || *rate_nano <= 0) fail(rpath, rate_rule + got(terms["rate"]));
+      const std::string bpath = child(cpath, "burst");
+      const std::string burst_rule = "must be a number of credits from 1 to 1000000";
+      const double burst = number(terms["burst"], bpath, burst_rule);
+      if (!(burst >= 1 && burst <= creditloop::kMaxBurst)) {
+        fail(bpath, burst_rule + got(terms["burst"]));
+      }
+      plan.terms[static_cast<std::size_t>(*c)] = creditloop::ClassTerms{rate, burst};
+    }
+    out.push_back(std::move(plan));
+  }
+  return out;
+}
+
+std::uint64_t parse_server(const json& root) {
+  const json& server = root["server"];
+  expect_object(server, "server");
+  check_keys(server, "server", {"slots"}, {"slots"});
+  return whole(server["slots"], "server.slots", 1, kMaxSlots);
+}
+
+std::vector<ParticipantSpec> parse_participants(const json& root,
+                                                const std::vector<creditloop::Plan>& plans) {
+  const json& list = root["participants"];
+  expect_array(list, "participants");
+  if (list.size() > creditloop::kMaxParticipants) {
+    fail("participants", "at most " + std::to_string(creditloop::kMaxParticipants) +
+                             " participants, got " + std::to_string(list.size()));
+  }
+  std::vector<ParticipantSpec> out;
+  std::map<std::string, std::size_t, std::less<>> seen;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string path = child("participants", i);
+    const json& p = list[i];
+    expect_object(p, path);
+    check_keys(p, path, {"name", "plan", "shares"}, {"name", "plan"});
+    ParticipantSpec spec;
+    spec.name = text(p["name"], child(path, "name"));
+    if (auto [it, fresh] = seen.emplace(spec.name, i); !fresh) {
+      fail(child(path, "name"), "duplicate participant name " + json_quote(spec.name) +
+                                    " (first at participants[" + std::to_string(it->second) + "])");
+    }
+    spec.plan = text(p["plan"], child(path, "plan"));
+    if (std::none_of(plans.begin(), plans.end(),
+                     [&](const creditloop::Plan& pl) { return pl.name == spec.plan; })) {
+      fail(child(path, "plan"), "unknown plan " + json_quote(spec.plan));
+    }
+    if (p.contains("shares")) {
+      spec.shares = static_cast<std::uint32_t>(
+          whole(p["shares"], child(path, "shares"), 1, creditloop::kMaxShares));
+    }
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
+
+std::vector<ArrivalSpec> parse_arrivals(const json& root,
+                                        const std::vector<ParticipantSpec>& participants,
+                                        std::optional<Nanos> until, std::uint64_t& requests) {
+  const json& list = root["arrivals"];
+  expect_array(list, "arrivals");
+  std::map<std::string_view, std::size_t, std::less<>> index;
+  for (std::size_t i = 0; i < participants.size(); ++i) index.emplace(participants[i].name, i);
+
+  std::vector<ArrivalSpec> out;
+  requests = 0;
+  // Bound on the latest instant of the run: the server never idles while work is queued, so
+  // everything is complete by the last arrival plus the sum of all service times.
+  I128 last_arrival = 0;
+  I128 total_service = 0;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string path = child("arrivals", i);
+    const json& a = list[i];
+    expect_object(a, path);
+    check_keys(a, path, {"at", "participant", "count", "every", "service", "cost"},
+               {"at", "participant"});
+    ArrivalSpec spec;
+    spec.at = time_at(a["at"], child(path, "at"));
+    const std::string name = text(a["participant"], child(path, "participant"));
+    const auto it = index.find(name);
+    if (it == index.end())
+      fail(child(path, "participant"), "unknown participant " + json_quote(name));
+    spec.participant = it->second;
+    if (a.contains("count")) spec.count = whole(a["count"], child(path, "count"), 0, kMaxCount);
+    if (a.contains("every")) spec.every = time_at(a["every"], child(path, "every"));
+    if (a.contains("service")) spec.service = time_at(a["service"], child(path, "service"));
+    if (a.contains("cost")) {
+      const std::string cpath = child(path, "cost");
+      const std::string rule = "must be a number of credits from 0 to 1000000";
+      const double cost = number(a["cost"], cpath, rule);
+      const auto nano = creditloop::to_nano_credits(cost, creditloop::kMaxCost);
+      if (!nano) fail(cpath, rule + got(a["cost"]));
+      spec.cost_nano = *nano;
+    }
+
+    spec.in_run = spec.count;
+    if (until) {
+      if (spec.at > *until) {
+        spec.in_run = 0;
+      } else if (spec.every > 0) {
+        spec.in_run = std::min<std::uint64_t>(
+            spec.count, static_cast<std::uint64_t>((*until - spec.at) / spec.every) + 1);
+      }
+    }
+    requests += spec.in_run;
+    if (requests > kMaxRequests) {
+      fail(child(path, "count"), "more than " + std::to_string(kMaxRequests) +
+                                     " requests would arrive in the run (the simulator's limit)");
+    }
+    const I128 own_last = spec.in_run > 0 ? static_cast<I128>(spec.at) +
+                                                static_cast<I128>(spec.in_run - 1) * spec.every
+                                          : 0;
+    last_arrival = std::max(last_arrival, own_last);
+    total_service += static_cast<I128>(spec.in_run) * spec.service;
+    if (last_arrival + total_service > std::numeric_limits<Nanos>::max()) {
+      fail(child(path, own_last > std::numeric_limits<Nanos>::max() / 2 ? "every" : "service"),
+           "the run could outlast the virtual clock (2^63 nanoseconds, about 292 years)");
+    }
+    out.push_back(spec);
+  }
+  return out;
+}
+
+// One pass over the text before the real parse: reports malformed JSON with its position, and
+// a key repeated in one object, which a DOM parse would silently resolve to its last value.
+class KeyCheck {
+ public:
+  using string_t = json::string_t;
+
+  bool null() { return element(); }
+  bool boolean(bool) { return element(); }
+  bool number_integer(json::number_integer_t) { return element(); }
+  bool number_unsigned(json::number_unsigned_t) { return element(); }
+  bool number_float(json::number_float_t, const string_t&) { return element(); }
+  bool string(string_t&) { return element(); }
+  bool binary(json::binary_t&) { return element(); }
+  bool start_object(std::size_t) {
+    element();
+    frames_.push_back(Frame{false, 0, 0, {}, {}});
+    return true;
+  }
+  bool key(string_t& k) {
+    Frame& top = frames_.back();
+    if (!top.keys.insert(k).second && !error_) {
+      std::string path;
+      for (std::size_t i = 0; i + 1 < frames_.size(); ++i) append(path, frames_[i]);
+      error_ = child(path, k) + ": key given twice";
+    }
+    top.key = k;
+    return true;
+  }
+  bool end_object() {
+    frames_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) {
+    element();
+    frames_.push_back(Frame{true, 0, 0, {}, {}});
+    return true;
+  }
+  bool end_array() {
+    frames_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
+    std::string what = ex.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> from "parse".
+    if (const auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+    // A number too large for a double (1e999) is well-formed text, so the field is known; for a
+    // syntax error the position in the text says more than the path the parser had reached.
+    constexpr int kNumberOverflow = 406;
+    if (ex.id == kNumberOverflow && !frames_.empty()) {
+      std::string path;
+      for (std::size_t i = 0; i + 1 < frames_.size(); ++i) append(path, frames_[i]);
+      const Frame& top = frames_.back();
+      path = top.array ? child(path, top.next) : child(path, top.key);
+      error_ = path + ": " + what;
+    } else {
+      error_ = "scenario: malformed JSON: " + what;
+    }
+    return false;
+  }
+
+  [[nodiscard]] const std::optional<std::string>& error() const { return error_; }
+
+ private:
+  struct Frame {
+    bool array;
+    std::size_t next;
+    std::size_t cur;
+    std::string key;
+    std::set<std::string> keys;
+  };
+  bool element() {
+    if (!frames_.empty() && frames_.back().array) frames_.back().cur = frames_.back().next++;
+    return true;
+  }
+  static void append(std::string& path, const Frame& f) {
+    path = f.array ? child(path, f.cur) : child(path, f.key);
+  }
+
+  std::vector<Frame> frames_;
+  std::optional<std::string> error_;
+};
+
+}  // namespace
+
+std::string path_key(std::string_view key) {
+  return plain_key(key) ? "." + std::string(key) : "[" + json_quote(key) + "]";
+}
+
+Nanos seconds_to_nanos(double seconds) noexcept {
+  if (!(seconds > 0)) return 0;
+  int exp = 0;
+  const double frac = std::frexp(seconds, &exp);  // seconds = frac * 2^exp, frac in [0.5, 1)
+  const auto mantissa = static_cast<std::uint64_t>(std::ldexp(frac, 53));
+  // seconds * 1e9 = mantissa * 1e9 * 2^(exp - 53), exactly; mantissa * 1e9 < 2^83.
+  const U128 scaled = static_cast<U128>(mantissa) * 1'000'000'000u;
+  const int shift = exp - 53;
+  if (shift >= 0) {
+    // Only for seconds >= 2^53, far beyond any time a scenario accepts.
+    return shift > 40 ? std::numeric_limits<Nanos>::max()
+                      : static_cast<Nanos>(std::min<U128>(
+                            scaled << shift, static_cast<U128>(std::numeric_limits<Nanos>::max())));
+  }
+  const int down = -shift;
+  if (down >= 100) return 0;  // below a quarter of a nanosecond
+  const U128 q = scaled >> down;
+  const U128 rem = scaled - (q << down);
+  const U128 half = static_cast<U128>(1) << (down - 1);
+  return static_cast<Nanos>(rem >= half ? q + 1 : q);
+}
+
+ParseResult parse_scenario(std::string_view text_in) {
+  try {
+    KeyCheck check;
+    json::sax_parse(text_in.begin(), text_in.end(), &check, json::input_format_t::json, true);
+    if (check.error()) return ScenarioError{*check.error()};
+    const json root = json::parse(text_in.begin(), text_in.end());
+
+    expect_object(root, "scenario");
+    check_keys(root, "", {"classes", "plans", "server", "participants", "arrivals", "until"},
+               {"plans", "server", "participants", "arrivals"});
+
+    Scenario s;
+    s.config.classes = parse_classes(root);
+    s.config.plans = parse_plans(root, s.config.classes);
+    s.slots = parse_server(root);
+    s.participants = parse_participants(root, s.config.plans);
+    if (root.contains("until")) s.until = time_at(root["until"], "until");
+    s.arrivals = parse_arrivals(root, s.participants, s.until, s.requests);
+
+    // The core validates the configuration again; anything it still refuses is reported here,
+    // before the simulator builds it, so that a refusal never surfaces as an exception later.
+    if (auto problem = creditloop::check(s.config)) {
+      return ScenarioError{"plans: " + problem->message};
+    }
+    return s;
+  } catch (const Bad& bad) {
+    return ScenarioError{bad.message};
+  } catch (const std::exception& e) {
+    return ScenarioError{std::string("scenario: ") + e.what()};
+  }
+}
+
+}  // namespace sim

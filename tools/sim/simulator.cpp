@@ -1,0 +1,527 @@
+#include "simulator.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <utility>
+
+namespace sim {
+
+using creditloop::Balance;
+using creditloop::ClassId;
+using creditloop::Nanos;
+using creditloop::ParticipantId;
+
+struct Simulator::Request : creditloop::RequestHook {
+  Nanos arrived = 0;
+  creditloop::Ticket ticket{};
+  std::uint32_t entry = 0;  // the arrival entry: its service and cost
+  std::uint32_t participant = 0;
+};
+
+struct Simulator::Participant {
+  ParticipantId id;
+  std::string json_name;  // the name as a JSON string, quotes included
+  std::array<bool, creditloop::kMaxClasses> holds{};
+  std::array<std::uint64_t, creditloop::kMaxClasses + 1> dispatched{};
+  std::uint64_t arrived = 0;
+  std::uint64_t completed = 0;
+  std::optional<Nanos> wait_max;
+};
+
+// The room test and callbacks Core::run drives. Room is the slot model's: a slot is free.
+struct Simulator::Loop {
+  Simulator& sim;
+  bool room() const noexcept { return sim.free_slots_ > 0; }
+  void on_pass(ClassId c) { sim.on_pass(c); }
+  void on_dispatch(const creditloop::Dispatch& d) { sim.on_dispatch(d); }
+};
+
+namespace {
+
+[[noreturn]] void core_bug(const std::string& what) { throw std::runtime_error(what); }
+
+void append_uint(std::string& out, U128 v) {
+  char digits[40];
+  std::size_t n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + static_cast<int>(v % 10));
+    v /= 10;
+  } while (v != 0);
+  while (n > 0) out += digits[--n];
+}
+
+void append_uint(std::string& out, std::uint64_t v) {
+  char digits[24];
+  const auto r = std::to_chars(digits, digits + sizeof digits, v);
+  out.append(digits, r.ptr);
+}
+
+std::string micro(Balance nano) {
+  std::string s;
+  append_micro(s, nano);
+  return s;
+}
+
+std::string json_string(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Min-heaps through std::push_heap: "less" means "later", so the earliest sits at front().
+bool arrival_later(const auto& a, const auto& b) {
+  return a.t != b.t ? a.t > b.t : a.entry > b.entry;
+}
+bool due_later(const auto& a, const auto& b) { return a.t != b.t ? a.t > b.t : a.seq > b.seq; }
+
+}  // namespace
+
+void append_micro(std::string& out, Balance nano) {
+  const bool negative = nano < 0;
+  const U128 magnitude = negative ? static_cast<U128>(-(nano + 1)) + 1 : static_cast<U128>(nano);
+  const U128 units = (magnitude + 500) / 1000;  // micro units, halves away from zero
+  if (negative && units != 0) out += '-';
+  append_uint(out, units / 1'000'000);
+  out += '.';
+  auto frac = static_cast<std::uint32_t>(units % 1'000'000);
+  char digits[6];
+  for (int i = 5; i >= 0; --i) {
+    digits[i] = static_cast<char>('0' + frac % 10);
+    frac /= 10;
+  }
+  int len = 6;
+  while (len > 1 && digits[len - 1] == '0') --len;
+  out.append(digits, static_cast<std::size_t>(len));
+}
+
+void LineWriter::flush() {
+  if (buf_.empty()) return;
+  const std::size_t size = buf_.size();
+  const std::size_t written = std::fwrite(buf_.data(), 1, size, out_);
+  buf_.clear();
+  if (written != size) {
+    throw std::runtime_error(std::string("cannot write the trace: ") + std::strerror(errno));
+  }
+}
+
+std::variant<std::unique_ptr<Simulator>, ScenarioError> Simulator::create(Scenario scenario) {
+  std::unique_ptr<Simulator> sim;
+  try {
+    sim.reset(new Simulator(std::move(scenario)));
+  } catch (const std::invalid_argument& e) {
+    return ScenarioError{std::string("plans: ") + e.what()};
+  }
+  Simulator& s = *sim;
+  const auto& specs = s.scenario_.participants;
+  s.core_.reserve(specs.size(), static_cast<std::size_t>(std::min<std::uint64_t>(
+                                    s.scenario_.slots, s.scenario_.requests)));
+  s.participants_.reserve(specs.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const std::string path = "participants[" + std::to_string(i) + "]";
+    auto id = s.core_.add(specs[i].name, specs[i].plan, specs[i].shares, 0);
+    if (!id) {
+      switch (id.error()) {
+        case creditloop::Errc::unknown_plan:
+          return ScenarioError{path + ".plan: unknown plan " + json_string(specs[i].plan)};
+        case creditloop::Errc::duplicate_name:
+          return ScenarioError{path + ".name: duplicate participant name " +
+                               json_string(specs[i].name)};
+        case creditloop::Errc::bad_shares:
+          return ScenarioError{path + ".shares: must be a whole number from 1 to " +
+                               std::to_string(creditloop::kMaxShares)};
+        case creditloop::Errc::too_many_participants:
+          return ScenarioError{"participants: more participants than the core's limit of " +
+                               std::to_string(creditloop::kMaxParticipants)};
+        default:
+          return ScenarioError{
+              path + ": refused by the core: " + std::string(creditloop::describe(id.error()))};
+      }
+    }
+    Participant p;
+    p.id = *id;
+    p.json_name = json_string(specs[i].name);
+    const creditloop::PlanId plan = s.core_.plan(*id);
+    for (int c = 0; c < s.core_.classes(); ++c) {
+      p.holds[static_cast<std::size_t>(c)] = s.core_.plan_holds(plan, static_cast<ClassId>(c));
+    }
+    s.participants_.push_back(std::move(p));
+  }
+  s.by_slot_.assign(s.core_.ring_size(), std::numeric_limits<std::uint32_t>::max());
+  for (std::size_t i = 0; i < s.participants_.size(); ++i) {
+    const std::uint32_t slot = s.participants_[i].id.slot;
+    if (slot >= s.by_slot_.size()) core_bug("a registered participant lies outside the ring");
+    s.by_slot_[slot] = static_cast<std::uint32_t>(i);
+  }
+  return sim;
+}
+
+Simulator::Simulator(Scenario scenario) : scenario_(std::move(scenario)), core_(scenario_.config) {
+  const int k = core_.classes();
+  for (int c = 0; c <= k; ++c)
+    class_json_.push_back(json_string(creditloop::class_name(static_cast<ClassId>(c))));
+  pool_.resize(static_cast<std::size_t>(scenario_.requests));
+  scratch_.reserve(scenario_.participants.size());
+  scratch_flags_.reserve(scenario_.participants.size());
+  arrivals_.reserve(scenario_.arrivals.size());
+  completions_.reserve(
+      static_cast<std::size_t>(std::min<std::uint64_t>(scenario_.slots, scenario_.requests)));
+  free_slots_ = scenario_.slots;
+}
+
+Simulator::~Simulator() = default;
+
+void Simulator::write_balances(const Participant& p) {
+  std::string& b = trace_->buffer();
+  b += "\"balances\": {";
+  bool first = true;
+  for (int c = 0; c < core_.classes(); ++c) {
+    if (!p.holds[static_cast<std::size_t>(c)]) continue;
+    const auto balance = core_.balance(p.id, static_cast<ClassId>(c), now_);
+    if (!balance) core_bug("balance() refused a bucket the plan holds");
+    if (!first) b += ", ";
+    first = false;
+    b += class_json_[static_cast<std::size_t>(c)];
+    b += ": ";
+    append_micro(b, *balance);
+  }
+  b += '}';
+}
+
+void Simulator::arrive(std::uint32_t entry) {
+  const ArrivalSpec& spec = scenario_.arrivals[entry];
+  const std::uint64_t req = next_req_++;
+  Request& r = pool_[static_cast<std::size_t>(req)];
+  r.arrived = now_;
+  r.entry = entry;
+  r.participant = static_cast<std::uint32_t>(spec.participant);
+  Participant& p = participants_[spec.participant];
+  ++p.arrived;
+  if (!core_.submit(p.id, r, now_)) core_bug("submit() refused a registered participant");
+  if (trace_ == nullptr) return;
+  std::string& b = trace_->buffer();
+  b += "{\"t\": ";
+  append_micro(b, now_);
+  b += ", \"ev\": \"arrive\", \"participant\": ";
+  b += p.json_name;
+  b += ", \"req\": ";
+  append_uint(b, req);
+  b += '}';
+  trace_->end_line();
+}
+
+void Simulator::complete_due(Nanos now) {
+  while (!completions_.empty() && completions_.front().t == now) {
+    std::pop_heap(completions_.begin(), completions_.end(),
+                  [](const Due& a, const Due& b) { return due_later(a, b); });
+    const Due due = completions_.back();
+    completions_.pop_back();
+    Request& r = pool_[due.req];
+    const ArrivalSpec& spec = scenario_.arrivals[r.entry];
+    const auto done = core_.complete_nano(r.ticket, spec.cost_nano, now_);
+    if (!done) core_bug("complete() refused a ticket of a request in flight");
+    ++free_slots_;
+    Participant& p = participants_[r.participant];
+    ++p.completed;
+    if (trace_ == nullptr) continue;
+    std::string& b = trace_->buffer();
+    b += "{\"t\": ";
+    append_micro(b, now_);
+    b += ", \"ev\": \"complete\", \"participant\": ";
+    b += p.json_name;
+    b += ", \"req\": ";
+    append_uint(b, std::uint64_t{due.req});
+    b += ", \"cost\": ";
+    append_micro(b, spec.cost_nano);
+    b += ", \"bucket\": ";
+    b += done->bucket == core_.unmetered() ? std::string("null") : class_json_[done->bucket];
+    b += ", ";
+    write_balances(p);
+    b += '}';
+    trace_->end_line();
+  }
+}
+
+void Simulator::on_pass(ClassId c) {
+  if (trace_ == nullptr) return;
+  scratch_.clear();
+  core_.for_each_waiting([this](ParticipantId id) { scratch_.push_back(id); });
+  scratch_flags_.clear();
+  for (const ParticipantId id : scratch_) {
+    scratch_flags_.push_back(core_.qualifies(id, c, now_) ? 1 : 0);
+  }
+  std::string& b = trace_->buffer();
+  b += "{\"t\": ";
+  append_micro(b, now_);
+  b += ", \"ev\": \"pass\", \"class\": ";
+  b += class_json_[c];
+  for (const char want : {char{1}, char{0}}) {
+    b += want != 0 ? ", \"eligible\": [" : ", \"ignored\": [";
+    bool first = true;
+    for (std::size_t i = 0; i < scratch_.size(); ++i) {
+      if (scratch_flags_[i] != want) continue;
+      if (!first) b += ", ";
+      first = false;
+      b += participants_[by_slot_[scratch_[i].slot]].json_name;
+    }
+    b += ']';
+  }
+  b += '}';
+  trace_->end_line();
+}
+
+void Simulator::on_dispatch(const creditloop::Dispatch& d) {
+  if (free_slots_ == 0) core_bug("the core dispatched without room");
+  --free_slots_;
+  auto& r = static_cast<Request&>(*d.request);
+  r.ticket = d.ticket;
+  Participant& p = participants_[r.participant];
+  if (!(p.id == d.participant)) core_bug("a request went out for another participant");
+  ++p.dispatched[d.out];
+  const Nanos wait = now_ - r.arrived;
+  if (!p.wait_max || wait > *p.wait_max) p.wait_max = wait;
+  const auto req = static_cast<std::uint32_t>(&r - pool_.data());
+  completions_.push_back(Due{now_ + scenario_.arrivals[r.entry].service, dispatch_seq_++, req});
+  std::push_heap(completions_.begin(), completions_.end(),
+                 [](const Due& a, const Due& b) { return due_later(a, b); });
+  if (trace_ == nullptr) return;
+  std::string& b = trace_->buffer();
+  b += "{\"t\": ";
+  append_micro(b, now_);
+  b += ", \"ev\": \"dispatch\", \"participant\": ";
+  b += p.json_name;
+  b += ", \"req\": ";
+  append_uint(b, std::uint64_t{req});
+  b += ", \"class\": ";
+  b += class_json_[d.out];
+  b += ", ";
+  write_balances(p);
+  b += '}';
+  trace_->end_line();
+}
+
+RunReport Simulator::run(LineWriter* trace) {
+  trace_ = trace;
+  const auto arrival_cmp = [](const NextArrival& a, const NextArrival& b) {
+    return arrival_later(a, b);
+  };
+  for (std::uint32_t e = 0; e < scenario_.arrivals.size(); ++e) {
+    if (scenario_.arrivals[e].in_run == 0) continue;
+    arrivals_.push_back(NextArrival{scenario_.arrivals[e].at, e, 0});
+    std::push_heap(arrivals_.begin(), arrivals_.end(), arrival_cmp);
+  }
+  constexpr Nanos kNever = std::numeric_limits<Nanos>::max();
+  while (true) {
+    Nanos t = kNever;
+    if (!completions_.empty()) t = completions_.front().t;
+    if (!arrivals_.empty()) t = std::min(t, arrivals_.front().t);
+    if (t == kNever) break;
+    if (scenario_.until && t > *scenario_.until) break;
+    // A completion that falls due at `now_` while the loop runs (service 0) is the earliest
+    // event on the next iteration: the same instant is handled again, completions first.
+    now_ = t;
+    complete_due(now_);
+    while (!arrivals_.empty() && arrivals_.front().t == now_) {
+      std::pop_heap(arrivals_.begin(), arrivals_.end(), arrival_cmp);
+      NextArrival& next = arrivals_.back();
+      arrive(next.entry);
+      const ArrivalSpec& spec = scenario_.arrivals[next.entry];
+      if (++next.index == spec.in_run) {
+        arrivals_.pop_back();
+      } else {
+        next.t += spec.every;
+        std::push_heap(arrivals_.begin(), arrivals_.end(), arrival_cmp);
+      }
+    }
+    core_.run(now_, Loop{*this});
+  }
+  return report(scenario_.until ? std::max(*scenario_.until, now_) : now_);
+}
+
+RunReport Simulator::report(Nanos stopped_at) {
+  RunReport out;
+  out.classes = core_.classes();
+  out.slots = scenario_.slots;
+  out.stopped_at = stopped_at;
+  out.arrived = next_req_;
+  for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
+    const auto id = core_.at(slot);
+    if (!id) continue;
+    const Participant& p = participants_[by_slot_[slot]];
+    const ParticipantSpec& spec = scenario_.participants[by_slot_[slot]];
+    ParticipantReport r;
+    r.name = spec.name;
+    r.plan = spec.plan;
+    r.shares = spec.shares;
+    r.dispatched = p.dispatched;
+    r.completed = p.completed;
+    r.wait_max = p.wait_max;
+    r.waiting = core_.queued(*id);
+    // The trace is the simulator's own account; the core counts the same events. A mismatch
+    // means one of them is wrong, and the run is not to be trusted.
+    std::uint64_t total = 0;
+    const creditloop::ParticipantStats& stats = core_.stats(*id);
+    for (int c = 0; c <= out.classes; ++c) {
+      const auto cu = static_cast<std::size_t>(c);
+      total += p.dispatched[cu];
+      if (stats.dispatched[cu] != p.dispatched[cu]) {
+        core_bug("the core's dispatch count for " + spec.name + " disagrees with the trace");
+      }
+    }
+    if (stats.completed != p.completed) {
+      core_bug("the core's completion count for " + spec.name + " disagrees with the trace");
+    }
+    if (r.waiting != p.arrived - total) {
+      core_bug("the core's queue length for " + spec.name + " disagrees with the trace");
+    }
+    for (int c = 0; c < out.classes; ++c) {
+      if (!p.holds[static_cast<std::size_t>(c)]) continue;
+      const auto balance = core_.balance(*id, static_cast<ClassId>(c), stopped_at);
+      if (!balance) core_bug("balance() refused a bucket the plan holds");
+      r.balances[static_cast<std::size_t>(c)] = *balance;
+    }
+    out.participants.push_back(std::move(r));
+  }
+  return out;
+}
+
+void append_summary(std::string& out, const RunReport& report) {
+  out += "{\"ev\": \"summary\", \"participants\": {";
+  bool first = true;
+  for (const ParticipantReport& p : report.participants) {
+    if (!first) out += ", ";
+    first = false;
+    out += json_string(p.name);
+    out += ": {\"dispatched\": {";
+    for (int c = 0; c <= report.classes; ++c) {
+      if (c > 0) out += ", ";
+      out += json_string(creditloop::class_name(static_cast<ClassId>(c)));
+      out += ": ";
+      append_uint(out, p.dispatched[static_cast<std::size_t>(c)]);
+    }
+    out += "}, \"completed\": ";
+    append_uint(out, p.completed);
+    out += ", \"waiting\": ";
+    append_uint(out, p.waiting);
+    out += ", \"wait_max\": ";
+    if (p.wait_max) {
+      append_micro(out, *p.wait_max);
+    } else {
+      out += "null";
+    }
+    out += '}';
+  }
+  out += "}}";
+}
+
+namespace {
+
+// count / total as a percentage with one decimal, rounded half up in integers so that the table
+// is as deterministic as the trace.
+std::string percent(std::uint64_t count, std::uint64_t total) {
+  if (total == 0) return "-";
+  const U128 tenths = (static_cast<U128>(count) * 1000 + total / 2) / total;
+  std::string s;
+  append_uint(s, tenths / 10);
+  s += '.';
+  s += static_cast<char>('0' + static_cast<int>(tenths % 10));
+  s += '%';
+  return s;
+}
+
+}  // namespace
+
+std::string format_table(const RunReport& report) {
+  const int k = report.classes;
+  std::vector<std::string> header = {"participant", "plan", "shares"};
+  for (int c = 0; c <= k; ++c) header.push_back(creditloop::class_name(static_cast<ClassId>(c)));
+  header.insert(header.end(), {"all", "of total", "completed", "waiting", "wait_max"});
+  for (int c = 0; c < k; ++c) {
+    header.push_back("bal " + creditloop::class_name(static_cast<ClassId>(c)));
+  }
+  // Text columns align left, numbers right.
+  std::vector<bool> left(header.size(), false);
+  left[0] = left[1] = true;
+
+  std::uint64_t grand = 0;
+  std::array<std::uint64_t, creditloop::kMaxClasses + 1> per_class{};
+  std::uint64_t completed = 0;
+  std::uint64_t waiting = 0;
+  for (const ParticipantReport& p : report.participants) {
+    for (int c = 0; c <= k; ++c) {
+      per_class[static_cast<std::size_t>(c)] += p.dispatched[static_cast<std::size_t>(c)];
+      grand += p.dispatched[static_cast<std::size_t>(c)];
+    }
+    completed += p.completed;
+    waiting += p.waiting;
+  }
+
+  std::vector<std::vector<std::string>> rows;
+  for (const ParticipantReport& p : report.participants) {
+    std::vector<std::string> row = {p.name, p.plan, std::to_string(p.shares)};
+    std::uint64_t total = 0;
+    for (int c = 0; c <= k; ++c) total += p.dispatched[static_cast<std::size_t>(c)];
+    for (int c = 0; c <= k; ++c) {
+      const std::uint64_t n = p.dispatched[static_cast<std::size_t>(c)];
+      row.push_back(std::to_string(n) + " (" + percent(n, total) + ")");
+    }
+    row.push_back(std::to_string(total));
+    row.push_back(percent(total, grand));
+    row.push_back(std::to_string(p.completed));
+    row.push_back(std::to_string(p.waiting));
+    row.push_back(p.wait_max ? micro(*p.wait_max) : "-");
+    for (int c = 0; c < k; ++c) {
+      const auto& bal = p.balances[static_cast<std::size_t>(c)];
+      row.push_back(bal ? micro(*bal) : "-");
+    }
+    rows.push_back(std::move(row));
+  }
+  std::vector<std::string> totals = {"(all)", "", ""};
+  for (int c = 0; c <= k; ++c) {
+    const std::uint64_t n = per_class[static_cast<std::size_t>(c)];
+    totals.push_back(std::to_string(n) + " (" + percent(n, grand) + ")");
+  }
+  totals.insert(totals.end(), {std::to_string(grand), percent(grand, grand),
+                               std::to_string(completed), std::to_string(waiting), ""});
+  for (int c = 0; c < k; ++c) totals.emplace_back("");
+
+  std::vector<std::size_t> width(header.size());
+  for (std::size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const auto* r : {&totals}) {
+    for (std::size_t i = 0; i < r->size(); ++i) width[i] = std::max(width[i], (*r)[i].size());
+  }
+  for (const auto& r : rows) {
+    for (std::size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  std::string out = "stopped at t=" + micro(report.stopped_at) + " s; " +
+                    std::to_string(report.arrived) + " arrived, " + std::to_string(grand) +
+                    " dispatched, " + std::to_string(completed) + " completed, " +
+                    std::to_string(waiting) + " waiting; " + std::to_string(report.slots) +
+                    (report.slots == 1 ? " slot" : " slots") +
+                    "; dispatches per class (share of the row), balances at the stop\n";
+  const auto line = [&](const std::vector<std::string>& r) {
+    std::string l;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      if (i > 0) l += "  ";
+      const std::string pad(width[i] - r[i].size(), ' ');
+      l += left[i] ? r[i] + pad : pad + r[i];
+    }
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    out += l;
+    out += '\n';
+  };
+  line(header);
+  std::vector<std::string> rule;
+  for (const std::size_t w : width) rule.emplace_back(w, '-');
+  line(rule);
+  for (const auto& r : rows) line(r);
+  if (rows.size() > 1) {
+    line(rule);
+    line(totals);
+  }
+  return out;
+}
+
+}  // namespace sim

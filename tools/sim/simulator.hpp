@@ -1,0 +1,152 @@
+// tools/sim/simulator.hpp: runs a scenario through the real dispatcher core on a virtual clock.
+//
+// The simulator owns the clock, the server and the requests; every scheduling decision is the
+// core's (creditloop::Core::run). The server is a slot model: a dispatch takes a slot for the
+// request's `service`, and room is "a slot is free". Events at one instant go in the order SPEC
+// section 6 fixes: completions due (in dispatch order), arrivals due (scenario order), then the
+// loop; completions that fall due at the same instant while the loop runs (service 0) wait for it
+// to stop, and the instant is handled again.
+//
+// Cost: the arrival stream is a heap of one cursor per scenario entry and the completions a heap
+// of at most `slots` requests, so an event costs O(log entries + log slots) plus the core's own
+// work and the trace line. Requests live in a pool sized before the run: nothing allocates per
+// request. A `pass` line lists every waiting participant, so a run with W participants waiting is
+// O(W) per turn by the trace format itself; without a trace that cost is skipped.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "creditloop/core.hpp"
+#include "scenario.hpp"
+
+namespace sim {
+
+/// What the summary and the table report about one participant when the run stopped.
+struct ParticipantReport {
+  std::string name;
+  std::string plan;
+  std::uint32_t shares = 1;
+  /// By ClassId: 0..k-1 metered, k unmetered.
+  std::array<std::uint64_t, creditloop::kMaxClasses + 1> dispatched{};
+  std::uint64_t completed = 0;
+  std::uint64_t waiting = 0;
+  std::optional<creditloop::Nanos> wait_max;
+  /// Balance of each metered class at the stop, in nano-credits; empty where the plan holds none.
+  std::array<std::optional<creditloop::Balance>, creditloop::kMaxClasses> balances{};
+};
+
+struct RunReport {
+  int classes = 2;
+  std::uint64_t slots = 1;
+  creditloop::Nanos stopped_at = 0;  // `until` if given, else the last instant handled
+  std::uint64_t arrived = 0;
+  std::vector<ParticipantReport> participants;  // ring order
+};
+
+/// A buffered sink for JSON Lines. Writes nothing until the first flush, which the simulator only
+/// reaches once the scenario has been accepted.
+class LineWriter {
+ public:
+  explicit LineWriter(std::FILE* out) : out_(out) { buf_.reserve(kFlushAt + 4096); }
+  LineWriter(const LineWriter&) = delete;
+  LineWriter& operator=(const LineWriter&) = delete;
+  /// Best effort: a run that failed has already said so, and a destructor must not throw.
+  ~LineWriter() {
+    try {
+      flush();
+    } catch (...) {  // NOLINT(bugprone-empty-catch)
+    }
+  }
+
+  std::string& buffer() noexcept { return buf_; }
+  /// Ends a line; flushes when the buffer is large.
+  void end_line() {
+    buf_ += '\n';
+    if (buf_.size() >= kFlushAt) flush();
+  }
+  /// Writes out the buffer. Throws std::runtime_error when the output cannot take it.
+  void flush();
+
+ private:
+  static constexpr std::size_t kFlushAt = 1 << 16;
+  std::FILE* out_;
+  std::string buf_;
+};
+
+class Simulator {
+ public:
+  /// Builds the core from the scenario and registers the participants at time 0, in order. A
+  /// refusal by the core comes back as a ScenarioError naming the field ("participants[1].plan:
+  /// ..."); nothing is written.
+  static std::variant<std::unique_ptr<Simulator>, ScenarioError> create(Scenario scenario);
+
+  ~Simulator();
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
+
+  /// Runs to the end (or to `until`), writing the trace's event lines to `trace` if given, and
+  /// reports the final state. Call once. Throws std::runtime_error if the core refuses a call the
+  /// simulator makes correctly, or its counters disagree with what it dispatched: a core bug.
+  RunReport run(LineWriter* trace);
+
+ private:
+  struct Request;
+  struct Participant;
+  struct Loop;
+
+  explicit Simulator(Scenario scenario);
+
+  void arrive(std::uint32_t entry);
+  void complete_due(creditloop::Nanos now);
+  void on_pass(creditloop::ClassId c);
+  void on_dispatch(const creditloop::Dispatch& d);
+  void write_balances(const Participant& p);
+  RunReport report(creditloop::Nanos stopped_at);
+
+  Scenario scenario_;
+  creditloop::Core core_;
+  std::vector<Participant> participants_;  // scenario order (= ring order: nobody is removed)
+  std::vector<std::uint32_t> by_slot_;     // ring place -> index in participants_
+  std::vector<Request> pool_;              // req number -> request; sized before the run
+  std::vector<creditloop::ParticipantId> scratch_;
+  std::vector<char> scratch_flags_;
+  std::vector<std::string> class_json_;  // "\"P1\"" ... "\"P{k+1}\""
+
+  struct NextArrival {
+    creditloop::Nanos t;
+    std::uint32_t entry;
+    std::uint64_t index;
+  };
+  struct Due {
+    creditloop::Nanos t;
+    std::uint64_t seq;  // dispatch order: completions due together go in this order
+    std::uint32_t req;
+  };
+  std::vector<NextArrival> arrivals_;  // min-heap on (t, entry)
+  std::vector<Due> completions_;       // min-heap on (t, seq)
+
+  LineWriter* trace_ = nullptr;
+  creditloop::Nanos now_ = 0;
+  std::uint64_t free_slots_ = 0;
+  std::uint64_t next_req_ = 0;
+  std::uint64_t dispatch_seq_ = 0;
+};
+
+/// The summary line (SPEC section 6), without the trailing newline.
+void append_summary(std::string& out, const RunReport& report);
+
+/// A readable, aligned table of the report: one row per participant, then totals.
+[[nodiscard]] std::string format_table(const RunReport& report);
+
+/// `nano` units of 1e-9 (nanoseconds or nano-credits) as a decimal rounded half away from zero to
+/// 6 places, shortest form with at least one decimal digit: 3.0, 3.2, -0.8, 0.000001.
+void append_micro(std::string& out, creditloop::Balance nano);
+
+}  // namespace sim
