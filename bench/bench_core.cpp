@@ -10,7 +10,7 @@
 // dispatched two batches ago complete with costs 0, 0.5 and 2 credits, charged back to their
 // admitting buckets. Nothing allocates in the timed part: capacity is reserved up front.
 //
-// Run: build/release/bench/bench_core --benchmark_repetitions=5 \
+// Run: build/release/bench/bench_core --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
