@@ -32,14 +32,21 @@ void refill_wide(BucketState& b, Nanos dt, Rate128 rate, Balance cap) noexcept {
   }
 }
 
-// Reached for debts of 8 credits or more: the smallest dt with
-// floor((dt * rate + remainder) / 1e9) >= 1e9 - balance, in 128 bits.
-Nanos time_to_credit_wide(const BucketState& b, Rate128 rate) noexcept {
+// Reached for debts of 8 credits or more, in 128 bits.
+std::optional<Nanos> credit_instant_wide(const BucketState& b, Rate128 rate, Nanos from) noexcept {
   const Rate128 missing = static_cast<Rate128>(kNanoPerCredit - b.balance);  // > 0
-  if (missing > kMaxNanos) return std::numeric_limits<Nanos>::max();
+  // Past 1e29 units of debt the wait exceeds 1e29 * 1e9 / 1e19 ns even at the highest rate the
+  // limits allow: beyond the clock. Below it, missing * 1e9 fits 128 bits.
+  constexpr Rate128 kHopeless = static_cast<Rate128>(100'000'000'000'000) * 1'000'000'000'000'000;
+  if (missing > kHopeless) return std::nullopt;
   const Rate128 needed = missing * kUnit - b.remainder;
   const Rate128 dt = (needed + rate - 1) / rate;
-  return dt >= kMaxNanos ? std::numeric_limits<Nanos>::max() : static_cast<Nanos>(dt);
+  __extension__ typedef __int128 Wide;
+  const Wide at = static_cast<Wide>(from) + static_cast<Wide>(dt);
+  if (dt > kMaxNanos * 2 || at > static_cast<Wide>(std::numeric_limits<Nanos>::max())) {
+    return std::nullopt;
+  }
+  return static_cast<Nanos>(at);
 }
 
 }  // namespace creditloop::detail

@@ -7,11 +7,6 @@
 namespace creditloop {
 namespace {
 
-Nanos saturating_add(Nanos a, Nanos b) noexcept {
-  Nanos sum = 0;
-  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<Nanos>::max() : sum;
-}
-
 constexpr std::int64_t kMaxCostNano = 1'000'000 * kNanoPerCredit;
 // Ring size from which a visit prefetches the next stop's record: about where the records of a
 // ring (192 bytes each at k = 2) outgrow a core's share of L2.
@@ -274,8 +269,12 @@ void Core::refile(std::uint32_t slot, const Slot& s, ClassId c) noexcept {
     ready_[c].set(slot);
   } else {
     ready_[c].clear(slot);
-    const Nanos wait = time_to_credit(BucketState{b.balance, b.remainder}, b.rate);
-    timers_[c].set(slot, saturating_add(s.refilled_at, wait));
+    if (const auto due =
+            credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at)) {
+      timers_[c].set(slot, *due);
+    } else {
+      timers_[c].erase(slot);  // its credit lies beyond the clock: nothing to wait for
+    }
   }
 }
 

@@ -144,10 +144,9 @@ TEST(Differential, TenThousandParticipants) {
   run_many(o, 9'000'000, 1);
 }
 
-// Known core bug, disabled until fixed: at now == the largest Nanos the core counts a saturated
-// ("never") credit instant as due, so begin_turn passes a metered class that nobody qualifies for
-// and run() loops on empty turns. Run with --gtest_also_run_disabled_tests.
-TEST(Differential, DISABLED_ClockAtItsEnd) {
+// The clock's last nanosecond: a credit instant beyond it must never count as due (it once did,
+// and begin_turn passed a metered class that nobody qualified for).
+TEST(Differential, ClockAtItsEnd) {
   DiffOptions o;
   o.steps = 500;
   o.costs = CostMix::deep_debt;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 #include "creditloop/units.hpp"
 
@@ -28,7 +29,7 @@ struct BucketState {
 
 namespace detail {
 void refill_wide(BucketState& b, Nanos dt, Rate128 rate, Balance cap) noexcept;
-Nanos time_to_credit_wide(const BucketState& b, Rate128 rate) noexcept;
+std::optional<Nanos> credit_instant_wide(const BucketState& b, Rate128 rate, Nanos from) noexcept;
 }  // namespace detail
 
 /// Brings `b` forward by `dt` nanoseconds (none if dt <= 0) at `rate` nano-credits per second,
@@ -63,20 +64,33 @@ inline void refill(BucketState& b, Nanos dt, Rate128 rate, Balance cap) noexcept
   return b.balance >= kNanoPerCredit;
 }
 
-/// Nanoseconds of refill at `rate` until `b` has a credit (0 if it has one). Saturates at the
-/// largest Nanos for debts so deep that the instant lies beyond any clock.
-[[nodiscard]] inline Nanos time_to_credit(const BucketState& b, Rate128 rate) noexcept {
-  if (b.balance >= kNanoPerCredit) return 0;
-  // A debt under 8 credits keeps the numerator within 64 bits.
+/// The instant `b` has a credit if it refills at `rate` from instant `from` (`from` itself if it
+/// has one already), or nothing if that instant lies beyond the clock's last nanosecond. Exact:
+/// at the instant minus one nanosecond the refilled balance is still short of a credit.
+[[nodiscard]] inline std::optional<Nanos> credit_instant(const BucketState& b, Rate128 rate,
+                                                         Nanos from) noexcept {
+  if (b.balance >= kNanoPerCredit) return from;
+  // Smallest dt with floor((dt * rate + remainder) / 1e9) >= 1e9 - balance. A debt under 8
+  // credits keeps the numerator within 64 bits.
   if (b.balance > -8 * kNanoPerCredit && rate <= ~std::uint64_t{0}) {
     const auto missing = static_cast<std::uint64_t>(kNanoPerCredit - b.balance);
     const std::uint64_t needed = missing * static_cast<std::uint64_t>(kNanoPerCredit) - b.remainder;
     const auto rate64 = static_cast<std::uint64_t>(rate);
     const std::uint64_t dt = needed / rate64 + (needed % rate64 != 0 ? 1 : 0);
-    constexpr Nanos kNever = std::numeric_limits<Nanos>::max();
-    return dt > static_cast<std::uint64_t>(kNever) ? kNever : static_cast<Nanos>(dt);
+    Nanos at = 0;
+    if (dt > static_cast<std::uint64_t>(std::numeric_limits<Nanos>::max()) ||
+        __builtin_add_overflow(from, static_cast<Nanos>(dt), &at)) {
+      return std::nullopt;
+    }
+    return at;
   }
-  return detail::time_to_credit_wide(b, rate);
+  return detail::credit_instant_wide(b, rate, from);
+}
+
+/// Nanoseconds of refill at `rate` until `b` has a credit (0 if it has one); the largest Nanos
+/// when that lies beyond any clock.
+[[nodiscard]] inline Nanos time_to_credit(const BucketState& b, Rate128 rate) noexcept {
+  return credit_instant(b, rate, 0).value_or(std::numeric_limits<Nanos>::max());
 }
 
 }  // namespace creditloop

@@ -18,19 +18,24 @@
 // run() does exactly this with a small handler; prefer it.
 //
 // Data and cost (N participants registered, W waiting, k metered classes):
+//  - Each participant's state is one record per ring place (a 64-byte header, then one 64-byte
+//    line per metered bucket), in ring order, so that a turn walks memory forwards.
 //  - Each metered class c has a ready set (a 64-ary hierarchical bitmap over ring places) of
-//    the waiting participants with a credit in c, and a timer heap (4-ary, indexed) of the waiting
-//    participants without one, keyed by the instant their c bucket reaches a credit. A waiting
-//    participant is in exactly one of the two for each class it holds; an idle one in neither.
-//    Nobody waiting for a credit is touched until that instant comes, or a charge-back moves it.
+//    the waiting participants with a credit in c, and a timer structure (a radix heap) of the
+//    waiting participants without one, keyed by the exact nanosecond their c bucket reaches a
+//    credit. A waiting participant is in exactly one of the two for each class it holds (in
+//    neither if its credit lies beyond the clock's end); an idle one is in neither. Nobody
+//    waiting for a credit is touched until that instant comes, or a charge-back or re-plan
+//    moves it; when it comes, the participant joins the ready set without its record being read.
 //  - The unmetered class's ready set is the set of waiting participants.
-//  - begin_turn: moves every timer that has come due into its ready set (each move is paid for
-//    by the dispatch or charge that filed it), then checks k+1 top words. O(k) plus amortized
-//    O(log W) per due timer.
-//  - visit: next set bit after the cursor, O(log64 N) (four word reads at 16M places); refill of
-//    the participant's buckets, O(k); one debit; re-filing one class, O(log W) heap work.
-//  - submit: O(1) when the queue was non-empty, O(k log W) when it becomes non-empty.
-//  - complete: O(log W) (one re-file). add: amortized O(k); remove and replan: O(k log W).
+//  - begin_turn: moves every timer that has come due into its ready set, then checks the ready
+//    sets highest class first. O(k) plus O(1) amortized per timer come due (each was paid for by
+//    the dispatch, charge or submission that filed it).
+//  - visit: next set bit after the cursor, O(log64 N) (at most four word reads up and four
+//    down at 16M places); refill of the participant's buckets, O(k); one debit; re-filing one
+//    class, O(1).
+//  - submit: O(1); O(k) when the queue becomes non-empty. complete: O(1) (one re-file).
+//  - add: amortized O(k); remove and replan: O(k).
 //  Nothing on submit, visit or complete allocates once capacity is reserved (reserve()).
 //
 // Charge-back and threads: each bucket keeps a monotonically growing 64-bit count of the

@@ -179,6 +179,23 @@ TEST(Bucket, TimeToCreditSaturatesForAbsurdDebt) {
   EXPECT_EQ(time_to_credit(BucketState{absurd, 0}, kTopRate), kMaxNanos);
 }
 
+TEST(Bucket, CreditInstantBeyondTheClockIsNothing) {
+  // 0 balance at 1 unit/s: a credit needs 1e18 ns. From 1e18 it lands at 2e18; from the last
+  // nanosecond that still reaches it, exactly at the end; one nanosecond later, never.
+  const BucketState empty{0, 0};
+  EXPECT_EQ(credit_instant(empty, 1, 1'000'000'000'000'000'000), 2'000'000'000'000'000'000);
+  const Nanos last_start = kMaxNanos - 1'000'000'000'000'000'000;
+  EXPECT_EQ(credit_instant(empty, 1, last_start), kMaxNanos);
+  EXPECT_EQ(credit_instant(empty, 1, last_start + 1), std::nullopt);
+  // Deep debt through the 128-bit path: the same boundary.
+  const BucketState deep{-test::credits(20), 0};  // needs 21e18 ns at 1 unit/s: never
+  EXPECT_EQ(credit_instant(deep, 1, 0), std::nullopt);
+  // 21 credits at 1e9 units/s = 21 s, from a negative clock.
+  EXPECT_EQ(credit_instant(deep, 1'000'000'000, -5), 21'000'000'000 - 5);
+  // A credit in hand: the instant is now.
+  EXPECT_EQ(credit_instant(BucketState{kNanoPerCredit, 0}, 1, 42), 42);
+}
+
 TEST(Bucket, HugeElapsedTimeIsExactOrCapped) {
   // The largest dt at the tiniest rate: 9223372036854775807 units of 1e-9 added.
   const Balance debt = -test::credits(1'000'000'000) * test::credits(1'000'000);  // -1e33
