@@ -22,6 +22,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <ostream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -317,6 +318,9 @@ struct BadCase {
   std::function<std::string()> text;
   const char* field;  // the path the one stderr line must name, followed by ':'
 };
+
+// Names the case in test listings instead of a dump of its bytes.
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
 
 std::function<std::string()> edit(std::function<void(json&)> f) {
   return [f] {
