@@ -304,6 +304,10 @@ class Core {
   void refile(std::uint32_t slot, ClassId c) noexcept { refile(slot, slot_at(slot), c); }
   void refile(std::uint32_t slot, const Slot& s, ClassId c) noexcept;
   void enter_waiting(std::uint32_t slot) noexcept;
+  // Whether any held bucket of `slot` may have a credit at `now`: its ready bit, or a filed
+  // credit instant already reached. False proves none has one (filing is exact).
+  [[nodiscard]] bool credit_possible(std::uint32_t slot, std::uint8_t held,
+                                     Nanos now) const noexcept;
   void leave_waiting(std::uint32_t slot) noexcept;
   void expire_timers(ClassId c, Nanos now) noexcept;
   [[nodiscard]] std::uint32_t next_in_turn(const detail::ReadySet& set) noexcept;

@@ -318,6 +318,25 @@ TEST(Visit, UnmeteredTurnVisitCanGoOutMetered) {
   EXPECT_EQ(rig.bal(a, 1, kSec), credits(1));
 }
 
+TEST(Visit, UnmeteredTurnSeesACreditLandingOnTheVeryNanosecond) {
+  // Both hold only P1 at 1 credit/s, burst 1. Each spends its credit at 0, so the next lands at
+  // exactly 1 s. An unmetered turn begins at 0.5 s; A is visited then (P3), B exactly at 1 s:
+  // its credit has landed, so it goes out as P1. One nanosecond earlier it would not have.
+  for (const Nanos at : {kSec - 1, kSec}) {
+    Rig rig(make_config(1, {make_plan("one", {{0, {1, 1}}})}));
+    const ParticipantId a = rig.add("A", "one");
+    const ParticipantId b = rig.add("B", "one");
+    rig.submit(a, 2);
+    rig.submit(b, 2);
+    ASSERT_EQ(rig.turn(0), "P1: A B");
+    ASSERT_EQ(rig.core.begin_turn(kSec / 2), std::optional<ClassId>(1));
+    ASSERT_EQ(rig.token(*rig.visit(kSec / 2)), "A");
+    const std::optional<Seen> s = rig.visit(at);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(rig.token(*s), at == kSec ? "B>P1" : "B") << "visit at " << at;
+  }
+}
+
 TEST(Visit, DebitsExactlyOneCredit) {
   Rig rig(reference_config());  // pro: P1 {2/s, 4}, P2 {5/s, 10}
   const ParticipantId a = rig.add("A", "pro");
