@@ -108,6 +108,7 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
     }
   }
   // Everything that can allocate happens before the first change of state.
+  std::string stored_name(name);
   name_index_.emplace(std::string(name), slot);
   if (!free_slots_.empty()) {
     free_slots_.pop_back();
@@ -134,7 +135,7 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
     b.dispatched = 0;
     ++b.incarnation;
   }
-  names_[slot].assign(name);
+  names_[slot] = std::move(stored_name);
   stats_[slot] = ColdStats{};
   ++live_;
   return ParticipantId{slot, generation};
