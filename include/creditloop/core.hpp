@@ -143,7 +143,7 @@ class Core {
 
   // ---- requests (noexcept, no allocation) --------------------------------------------------
   /// Appends `request` to `p`'s queue. On error (unknown_participant) the request is not
-  /// linked: the caller still owns it. O(1), or O(k log W) when the queue was empty.
+  /// linked: the caller still owns it. O(1), or O(k) when the queue was empty.
   Status submit(ParticipantId p, RequestHook& request, Nanos now) noexcept;
 
   /// Queued requests of `p` (0 for an unknown participant).
