@@ -12,6 +12,8 @@
 #include "creditloop/core.hpp"
 
 namespace {
+// Atomics only because operator new may run on any thread; every access is relaxed since the
+// test reads them on the thread that wrote them, after the measured section.
 std::atomic<long> g_allocations{0};
 std::atomic<bool> g_counting{false};
 }  // namespace
@@ -21,7 +23,6 @@ std::atomic<bool> g_counting{false};
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(std::size_t n) {
-  // relaxed: a counter read by the same thread after the measured section.
   if (g_counting.load(std::memory_order_relaxed)) {
     g_allocations.fetch_add(1, std::memory_order_relaxed);
   }
