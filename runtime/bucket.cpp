@@ -41,11 +41,12 @@ std::optional<Nanos> credit_instant_wide(const BucketState& b, Rate128 rate, Nan
   if (missing > kHopeless) return std::nullopt;
   const Rate128 needed = missing * kUnit - b.remainder;
   const Rate128 dt = (needed + rate - 1) / rate;
+  // A wait longer than the whole clock is beyond it from any start; checking that first keeps
+  // the signed sum below from overflowing.
+  if (dt > 2 * kMaxNanos) return std::nullopt;
   __extension__ typedef __int128 Wide;
   const Wide at = static_cast<Wide>(from) + static_cast<Wide>(dt);
-  if (dt > kMaxNanos * 2 || at > static_cast<Wide>(std::numeric_limits<Nanos>::max())) {
-    return std::nullopt;
-  }
+  if (at > static_cast<Wide>(std::numeric_limits<Nanos>::max())) return std::nullopt;
   return static_cast<Nanos>(at);
 }
 

@@ -434,8 +434,6 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
       return std::nullopt;
     }
     turn_.next = slot + 1;
-    // The cursor's next stop is known now; start loading its record so that the next visit does
-    // not wait for memory (at a million participants, a record is rarely in cache).
     // The cursor's next stop is known now: start loading its record, so that the next visit
     // does not wait for memory (at a million participants a record is rarely in cache).
     // Below a few thousand places the records stay in cache and the look-ahead only costs.
