@@ -1,0 +1,85 @@
+// creditloop/detail/ticket_cell.hpp: the state of one runtime ticket, completed from any thread.
+// Internal to the runtime; not part of the public API.
+//
+// One 64-bit word: the generation of the cell's current use (32 bits) and its phase: free, in
+// flight (issued by the dispatcher), or claimed (completed by some thread, not yet applied by the
+// dispatcher). A completion claims the cell with one compare-and-swap from (its generation, in
+// flight) to (its generation, claimed): exactly one completion of a ticket wins, and a repeated,
+// stale or forged ticket fails and changes nothing. No loop, so the claim is wait-free. Only the
+// dispatcher moves a cell from claimed to free and from free to in flight, each with one store.
+//
+// Memory orders: issue()'s store (release) / claim()'s CAS (acquire on success and failure): a
+// completer that wins sees everything the dispatcher wrote into the cell's record before issuing
+// it. The claimed cell is then the completer's alone until it hands it back to the dispatcher
+// through the completion bag, whose exchange publishes what the completer wrote (the cost).
+// release() is relaxed: the dispatcher is the only writer of the free phase, and a completer
+// that reads it only fails.
+//
+// `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace creditloop::detail {
+
+template <template <class> class Atomic>
+class TicketCell {
+ public:
+  enum class Claim : std::uint8_t { claimed, unknown, stale };
+
+  /// Dispatcher only, on a free cell. Starts a new use and returns its generation (never 0).
+  std::uint32_t issue() noexcept {
+    // relaxed: only the dispatcher writes a free cell's generation.
+    std::uint32_t generation = generation_of(state_.load(std::memory_order_relaxed)) + 1;
+    if (generation == 0) generation = 1;
+    // release: pairs with the acquire of claim(); publishes the record written before issue().
+    state_.store(pack(generation, kInFlight), std::memory_order_release);
+    return generation;
+  }
+
+  /// Any thread. Wait-free: one CAS. claimed: this call won the ticket and now owns the cell
+  /// until it hands it to the dispatcher. unknown: never issued (a forged ticket). stale:
+  /// completed already, or an earlier use of this cell.
+  Claim claim(std::uint32_t generation) noexcept {
+    std::uint64_t seen = pack(generation, kInFlight);
+    // acquire on both outcomes: pairs with issue()'s release.
+    if (state_.compare_exchange_strong(seen, pack(generation, kClaimed),
+                                       std::memory_order_acquire, std::memory_order_acquire)) {
+      return Claim::claimed;
+    }
+    const std::uint32_t current = generation_of(seen);
+    const bool issued = generation != 0 && (generation < current ||
+                                            (generation == current && phase_of(seen) != kFree));
+    return issued ? Claim::stale : Claim::unknown;
+  }
+
+  /// Dispatcher only, on a claimed cell whose completion it has applied.
+  void release() noexcept {
+    // relaxed: see the file comment.
+    const std::uint64_t state = state_.load(std::memory_order_relaxed);
+    state_.store(pack(generation_of(state), kFree), std::memory_order_relaxed);
+  }
+
+  /// Whether the cell is in flight now (monitoring and tests only).
+  [[nodiscard]] bool in_flight() const noexcept {
+    return phase_of(state_.load(std::memory_order_acquire)) == kInFlight;
+  }
+
+ private:
+  static constexpr std::uint64_t kFree = 0;
+  static constexpr std::uint64_t kInFlight = 1;
+  static constexpr std::uint64_t kClaimed = 2;
+
+  static std::uint64_t pack(std::uint32_t generation, std::uint64_t phase) noexcept {
+    return (std::uint64_t{generation} << 2) | phase;
+  }
+  static std::uint32_t generation_of(std::uint64_t state) noexcept {
+    return static_cast<std::uint32_t>(state >> 2);
+  }
+  static std::uint64_t phase_of(std::uint64_t state) noexcept { return state & 3; }
+
+  Atomic<std::uint64_t> state_{0};
+};
+
+}  // namespace creditloop::detail

@@ -1,0 +1,47 @@
+// creditloop/observer.hpp: every input the runtime's dispatcher gives the core, as it gives it.
+//
+// An observer sees the exact sequence of calls the dispatcher makes on the deterministic core,
+// with the `now` each one used. Replaying that sequence through a core (or the reference model)
+// reproduces every decision, which is what the stress suite checks and what capture-and-replay
+// tools build on. All calls come on the dispatcher thread, in order; they must be quick and must
+// not call back into the runtime. With no observer the runtime pays one predictable branch per
+// event.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "creditloop/core.hpp"
+#include "creditloop/participant.hpp"
+#include "creditloop/plan.hpp"
+#include "creditloop/request.hpp"
+#include "creditloop/ticket.hpp"
+#include "creditloop/units.hpp"
+
+namespace creditloop {
+
+class RuntimeObserver {
+ public:
+  virtual ~RuntimeObserver() = default;
+  /// A participant was registered (successful adds only; refused ones change nothing).
+  virtual void on_add(ParticipantId, std::string_view /*name*/, PlanId, std::uint32_t /*shares*/,
+                      Nanos /*now*/) {}
+  virtual void on_remove(ParticipantId) {}
+  virtual void on_replan(ParticipantId, PlanId, std::uint32_t /*shares*/, Nanos /*now*/) {}
+  /// A request moved from its participant's inbox into the core's queue.
+  virtual void on_submit(ParticipantId, const RequestHook&, Nanos /*now*/) {}
+  /// begin_turn(now) returned `pass` (nothing: every queue was empty).
+  virtual void on_begin_turn(std::optional<ClassId> /*pass*/, Nanos /*now*/) {}
+  /// visit(now) returned `dispatch` (nullptr: the turn is over). `ticket` is the runtime's.
+  virtual void on_visit(const Dispatch* /*dispatch*/, Ticket /*ticket*/, Nanos /*now*/) {}
+  /// The server had no room: end_turn().
+  virtual void on_end_turn() {}
+  /// A completion was applied: complete_nano(ticket's core ticket, cost, now). `ticket` is the
+  /// runtime's.
+  virtual void on_complete(Ticket /*ticket*/, std::int64_t /*cost_nano*/, Nanos /*now*/) {}
+  /// Shutdown took every queued request back: take_all_queued().
+  virtual void on_take_all() {}
+};
+
+}  // namespace creditloop

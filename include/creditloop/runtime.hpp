@@ -1,0 +1,204 @@
+// creditloop/runtime.hpp: the piece a server embeds. The deterministic core, wrapped in threads.
+//
+// What it gives:
+//  - submit() from any thread: lock-free, allocation-free, into the participant's own queue.
+//  - One dispatcher thread (named, optionally pinned) running the loop of SPEC section 2 on the
+//    monotonic clock, handing each dispatched request to a sink: your callback on the dispatcher
+//    thread, or the built-in worker pool, which runs your handler and completes the request with
+//    the cost it returns.
+//  - complete() from any thread: wait-free, never blocks, never takes a lock. It claims the ticket
+//    (a repeated, stale or forged one is refused and changes nothing), returns the room, and
+//    hands the cost to the dispatcher, which charges it to the admitting bucket before its next
+//    decision.
+//  - Room: a slot count (in-flight limit, released by completions) or your own room test.
+//  - Lifecycle from any thread while producers and workers run: add, remove (hands back the
+//    queued requests), replan, shutdown (hands back or drains what is queued, then waits for
+//    everything in flight). Destruction without shutdown is safe: it shuts down handing back.
+//  - Snapshots per participant and per class, from any thread.
+//
+// What it does not promise: an order between requests of different participants beyond what the
+// core decides; that a request submitted during a turn is seen by that turn (SPEC 5a); any
+// bound on how long a sink callback or a handler may take (the dispatcher waits for the former;
+// the latter only delays room). A sink callback must not block; it may call submit(),
+// complete() and the lifecycle calls, which then run inline.
+//
+// Threads and cost (N participants, per call):
+//  - submit: one load and one CAS on the participant's inbox line; when the queue was empty, one
+//    exchange on a flag and one on the runtime's activation list, and one load of the parking
+//    word. O(1), no allocation.
+//  - complete: one CAS on the ticket, one exchange and one store on the completion list, one load
+//    of the parking word. O(1), wait-free, no allocation.
+//  - the dispatcher: per decision, the core's O(log64 N) visit; per activation O(1) plus the
+//    requests moved; per completion O(1). It sleeps when it has nothing to do (no CPU when idle)
+//    and when it has no room, and is woken by the submission or completion that changes that.
+//  - add, remove, replan, snapshots: a round trip to the dispatcher (microseconds); add may
+//    allocate.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "creditloop/core.hpp"
+#include "creditloop/error.hpp"
+#include "creditloop/observer.hpp"
+#include "creditloop/participant.hpp"
+#include "creditloop/plan.hpp"
+#include "creditloop/request.hpp"
+#include "creditloop/snapshot.hpp"
+#include "creditloop/ticket.hpp"
+#include "creditloop/units.hpp"
+
+namespace creditloop {
+
+namespace detail {
+struct TicketRecord;
+}
+
+/// A request on its way to the server: what a sink receives.
+struct Dispatched {
+  RequestHook* request = nullptr;
+  Ticket ticket;  // complete the request with this
+  ParticipantId participant;
+  ClassId out = 0;   // the class it went out under (k: unmetered)
+  ClassId turn = 0;  // the class of the turn that visited it
+  Nanos at = 0;      // the dispatcher's clock at the decision
+};
+
+struct RuntimeOptions {
+  /// Classes and plans. Validated once by the constructor.
+  Config config;
+
+  /// Room, slot model: at most this many requests in flight. Used when `room` is empty.
+  std::uint32_t slots = 64;
+  /// Room, your own test: called on the dispatcher thread before every decision. When it says
+  /// no, the dispatcher re-tests at least every millisecond, and at once after wake().
+  std::function<bool()> room;
+
+  /// Sink, your callback: called on the dispatcher thread for each dispatch. Must not block.
+  std::function<void(const Dispatched&)> sink;
+  /// Sink, the built-in worker pool: used when `workers` > 0. Each worker runs `handler` and
+  /// completes the request with the cost it returns (credits, SPEC section 2). A handler that
+  /// throws or returns a cost the runtime refuses completes with cost 0, counted in
+  /// handler_errors().
+  unsigned workers = 0;
+  std::function<double(RequestHook&, ParticipantId)> handler;
+
+  /// The dispatcher thread's name (at most 15 characters are kept) and the CPU to pin it to
+  /// (negative: not pinned).
+  std::string thread_name = "creditloop";
+  int cpu = -1;
+
+  /// Capacity reserved up front so that steady state allocates nothing.
+  std::size_t expected_participants = 1024;
+  std::size_t expected_in_flight = 1024;
+
+  /// Most dispatches between two looks at new submissions, completions and commands.
+  std::uint32_t batch = 64;
+  /// How long the dispatcher spins, then yields, before it sleeps.
+  std::chrono::nanoseconds spin{20'000};
+
+  /// The monotonic clock, in nanoseconds. Empty: std::chrono::steady_clock. Tests pass a manual
+  /// clock.
+  std::function<Nanos()> clock;
+
+  /// Sees every core input the dispatcher makes (observer.hpp). Not owned; must outlive the
+  /// runtime.
+  RuntimeObserver* observer = nullptr;
+};
+
+enum class ShutdownMode : std::uint8_t {
+  hand_back,  // stop dispatching; hand every queued request back
+  drain,      // refuse new submissions; dispatch everything queued first
+};
+
+class Runtime {
+ public:
+  /// Validates the options (throws std::invalid_argument naming the problem), reserves, and starts
+  /// the dispatcher thread and the worker pool.
+  explicit Runtime(RuntimeOptions options);
+  /// Shuts down handing back (the handed-back requests are dropped: they are the caller's
+  /// storage) if shutdown() was not called, and waits for everything in flight.
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  [[nodiscard]] const Config& config() const noexcept;
+  [[nodiscard]] int classes() const noexcept;
+
+  // ---- participants: any thread, a round trip to the dispatcher --------------------------------
+  /// Errors: those of Core::add, and shut_down.
+  Result<ParticipantId> add(std::string_view name, std::string_view plan, std::uint32_t shares);
+  /// Unregisters `p` and hands back everything it had queued, oldest first. Its in-flight requests
+  /// stay completable; their costs are charged nowhere. Errors: unknown_participant, shut_down.
+  Result<RequestList> remove(ParticipantId p);
+  /// Errors: unknown_participant, unknown_plan, bad_shares, shut_down.
+  Status replan(ParticipantId p, std::string_view plan, std::uint32_t shares);
+  [[nodiscard]] std::optional<ParticipantId> find(std::string_view name);
+
+  // ---- requests: any thread, no allocation --------------------------------------------------
+  /// Queues `request` for `p`. On error the request is not linked and stays the caller's:
+  /// unknown_participant (never registered, or removed) or shut_down. Lock-free.
+  Status submit(ParticipantId p, RequestHook& request) noexcept;
+
+  /// Completes a dispatched request with its real cost in credits. Errors, in this order: bad_cost,
+  /// unknown_ticket, stale_ticket; on error nothing changes. Wait-free.
+  Status complete(Ticket ticket, double cost) noexcept;
+  /// The same with the cost in nano-credits (0 .. kMaxCost * 1e9).
+  Status complete_nano(Ticket ticket, std::int64_t cost_nano) noexcept;
+
+  /// Wakes the dispatcher to re-test a room test of your own.
+  void wake() noexcept;
+
+  // ---- observability: any thread ------------------------------------------------------------
+  [[nodiscard]] std::optional<ParticipantSnapshot> snapshot(ParticipantId p);
+  [[nodiscard]] std::vector<ParticipantSnapshot> snapshot_participants();
+  [[nodiscard]] RuntimeSnapshot snapshot();
+  /// Completions by the worker pool whose handler threw or returned a refused cost.
+  [[nodiscard]] std::uint64_t handler_errors() const noexcept;
+
+  // ---- shutdown -----------------------------------------------------------------------------
+  /// Stops accepting submissions, hands back (or first dispatches) everything queued, waits until
+  /// every request in flight is completed, and joins the runtime's threads. The first call does the
+  /// work; later ones return an empty list. Must not be called from the dispatcher thread.
+  RequestList shutdown(ShutdownMode mode = ShutdownMode::hand_back);
+
+  class Impl;
+
+ private:
+  friend class CompletionBatch;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Completions gathered on one thread and handed to the dispatcher with one exchange: what a
+/// worker that completes several requests in a row should use. Each add() claims its ticket at
+/// once (so errors are reported at once, as by complete()); flush() publishes them. The destructor
+/// flushes. Not thread-safe: one batch per thread.
+class CompletionBatch {
+ public:
+  explicit CompletionBatch(Runtime& runtime) noexcept;
+  ~CompletionBatch();
+  CompletionBatch(const CompletionBatch&) = delete;
+  CompletionBatch& operator=(const CompletionBatch&) = delete;
+
+  /// Errors as for Runtime::complete. Wait-free.
+  Status add(Ticket ticket, double cost) noexcept;
+  Status add_nano(Ticket ticket, std::int64_t cost_nano) noexcept;
+  /// Publishes everything added since the last flush. Wait-free.
+  void flush() noexcept;
+  [[nodiscard]] std::size_t pending() const noexcept { return count_; }
+
+ private:
+  Runtime::Impl* impl_;
+  detail::TicketRecord* first_ = nullptr;
+  detail::TicketRecord* last_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+}  // namespace creditloop

@@ -1,0 +1,876 @@
+// The runtime: the threaded shell around the deterministic core (see runtime.hpp for the contract
+// and README "Design" for the argument).
+//
+// Who touches what:
+//  - The core, the per-place Local records, the free ticket list and every counter not marked
+//    atomic belong to the dispatcher thread alone. Other threads reach them only through commands
+//    (a mutex-protected list the dispatcher runs between decisions) or, after the dispatcher has
+//    exited, under that same mutex.
+//  - Mailboxes (one per ring place) are shared with producers; ticket records with completers.
+//    Both live in ChunkedTables whose elements never move, so other threads may index them while
+//    the dispatcher grows them.
+#include "creditloop/runtime.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <array>
+#include <atomic>
+#include <cassert>
+#include <concurrentqueue/blockingconcurrentqueue.h>
+#include <memory>
+#include <mutex>
+#include <semaphore>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+
+#include "creditloop/detail/mailbox.hpp"
+#include "creditloop/detail/parker.hpp"
+#include "creditloop/detail/segmented.hpp"
+#include "creditloop/detail/ticket_cell.hpp"
+#include "creditloop/detail/wait_free_bag.hpp"
+#include "futex.hpp"
+#include "probes.hpp"
+
+namespace creditloop {
+namespace detail {
+
+// A ticket's record: the cell completers claim, and what the dispatcher needs to apply the
+// completion. One cache line, so completers of neighbouring tickets do not share one.
+struct alignas(64) TicketRecord {
+  TicketCell<std::atomic> cell;
+  std::atomic<TicketRecord*> next_completed{nullptr};  // the completion list's link
+  std::int64_t cost = 0;  // written by the completer that claimed the cell, before publishing it
+  Ticket core;            // dispatcher only: the core's ticket for this dispatch
+  std::uint32_t index = 0;
+  std::uint32_t generation = 0;  // dispatcher only: the cell's current use
+};
+static_assert(sizeof(TicketRecord) == 64);
+
+}  // namespace detail
+
+namespace {
+
+using detail::TicketRecord;
+using Mailbox = detail::Mailbox<RequestHook, std::atomic, &RequestHook::next_in_queue>;
+static_assert(sizeof(Mailbox) == 64, "a participant's producers share one line, and only it");
+
+constexpr std::int64_t kMaxCostNano = static_cast<std::int64_t>(kMaxCost) * kNanoPerCredit;
+constexpr std::int64_t kRoomRecheckNs = 1'000'000;  // SPEC 5a: re-test a custom room every ms
+
+// An array of T that grows in chunks and whose elements never move, indexable from any thread
+// while the owner grows it. The directory is fixed, so a reader does one acquire load of a chunk
+// pointer; a null one means "not yet created", i.e. an index nobody was ever given.
+template <class T>
+class ChunkedTable {
+ public:
+  static constexpr std::size_t kChunkBits = 12;
+  static constexpr std::size_t kChunk = std::size_t{1} << kChunkBits;
+  static constexpr std::size_t kChunks = 4096;  // 16,777,216 elements, kMaxParticipants
+  static constexpr std::size_t kMax = kChunk * kChunks;
+
+  ChunkedTable() = default;
+  ChunkedTable(const ChunkedTable&) = delete;
+  ChunkedTable& operator=(const ChunkedTable&) = delete;
+  ~ChunkedTable() {
+    for (auto& chunk : directory_) delete[] chunk.load(std::memory_order_relaxed);
+  }
+
+  /// Any thread. nullptr for an index never grown to.
+  T* find(std::size_t i) const noexcept {
+    if (i >= kMax) return nullptr;
+    // acquire: pairs with the release store in grow_to(); the chunk's elements are constructed.
+    T* chunk = directory_[i >> kChunkBits].load(std::memory_order_acquire);
+    return chunk == nullptr ? nullptr : chunk + (i & (kChunk - 1));
+  }
+  /// Owner only, for an index below capacity().
+  T& operator[](std::size_t i) const noexcept {
+    // relaxed: the owner created the chunk itself.
+    return directory_[i >> kChunkBits].load(std::memory_order_relaxed)[i & (kChunk - 1)];
+  }
+  /// Owner only. Returns the first index of every new chunk through `fresh`. May allocate.
+  template <class F>
+  void grow_to(std::size_t n, F&& fresh) {
+    while (chunks_ * kChunk < n && chunks_ < kChunks) {
+      T* chunk = new T[kChunk];
+      fresh(chunk, chunks_ * kChunk);
+      // release: pairs with the acquire in find().
+      directory_[chunks_].store(chunk, std::memory_order_release);
+      ++chunks_;
+    }
+  }
+  [[nodiscard]] std::size_t capacity() const noexcept { return chunks_ * kChunk; }
+
+ private:
+  std::array<std::atomic<T*>, kChunks> directory_{};
+  std::size_t chunks_ = 0;  // owner only
+};
+
+Nanos steady_now() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+void check_options(const RuntimeOptions& o) {
+  if (o.room == nullptr && o.slots == 0) {
+    throw std::invalid_argument("runtime options: slots must be at least 1 without a room test");
+  }
+  if (o.workers > 0 && o.handler == nullptr) {
+    throw std::invalid_argument("runtime options: workers need a handler");
+  }
+  if (o.workers == 0 && o.sink == nullptr) {
+    throw std::invalid_argument("runtime options: a sink callback or workers with a handler");
+  }
+  if (o.batch == 0) throw std::invalid_argument("runtime options: batch must be at least 1");
+  if (o.spin.count() < 0) throw std::invalid_argument("runtime options: spin must not be negative");
+  if (o.cpu >= 0) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (o.cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof allowed, &allowed) != 0 ||
+        !CPU_ISSET(o.cpu, &allowed)) {
+      throw std::invalid_argument("runtime options: cpu " + std::to_string(o.cpu) +
+                                  " is not available to this process");
+    }
+  }
+}
+
+}  // namespace
+
+class Runtime::Impl {
+ public:
+  explicit Impl(RuntimeOptions options);
+  ~Impl();
+
+  Result<ParticipantId> add(std::string_view name, std::string_view plan, std::uint32_t shares);
+  Result<RequestList> remove(ParticipantId p);
+  Status replan(ParticipantId p, std::string_view plan, std::uint32_t shares);
+  std::optional<ParticipantId> find(std::string_view name);
+  Status submit(ParticipantId p, RequestHook& request) noexcept;
+  Status claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*& record) noexcept;
+  void publish(TicketRecord& first, TicketRecord& last) noexcept {
+    completions_.push_chain(first, last);  // seq_cst exchange: the work the dispatcher re-checks
+    parker_.notify(detail::kWakeOnRoom);
+  }
+  void wake() noexcept { parker_.notify(detail::kWakeOnRoom | detail::kWakeOnWork); }
+  std::optional<ParticipantSnapshot> snapshot(ParticipantId p);
+  std::vector<ParticipantSnapshot> snapshot_participants();
+  RuntimeSnapshot snapshot();
+  RequestList shutdown(ShutdownMode mode);
+  [[nodiscard]] std::uint64_t handler_errors() const noexcept {
+    return handler_errors_.load(std::memory_order_relaxed);  // a statistic: no pairing
+  }
+  [[nodiscard]] const Core& core() const noexcept { return core_; }
+
+ private:
+  enum class Phase : std::uint8_t { running, draining, finishing };
+  struct Local {  // dispatcher only, per ring place
+    std::uint32_t generation = 0;
+    bool open = false;
+    ClassId last_class = 0;
+    bool dispatched_once = false;
+  };
+  struct Command {
+    std::function<void()> work;
+    std::binary_semaphore done{0};
+  };
+  struct Job {
+    RequestHook* request = nullptr;  // nullptr: the worker stops
+    Ticket ticket;
+    ParticipantId participant;
+  };
+  struct DispatcherDone {};
+
+  // ---- the dispatcher thread ----
+  void dispatcher_main();
+  bool service(Nanos now);
+  bool run_commands();
+  void apply_completion(TicketRecord& record, Nanos now);
+  void take_inbox(Mailbox& mailbox, Nanos now);
+  void move_to_core(RequestHook* oldest, ParticipantId id, Nanos now);
+  bool dispatch_batch(Nanos now);
+  void hand_out(const Dispatch& d, Nanos now);
+  [[nodiscard]] bool has_room() const;
+  std::uint32_t acquire_ticket();
+  void idle();
+  [[nodiscard]] bool work_visible(std::uint32_t reasons) const;
+  void begin_shutdown(ShutdownMode mode, Nanos now);
+  void ensure_places(std::uint32_t places);
+  ParticipantSnapshot describe(ParticipantId p, Nanos now);
+
+  // ---- any thread ----
+  void run_on_dispatcher(Command& command);
+  void worker_main();
+  Nanos now() const { return clock_ ? clock_() : steady_now(); }
+
+  RuntimeOptions options_;
+  std::function<Nanos()> clock_;
+  RuntimeObserver* const observer_;
+  Core core_;
+
+  // Shared with producers and completers.
+  ChunkedTable<Mailbox> mailboxes_;
+  ChunkedTable<TicketRecord> tickets_;
+  detail::WaitFreeBag<Mailbox, std::atomic, &Mailbox::next_listed> activations_;
+  detail::WaitFreeBag<TicketRecord, std::atomic, &TicketRecord::next_completed> completions_;
+  detail::Parker<std::atomic, detail::LinuxFutex> parker_;
+  std::atomic<bool> accepting_{true};  // relaxed: chooses an error code only
+  std::atomic<std::uint64_t> handler_errors_{0};
+
+  // Commands: any thread posts, the dispatcher runs.
+  std::mutex commands_mutex_;
+  std::vector<Command*> commands_;     // guarded by commands_mutex_
+  std::vector<Command*> running_;      // dispatcher only
+  bool dispatcher_exited_ = false;     // guarded by commands_mutex_
+  std::atomic<bool> commands_pending_{false};
+
+  // Dispatcher only.
+  detail::Segmented<Local> locals_;
+  std::uint32_t places_ = 0;
+  std::vector<std::uint32_t> free_tickets_;
+  std::uint32_t tickets_used_ = 0;
+  std::uint64_t in_flight_ = 0;
+  Phase phase_ = Phase::running;
+  RequestList handed_back_;
+  std::uint64_t submitted_ = 0, dispatched_ = 0, completed_ = 0, parks_ = 0, wakeups_ = 0;
+  std::array<ClassSnapshot, kMaxClasses + 1> per_class_{};
+
+  // The worker pool. moodycamel rather than oneTBB tasks: enqueueing a job reuses the queue's
+  // blocks instead of allocating a task, and a worker takes up to kWorkerBulk jobs per dequeue
+  // (bench/bench_queues.cpp measures both).
+  moodycamel::BlockingConcurrentQueue<Job> jobs_;
+  std::unique_ptr<moodycamel::ProducerToken> jobs_token_;  // dispatcher only
+  std::vector<std::thread> workers_;
+
+  std::thread dispatcher_;
+  std::thread::id dispatcher_id_;  // written before any other thread can read it
+  std::mutex shutdown_mutex_;
+  bool shut_down_ = false;  // guarded by shutdown_mutex_
+};
+
+// ---- construction -----------------------------------------------------------------------------
+
+Runtime::Impl::Impl(RuntimeOptions options)
+    : options_((check_options(options), std::move(options))),
+      clock_(options_.clock),
+      observer_(options_.observer),
+      core_(options_.config) {
+  core_.reserve(options_.expected_participants, options_.expected_in_flight);
+  ensure_places(static_cast<std::uint32_t>(
+      std::min<std::size_t>(options_.expected_participants, kMaxParticipants)));
+  tickets_.grow_to(options_.expected_in_flight, [](TicketRecord* chunk, std::size_t first) {
+    for (std::size_t i = 0; i < ChunkedTable<TicketRecord>::kChunk; ++i) {
+      chunk[i].index = static_cast<std::uint32_t>(first + i);
+    }
+  });
+  free_tickets_.reserve(tickets_.capacity());
+  commands_.reserve(16);
+  running_.reserve(16);
+  for (unsigned i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_main(); });
+  std::binary_semaphore started{0};
+  dispatcher_ = std::thread([this, &started] {
+    dispatcher_id_ = std::this_thread::get_id();
+    started.release();
+    dispatcher_main();
+  });
+  started.acquire();
+}
+
+Runtime::Impl::~Impl() {
+  shutdown(ShutdownMode::hand_back);
+}
+
+void Runtime::Impl::ensure_places(std::uint32_t places) {
+  if (places <= places_) return;
+  locals_.grow_to(places);
+  mailboxes_.grow_to(places, [](Mailbox* chunk, std::size_t first) {
+    for (std::size_t i = 0; i < ChunkedTable<Mailbox>::kChunk; ++i) {
+      chunk[i].slot = static_cast<std::uint32_t>(first + i);
+    }
+  });
+  places_ = static_cast<std::uint32_t>(std::min<std::size_t>(mailboxes_.capacity(), kMaxParticipants));
+}
+
+// ---- commands -----------------------------------------------------------------------------------
+
+void Runtime::Impl::run_on_dispatcher(Command& command) {
+  if (std::this_thread::get_id() == dispatcher_id_) {  // from a sink or observer: inline
+    command.work();
+    return;
+  }
+  {
+    std::lock_guard lock(commands_mutex_);
+    if (dispatcher_exited_) {  // the core is quiescent: run here, under the lock
+      command.work();
+      return;
+    }
+    commands_.push_back(&command);
+    // seq_cst: the work the dispatcher re-checks after Parker::prepare().
+    commands_pending_.store(true, std::memory_order_seq_cst);
+  }
+  parker_.notify(detail::kWakeOnWork | detail::kWakeOnRoom);
+  command.done.acquire();  // pairs with the release in run_commands(): the result is visible
+}
+
+bool Runtime::Impl::run_commands() {
+  {
+    std::lock_guard lock(commands_mutex_);
+    running_.swap(commands_);
+    // relaxed: set and cleared under the mutex; the flag is only a hint to take it.
+    commands_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (Command* c : running_) {
+    c->work();
+    c->done.release();
+  }
+  const bool any = !running_.empty();
+  running_.clear();
+  return any;
+}
+
+Result<ParticipantId> Runtime::Impl::add(std::string_view name, std::string_view plan,
+                                         std::uint32_t shares) {
+  Result<ParticipantId> result = Errc::shut_down;
+  Command c;
+  c.work = [&] {
+    if (phase_ != Phase::running) return;
+    const Nanos t = now();
+    result = core_.add(name, plan, shares, t);
+    if (!result) return;
+    const ParticipantId id = *result;
+    ensure_places(core_.ring_size());
+    Local& local = locals_[id.slot];
+    local = Local{};
+    local.generation = id.generation;
+    local.open = true;
+    mailboxes_[id.slot].open(id.generation);
+    if (observer_ != nullptr) {
+      observer_->on_add(id, name, core_.plan(id), shares, t);
+    }
+  };
+  run_on_dispatcher(c);
+  return result;
+}
+
+Result<RequestList> Runtime::Impl::remove(ParticipantId p) {
+  Result<RequestList> result = Errc::shut_down;
+  Command c;
+  c.work = [&] {
+    if (phase_ != Phase::running) return;
+    result = core_.remove(p);
+    if (!result) return;
+    // Requests still in the inbox are newer than every one the core held.
+    Local& local = locals_[p.slot];
+    local.open = false;
+    RequestList inbox;
+    for (RequestHook* r = mailboxes_[p.slot].inbox.close(); r != nullptr;) {
+      RequestHook* const next = r->next_in_queue;
+      inbox.push_back(*r);
+      r = next;
+    }
+    result->splice_back(std::move(inbox));
+    if (observer_ != nullptr) observer_->on_remove(p);
+  };
+  run_on_dispatcher(c);
+  return result;
+}
+
+Status Runtime::Impl::replan(ParticipantId p, std::string_view plan, std::uint32_t shares) {
+  Status result = Errc::shut_down;
+  Command c;
+  c.work = [&] {
+    if (phase_ != Phase::running) return;
+    const std::optional<PlanId> id = core_.find_plan(plan);
+    if (!core_.contains(p)) {
+      result = Errc::unknown_participant;
+      return;
+    }
+    if (!id) {
+      result = Errc::unknown_plan;
+      return;
+    }
+    const Nanos t = now();
+    result = core_.replan(p, *id, shares, t);
+    if (result && observer_ != nullptr) observer_->on_replan(p, *id, shares, t);
+  };
+  run_on_dispatcher(c);
+  return result;
+}
+
+std::optional<ParticipantId> Runtime::Impl::find(std::string_view name) {
+  std::optional<ParticipantId> result;
+  Command c;
+  c.work = [&] { result = core_.find(name); };
+  run_on_dispatcher(c);
+  return result;
+}
+
+// ---- submit and complete: any thread --------------------------------------------------------
+
+Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
+  Mailbox* const mailbox = mailboxes_.find(p.slot);
+  const Mailbox::Submit outcome =
+      mailbox == nullptr || p.generation == 0 ? Mailbox::Submit::refused
+                                              : mailbox->submit(request, p.generation);
+  if (outcome == Mailbox::Submit::refused) {
+    // relaxed: the flag only picks the error; the inbox's refusal is what counts.
+    return accepting_.load(std::memory_order_relaxed) ? Errc::unknown_participant
+                                                      : Errc::shut_down;
+  }
+  CREDITLOOP_PROBE2(submit, p.slot, p.generation);
+  if (outcome == Mailbox::Submit::queued_and_listed) {
+    activations_.push(*mailbox);  // seq_cst exchange: the work the dispatcher re-checks
+    parker_.notify(detail::kWakeOnWork);
+  }
+  return {};
+}
+
+Status Runtime::Impl::claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*& record) noexcept {
+  if (cost_nano < 0 || cost_nano > kMaxCostNano) return Errc::bad_cost;
+  TicketRecord* const r = tickets_.find(ticket.index);
+  if (r == nullptr) return Errc::unknown_ticket;
+  switch (r->cell.claim(ticket.generation)) {
+    case detail::TicketCell<std::atomic>::Claim::claimed:
+      break;
+    case detail::TicketCell<std::atomic>::Claim::unknown:
+      return Errc::unknown_ticket;
+    case detail::TicketCell<std::atomic>::Claim::stale:
+      return Errc::stale_ticket;
+  }
+  r->cost = cost_nano;  // the record is this thread's until published
+  CREDITLOOP_PROBE3(complete, ticket.index, ticket.generation, cost_nano);
+  record = r;
+  return {};
+}
+
+// ---- the dispatcher -----------------------------------------------------------------------------
+
+void Runtime::Impl::dispatcher_main() {
+  if (!options_.thread_name.empty()) {
+    const std::string name = options_.thread_name.substr(0, 15);
+    pthread_setname_np(pthread_self(), name.c_str());
+  }
+  if (options_.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(options_.cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // checked in check_options()
+  }
+  if (options_.workers > 0) jobs_token_ = std::make_unique<moodycamel::ProducerToken>(jobs_);
+
+  for (;;) {
+    const Nanos t = now();
+    const bool serviced = service(t);
+    if (phase_ == Phase::finishing && in_flight_ == 0) break;
+    if (phase_ != Phase::finishing) {
+      if (dispatch_batch(t)) continue;
+      if (phase_ == Phase::draining && core_.waiting() == 0 && !activations_.maybe_nonempty()) {
+        phase_ = Phase::finishing;
+        continue;
+      }
+    }
+    if (!serviced) idle();
+  }
+
+  std::lock_guard lock(commands_mutex_);
+  dispatcher_exited_ = true;
+  // Commands posted while it finished run now, so that their callers return.
+  for (Command* c : commands_) {
+    c->work();
+    c->done.release();
+  }
+  commands_.clear();
+}
+
+bool Runtime::Impl::service(Nanos t) {
+  bool did = false;
+  // acquire: pairs with the seq_cst store in run_on_dispatcher() (the mutex then orders the rest).
+  if (commands_pending_.load(std::memory_order_acquire)) did = run_commands();
+  did |= completions_.drain([&](TicketRecord& r) { apply_completion(r, t); }) > 0;
+  did |= activations_.drain([&](Mailbox& m) { take_inbox(m, t); }) > 0;
+  return did;
+}
+
+void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t) {
+  const Result<Completion> applied = core_.complete_nano(record.core, record.cost, t);
+  assert(applied.ok() && "the runtime completes each core ticket once, with a checked cost");
+  (void)applied;
+  if (observer_ != nullptr) {
+    observer_->on_complete(Ticket{record.index, record.generation}, record.cost, t);
+  }
+  record.cell.release();
+  free_tickets_.push_back(record.index);  // within the capacity reserved when it was created
+  --in_flight_;
+  ++completed_;
+}
+
+void Runtime::Impl::take_inbox(Mailbox& mailbox, Nanos t) {
+  const Local& local = locals_[mailbox.slot];
+  RequestHook* const oldest = mailbox.take_listed(local.open, local.generation);
+  move_to_core(oldest, ParticipantId{mailbox.slot, local.generation}, t);
+}
+
+void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t) {
+  for (RequestHook* r = oldest; r != nullptr;) {
+    RequestHook* const next = r->next_in_queue;
+    const Status queued = core_.submit(id, *r, t);
+    assert(queued.ok() && "an open inbox belongs to a live participant");
+    (void)queued;
+    if (observer_ != nullptr) observer_->on_submit(id, *r, t);
+    ++submitted_;
+    r = next;
+  }
+}
+
+bool Runtime::Impl::has_room() const {
+  if (free_tickets_.empty() && tickets_used_ == ChunkedTable<TicketRecord>::kMax) return false;
+  return options_.room ? options_.room() : in_flight_ < options_.slots;
+}
+
+bool Runtime::Impl::dispatch_batch(Nanos t) {
+  std::uint32_t sent = 0;
+  // Each pass of the loop visits once; a turn that dispatches nothing more ends and the next
+  // begins, so the bound only guards against a turn that visits nobody.
+  for (std::uint32_t step = 0; sent < options_.batch && step < 2 * options_.batch + 2; ++step) {
+    if (!has_room()) {
+      if (core_.in_turn()) {
+        core_.end_turn();
+        if (observer_ != nullptr) observer_->on_end_turn();
+      }
+      break;
+    }
+    if (!core_.in_turn()) {
+      const std::optional<ClassId> pass = core_.begin_turn(t);
+      if (observer_ != nullptr) observer_->on_begin_turn(pass, t);
+      if (!pass) break;
+      ++per_class_[*pass].passes;
+    }
+    const std::optional<Dispatch> d = core_.visit(t);
+    if (!d) {
+      if (observer_ != nullptr) observer_->on_visit(nullptr, Ticket{}, t);
+      continue;
+    }
+    hand_out(*d, t);
+    ++sent;
+  }
+  return sent > 0;
+}
+
+std::uint32_t Runtime::Impl::acquire_ticket() {
+  if (!free_tickets_.empty()) {
+    const std::uint32_t index = free_tickets_.back();
+    free_tickets_.pop_back();
+    return index;
+  }
+  if (tickets_used_ == tickets_.capacity()) {  // more in flight than ever: grow (allocates)
+    tickets_.grow_to(tickets_used_ + 1, [](TicketRecord* chunk, std::size_t first) {
+      for (std::size_t i = 0; i < ChunkedTable<TicketRecord>::kChunk; ++i) {
+        chunk[i].index = static_cast<std::uint32_t>(first + i);
+      }
+    });
+    free_tickets_.reserve(tickets_.capacity());
+  }
+  return tickets_used_++;
+}
+
+void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
+  TicketRecord& record = tickets_[acquire_ticket()];
+  record.core = d.ticket;
+  record.cost = 0;
+  record.generation = record.cell.issue();  // release: publishes the record to its completer
+  const Ticket ticket{record.index, record.generation};
+  ++in_flight_;
+  ++dispatched_;
+  ++per_class_[d.out].dispatched;
+  Local& local = locals_[d.participant.slot];
+  local.last_class = d.out;
+  local.dispatched_once = true;
+  if (observer_ != nullptr) observer_->on_visit(&d, ticket, t);
+  CREDITLOOP_PROBE4(dispatch, d.participant.slot, d.out, ticket.index, ticket.generation);
+  if (options_.workers > 0) {
+    jobs_.enqueue(*jobs_token_, Job{d.request, ticket, d.participant});
+  } else {
+    options_.sink(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
+  }
+}
+
+bool Runtime::Impl::work_visible(std::uint32_t reasons) const {
+  // seq_cst loads (inside the bags and here): the re-check half of the parking protocol.
+  if (commands_pending_.load(std::memory_order_seq_cst)) return true;
+  if ((reasons & detail::kWakeOnWork) != 0 && activations_.maybe_nonempty()) return true;
+  if ((reasons & detail::kWakeOnRoom) != 0 && completions_.maybe_nonempty()) return true;
+  return false;
+}
+
+void Runtime::Impl::idle() {
+  // What can end this wait: a completion when room or the end of shutdown waits on one; a
+  // submission when there is room to use it. Commands always wake.
+  std::uint32_t reasons = 0;
+  const bool finishing = phase_ == Phase::finishing;
+  if (finishing || !has_room()) reasons |= detail::kWakeOnRoom;
+  if (!finishing && has_room()) reasons |= detail::kWakeOnWork;
+  if (reasons == 0) return;
+
+  // Spin, then yield, then sleep: a hand-off that comes within the spin costs no system call.
+  const Nanos spin_until = steady_now() + options_.spin.count();
+  for (std::uint32_t i = 1;; ++i) {
+    if (work_visible(reasons)) return;
+    if (options_.room && (reasons & detail::kWakeOnRoom) != 0 && options_.room()) return;
+    if ((i & 63) == 0 && steady_now() >= spin_until) break;
+    cpu_relax();
+  }
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::yield();
+    if (work_visible(reasons)) return;
+  }
+  const std::uint32_t token = parker_.prepare(reasons);
+  if (work_visible(reasons) ||
+      (options_.room && (reasons & detail::kWakeOnRoom) != 0 && options_.room())) {
+    parker_.cancel();
+    return;
+  }
+  // A custom room test is re-tested every millisecond (SPEC 5a); a producer that is half-way
+  // through a push will finish it within its time slice, so poll until it has.
+  const bool poll = (options_.room && (reasons & detail::kWakeOnRoom) != 0) ||
+                    activations_.has_half_pushed() || completions_.has_half_pushed();
+  CREDITLOOP_PROBE2(park, reasons, in_flight_);
+  ++parks_;
+  parker_.wait(token, poll ? kRoomRecheckNs : -1);
+  ++wakeups_;
+  CREDITLOOP_PROBE2(wake, reasons, in_flight_);
+}
+
+// ---- shutdown -----------------------------------------------------------------------------------
+
+void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
+  accepting_.store(false, std::memory_order_relaxed);  // picks the error code only
+  // Close every inbox: a push from now on is refused. What the inboxes held joins the core's
+  // queues behind what they already hold, so each participant's order is kept.
+  for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
+    Local& local = locals_[slot];
+    if (!local.open) continue;
+    local.open = false;
+    move_to_core(mailboxes_[slot].inbox.close(), ParticipantId{slot, local.generation}, t);
+  }
+  if (mode == ShutdownMode::hand_back) {
+    handed_back_ = core_.take_all_queued();
+    if (observer_ != nullptr) observer_->on_take_all();
+    phase_ = Phase::finishing;
+  } else {
+    phase_ = Phase::draining;
+  }
+}
+
+RequestList Runtime::Impl::shutdown(ShutdownMode mode) {
+  std::lock_guard lock(shutdown_mutex_);
+  if (shut_down_) return {};
+  shut_down_ = true;
+  assert(std::this_thread::get_id() != dispatcher_id_ && "shutdown from the dispatcher thread");
+  Command c;
+  c.work = [&] { begin_shutdown(mode, now()); };
+  run_on_dispatcher(c);
+  dispatcher_.join();
+  for (std::size_t i = 0; i < workers_.size(); ++i) jobs_.enqueue(Job{});
+  for (std::thread& w : workers_) w.join();
+  return std::move(handed_back_);
+}
+
+// ---- snapshots -----------------------------------------------------------------------------------
+
+ParticipantSnapshot Runtime::Impl::describe(ParticipantId p, Nanos t) {
+  ParticipantSnapshot s;
+  s.id = p;
+  s.name = std::string(core_.name(p));
+  s.plan = core_.plan(p);
+  s.shares = core_.shares(p);
+  s.queued = core_.queued(p);
+  for (int c = 0; c < core_.classes(); ++c) {
+    const Result<Balance> b = core_.balance(p, static_cast<ClassId>(c), t);
+    if (b) s.balance[static_cast<std::size_t>(c)] = *b;
+  }
+  s.stats = core_.stats(p);
+  const Local& local = locals_[p.slot];
+  if (local.dispatched_once) s.last_class = local.last_class;
+  return s;
+}
+
+std::optional<ParticipantSnapshot> Runtime::Impl::snapshot(ParticipantId p) {
+  std::optional<ParticipantSnapshot> result;
+  Command c;
+  c.work = [&] {
+    if (!core_.contains(p)) return;
+    const Nanos t = now();
+    // What producers have queued so far counts: move it into the core first.
+    activations_.drain([&](Mailbox& m) { take_inbox(m, t); });
+    result = describe(p, t);
+  };
+  run_on_dispatcher(c);
+  return result;
+}
+
+std::vector<ParticipantSnapshot> Runtime::Impl::snapshot_participants() {
+  std::vector<ParticipantSnapshot> result;
+  Command c;
+  c.work = [&] {
+    const Nanos t = now();
+    activations_.drain([&](Mailbox& m) { take_inbox(m, t); });
+    result.reserve(core_.size());
+    for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
+      if (const std::optional<ParticipantId> p = core_.at(slot)) result.push_back(describe(*p, t));
+    }
+  };
+  run_on_dispatcher(c);
+  return result;
+}
+
+RuntimeSnapshot Runtime::Impl::snapshot() {
+  RuntimeSnapshot s;
+  Command c;
+  c.work = [&] {
+    s.at = now();
+    s.participants = core_.size();
+    s.waiting = core_.waiting();
+    s.in_flight = in_flight_;
+    s.submitted = submitted_;
+    s.dispatched = dispatched_;
+    s.completed = completed_;
+    s.parks = parks_;
+    s.wakeups = wakeups_;
+    s.classes = core_.classes();
+    s.per_class = per_class_;
+  };
+  run_on_dispatcher(c);
+  return s;
+}
+
+// ---- the worker pool ---------------------------------------------------------------------------
+
+void Runtime::Impl::worker_main() {
+  constexpr std::size_t kWorkerBulk = 32;
+  moodycamel::ConsumerToken token(jobs_);
+  std::array<Job, kWorkerBulk> jobs;
+  for (;;) {
+    const std::size_t n = jobs_.wait_dequeue_bulk(token, jobs.begin(), jobs.size());
+    TicketRecord* first = nullptr;
+    TicketRecord* last = nullptr;
+    std::size_t stops = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Job& job = jobs[i];
+      if (job.request == nullptr) {
+        ++stops;
+        continue;
+      }
+      double cost = 0;
+      bool ok = true;
+      try {
+        cost = options_.handler(*job.request, job.participant);
+      } catch (...) {
+        ok = false;
+      }
+      const std::optional<std::int64_t> nano = ok ? to_nano_credits(cost, kMaxCost) : std::nullopt;
+      if (!nano) handler_errors_.fetch_add(1, std::memory_order_relaxed);  // a statistic
+      TicketRecord* record = nullptr;
+      if (!claim(job.ticket, nano.value_or(0), record)) continue;  // cannot fail: issued once
+      if (first == nullptr) {
+        first = record;
+      } else {
+        last->next_completed.store(record, std::memory_order_relaxed);  // published by the push
+      }
+      last = record;
+    }
+    if (first != nullptr) publish(*first, *last);
+    if (stops > 0) {
+      for (std::size_t i = 1; i < stops; ++i) jobs_.enqueue(Job{});  // another worker's stop
+      return;
+    }
+  }
+}
+
+// ---- Runtime --------------------------------------------------------------------------------------
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Runtime::~Runtime() = default;
+
+const Config& Runtime::config() const noexcept { return impl_->core().config(); }
+int Runtime::classes() const noexcept { return impl_->core().classes(); }
+
+Result<ParticipantId> Runtime::add(std::string_view name, std::string_view plan,
+                                   std::uint32_t shares) {
+  return impl_->add(name, plan, shares);
+}
+Result<RequestList> Runtime::remove(ParticipantId p) { return impl_->remove(p); }
+Status Runtime::replan(ParticipantId p, std::string_view plan, std::uint32_t shares) {
+  return impl_->replan(p, plan, shares);
+}
+std::optional<ParticipantId> Runtime::find(std::string_view name) { return impl_->find(name); }
+
+Status Runtime::submit(ParticipantId p, RequestHook& request) noexcept {
+  return impl_->submit(p, request);
+}
+
+Status Runtime::complete(Ticket ticket, double cost) noexcept {
+  const std::optional<std::int64_t> nano = to_nano_credits(cost, kMaxCost);
+  if (!nano) return Errc::bad_cost;
+  return complete_nano(ticket, *nano);
+}
+
+Status Runtime::complete_nano(Ticket ticket, std::int64_t cost_nano) noexcept {
+  TicketRecord* record = nullptr;
+  const Status claimed = impl_->claim(ticket, cost_nano, record);
+  if (claimed) impl_->publish(*record, *record);
+  return claimed;
+}
+
+void Runtime::wake() noexcept { impl_->wake(); }
+
+std::optional<ParticipantSnapshot> Runtime::snapshot(ParticipantId p) { return impl_->snapshot(p); }
+std::vector<ParticipantSnapshot> Runtime::snapshot_participants() {
+  return impl_->snapshot_participants();
+}
+RuntimeSnapshot Runtime::snapshot() { return impl_->snapshot(); }
+std::uint64_t Runtime::handler_errors() const noexcept { return impl_->handler_errors(); }
+
+RequestList Runtime::shutdown(ShutdownMode mode) { return impl_->shutdown(mode); }
+
+// ---- CompletionBatch ------------------------------------------------------------------------------
+
+CompletionBatch::CompletionBatch(Runtime& runtime) noexcept : impl_(runtime.impl_.get()) {}
+CompletionBatch::~CompletionBatch() { flush(); }
+
+Status CompletionBatch::add(Ticket ticket, double cost) noexcept {
+  const std::optional<std::int64_t> nano = to_nano_credits(cost, kMaxCost);
+  if (!nano) return Errc::bad_cost;
+  return add_nano(ticket, *nano);
+}
+
+Status CompletionBatch::add_nano(Ticket ticket, std::int64_t cost_nano) noexcept {
+  TicketRecord* record = nullptr;
+  const Status claimed = impl_->claim(ticket, cost_nano, record);
+  if (!claimed) return claimed;
+  if (first_ == nullptr) {
+    first_ = record;
+  } else {
+    last_->next_completed.store(record, std::memory_order_relaxed);  // published by flush()
+  }
+  last_ = record;
+  ++count_;
+  return {};
+}
+
+void CompletionBatch::flush() noexcept {
+  if (first_ == nullptr) return;
+  impl_->publish(*first_, *last_);
+  first_ = last_ = nullptr;
+  count_ = 0;
+}
+
+}  // namespace creditloop
