@@ -492,11 +492,12 @@ void Runtime::Impl::dispatcher_main() {
 }
 
 bool Runtime::Impl::service(Nanos t) {
-  bool did = false;
-  // acquire: pairs with the seq_cst store in run_on_dispatcher() (the mutex then orders the rest).
-  if (commands_pending_.load(std::memory_order_acquire)) did = run_commands();
-  did |= completions_.drain([&](TicketRecord& r) { apply_completion(r, t); }) > 0;
+  // The flag is read before the drains so that a command sees every submission and completion its
+  // caller made before posting it. acquire: pairs with the seq_cst store in run_on_dispatcher().
+  const bool commands = commands_pending_.load(std::memory_order_acquire);
+  bool did = completions_.drain([&](TicketRecord& r) { apply_completion(r, t); }) > 0;
   did |= activations_.drain([&](Mailbox& m) { take_inbox(m, t); }) > 0;
+  if (commands) did |= run_commands();
   return did;
 }
 

@@ -48,9 +48,8 @@ class TicketCell {
                                        std::memory_order_acquire, std::memory_order_acquire)) {
       return Claim::claimed;
     }
-    const std::uint32_t current = generation_of(seen);
-    const bool issued = generation != 0 && (generation < current ||
-                                            (generation == current && phase_of(seen) != kFree));
+    // Generations are issued in increasing order, so one at or below the current one was issued.
+    const bool issued = generation != 0 && generation <= generation_of(seen);
     return issued ? Claim::stale : Claim::unknown;
   }
 

@@ -1,0 +1,878 @@
+// The measured choice of the runtime's per-participant queue and activation path, and of its
+// worker-pool hand-off.
+//
+// BM_Queue/<design>/producers:P/participants:N. P producer threads (1, 2, 4) push kItems requests
+// per iteration, each producer spreading its share round robin over N participants (10 or 10,000,
+// the producers starting at different participants); one consumer (the benchmark's thread) learns
+// which participants have work and drains them, counting each request into its participant's
+// tally (a stand-in for the dispatcher's move into the core). Time runs from a start gate that
+// releases the producers to the consumer's last request (manual time: thread start-up is outside
+// it). Every consumer spins 64 times and then yields when it finds nothing, and never sleeps: the
+// runtime's parking word (one load per activation) is left out of every design alike. Designs:
+//  - mailbox: detail::Mailbox + detail::WaitFreeBag, as runtime.cpp's submit() and take_inbox()
+//    use them: a CAS on the participant's line per push, one activation per empty-to-non-empty
+//    transition, and the consumer takes a participant's whole backlog with one exchange.
+//  - vyukov: Vyukov's intrusive MPSC queue per participant (one exchange per push, through the
+//    same RequestHook link), activated through a per-queue flag and the same WaitFreeBag.
+//  - moodycamel_per_participant: a moodycamel::ConcurrentQueue per participant with one producer
+//    token per (producer, participant) and a consumer token per participant, activated like
+//    vyukov. Each token is a sub-queue that allocates its own block index and blocks: memory grows
+//    with participants x producers (see bytes_per_participant).
+//  - moodycamel_shared: no per-participant queue: one moodycamel queue of (participant, request)
+//    pairs, a producer token per producer, bulk dequeue by the consumer. Nothing to activate.
+//  - boost_per_participant / boost_shared: boost::lockfree::queue (a Michael-Scott queue with a
+//    node free list), either per participant (activated like vyukov) or one shared queue of pairs.
+// Where a design pairs a queue of its own with a flag, the producer's enqueue and its read of the
+// flag, and the consumer's clear of the flag and its dequeue, are two store-then-load pairs on two
+// locations: seq_cst operations or seq_cst fences on both sides, as mailbox.hpp argues.
+// Counters: items_per_second; bytes_per_participant: the queue objects, tokens and what they hold
+// on the heap after the run (request objects excluded); rescues: times the consumer, idle for
+// 200 ms, swept every queue and found requests the activation path had not reported (a check:
+// must be 0).
+//
+// BM_Pool/<design>/gap_ns:G: one thread hands kJobs jobs (the runtime's 24-byte Job) to 2 workers
+// that each run an empty handler (a std::function, as the runtime calls it). gap_ns 0: the thread
+// does nothing but enqueue; gap_ns 200: it busy-works about 200 ns before each job, as the
+// dispatcher decides before each hand-off, so workers outrun it and keep running dry.
+//  - moodycamel_bulk32: the runtime's pool: moodycamel::BlockingConcurrentQueue, one enqueue per
+//    job with a producer token (runtime.cpp's hand_out()), each worker dequeuing up to 32 with
+//    wait_dequeue_bulk.
+//  - moodycamel_bulk32_enqueue64: the same workers, the producer handing over 64 jobs at a time
+//    with enqueue_bulk (one semaphore signal per 64), as a dispatcher could per batch.
+//  - tbb_arena_enqueue: tbb::task_arena(2 slots, none reserved) and one enqueue() per job.
+//  - tbb_task_group: tbb::task_group::run() per job inside a task_arena(3 slots, 1 for the
+//    producer); the producer then waits in task_group::wait(), which lets it run jobs too.
+// Each worker counts what it ran on a line of its own (per bulk for moodycamel, per job for oneTBB,
+// which has no bulk); the producer, done enqueueing, polls those counts every 20 us. Time: wall
+// clock from the first enqueue to the last job run.
+//
+// Run: cmake --build build/release --target bench_queues
+//      build/release/bench/bench_queues --benchmark_repetitions=5
+//        --benchmark_report_aggregates_only=true
+// On 2 cores, P producers + 1 consumer oversubscribe the CPU from P = 2 on; nothing is pinned.
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <boost/lockfree/queue.hpp>
+#include <chrono>
+#include <concurrentqueue/blockingconcurrentqueue.h>
+#include <concurrentqueue/concurrentqueue.h>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <new>
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_group.h>
+#include <thread>
+#include <vector>
+
+#include "creditloop/detail/mailbox.hpp"
+#include "creditloop/detail/wait_free_bag.hpp"
+#include "creditloop/participant.hpp"
+#include "creditloop/request.hpp"
+#include "creditloop/ticket.hpp"
+
+namespace {
+
+using creditloop::RequestHook;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kItems = 200'000;
+constexpr std::size_t kJobs = 200'000;
+constexpr std::size_t kDrainBulk = 64;
+constexpr auto kRescueAfter = std::chrono::milliseconds(200);
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Live heap bytes of the queues under test (malloc_usable_size: moodycamel's free() gets no size).
+std::atomic<std::int64_t> g_heap_bytes{0};
+
+void* counted_malloc(std::size_t size) {
+  void* p = std::malloc(size);
+  if (p != nullptr) {
+    g_heap_bytes.fetch_add(static_cast<std::int64_t>(malloc_usable_size(p)),
+                           std::memory_order_relaxed);
+  }
+  return p;
+}
+
+void counted_free(void* p) {
+  if (p == nullptr) return;
+  g_heap_bytes.fetch_sub(static_cast<std::int64_t>(malloc_usable_size(p)),
+                         std::memory_order_relaxed);
+  std::free(p);
+}
+
+// The default traits but for the counting heap, and no implicit-producer hash: every enqueue here
+// has a token, and the hash's 32 inline entries would only inflate each queue object.
+struct CountingTraits : moodycamel::ConcurrentQueueDefaultTraits {
+  static constexpr std::size_t INITIAL_IMPLICIT_PRODUCER_HASH_SIZE = 0;
+  static void* malloc(std::size_t size) { return counted_malloc(size); }
+  static void free(void* p) { counted_free(p); }
+};
+
+template <class T>
+struct CountingAllocator {
+  using value_type = T;
+  CountingAllocator() noexcept = default;
+  template <class U>
+  explicit CountingAllocator(const CountingAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    g_heap_bytes.fetch_add(static_cast<std::int64_t>(n * sizeof(T)), std::memory_order_relaxed);
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    g_heap_bytes.fetch_sub(static_cast<std::int64_t>(n * sizeof(T)), std::memory_order_relaxed);
+    std::allocator<T>().deallocate(p, n);
+  }
+  template <class U>
+  friend bool operator==(const CountingAllocator&, const CountingAllocator<U>&) noexcept {
+    return true;
+  }
+};
+
+struct Item : RequestHook {
+  std::uint32_t participant = 0;
+  std::uint32_t seq = 0;
+};
+
+struct Pair {
+  std::uint32_t participant = 0;
+  Item* item = nullptr;
+};
+
+// What the consumer does with each request: the dispatcher touches per-participant state for every
+// request it moves, and so does this.
+struct Tally {
+  explicit Tally(std::size_t participants) : per_participant(participants, 0) {}
+  void operator()(std::uint32_t participant, const Item& item) noexcept {
+    ++per_participant[participant];
+    seq_sum += item.seq;
+    ++count;
+  }
+  std::vector<std::uint64_t> per_participant;
+  std::uint64_t seq_sum = 0;
+  std::size_t count = 0;
+};
+
+// ---- mailbox: the runtime's own ----------------------------------------------------------------
+
+class MailboxDesign {
+ public:
+  using Mailbox = creditloop::detail::Mailbox<RequestHook, std::atomic, &RequestHook::next_in_queue>;
+
+  MailboxDesign(std::size_t participants, unsigned /*producers*/)
+      : boxes_(new Mailbox[participants]), participants_(participants) {
+    for (std::size_t i = 0; i < participants; ++i) {
+      boxes_[i].slot = static_cast<std::uint32_t>(i);
+      boxes_[i].open(kGeneration);
+    }
+  }
+
+  void push(unsigned /*producer*/, Item& item) noexcept {
+    Mailbox& box = boxes_[item.participant];
+    if (box.submit(item, kGeneration) == Mailbox::Submit::queued_and_listed) {
+      activations_.push(box);
+    }
+  }
+
+  template <class Sink>
+  std::size_t drain(Sink& sink) {
+    std::size_t n = 0;
+    activations_.drain([&](Mailbox& box) {
+      n += deliver(box.slot, box.take_listed(true, kGeneration), sink);
+    });
+    return n;
+  }
+
+  // Taking an inbox that may still be listed is harmless: the listed entry later finds it empty.
+  template <class Sink>
+  std::size_t sweep(Sink& sink) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < participants_; ++i) {
+      n += deliver(boxes_[i].slot, boxes_[i].inbox.take(Mailbox::Queue::tag_for(kGeneration)),
+                   sink);
+    }
+    return n;
+  }
+
+  [[nodiscard]] std::size_t bytes() const { return participants_ * sizeof(Mailbox); }
+
+ private:
+  static constexpr std::uint32_t kGeneration = 1;
+
+  template <class Sink>
+  static std::size_t deliver(std::uint32_t slot, RequestHook* oldest, Sink& sink) {
+    std::size_t n = 0;
+    for (RequestHook* r = oldest; r != nullptr; ++n) {
+      RequestHook* const next = r->next_in_queue;
+      sink(slot, static_cast<Item&>(*r));
+      r = next;
+    }
+    return n;
+  }
+
+  std::unique_ptr<Mailbox[]> boxes_;
+  std::size_t participants_;
+  creditloop::detail::WaitFreeBag<Mailbox, std::atomic, &Mailbox::next_listed> activations_;
+};
+
+// ---- the activation path shared by the per-participant contenders -----------------------------
+
+// A flag per queue and the runtime's WaitFreeBag: the consumer visits only queues that have work.
+// kSeqCstEnqueue: the queue's enqueue publishes with a seq_cst read-modify-write, which orders it
+// before a seq_cst read of the flag with no fence (Vyukov's exchange); a library queue's enqueue
+// promises no such thing, so its producer pays a seq_cst fence.
+template <class Queue, bool kSeqCstEnqueue>
+class Activations {
+ public:
+  // Producer, after its enqueue.
+  void after_enqueue(Queue& q) noexcept {
+    bool listed = false;
+    if constexpr (kSeqCstEnqueue) {
+      listed = q.listed.load(std::memory_order_seq_cst);
+    } else {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      listed = q.listed.load(std::memory_order_relaxed);
+    }
+    // acq_rel: the exchange only elects the one producer that lists the queue.
+    if (!listed && !q.listed.exchange(true, std::memory_order_acq_rel)) bag_.push(q);
+  }
+
+  // Consumer: f(Queue&) drains the queue and returns how many it took, and whether the queue was
+  // left mid-push (a producer linked a node but not yet its successor): such a queue is retried on
+  // the next drain, without touching its flag, which belongs to the bag entry.
+  template <class F>
+  std::size_t drain(F&& f) {
+    std::size_t n = 0;
+    retrying_.swap(retry_);
+    for (Queue* q : retrying_) n += f(*q, retry_);
+    retrying_.clear();
+    bag_.drain([&](Queue& q) {
+      // relaxed and a seq_cst fence: clear, then look, against either kind of producer.
+      q.listed.store(false, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      n += f(q, retry_);
+    });
+    return n;
+  }
+
+ private:
+  creditloop::detail::WaitFreeBag<Queue, std::atomic, &Queue::next_listed> bag_;
+  std::vector<Queue*> retry_;
+  std::vector<Queue*> retrying_;
+};
+
+// ---- vyukov: an intrusive MPSC queue per participant (a contender only) ------------------------
+
+// Dmitry Vyukov's non-blocking intrusive MPSC queue, linked through RequestHook::next_in_queue
+// (accessed as an atomic_ref, so requests need no other field). Push is one exchange and one
+// store, wait-free; a consumer that meets a producer between the two sees the queue as busy.
+struct alignas(64) VyukovQueue {
+  enum class Pop : std::uint8_t { item, empty, busy };
+
+  VyukovQueue() noexcept : head(&stub), tail(&stub) {}
+  VyukovQueue(const VyukovQueue&) = delete;
+  VyukovQueue& operator=(const VyukovQueue&) = delete;
+
+  static std::atomic_ref<RequestHook*> link(RequestHook& node) noexcept {
+    return std::atomic_ref<RequestHook*>(node.next_in_queue);
+  }
+
+  void push(RequestHook& node) noexcept {
+    link(node).store(nullptr, std::memory_order_relaxed);  // published by the exchange
+    // seq_cst: also the producer's half of the activation flag's store-then-load pair.
+    RequestHook* const previous = head.exchange(&node, std::memory_order_seq_cst);
+    link(*previous).store(&node, std::memory_order_release);  // pairs with pop()'s acquire
+  }
+
+  // Consumer only.
+  RequestHook* pop(Pop& outcome) noexcept {
+    RequestHook* first = tail;
+    RequestHook* next = link(*first).load(std::memory_order_acquire);
+    if (first == &stub) {
+      if (next == nullptr) {
+        outcome = head.load(std::memory_order_acquire) == &stub ? Pop::empty : Pop::busy;
+        return nullptr;
+      }
+      tail = next;
+      first = next;
+      next = link(*next).load(std::memory_order_acquire);
+    }
+    if (next != nullptr) {
+      tail = next;
+      outcome = Pop::item;
+      return first;
+    }
+    if (first != head.load(std::memory_order_acquire)) {
+      outcome = Pop::busy;
+      return nullptr;
+    }
+    push(stub);  // the last node is handed out only once something follows it
+    next = link(*first).load(std::memory_order_acquire);
+    if (next == nullptr) {
+      outcome = Pop::busy;
+      return nullptr;
+    }
+    tail = next;
+    outcome = Pop::item;
+    return first;
+  }
+
+  std::atomic<RequestHook*> head;  // producers
+  RequestHook* tail;               // consumer
+  RequestHook stub;
+  std::atomic<bool> listed{false};
+  std::atomic<VyukovQueue*> next_listed{nullptr};
+  std::uint32_t slot = 0;
+};
+static_assert(sizeof(VyukovQueue) == 64);
+
+class VyukovDesign {
+ public:
+  VyukovDesign(std::size_t participants, unsigned /*producers*/)
+      : queues_(new VyukovQueue[participants]), participants_(participants) {
+    for (std::size_t i = 0; i < participants; ++i) queues_[i].slot = static_cast<std::uint32_t>(i);
+  }
+
+  void push(unsigned /*producer*/, Item& item) noexcept {
+    VyukovQueue& q = queues_[item.participant];
+    q.push(item);
+    activations_.after_enqueue(q);
+  }
+
+  template <class Sink>
+  std::size_t drain(Sink& sink) {
+    return activations_.drain(
+        [&](VyukovQueue& q, std::vector<VyukovQueue*>& retry) { return take(q, retry, sink); });
+  }
+
+  template <class Sink>
+  std::size_t sweep(Sink& sink) {
+    std::vector<VyukovQueue*> ignored;
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < participants_; ++i) n += take(queues_[i], ignored, sink);
+    return n;
+  }
+
+  [[nodiscard]] std::size_t bytes() const { return participants_ * sizeof(VyukovQueue); }
+
+ private:
+  template <class Sink>
+  static std::size_t take(VyukovQueue& q, std::vector<VyukovQueue*>& retry, Sink& sink) {
+    std::size_t n = 0;
+    for (;;) {
+      VyukovQueue::Pop outcome{};
+      RequestHook* const r = q.pop(outcome);
+      if (outcome == VyukovQueue::Pop::item) {
+        sink(q.slot, static_cast<Item&>(*r));
+        ++n;
+        continue;
+      }
+      if (outcome == VyukovQueue::Pop::busy) retry.push_back(&q);
+      return n;
+    }
+  }
+
+  std::unique_ptr<VyukovQueue[]> queues_;
+  std::size_t participants_;
+  Activations<VyukovQueue, true> activations_;
+};
+
+// ---- moodycamel, one queue per participant -------------------------------------------------------
+
+struct alignas(64) MoodyQueue {
+  // No initial blocks: each producer token allocates what it uses, so the count is what is needed.
+  moodycamel::ConcurrentQueue<Item*, CountingTraits> queue{0};
+  std::atomic<bool> listed{false};
+  std::atomic<MoodyQueue*> next_listed{nullptr};
+  std::uint32_t slot = 0;
+};
+
+class MoodyPerParticipantDesign {
+ public:
+  using Queue = moodycamel::ConcurrentQueue<Item*, CountingTraits>;
+
+  MoodyPerParticipantDesign(std::size_t participants, unsigned producers)
+      : queues_(new MoodyQueue[participants]),
+        participants_(participants),
+        producers_(producers),
+        tokens_(static_cast<std::size_t>(producers)) {
+    consumer_tokens_.reserve(participants);
+    for (std::size_t i = 0; i < participants; ++i) {
+      queues_[i].slot = static_cast<std::uint32_t>(i);
+      consumer_tokens_.emplace_back(queues_[i].queue);
+    }
+    for (auto& row : tokens_) {
+      row.reserve(participants);
+      for (std::size_t i = 0; i < participants; ++i) row.emplace_back(queues_[i].queue);
+    }
+  }
+
+  void push(unsigned producer, Item& item) {
+    MoodyQueue& q = queues_[item.participant];
+    q.queue.enqueue(tokens_[producer][item.participant], &item);
+    activations_.after_enqueue(q);
+  }
+
+  template <class Sink>
+  std::size_t drain(Sink& sink) {
+    return activations_.drain(
+        [&](MoodyQueue& q, std::vector<MoodyQueue*>& /*retry*/) { return take(q, sink); });
+  }
+
+  template <class Sink>
+  std::size_t sweep(Sink& sink) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < participants_; ++i) n += take(queues_[i], sink);
+    return n;
+  }
+
+  [[nodiscard]] std::size_t bytes() const {
+    return participants_ * (sizeof(MoodyQueue) + sizeof(moodycamel::ConsumerToken) +
+                            producers_ * sizeof(moodycamel::ProducerToken));
+  }
+
+ private:
+  template <class Sink>
+  std::size_t take(MoodyQueue& q, Sink& sink) {
+    std::array<Item*, kDrainBulk> batch;
+    std::size_t n = 0;
+    for (;;) {
+      const std::size_t got =
+          q.queue.try_dequeue_bulk(consumer_tokens_[q.slot], batch.begin(), batch.size());
+      for (std::size_t i = 0; i < got; ++i) sink(q.slot, *batch[i]);
+      n += got;
+      if (got < batch.size()) return n;
+    }
+  }
+
+  std::unique_ptr<MoodyQueue[]> queues_;
+  std::size_t participants_;
+  std::size_t producers_;
+  std::vector<std::vector<moodycamel::ProducerToken>> tokens_;  // [producer][participant]
+  std::vector<moodycamel::ConsumerToken> consumer_tokens_;
+  Activations<MoodyQueue, false> activations_;
+};
+
+// ---- moodycamel, one shared queue of pairs --------------------------------------------------------
+
+class MoodySharedDesign {
+ public:
+  MoodySharedDesign(std::size_t participants, unsigned producers)
+      : participants_(participants), consumer_token_(queue_) {
+    tokens_.reserve(producers);
+    for (unsigned p = 0; p < producers; ++p) tokens_.emplace_back(queue_);
+  }
+
+  void push(unsigned producer, Item& item) {
+    queue_.enqueue(tokens_[producer], Pair{item.participant, &item});
+  }
+
+  template <class Sink>
+  std::size_t drain(Sink& sink) {
+    std::array<Pair, kDrainBulk> batch;
+    std::size_t n = 0;
+    for (;;) {
+      const std::size_t got =
+          queue_.try_dequeue_bulk(consumer_token_, batch.begin(), batch.size());
+      for (std::size_t i = 0; i < got; ++i) sink(batch[i].participant, *batch[i].item);
+      n += got;
+      if (got < batch.size()) return n;
+    }
+  }
+
+  template <class Sink>
+  std::size_t sweep(Sink& sink) {
+    (void)sink;
+    return 0;  // nothing to lose: there is no activation
+  }
+
+  [[nodiscard]] std::size_t bytes() const {
+    return sizeof(queue_) + sizeof(consumer_token_) +
+           tokens_.size() * sizeof(moodycamel::ProducerToken);
+  }
+
+ private:
+  std::size_t participants_;
+  moodycamel::ConcurrentQueue<Pair, CountingTraits> queue_;
+  std::vector<moodycamel::ProducerToken> tokens_;
+  moodycamel::ConsumerToken consumer_token_;
+};
+
+// ---- boost::lockfree::queue --------------------------------------------------------------------
+
+template <class T>
+using BoostQueue = boost::lockfree::queue<T, boost::lockfree::allocator<CountingAllocator<T>>>;
+
+struct BoostSlot {
+  // Nodes come from the queue's free list, refilled from the allocator on demand; they are never
+  // returned to the heap while the queue lives.
+  BoostQueue<Item*> queue{0};
+  std::atomic<bool> listed{false};
+  std::atomic<BoostSlot*> next_listed{nullptr};
+  std::uint32_t slot = 0;
+};
+
+class BoostPerParticipantDesign {
+ public:
+  BoostPerParticipantDesign(std::size_t participants, unsigned /*producers*/)
+      : queues_(new BoostSlot[participants]), participants_(participants) {
+    for (std::size_t i = 0; i < participants; ++i) queues_[i].slot = static_cast<std::uint32_t>(i);
+  }
+
+  void push(unsigned /*producer*/, Item& item) {
+    BoostSlot& q = queues_[item.participant];
+    while (!q.queue.push(&item)) {
+    }
+    activations_.after_enqueue(q);
+  }
+
+  template <class Sink>
+  std::size_t drain(Sink& sink) {
+    return activations_.drain(
+        [&](BoostSlot& q, std::vector<BoostSlot*>& /*retry*/) { return take(q, sink); });
+  }
+
+  template <class Sink>
+  std::size_t sweep(Sink& sink) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < participants_; ++i) n += take(queues_[i], sink);
+    return n;
+  }
+
+  [[nodiscard]] std::size_t bytes() const { return participants_ * sizeof(BoostSlot); }
+
+ private:
+  template <class Sink>
+  static std::size_t take(BoostSlot& q, Sink& sink) {
+    std::size_t n = 0;
+    Item* item = nullptr;
+    while (q.queue.pop(item)) {
+      sink(q.slot, *item);
+      ++n;
+    }
+    return n;
+  }
+
+  std::unique_ptr<BoostSlot[]> queues_;
+  std::size_t participants_;
+  Activations<BoostSlot, false> activations_;
+};
+
+class BoostSharedDesign {
+ public:
+  BoostSharedDesign(std::size_t /*participants*/, unsigned /*producers*/) : queue_(1024) {}
+
+  void push(unsigned /*producer*/, Item& item) {
+    while (!queue_.push(Pair{item.participant, &item})) {
+    }
+  }
+
+  template <class Sink>
+  std::size_t drain(Sink& sink) {
+    std::size_t n = 0;
+    Pair pair;
+    while (queue_.pop(pair)) {
+      sink(pair.participant, *pair.item);
+      ++n;
+    }
+    return n;
+  }
+
+  template <class Sink>
+  std::size_t sweep(Sink& sink) {
+    (void)sink;
+    return 0;
+  }
+
+  [[nodiscard]] std::size_t bytes() const { return sizeof(queue_); }
+
+ private:
+  BoostQueue<Pair> queue_;
+};
+
+// ---- the queue benchmark ---------------------------------------------------------------------
+
+template <class Design>
+void BM_Queue(benchmark::State& state) {
+  const auto producers = static_cast<unsigned>(state.range(0));
+  const auto participants = static_cast<std::size_t>(state.range(1));
+  const std::size_t per_producer = kItems / producers;
+
+  std::vector<Item> items(kItems);
+  std::vector<std::uint64_t> expected(participants, 0);
+  for (unsigned p = 0; p < producers; ++p) {
+    const std::size_t start = p * participants / producers;
+    for (std::size_t i = 0; i < per_producer; ++i) {
+      Item& item = items[p * per_producer + i];
+      item.participant = static_cast<std::uint32_t>((start + i) % participants);
+      item.seq = static_cast<std::uint32_t>(p * per_producer + i);
+      ++expected[item.participant];
+    }
+  }
+
+  const std::int64_t heap_before = g_heap_bytes.load();
+  auto design = std::make_unique<Design>(participants, producers);
+  Tally tally(participants);
+  std::size_t rescues = 0;
+
+  for (auto _ : state) {
+    std::atomic<unsigned> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    threads.reserve(producers);
+    for (unsigned p = 0; p < producers; ++p) {
+      threads.emplace_back([&, p] {
+        ready.fetch_add(1, std::memory_order_relaxed);
+        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+        for (std::size_t i = p * per_producer; i < (p + 1) * per_producer; ++i) {
+          design->push(p, items[i]);
+        }
+      });
+    }
+    while (ready.load(std::memory_order_relaxed) < producers) std::this_thread::yield();
+
+    const auto start = Clock::now();
+    go.store(true, std::memory_order_release);
+    std::size_t consumed = 0;
+    unsigned idle = 0;
+    auto last_progress = start;
+    while (consumed < kItems) {
+      const std::size_t got = design->drain(tally);
+      if (got > 0) {
+        consumed += got;
+        idle = 0;
+        continue;
+      }
+      if (++idle < 64) {
+        cpu_relax();
+        continue;
+      }
+      std::this_thread::yield();
+      if ((idle & 1023) != 0) continue;
+      const auto now = Clock::now();
+      if (idle == 1024) last_progress = now;
+      if (now - last_progress < kRescueAfter) continue;
+      const std::size_t found = design->sweep(tally);
+      if (found > 0) ++rescues;
+      consumed += found;
+      last_progress = now;
+    }
+    const auto stop = Clock::now();
+    for (std::thread& t : threads) t.join();
+    state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
+  }
+
+  const auto runs = static_cast<std::uint64_t>(state.iterations());
+  bool exact = tally.count == runs * kItems &&
+               tally.seq_sum == runs * (std::uint64_t{kItems} * (kItems - 1) / 2);
+  for (std::size_t i = 0; i < participants; ++i) {
+    exact = exact && tally.per_participant[i] == runs * expected[i];
+  }
+  if (!exact) state.SkipWithError("requests lost or duplicated");
+
+  const auto heap = static_cast<double>(g_heap_bytes.load() - heap_before);
+  state.counters["bytes_per_participant"] =
+      (heap + static_cast<double>(design->bytes())) / static_cast<double>(participants);
+  state.counters["rescues"] = static_cast<double>(rescues);
+  state.SetItemsProcessed(static_cast<std::int64_t>(runs * kItems));
+}
+
+void QueueArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"producers", "participants"});
+  for (const int participants : {10, 10'000}) {
+    for (const int producers : {1, 2, 4}) b->Args({producers, participants});
+  }
+  b->UseManualTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_Queue<MailboxDesign>)->Name("BM_Queue/mailbox")->Apply(QueueArgs);
+BENCHMARK(BM_Queue<VyukovDesign>)->Name("BM_Queue/vyukov")->Apply(QueueArgs);
+BENCHMARK(BM_Queue<MoodyPerParticipantDesign>)
+    ->Name("BM_Queue/moodycamel_per_participant")
+    ->Apply(QueueArgs);
+BENCHMARK(BM_Queue<MoodySharedDesign>)->Name("BM_Queue/moodycamel_shared")->Apply(QueueArgs);
+BENCHMARK(BM_Queue<BoostPerParticipantDesign>)
+    ->Name("BM_Queue/boost_per_participant")
+    ->Apply(QueueArgs);
+BENCHMARK(BM_Queue<BoostSharedDesign>)->Name("BM_Queue/boost_shared")->Apply(QueueArgs);
+
+// ---- the worker-pool hand-off --------------------------------------------------------------------
+
+// The runtime's worker job, field for field.
+struct Job {
+  RequestHook* request = nullptr;  // nullptr: the worker stops
+  creditloop::Ticket ticket;
+  creditloop::ParticipantId participant;
+};
+static_assert(sizeof(Job) == 24);
+
+struct alignas(64) RunCount {
+  std::atomic<std::uint64_t> jobs{0};
+};
+
+using Handler = std::function<double(RequestHook&, creditloop::ParticipantId)>;
+
+struct PoolFixture {
+  static constexpr std::size_t kRequests = 4096;
+  std::vector<RequestHook> requests = std::vector<RequestHook>(kRequests);
+  std::array<RunCount, 4> counts{};
+  Handler handler = [](RequestHook& r, creditloop::ParticipantId) {
+    benchmark::DoNotOptimize(&r);
+    return 0.0;
+  };
+
+  [[nodiscard]] Job job(std::size_t i) {
+    return Job{&requests[i % kRequests], creditloop::Ticket{static_cast<std::uint32_t>(i), 1},
+               creditloop::ParticipantId{static_cast<std::uint32_t>(i % kRequests), 1}};
+  }
+  [[nodiscard]] std::uint64_t ran() const {
+    std::uint64_t total = 0;
+    for (const RunCount& c : counts) total += c.jobs.load(std::memory_order_acquire);
+    return total;
+  }
+  // Polled rather than signalled, so that no design pays for a wake-up per job or per batch.
+  void wait_for(std::uint64_t target) const {
+    while (ran() < target) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  void run(const Job& job) {
+    (void)handler(*job.request, job.participant);
+    const auto slot = static_cast<std::size_t>(tbb::this_task_arena::current_thread_index());
+    counts[slot & 3].jobs.fetch_add(1, std::memory_order_release);
+  }
+};
+
+// The dispatcher's own work between two hand-offs (a decision is some 40 to 200 ns, README):
+// with a gap, workers drain faster than jobs arrive, which is how the runtime's pool runs.
+void work_for(std::int64_t gap_ns) {
+  if (gap_ns <= 0) return;
+  const auto until = Clock::now() + std::chrono::nanoseconds(gap_ns);
+  while (Clock::now() < until) cpu_relax();
+}
+
+// GCC 12 reports moodycamel's enqueue_bulk, once inlined here, as an 8-byte write into a region of
+// size 0 (-Wstringop-overflow) on a path the block index rules out: a false positive.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+// kEnqueueBatch 1: one enqueue per job, as runtime.cpp's hand_out(). Above 1: the producer
+// gathers that many jobs (or fewer at the end) and hands them over with one enqueue_bulk.
+template <std::size_t kEnqueueBatch>
+void BM_PoolMoodycamel(benchmark::State& state) {
+  constexpr std::size_t kWorkerBulk = 32;  // as runtime.cpp's worker_main()
+  const std::int64_t gap_ns = state.range(0);
+  PoolFixture fixture;
+  moodycamel::BlockingConcurrentQueue<Job> jobs;
+  moodycamel::ProducerToken producer(jobs);
+  std::vector<std::thread> workers;
+  for (std::size_t w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      moodycamel::ConsumerToken token(jobs);
+      std::array<Job, kWorkerBulk> batch;
+      for (;;) {
+        const std::size_t n = jobs.wait_dequeue_bulk(token, batch.begin(), batch.size());
+        std::uint64_t ran = 0;
+        bool stop = false;
+        for (std::size_t i = 0; i < n; ++i) {
+          if (batch[i].request == nullptr) {
+            stop = true;
+            continue;
+          }
+          (void)fixture.handler(*batch[i].request, batch[i].participant);
+          ++ran;
+        }
+        fixture.counts[w].jobs.fetch_add(ran, std::memory_order_release);
+        if (stop) return;
+      }
+    });
+  }
+  std::array<Job, kEnqueueBatch> pending;
+  std::uint64_t target = 0;
+  for (auto _ : state) {
+    std::size_t held = 0;
+    for (std::size_t i = 0; i < kJobs; ++i) {
+      work_for(gap_ns);
+      if constexpr (kEnqueueBatch == 1) {
+        jobs.enqueue(producer, fixture.job(i));
+      } else {
+        pending[held++] = fixture.job(i);
+        if (held == kEnqueueBatch || i + 1 == kJobs) {
+          jobs.enqueue_bulk(producer, pending.begin(), held);
+          held = 0;
+        }
+      }
+    }
+    target += kJobs;
+    fixture.wait_for(target);
+  }
+  for (std::size_t w = 0; w < workers.size(); ++w) jobs.enqueue(producer, Job{});
+  for (std::thread& t : workers) t.join();
+  state.SetItemsProcessed(static_cast<std::int64_t>(target));
+}
+#pragma GCC diagnostic pop
+
+// oneTBB sizes its worker pool from max_allowed_parallelism - 1; 3 allows the 2 workers asked for.
+void BM_PoolTbbArenaEnqueue(benchmark::State& state) {
+  const std::int64_t gap_ns = state.range(0);
+  tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism, 3);
+  PoolFixture fixture;
+  tbb::task_arena arena(2, 0);
+  arena.initialize();
+  std::uint64_t target = 0;
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < kJobs; ++i) {
+      work_for(gap_ns);
+      arena.enqueue([&fixture, job = fixture.job(i)] { fixture.run(job); });
+    }
+    target += kJobs;
+    fixture.wait_for(target);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(target));
+}
+
+void BM_PoolTbbTaskGroup(benchmark::State& state) {
+  const std::int64_t gap_ns = state.range(0);
+  tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism, 3);
+  PoolFixture fixture;
+  tbb::task_arena arena(3, 1);
+  arena.initialize();
+  tbb::task_group group;
+  std::uint64_t target = 0;
+  for (auto _ : state) {
+    arena.execute([&] {
+      for (std::size_t i = 0; i < kJobs; ++i) {
+        work_for(gap_ns);
+        group.run([&fixture, job = fixture.job(i)] { fixture.run(job); });
+      }
+      group.wait();
+    });
+    target += kJobs;
+    fixture.wait_for(target);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(target));
+}
+
+void PoolArgs(benchmark::internal::Benchmark* b) {
+  b->ArgName("gap_ns")->Arg(0)->Arg(200)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_PoolMoodycamel<1>)->Name("BM_Pool/moodycamel_bulk32")->Apply(PoolArgs);
+BENCHMARK(BM_PoolMoodycamel<64>)->Name("BM_Pool/moodycamel_bulk32_enqueue64")->Apply(PoolArgs);
+BENCHMARK(BM_PoolTbbArenaEnqueue)->Name("BM_Pool/tbb_arena_enqueue")->Apply(PoolArgs);
+BENCHMARK(BM_PoolTbbTaskGroup)->Name("BM_Pool/tbb_task_group")->Apply(PoolArgs);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,177 @@
+// stress/event_log.hpp: the observer's record of every core input, from the dispatcher thread to
+// the replay thread.
+//
+// One writer (the dispatcher, through the observer) appends fixed-size events to chunks of 4096;
+// one reader (the replay thread) takes each chunk once it is full, and the last one once the
+// writer has finished. Appending is a store into the current chunk; a full chunk costs one link,
+// one counter increment and a wake-up of the reader if it sleeps. Chunks the reader is done with
+// are kept for the writer to reuse, so a steady run allocates nothing.
+//
+// Memory is bounded by backlog(): producers call hold_back() before each burst and wait while the
+// reader is more than the cap behind (the observer itself never waits: it runs on the
+// dispatcher).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "common.hpp"
+
+namespace stress {
+
+enum class EventKind : std::uint8_t {
+  add,         // slot, generation; value: name index; x: plan; y: shares
+  remove,      // slot, generation
+  replan,      // slot, generation; x: plan; y: shares
+  submit,      // slot, generation; value: request id
+  begin_turn,  // out: the pass class, or kNoClass
+  visit,       // slot, generation; x, y: ticket; value: request id; out, turn
+  visit_none,  // the turn is over
+  end_turn,    // no room
+  complete,    // x, y: ticket; value: cost in nano-credits
+  take_all,    // shutdown took every queued request back
+};
+
+inline constexpr std::uint8_t kNoClass = 0xff;
+
+struct Event {
+  Nanos now = 0;
+  std::uint64_t value = 0;
+  std::uint32_t slot = 0;
+  std::uint32_t generation = 0;
+  std::uint32_t x = 0;
+  std::uint32_t y = 0;
+  EventKind kind = EventKind::end_turn;
+  std::uint8_t out = 0;
+  std::uint8_t turn = 0;
+};
+
+class EventLog {
+ public:
+  static constexpr std::size_t kChunkEvents = 4096;
+  struct Chunk {
+    Event events[kChunkEvents];
+    std::atomic<Chunk*> next{nullptr};
+  };
+
+  explicit EventLog(std::uint64_t backlog_cap_chunks)
+      : cap_(backlog_cap_chunks), head_(new Chunk), read_(head_) {}
+  ~EventLog() {
+    for (Chunk* c = read_; c != nullptr;) {
+      Chunk* const next = c->next.load(std::memory_order_relaxed);
+      delete c;
+      c = next;
+    }
+    for (Chunk* c : spare_) delete c;
+  }
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
+
+  // ---- the writer ----
+  void append(const Event& e) {
+    if (pos_ == kChunkEvents) roll();
+    head_->events[pos_++] = e;
+    ++appended_;
+  }
+  [[nodiscard]] std::uint64_t appended() const noexcept { return appended_; }
+  /// No more events. Called once the dispatcher has exited, by the thread that joined it.
+  void finish() {
+    last_count_ = pos_;
+    // release: publishes last_count_ and the last chunk's events to the reader.
+    finished_.store(true, std::memory_order_release);
+    published_.fetch_add(1, std::memory_order_release);
+    published_.notify_all();
+  }
+
+  // ---- the reader ----
+  /// Calls f(const Event&) for every event, in order, sleeping while none is published, until
+  /// the writer has finished and everything was read.
+  template <class F>
+  void read_all(F&& f) {
+    for (;;) {
+      // acquire: pairs with the release increment in roll() and finish().
+      const std::uint64_t seen = published_.load(std::memory_order_acquire);
+      if (Chunk* const next = read_->next.load(std::memory_order_acquire)) {
+        for (const Event& e : read_->events) f(e);
+        recycle(read_);
+        read_ = next;
+        consumed_.fetch_add(1, std::memory_order_release);
+        consumed_.notify_all();
+        continue;
+      }
+      if (finished_.load(std::memory_order_acquire)) {
+        if (read_->next.load(std::memory_order_acquire) != nullptr) continue;
+        for (std::size_t i = 0; i < last_count_; ++i) f(read_->events[i]);
+        return;
+      }
+      published_.wait(seen, std::memory_order_acquire);
+    }
+  }
+
+  // ---- producers ----
+  /// Chunks written and not yet read.
+  [[nodiscard]] std::uint64_t backlog() const noexcept {
+    const std::uint64_t c = consumed_.load(std::memory_order_acquire);
+    const std::uint64_t p = published_.load(std::memory_order_acquire);
+    return p > c ? p - c : 0;
+  }
+  /// Waits while the reader is more than the cap behind. Returns whether it waited.
+  bool hold_back() {
+    bool waited = false;
+    for (;;) {
+      const std::uint64_t c = consumed_.load(std::memory_order_acquire);
+      const std::uint64_t p = published_.load(std::memory_order_acquire);
+      if (p <= c + cap_ || finished_.load(std::memory_order_acquire)) return waited;
+      waited = true;
+      consumed_.wait(c, std::memory_order_acquire);
+    }
+  }
+
+ private:
+  void roll() {
+    Chunk* fresh = nullptr;
+    {
+      std::lock_guard lock(spare_mutex_);
+      if (!spare_.empty()) {
+        fresh = spare_.back();
+        spare_.pop_back();
+      }
+    }
+    if (fresh == nullptr) fresh = new Chunk;
+    fresh->next.store(nullptr, std::memory_order_relaxed);
+    // release: the reader that sees the link sees the full chunk behind it.
+    head_->next.store(fresh, std::memory_order_release);
+    head_ = fresh;
+    pos_ = 0;
+    published_.fetch_add(1, std::memory_order_release);
+    published_.notify_all();
+  }
+  void recycle(Chunk* c) {
+    std::lock_guard lock(spare_mutex_);
+    if (spare_.size() < 64) {
+      spare_.push_back(c);
+      return;
+    }
+    delete c;
+  }
+
+  const std::uint64_t cap_;
+  // Writer only.
+  Chunk* head_;
+  std::size_t pos_ = 0;
+  std::uint64_t appended_ = 0;
+  std::size_t last_count_ = 0;  // published by finished_
+  // Reader only.
+  Chunk* read_;
+  // Shared.
+  std::atomic<std::uint64_t> published_{0};
+  std::atomic<std::uint64_t> consumed_{0};
+  std::atomic<bool> finished_{false};
+  std::mutex spare_mutex_;
+  std::vector<Chunk*> spare_;
+};
+
+}  // namespace stress

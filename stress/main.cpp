@@ -1,0 +1,434 @@
+// creditloop-stress: the multithreaded runtime under load, checked against the contract.
+//
+// Producers submit to random participants (often a few hot ones, sometimes in bursts) while the
+// runtime's worker pool (--mode pool) or a sink feeding our own completer threads (--mode sink,
+// using complete(), complete_nano() and CompletionBatch, out of order) completes them with costs
+// drawn from the seed: mostly 0 or fractions of a credit, sometimes thousands, sometimes the
+// limit, sometimes a cost the runtime must refuse. With --churn a thread adds, removes and
+// re-plans participants (and tries the refusals of SPEC section 5) while all this runs. Another
+// thread tries completions that must be refused (repeated, stale, forged tickets; bad costs). The
+// run ends with shutdown(hand_back) or shutdown(drain). All threads start at one gate.
+//
+// What is checked (the first violation ends the run with status 1 and a message that names the
+// check, the participant or request, and the seed):
+//  1. Fate. Every request whose submit() returned ok is dispatched exactly once or handed back
+//     exactly once (by remove() or shutdown()), never both, never neither; a refused submit
+//     leaves it with its producer (counted apart), and a submit to a participant whose remove()
+//     had returned is refused. Each request carries a state changed by compare-and-swap, and
+//     every request is back in its producer's pool at the end.
+//  2. Order. A producer's requests to one participant reach the core's queue in submission order
+//     (checked when the observer sees them enter), and leave it, by dispatch or hand-back, in the
+//     order they entered it: per participant, across producers.
+//  3. Ledger. For every bucket, what the observer saw dispatched per class and every cost applied
+//     (each exactly the cost its completer reported, each ticket completed once) equals the
+//     core's ParticipantStats to the nano-credit; the runtime's counters agree.
+//  4. Classes. Every observer event is replayed through the reference model (tests/model), which
+//     must take the same decisions (pass class, participant, request, class out, turn) and end
+//     with the same balances, to the nano-credit, as the runtime's final snapshot.
+//  5. Bounded wait (SPEC section 3). Checked in the replay, see replay.hpp: from the instant a
+//     P1 holder with queued work has a P1 credit, its next dispatch comes within the turn in
+//     progress plus one P1 turn (exact, counted in dispatches) and within --wait-slack-ms.
+//  6. No lost wake-up. A watchdog fails the run if nothing is dispatched or completed for
+//     --watchdog-ms while requests wait or are in flight.
+//
+// Quick run (about the CI's): creditloop-stress --producers 4 --workers 2 --participants 1000
+//   --churn --seconds 10
+// Long run: creditloop-stress --producers 16 --workers 8 --participants 100000 --churn
+//   --seconds 600 --replay-limit 0 --replay-backlog-mb 2048
+// (the model keeps every ticket it issued: about 100 bytes per dispatch replayed; without
+// --replay-limit 0 the first 8,000,000 dispatches are replayed and the ledger checks the rest.)
+// A failure prints the command that reruns it with the same seed; the threads' interleaving is
+// not reproducible, the workload is.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "run.hpp"
+
+namespace stress {
+namespace {
+
+constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
+
+std::uint64_t backlog_chunks(const Options& o) {
+  return std::max<std::uint64_t>(
+      2, o.replay_backlog_mb * 1024 * 1024 / sizeof(EventLog::Chunk));
+}
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+void register_all(Run& run) {
+  Rng rng(seed_for(run.o.seed, Role::setup, 0));
+  // pro, lite, free, top, odd, gold: the same weights as churn (workload.cpp).
+  constexpr std::uint64_t kWeights[] = {35, 25, 10, 12, 10, 8};
+  for (std::uint32_t i = 0; i < run.o.participants; ++i) {
+    std::uint64_t roll = rng.below(100);
+    std::size_t plan = 0;
+    while (roll >= kWeights[plan]) roll -= kWeights[plan++];
+    const std::uint64_t s = rng.below(100);
+    const std::uint32_t shares = s < 60 ? 1 : s < 93 ? 2 + rng.below32(9) : 11 + rng.below32(90);
+    const std::string name = participant_name(i);
+    const auto r = run.rt->add(name, run.config.plans[plan].name, shares);
+    if (!r) fail("setup", "add(" + name + ") refused: " + errc_str(r.error()));
+    run.directory[i].store(directory::pack(*r, false), kRelaxed);  // published by the gate
+  }
+}
+
+/// Check 1 after the run: every request is back with its producer.
+void check_fates(Run& run, std::uint64_t accepted) {
+  const std::uint64_t dispatched = run.dispatched_seen.load();
+  const std::uint64_t by_remove = run.handed_back_remove.load();
+  const std::uint64_t by_shutdown = run.handed_back_shutdown.load();
+  for (auto& p : run.producers) {
+    for (Req* r = p->returned.exchange(nullptr, std::memory_order_acquire); r != nullptr;) {
+      Req* const next = r->next_free;
+      if (r != &p->wake) p->free.push_back(r);
+      r = next;
+    }
+    if (p->free.size() != p->size) {
+      for (std::uint32_t i = 0; i < p->size; ++i) {
+        const Req& r = p->requests[i];
+        if (r.state.load() != ReqState::free || std::find(p->free.begin(), p->free.end(), &r) ==
+                                                    p->free.end()) {
+          fail("check 1 (fate)",
+               req_str(r) + " to " + who(r.name, r.participant) +
+                   " was neither dispatched and completed nor handed back (state " +
+                   std::to_string(static_cast<int>(r.state.load())) + ")");
+        }
+      }
+    }
+  }
+  if (accepted != dispatched + by_remove + by_shutdown) {
+    fail("check 1 (fate)", std::to_string(accepted) + " submits accepted, but " +
+                               std::to_string(dispatched) + " dispatched + " +
+                               std::to_string(by_remove) + " handed back by remove() + " +
+                               std::to_string(by_shutdown) + " by shutdown()");
+  }
+  if (run.recorder.dispatches() != dispatched || run.recorder.completions() != dispatched ||
+      run.recorder.in_flight() != 0) {
+    fail("check 1 (fate)", "the observer saw " + std::to_string(run.recorder.dispatches()) +
+                               " dispatches and " + std::to_string(run.recorder.completions()) +
+                               " completions; handlers and completers took " +
+                               std::to_string(dispatched));
+  }
+}
+
+/// Check 3 after the run: the runtime's counters and every participant's statistics against
+/// the ledger; then, with a whole-run replay, check 4's balances against the model.
+void check_accounts(Run& run) {
+  creditloop::Runtime& rt = *run.rt;
+  const int k = run.config.classes;
+  const creditloop::RuntimeSnapshot s = rt.snapshot();
+  if (s.in_flight != 0 || s.dispatched != run.recorder.dispatches() ||
+      s.completed != run.recorder.completions() || s.submitted != run.recorder.submits()) {
+    fail("check 3 (ledger)", "runtime counters: submitted " + std::to_string(s.submitted) +
+                                 ", dispatched " + std::to_string(s.dispatched) + ", completed " +
+                                 std::to_string(s.completed) + ", in flight " +
+                                 std::to_string(s.in_flight) + "; the observer: " +
+                                 std::to_string(run.recorder.submits()) + ", " +
+                                 std::to_string(run.recorder.dispatches()) + ", " +
+                                 std::to_string(run.recorder.completions()));
+  }
+  for (int c = 0; c <= k; ++c) {
+    const auto cls = static_cast<ClassId>(c);
+    const creditloop::ClassSnapshot& cs = s.per_class[cls];
+    if (cs.dispatched != run.recorder.dispatched_in(cls) || cs.passes != run.recorder.passes(cls)) {
+      fail("check 3 (ledger)", class_str(cls) + ": the runtime counts " +
+                                   std::to_string(cs.dispatched) + " dispatches in " +
+                                   std::to_string(cs.passes) + " turns, the observer " +
+                                   std::to_string(run.recorder.dispatched_in(cls)) + " in " +
+                                   std::to_string(run.recorder.passes(cls)));
+    }
+  }
+  if (*run.o.mode == SinkMode::pool && rt.handler_errors() != run.handler_refusals.load()) {
+    fail("check 3 (ledger)", "handler_errors() is " + std::to_string(rt.handler_errors()) +
+                                 "; handlers threw or returned refused costs " +
+                                 std::to_string(run.handler_refusals.load()) + " times");
+  }
+  if (static_cast<std::uint64_t>(run.recorder.cost_applied()) != run.cost_reported.load()) {
+    fail("check 3 (ledger)", "costs applied (" + str(run.recorder.cost_applied()) +
+                                 " nano-credits) differ from the costs completers reported");
+  }
+
+  // The dispatcher has exited: this call runs on this thread and reads the clock once, which
+  // gives the instant of every balance it reports.
+  const std::vector<creditloop::ParticipantSnapshot> all = rt.snapshot_participants();
+  const Nanos at = run.clock_last.load();
+  std::size_t live = 0;
+  for (const auto& a : run.recorder.accounts()) live += a.live ? 1 : 0;
+  if (all.size() != live) {
+    fail("check 3 (ledger)", std::to_string(all.size()) + " participants registered, the " +
+                                 "observer saw " + std::to_string(live));
+  }
+  const bool whole = run.replayer && !run.recorder.truncated();
+  creditloop::model::Model* model = whole ? &run.replayer->model() : nullptr;
+  if (model != nullptr && (model->size() != all.size() || model->in_flight() != 0)) {
+    fail("check 4 (replay)", "the model ends with " + std::to_string(model->size()) +
+                                 " participants and " + std::to_string(model->in_flight()) +
+                                 " requests in flight; the runtime with " +
+                                 std::to_string(all.size()) + " and 0");
+  }
+  for (const creditloop::ParticipantSnapshot& p : all) {
+    const Recorder::Account* a = run.recorder.account(p.id);
+    std::uint32_t index = 0;
+    if (a == nullptr || !parse_participant_name(p.name, index) || index != a->name) {
+      fail("check 3 (ledger)", p.name + " " + str(p.id) + " is registered; the observer saw " +
+                                   (a ? participant_name(a->name) : std::string("nobody")) +
+                                   " there");
+    }
+    const std::string subject = who(a->name, p.id);
+    const creditloop::ParticipantStats& st = p.stats;
+    if (p.plan != a->plan || p.shares != a->shares || p.queued != 0) {
+      fail("check 3 (ledger)", subject + ": plan " + std::to_string(p.plan) + " x" +
+                                   std::to_string(p.shares) + " with " +
+                                   std::to_string(p.queued) + " queued; the observer saw plan " +
+                                   std::to_string(a->plan) + " x" + std::to_string(a->shares));
+    }
+    for (int c = 0; c <= k; ++c) {
+      const auto cls = static_cast<std::size_t>(c);
+      if (st.dispatched[cls] != a->dispatched[cls]) {
+        fail("check 3 (ledger)", subject + ": the core counts " +
+                                     std::to_string(st.dispatched[cls]) + " dispatches under " +
+                                     class_str(static_cast<ClassId>(c)) + ", the observer " +
+                                     std::to_string(a->dispatched[cls]));
+      }
+    }
+    if (st.completed != a->completed || st.cost_charged != a->cost_charged ||
+        st.cost_uncharged != a->cost_uncharged) {
+      fail("check 3 (ledger)", subject + ": the core counts " + std::to_string(st.completed) +
+                                   " completions, " + str(st.cost_charged) + " charged, " +
+                                   str(st.cost_uncharged) + " charged nowhere; the observer " +
+                                   std::to_string(a->completed) + ", " + str(a->cost_charged) +
+                                   ", " + str(a->cost_uncharged) + " (nano-credits)");
+    }
+    if (model == nullptr) continue;
+    const std::optional<creditloop::model::Pid> pid = run.replayer->pid_of(p.id);
+    if (!pid || !model->contains(*pid)) {
+      fail("check 4 (replay)", subject + " is registered; the model does not have it");
+    }
+    const creditloop::model::Stats& ms = model->stats(*pid);
+    if (ms.dispatched != st.dispatched || ms.completed != st.completed ||
+        ms.cost_charged != st.cost_charged || ms.cost_uncharged != st.cost_uncharged ||
+        model->plan(*pid) != p.plan || model->shares(*pid) != p.shares ||
+        model->queued(*pid) != 0) {
+      fail("check 4 (replay)", subject + ": statistics, plan or queue differ from the model's");
+    }
+    for (int c = 0; c < k; ++c) {
+      const auto cls = static_cast<ClassId>(c);
+      const auto mb = model->balance(*pid, cls, at);
+      const std::optional<Balance>& rb = p.balance[cls];
+      if (mb.ok() != rb.has_value() || (rb && *mb != *rb)) {
+        fail("check 4 (replay)",
+             subject + ": " + class_str(cls) + " balance at " + std::to_string(at) + " ns is " +
+                 (rb ? str(*rb) : std::string("not held")) + " nano-credits; the model says " +
+                 (mb.ok() ? str(*mb) : std::string("not held")));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Run::Run(Options options)
+    : o(std::move(options)),
+      config(make_config(o.classes)),
+      log(o.replay ? std::make_unique<EventLog>(backlog_chunks(o)) : nullptr),
+      recorder(config, o, log.get()),
+      directory(new std::atomic<std::uint64_t>[o.participants]()) {
+  if (o.replay) replayer = std::make_unique<Replayer>(config, o, handbacks);
+  for (std::uint32_t i = 0; i < o.producers; ++i) {
+    producers.push_back(std::make_unique<Producer>(o.pool));
+    Producer& p = *producers.back();
+    for (std::uint32_t j = 0; j < o.pool; ++j) p.free.push_back(&p.requests[j]);
+  }
+  if (*o.mode == SinkMode::sink) {
+    for (unsigned i = 0; i < o.workers; ++i) rings.push_back(std::make_unique<SinkRing>(o.slots));
+  }
+}
+
+}  // namespace stress
+
+int main(int argc, char** argv) {
+  using namespace stress;
+  const Options options = parse_options(argc, argv);
+  std::printf("creditloop-stress: seed 0x%016" PRIx64 "\n", options.seed);
+  std::fflush(stdout);
+  set_identity(options.seed, rerun_command(options, argv[0]));
+  Run run(options);
+  const Options& o = run.o;
+  std::printf("  %u producers, %u %s, %u participants, %u slots, k = %d, %u requests per "
+              "producer, %.3g s, churn %s, shutdown %s\n"
+              "  replay: %s; wait slack %.0f ms; watchdog %.0f ms\n",
+              o.producers, o.workers,
+              *o.mode == SinkMode::pool ? "pool workers" : "completer threads (sink)",
+              o.participants, o.slots, o.classes, o.pool, o.seconds, o.churn ? "on" : "off",
+              end_name(*o.end),
+              !o.replay ? "off"
+              : o.replay_limit == 0
+                  ? "every dispatch"
+                  : ("the first " + std::to_string(o.replay_limit) + " dispatches").c_str(),
+              o.wait_slack_ms, o.watchdog_ms);
+  std::fflush(stdout);
+
+  std::thread replay_thread;
+  if (run.replayer) replay_thread = std::thread([&run] { run.replayer->run(*run.log); });
+
+  creditloop::RuntimeOptions ro;
+  ro.config = run.config;
+  ro.slots = o.slots;
+  ro.observer = &run.recorder;
+  ro.expected_participants = std::size_t{o.participants} + o.participants / 4 + 16;
+  ro.expected_in_flight = o.slots;
+  ro.thread_name = "cl-stress";
+  ro.clock = [&run] {
+    const Nanos t = steady_ns();
+    run.clock_last.store(t, kRelaxed);  // read after the dispatcher exited (check_accounts)
+    return t;
+  };
+  if (*o.mode == SinkMode::pool) {
+    ro.workers = o.workers;
+    ro.handler = [&run](creditloop::RequestHook& r, ParticipantId p) { return handle(run, r, p); };
+  } else {
+    ro.sink = [&run](const creditloop::Dispatched& d) { sink(run, d); };
+  }
+  run.rt = std::make_unique<creditloop::Runtime>(std::move(ro));
+
+  const Nanos setup = steady_ns();
+  register_all(run);
+  std::printf("  registered %u participants in %.2f s\n", o.participants,
+              static_cast<double>(steady_ns() - setup) / 1e9);
+  std::fflush(stdout);
+
+  std::vector<std::thread> threads;
+  for (std::uint32_t i = 0; i < o.producers; ++i) {
+    threads.emplace_back([&run, i] { producer_main(run, i); });
+  }
+  for (std::uint32_t i = 0; i < run.rings.size(); ++i) {
+    threads.emplace_back([&run, i] { completer_main(run, i); });
+  }
+  if (o.churn) threads.emplace_back([&run] { churn_main(run); });
+  threads.emplace_back([&run] { pranks_main(run); });
+  threads.emplace_back([&run] { monitor_main(run); });
+  std::thread watchdog([&run] { watchdog_main(run); });
+
+  const Nanos start = steady_ns();
+  run.gate.count_down();
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));  // the run's length
+
+  run.shutting_down.store(true, std::memory_order_release);
+  creditloop::RequestList back = run.rt->shutdown(
+      *o.end == EndMode::hand_back ? creditloop::ShutdownMode::hand_back
+                                   : creditloop::ShutdownMode::drain);
+  const Nanos ended = steady_ns();
+  {
+    std::size_t queued = 0;
+    const std::size_t count = back.size();
+    if (*o.end == EndMode::drain && count != 0) {
+      fail("check 1 (fate)", "shutdown(drain) handed back " + std::to_string(count) + " requests");
+    }
+    std::vector<std::uint64_t> ids =
+        take_handed_back(run, std::move(back), std::nullopt, "shutdown()", queued);
+    run.handed_back_shutdown.fetch_add(count, kRelaxed);
+    if (run.log && *o.end == EndMode::hand_back) {
+      run.handbacks.real(HandBacks::kShutdownKey, std::move(ids), queued, "shutdown()");
+    }
+  }
+
+  // Everything in flight is completed and every queued request was handed back or dispatched:
+  // the threads can go.
+  run.producers_stop.store(true, std::memory_order_release);
+  for (auto& p : run.producers) {
+    Req* head = p->returned.load(kRelaxed);
+    do {
+      p->wake.next_free = head;
+    } while (!p->returned.compare_exchange_weak(head, &p->wake, std::memory_order_release,
+                                                kRelaxed));
+    p->returned.notify_one();
+  }
+  for (auto& ring : run.rings) {
+    creditloop::Dispatched end;  // request nullptr: the end (the sink's thread has exited)
+    if (!ring->push(end)) fail("room", "a completer's queue is full at the end");
+  }
+  run.stop.raise();
+  for (std::thread& t : threads) t.join();
+  watchdog.join();
+
+  std::uint64_t accepted = 0, refused_unknown = 0, refused_removed = 0, refused_shutdown = 0,
+                bursts = 0, held_back = 0;
+  for (const auto& p : run.producers) {
+    accepted += p->accepted.load();
+    refused_unknown += p->refused_unknown;
+    refused_removed += p->refused_removed;
+    refused_shutdown += p->refused_shutdown;
+    bursts += p->bursts;
+    held_back += p->waits_for_replay;
+  }
+  check_fates(run, accepted);
+  std::printf("  check 1 (fate): %" PRIu64 " submits accepted = %" PRIu64 " dispatched + %" PRIu64
+              " handed back by remove() + %" PRIu64 " by shutdown(); refused and kept by their "
+              "producer: %" PRIu64 " unknown_participant (%" PRIu64 " after the removal had "
+              "returned), %" PRIu64 " shut_down\n",
+              accepted, run.dispatched_seen.load(), run.handed_back_remove.load(),
+              run.handed_back_shutdown.load(), refused_unknown, refused_removed,
+              refused_shutdown);
+  std::printf("  check 2 (order): every queue entered in each producer's order and left in the "
+              "order it was entered\n");
+
+  if (run.log) {
+    run.log->finish();
+    if (run.log->backlog() > 2) {
+      std::printf("  waiting for the replay (%" PRIu64 " chunks behind)\n", run.log->backlog());
+      std::fflush(stdout);
+    }
+    replay_thread.join();
+    run.handbacks.check_drained(!run.recorder.truncated());
+  }
+  check_accounts(run);
+  std::printf("  check 3 (ledger): per bucket, dispatches and costs (%s nano-credits applied, "
+              "each as its completer reported it) match the core's statistics exactly\n",
+              str(run.recorder.cost_applied()).c_str());
+  if (run.replayer) {
+    const Replayer::Summary& r = run.replayer->summary();
+    std::printf("  check 4 (classes): %" PRIu64 " events replayed through the reference model%s: "
+                "%" PRIu64 " turns, %" PRIu64 " dispatches (%" PRIu64 " under a class above "
+                "their turn's), %" PRIu64 " completions (%" PRIu64 " charged), %" PRIu64
+                " hand-backs matched; %s\n",
+                r.events,
+                run.recorder.truncated() ? " (the run's first part: --replay-limit)" : "",
+                r.turns, r.dispatches, run.recorder.out_above_turn(), r.completions, r.charged,
+                run.handbacks.matched(),
+                run.recorder.truncated() ? "balances not compared"
+                                         : "final balances equal to the nano-credit");
+    std::printf("  check 5 (bounded wait): %" PRIu64 " waits of P1 holders checked; at most %" PRIu64
+                " dispatches (bound 2 x %u ring places) and %s ms (slack %s ms) from its P1 "
+                "credit to its dispatch\n",
+                r.waits_checked, r.max_dispatches_after_credit, r.ring,
+                fmt("%.3f", static_cast<double>(r.max_wait_after_credit) / 1e6).c_str(),
+                fmt("%.0f", o.wait_slack_ms).c_str());
+  } else {
+    std::printf("  checks 4 and 5: off (--no-replay)\n");
+  }
+  std::printf("  check 6 (no lost wake-up): nothing stood still for %.0f ms with work waiting\n",
+              o.watchdog_ms);
+  std::printf("  also: %" PRIu64 " lifecycle calls (%" PRIu64 " adds, %" PRIu64 " removes, %" PRIu64
+              " re-plans, %" PRIu64 " refused as required), %" PRIu64
+              " completions refused as required, %" PRIu64 " bursts, %" PRIu64
+              " runtime snapshots, producers held back by the replay %" PRIu64
+              " times, longest queue wait %.1f ms\n",
+              run.churn_ops.load(), run.adds.load(), run.removes.load(), run.replans.load(),
+              run.churn_refusals.load(), run.refusals_checked.load(), bursts,
+              run.snapshots.load(), held_back,
+              static_cast<double>(run.recorder.max_queue_wait()) / 1e6);
+  const std::uint64_t through = run.dispatched_seen.load();
+  std::printf("creditloop-stress: ok: %" PRIu64 " requests pushed through (dispatched and "
+              "completed) in %.1f s, %.0f per second\n",
+              through, static_cast<double>(ended - start) / 1e9,
+              static_cast<double>(through) / (static_cast<double>(ended - start) / 1e9));
+  return 0;
+}

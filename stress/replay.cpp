@@ -1,0 +1,341 @@
+#include "replay.hpp"
+
+#include <cinttypes>
+#include <cstdio>
+
+namespace stress {
+
+using creditloop::model::Pid;
+
+namespace {
+
+const char* kind_str(EventKind k) {
+  switch (k) {
+    case EventKind::add:
+      return "add";
+    case EventKind::remove:
+      return "remove";
+    case EventKind::replan:
+      return "replan";
+    case EventKind::submit:
+      return "submit";
+    case EventKind::begin_turn:
+      return "begin_turn";
+    case EventKind::visit:
+      return "visit";
+    case EventKind::visit_none:
+      return "visit (turn over)";
+    case EventKind::end_turn:
+      return "end_turn";
+    case EventKind::complete:
+      return "complete";
+    case EventKind::take_all:
+      return "take_all";
+  }
+  return "?";
+}
+
+std::string ids_str(const std::vector<std::uint64_t>& ids, std::size_t from) {
+  std::string s;
+  for (std::size_t i = from; i < ids.size() && i < from + 8; ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s0x%" PRIx64, s.empty() ? "" : " ", ids[i]);
+    s += buf;
+  }
+  return s.empty() ? "(none)" : s;
+}
+
+}  // namespace
+
+// ---- HandBacks ------------------------------------------------------------------------------------
+
+void HandBacks::real(std::uint64_t key, std::vector<std::uint64_t> ids, std::size_t queued,
+                     std::string subject) {
+  std::lock_guard lock(mutex_);
+  Entry& e = entries_[key];
+  if (e.real) fail("check 1 (fate)", subject + " handed back twice");
+  e.real = std::move(ids);
+  e.queued = queued;
+  e.subject = std::move(subject);
+  match(key, e);
+}
+
+void HandBacks::model(std::uint64_t key, std::vector<std::uint64_t> ids) {
+  std::lock_guard lock(mutex_);
+  Entry& e = entries_[key];
+  if (e.model) fail("check 4 (replay)", "the model handed back one participant's queue twice");
+  e.model = std::move(ids);
+  match(key, e);
+}
+
+void HandBacks::match(std::uint64_t key, Entry& e) {
+  if (!e.real || !e.model) return;
+  const std::vector<std::uint64_t>& real = *e.real;
+  const std::vector<std::uint64_t>& model = *e.model;
+  // The runtime hands back the core's queue, oldest first, then what was still in the inbox.
+  // The model saw only the former.
+  if (e.queued != model.size()) {
+    fail("check 4 (replay)", e.subject + ": the runtime handed back " + std::to_string(e.queued) +
+                                 " requests from the core's queue, the model " +
+                                 std::to_string(model.size()) + " (runtime: " +
+                                 ids_str(real, 0) + "; model: " + ids_str(model, 0) + ")");
+  }
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    if (real[i] != model[i]) {
+      fail("check 4 (replay)", e.subject + ": hand-back differs at position " + std::to_string(i) +
+                                   ": runtime " + ids_str(real, i) + "; model " +
+                                   ids_str(model, i));
+    }
+  }
+  ++matched_;
+  entries_.erase(key);
+}
+
+void HandBacks::check_drained(bool whole_run) {
+  std::lock_guard lock(mutex_);
+  for (const auto& [key, e] : entries_) {
+    if (e.model) {
+      fail("check 4 (replay)", "the model handed back requests the runtime never returned (key " +
+                                   std::to_string(key) + ")");
+    }
+    if (whole_run) {
+      fail("check 4 (replay)", e.subject + ": handed back by the runtime, but the model never " +
+                                   "removed it");
+    }
+  }
+}
+
+// ---- Replayer ---------------------------------------------------------------------------------------
+
+Replayer::Replayer(const creditloop::Config& config, const Options& options, HandBacks& handbacks)
+    : config_(config),
+      slack_ns_(static_cast<Nanos>(options.wait_slack_ms * 1e6)),
+      handbacks_(handbacks),
+      model_(config) {}
+
+std::optional<Pid> Replayer::pid_of(ParticipantId p) const noexcept {
+  if (p.slot >= places_.size()) return std::nullopt;
+  const Place& pl = places_[p.slot];
+  if (!pl.live || pl.generation != p.generation) return std::nullopt;
+  return pl.pid;
+}
+
+void Replayer::run(EventLog& log) {
+  log.read_all([&](const Event& e) { apply(e); });
+  summary_.ring = model_.ring_size();
+}
+
+void Replayer::diverge(const Event& e, const std::string& what) {
+  std::string where = "event " + std::to_string(summary_.events) + " (" + kind_str(e.kind) +
+                      ", now " + std::to_string(e.now) + " ns";
+  if (e.slot < places_.size() && (e.kind == EventKind::submit || e.kind == EventKind::visit ||
+                                  e.kind == EventKind::add || e.kind == EventKind::remove ||
+                                  e.kind == EventKind::replan)) {
+    where += ", " + who(places_[e.slot].name, ParticipantId{e.slot, e.generation});
+  }
+  fail("check 4 (replay)", where + "): " + what);
+}
+
+Replayer::Place& Replayer::place(const Event& e, const char* what) {
+  if (e.slot >= places_.size() || !places_[e.slot].live ||
+      places_[e.slot].generation != e.generation) {
+    diverge(e, std::string(what) + " for a participant the replay does not know");
+  }
+  return places_[e.slot];
+}
+
+void Replayer::apply(const Event& e) {
+  ++summary_.events;
+  if (e.now > now_) now_ = e.now;
+  // Record, for every watched participant whose credit instant has come, how many dispatches
+  // had been made before it.
+  while (!due_.empty() && due_.top().at <= now_) {
+    const Due d = due_.top();
+    due_.pop();
+    Place& p = places_[d.slot];
+    if (p.watching && p.credit_known && !p.marked && p.version == d.version) {
+      p.marked = true;
+      p.mark = summary_.dispatches;
+    }
+  }
+  switch (e.kind) {
+    case EventKind::add: {
+      const std::string name = participant_name(static_cast<std::uint32_t>(e.value));
+      const auto r = model_.add(name, e.x, e.y, e.now);
+      if (!r) diverge(e, "the model refuses the registration of " + name + ": " + errc_str(r.error()));
+      if (r->place != e.slot) {
+        diverge(e, name + " took ring place " + std::to_string(e.slot) + ", the model gives " +
+                       std::to_string(r->place));
+      }
+      if (e.slot >= places_.size()) places_.resize(std::size_t{e.slot} + 1);
+      Place& p = places_[e.slot];
+      p = Place{e.generation, true, static_cast<std::uint32_t>(e.value), *r};
+      break;
+    }
+    case EventKind::remove: {
+      Place& p = place(e, "remove");
+      auto r = model_.remove(p.pid);
+      if (!r) diverge(e, "the model refuses the removal: " + errc_str(r.error()));
+      handbacks_.model(HandBacks::key(ParticipantId{e.slot, e.generation}), std::move(*r));
+      p.live = false;
+      p.watching = false;
+      break;
+    }
+    case EventKind::replan: {
+      Place& p = place(e, "replan");
+      const creditloop::Status s = model_.replan(p.pid, e.x, e.y, e.now);
+      if (!s) diverge(e, "the model refuses the re-plan: " + errc_str(s.error()));
+      if (!model_.holds(p.pid, 0)) {
+        p.watching = false;
+      } else if (!p.watching && model_.queued(p.pid) > 0) {
+        watch(e.slot, e.now);
+      } else {
+        update_credit(e.slot, e.now);
+      }
+      break;
+    }
+    case EventKind::submit: {
+      Place& p = place(e, "submit");
+      const creditloop::Status s = model_.submit(p.pid, e.value, e.now);
+      if (!s) diverge(e, "the model refuses the submission: " + errc_str(s.error()));
+      if (!p.watching && model_.queued(p.pid) == 1 && model_.holds(p.pid, 0)) watch(e.slot, e.now);
+      break;
+    }
+    case EventKind::begin_turn: {
+      const std::optional<ClassId> pass = model_.begin_turn(e.now);
+      const std::optional<ClassId> seen =
+          e.out == kNoClass ? std::nullopt : std::optional<ClassId>(e.out);
+      if (pass != seen) {
+        diverge(e, "the runtime's turn is " + (seen ? class_str(*seen) : std::string("none")) +
+                       ", the model's " + (pass ? class_str(*pass) : std::string("none")));
+      }
+      if (pass) ++summary_.turns;
+      break;
+    }
+    case EventKind::visit: {
+      const auto d = model_.visit(e.now);
+      const std::string subject =
+          e.slot < places_.size() ? who(places_[e.slot].name, ParticipantId{e.slot, e.generation})
+                                  : str(ParticipantId{e.slot, e.generation});
+      if (!d) diverge(e, "the runtime dispatched from " + subject + ", the model ends the turn");
+      if (d->participant.place != e.slot || d->request != e.value || d->out != e.out ||
+          d->turn != e.turn) {
+        char buf[256];
+        std::snprintf(buf, sizeof buf,
+                      "runtime: request 0x%" PRIx64 " out %s in a %s turn; model: place %u, "
+                      "request 0x%" PRIx64 " out %s in a %s turn",
+                      e.value, class_str(e.out).c_str(), class_str(e.turn).c_str(),
+                      d->participant.place, d->request, class_str(d->out).c_str(),
+                      class_str(d->turn).c_str());
+        diverge(e, "dispatch from " + subject + " differs: " + buf);
+      }
+      Place& p = place(e, "visit");
+      if (e.x >= flights_.size()) flights_.resize(std::size_t{e.x} + 1024);
+      flights_[e.x] = Flight{e.y, d->ticket, true};
+      end_wait(e.slot, e.now);
+      ++summary_.dispatches;
+      if (model_.holds(p.pid, 0) && model_.queued(p.pid) > 0) watch(e.slot, e.now);
+      break;
+    }
+    case EventKind::visit_none: {
+      const auto d = model_.visit(e.now);
+      if (d) {
+        diverge(e, "the runtime ends the turn, the model dispatches from place " +
+                       std::to_string(d->participant.place) + " under " + class_str(d->out));
+      }
+      break;
+    }
+    case EventKind::end_turn:
+      model_.end_turn();
+      break;
+    case EventKind::complete: {
+      if (e.x >= flights_.size() || !flights_[e.x].live || flights_[e.x].generation != e.y) {
+        diverge(e, "completion of ticket " + str(Ticket{e.x, e.y}) + ", not in flight");
+      }
+      Flight& f = flights_[e.x];
+      f.live = false;
+      const auto r = model_.complete_nano(f.id, static_cast<std::int64_t>(e.value), e.now);
+      if (!r) diverge(e, "the model refuses the completion: " + errc_str(r.error()));
+      ++summary_.completions;
+      if (r->charged) ++summary_.charged;
+      if (r->charged && r->bucket == 0 && r->participant.place < places_.size()) {
+        const Place& p = places_[r->participant.place];
+        if (p.live && p.pid == r->participant) update_credit(r->participant.place, e.now);
+      }
+      break;
+    }
+    case EventKind::take_all: {
+      handbacks_.model(HandBacks::kShutdownKey, model_.take_all_queued());
+      for (Place& p : places_) p.watching = false;
+      break;
+    }
+  }
+}
+
+void Replayer::watch(std::uint32_t slot, Nanos now) {
+  Place& p = places_[slot];
+  p.watching = true;
+  p.credit_known = false;
+  p.marked = false;
+  update_credit(slot, now);
+}
+
+void Replayer::update_credit(std::uint32_t slot, Nanos now) {
+  Place& p = places_[slot];
+  if (!p.watching) return;
+  const std::optional<Nanos> at = model_.credit_instant(p.pid, 0);
+  if (!at) {  // beyond the clock's end: nothing to bound
+    p.watching = false;
+    return;
+  }
+  if (*at <= now) {
+    // It holds a credit now. If it already held one, the wait began at that earlier instant.
+    if (p.credit_known && p.credit_at <= now) return;
+    p.credit_known = true;
+    p.credit_at = *at;
+    p.marked = true;
+    p.mark = summary_.dispatches;
+    return;
+  }
+  p.credit_known = true;
+  p.credit_at = *at;
+  p.marked = false;
+  ++p.version;
+  due_.push(Due{*at, slot, p.version});
+}
+
+void Replayer::end_wait(std::uint32_t slot, Nanos now) {
+  Place& p = places_[slot];
+  if (!p.watching) return;
+  p.watching = false;
+  if (!p.credit_known || p.credit_at > now) return;  // went out before its P1 credit came
+  ++summary_.waits_checked;
+  const Nanos waited = now - p.credit_at;
+  const std::uint64_t between = p.marked ? summary_.dispatches - p.mark : 0;
+  if (waited > summary_.max_wait_after_credit) summary_.max_wait_after_credit = waited;
+  if (between > summary_.max_dispatches_after_credit) {
+    summary_.max_dispatches_after_credit = between;
+  }
+  const std::uint64_t ring = model_.ring_size();
+  const std::string subject = who(p.name, ParticipantId{slot, p.generation});
+  if (between > 2 * ring) {
+    fail("check 5 (bounded wait)",
+         subject + " held a P1 credit and a queued request from " + std::to_string(p.credit_at) +
+             " ns, and " + std::to_string(between) +
+             " dispatches went to others before its next one: more than the turn in progress "
+             "plus one P1 turn (2 x " +
+             std::to_string(ring) + " ring places)");
+  }
+  if (waited > slack_ns_) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  " held a P1 credit and a queued request from %" PRId64
+                  " ns; its next dispatch came %.3f ms later (%" PRIu64
+                  " dispatches in between, ring %" PRIu64 "), beyond the slack of %.3f ms",
+                  p.credit_at, static_cast<double>(waited) / 1e6, between, ring,
+                  static_cast<double>(slack_ns_) / 1e6);
+    fail("check 5 (bounded wait)", subject + buf);
+  }
+}
+
+}  // namespace stress

@@ -1,0 +1,139 @@
+// stress/replay.hpp: the observer's events through the reference model (checks 4 and 5).
+//
+// The replay thread applies each recorded core input to creditloop::model::Model with the same
+// `now` and requires the same outcome: the same pass class for every turn, the same participant,
+// request, class out and turn class for every visit, the end of a turn at the same visit, every
+// completion accepted, the same requests handed back by remove() and shutdown(). Since the model
+// shares no code with the core, agreement proves the threaded runtime made exactly the
+// decisions of the contract given the inputs it saw. After the run the main thread compares the
+// model's balances and statistics with the runtime's snapshot, to the nano-credit.
+//
+// The bounded wait (SPEC section 3) is checked here too, because the model knows exactly when a
+// bucket reaches a credit: for a participant that holds P1 and has a request queued, C is the
+// instant its P1 bucket holds a credit (recomputed whenever its own dispatch, charge-back or
+// re-plan moves it). Its next dispatch D must come
+//  - within the turn in progress plus one P1 turn: at most 2 x (places in the ring) dispatches
+//    made at or after C (exact, from the recorded sequence), and
+//  - within the stated slack in real time: D - C <= --wait-slack-ms. The slack covers what the
+//    contract leaves to the server (how fast completions free room for that turn) and the
+//    scheduling noise of a loaded machine.
+//
+// Memory: the model keeps a record of every ticket it ever issued, so a replay is limited to a
+// number of dispatches (--replay-limit); the recorder stops logging at that dispatch and the
+// ledger checks carry on alone.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "event_log.hpp"
+#include "model/model.hpp"
+#include "options.hpp"
+
+namespace stress {
+
+/// Requests handed back, as the runtime returned them and as the model says, matched by key
+/// (the participant for remove(), kShutdownKey for shutdown) whichever side arrives first.
+class HandBacks {
+ public:
+  static constexpr std::uint64_t kShutdownKey = ~std::uint64_t{0};
+  static std::uint64_t key(ParticipantId p) noexcept {
+    return (std::uint64_t{p.slot} << 32) | p.generation;
+  }
+  /// `queued` requests at the front came from the core's queue; the rest from the inbox, which
+  /// the model never saw.
+  void real(std::uint64_t key, std::vector<std::uint64_t> ids, std::size_t queued,
+            std::string subject);
+  void model(std::uint64_t key, std::vector<std::uint64_t> ids);
+  /// Lists still unmatched: the model's side must be empty; the runtime's too when the replay
+  /// saw the whole run.
+  void check_drained(bool whole_run);
+  [[nodiscard]] std::uint64_t matched() const noexcept { return matched_; }
+
+ private:
+  struct Entry {
+    std::optional<std::vector<std::uint64_t>> real, model;
+    std::size_t queued = 0;
+    std::string subject;
+  };
+  void match(std::uint64_t key, Entry& e);
+  std::mutex mutex_;
+  std::map<std::uint64_t, Entry> entries_;
+  std::uint64_t matched_ = 0;
+};
+
+class Replayer {
+ public:
+  Replayer(const creditloop::Config& config, const Options& options, HandBacks& handbacks);
+
+  /// The replay thread's body: returns when the log is finished and read.
+  void run(EventLog& log);
+
+  [[nodiscard]] creditloop::model::Model& model() noexcept { return model_; }
+  /// The model's participant for a runtime id, if the replay saw it registered.
+  [[nodiscard]] std::optional<creditloop::model::Pid> pid_of(ParticipantId p) const noexcept;
+
+  struct Summary {
+    std::uint64_t events = 0;
+    std::uint64_t turns = 0;
+    std::uint64_t dispatches = 0;
+    std::uint64_t completions = 0;
+    std::uint64_t charged = 0;
+    std::uint64_t waits_checked = 0;
+    Nanos max_wait_after_credit = 0;
+    std::uint64_t max_dispatches_after_credit = 0;
+    std::uint32_t ring = 0;
+  };
+  [[nodiscard]] const Summary& summary() const noexcept { return summary_; }
+
+ private:
+  struct Place {
+    std::uint32_t generation = 0;
+    bool live = false;
+    std::uint32_t name = 0;
+    creditloop::model::Pid pid;
+    // The bounded-wait watch: active while it holds P1 and has a request queued.
+    bool watching = false;
+    bool credit_known = false;
+    bool marked = false;
+    Nanos credit_at = 0;
+    std::uint64_t mark = 0;  // dispatches replayed before the first event at or after credit_at
+    std::uint32_t version = 0;
+  };
+  struct Flight {
+    std::uint32_t generation = 0;
+    creditloop::model::TicketId id = 0;
+    bool live = false;
+  };
+  struct Due {
+    Nanos at;
+    std::uint32_t slot;
+    std::uint32_t version;
+    bool operator>(const Due& o) const noexcept { return at > o.at; }
+  };
+
+  void apply(const Event& e);
+  Place& place(const Event& e, const char* what);
+  [[noreturn]] void diverge(const Event& e, const std::string& what);
+  void watch(std::uint32_t slot, Nanos now);
+  void update_credit(std::uint32_t slot, Nanos now);
+  void end_wait(std::uint32_t slot, Nanos now);
+
+  const creditloop::Config& config_;
+  const Nanos slack_ns_;
+  HandBacks& handbacks_;
+  creditloop::model::Model model_;
+  std::vector<Place> places_;
+  std::vector<Flight> flights_;
+  std::priority_queue<Due, std::vector<Due>, std::greater<>> due_;
+  Nanos now_ = 0;
+  Summary summary_;
+};
+
+}  // namespace stress

@@ -1,0 +1,233 @@
+// tests/relacy/model.hpp: what the Relacy models share. The production pieces take their atomic
+// type as a template template parameter; ModelAtomic is the one the models pass, so Relacy
+// explores the very code the runtime runs, with the memory orders it asks for, or with one of
+// them deliberately weakened (a policy) for the twin that must fail.
+#pragma once
+
+#include <relacy/relacy.hpp>
+
+// relacy.hpp rewrites memory_order_*, new, delete, the malloc family and assert as macros for code
+// written against its own API. The production headers and these models are written against std,
+// so the rewrites would turn std::memory_order_relaxed into `std::mo_relaxed, $`.
+#undef memory_order_relaxed
+#undef memory_order_consume
+#undef memory_order_acquire
+#undef memory_order_release
+#undef memory_order_acq_rel
+#undef memory_order_seq_cst
+#undef new
+#undef delete
+#undef malloc
+#undef calloc
+#undef realloc
+#undef free
+#undef assert
+
+#include <atomic>
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <type_traits>
+
+namespace creditloop::relacy {
+
+enum class Op : std::uint8_t { load, store, rmw, cas };  // rmw: exchange and fetch_*
+
+/// The orders as the production code wrote them.
+struct AsWritten {
+  template <class T>
+  static constexpr std::memory_order order(Op, std::memory_order mo) noexcept {
+    return mo;
+  }
+};
+
+/// One order weakened: `from` becomes `to` for operations `op` on atomics holding a `Target`, and
+/// nothing else changes. A twin names the one pairing it breaks this way.
+template <class Target, Op kOp, std::memory_order kFrom, std::memory_order kTo>
+struct Weaken {
+  template <class T>
+  static constexpr std::memory_order order(Op op, std::memory_order mo) noexcept {
+    return std::is_same_v<T, Target> && op == kOp && mo == kFrom ? kTo : mo;
+  }
+};
+
+inline rl::memory_order to_rl(std::memory_order mo) noexcept {
+  switch (mo) {
+    case std::memory_order_relaxed:
+      return rl::mo_relaxed;
+    case std::memory_order_consume:
+      return rl::mo_consume;
+    case std::memory_order_acquire:
+      return rl::mo_acquire;
+    case std::memory_order_release:
+      return rl::mo_release;
+    case std::memory_order_acq_rel:
+      return rl::mo_acq_rel;
+    case std::memory_order_seq_cst:
+      break;
+  }
+  return rl::mo_seq_cst;
+}
+
+/// The failure order of a compare-and-swap may not be stronger than the load half of its success
+/// order; weakening the success order must weaken the failure order with it.
+constexpr std::memory_order failure_within(std::memory_order failure,
+                                           std::memory_order success) noexcept {
+  auto strength = [](std::memory_order mo) {
+    switch (mo) {
+      case std::memory_order_relaxed:
+      case std::memory_order_release:
+        return 0;
+      case std::memory_order_consume:
+        return 1;
+      case std::memory_order_acquire:
+      case std::memory_order_acq_rel:
+        return 2;
+      case std::memory_order_seq_cst:
+        break;
+    }
+    return 3;
+  };
+  return strength(failure) <= strength(success) ? failure
+         : strength(success) == 2               ? std::memory_order_acquire
+         : strength(success) == 1               ? std::memory_order_consume
+                                                : std::memory_order_relaxed;
+}
+
+/// Relacy wants the caller's place with every access; the default argument supplies the place in
+/// the production header, so a trace names the line of inbox.hpp rather than this file.
+inline rl::debug_info where(const std::source_location& at) noexcept {
+  return rl::debug_info(at.function_name(), at.file_name(), static_cast<unsigned>(at.line()));
+}
+
+/// std::atomic's interface, as much of it as the production pieces use, over rl::atomic.
+template <class T, class Policy>
+class ModelAtomic {
+  using here = std::source_location;
+
+ public:
+  explicit ModelAtomic(T value = T{}) : a_(value) {}
+  ModelAtomic(const ModelAtomic&) = delete;
+  ModelAtomic& operator=(const ModelAtomic&) = delete;
+
+  T load(std::memory_order mo = std::memory_order_seq_cst,
+         here at = here::current()) const noexcept {
+    return a_.load(to_rl(Policy::template order<T>(Op::load, mo)), where(at));
+  }
+  void store(T value, std::memory_order mo = std::memory_order_seq_cst,
+             here at = here::current()) noexcept {
+    a_.store(value, to_rl(Policy::template order<T>(Op::store, mo)), where(at));
+  }
+  T exchange(T value, std::memory_order mo = std::memory_order_seq_cst,
+             here at = here::current()) noexcept {
+    return a_.exchange(value, to_rl(Policy::template order<T>(Op::rmw, mo)), where(at));
+  }
+  T fetch_add(T value, std::memory_order mo = std::memory_order_seq_cst,
+              here at = here::current()) noexcept {
+    return a_.fetch_add(value, to_rl(Policy::template order<T>(Op::rmw, mo)), where(at));
+  }
+  T fetch_or(T value, std::memory_order mo = std::memory_order_seq_cst,
+             here at = here::current()) noexcept {
+    return a_.fetch_or(value, to_rl(Policy::template order<T>(Op::rmw, mo)), where(at));
+  }
+  T fetch_and(T value, std::memory_order mo = std::memory_order_seq_cst,
+              here at = here::current()) noexcept {
+    return a_.fetch_and(value, to_rl(Policy::template order<T>(Op::rmw, mo)), where(at));
+  }
+  bool compare_exchange_weak(T& expected, T desired, std::memory_order success,
+                             std::memory_order failure, here at = here::current()) noexcept {
+    const std::memory_order s = Policy::template order<T>(Op::cas, success);
+    return a_.compare_exchange_weak(expected, desired, to_rl(s), where(at),
+                                    to_rl(failure_within(failure, s)), where(at));
+  }
+  bool compare_exchange_strong(T& expected, T desired, std::memory_order success,
+                               std::memory_order failure, here at = here::current()) noexcept {
+    const std::memory_order s = Policy::template order<T>(Op::cas, success);
+    return a_.compare_exchange_strong(expected, desired, to_rl(s), where(at),
+                                      to_rl(failure_within(failure, s)), where(at));
+  }
+
+  /// The model's futex waits and wakes on the Relacy atomic itself.
+  rl::atomic<T>& relacy() noexcept { return a_; }
+
+ private:
+  rl::atomic<T> a_;
+};
+
+/// Passes ModelAtomic with one policy where a template template parameter is expected.
+template <class Policy>
+struct With {
+  template <class T>
+  using Atomic = ModelAtomic<T, Policy>;
+};
+
+/// The futex under the Parker in a model. wait() sleeps only while the word still holds
+/// `expected`, checked and slept on with no wake in between (what the kernel's hash-bucket lock
+/// gives), and returns only when woken: no timeout and no spurious return, even when asked for a
+/// timeout. A sleep that no notify() will end therefore blocks the dispatcher for good, and
+/// Relacy reports the run as a deadlock.
+struct ModelFutex {
+  template <class Word>
+  static void wait(Word& word, std::uint32_t expected, std::int64_t /*timeout_ns*/,
+                   std::source_location at = std::source_location::current()) noexcept {
+    rl::context& c = rl::ctx();
+    c.sched();
+    c.atomic_thread_fence_seq_cst();  // the kernel's barrier before it reads the word
+    {
+      rl::preemption_disabler no_wake_in_between(c);
+      if (word.relacy().load(rl::mo_seq_cst, where(at)) != expected) return;
+    }
+    word.relacy().wait(c, /*is_timed=*/false, /*allow_spurious_wakeup=*/false, where(at));
+  }
+
+  template <class Word>
+  static void wake(Word& word, std::source_location at = std::source_location::current()) noexcept {
+    rl::context& c = rl::ctx();
+    c.sched();
+    c.atomic_thread_fence_seq_cst();  // the kernel's barrier before it looks for sleepers
+    word.relacy().wake(c, 1, where(at));
+  }
+};
+
+/// Lets other threads run while this one waits for something only they can do: a spin loop that
+/// does not yield looks like a livelock to Relacy's fair schedulers.
+inline void pause() { rl::yield(1, RL_INFO); }
+
+// ---- running a model ---------------------------------------------------------------------------
+
+enum class Variant : std::uint8_t { correct, twin };
+
+struct Search {
+  rl::scheduler_type_e scheduler;
+  rl::iteration_t iterations;  // ignored by the full search, which ends when it has seen all
+};
+
+/// What one run printed: Relacy's verdict and its history, for the caller to show.
+struct Report {
+  rl::test_result_e result;
+  rl::iteration_t iterations;
+  double seconds;
+  std::string output;
+};
+
+Report simulate(bool (*run)(rl::test_params&), Search search);
+
+/// Runs the model and says whether it did what `variant` expects: the correct model passes, the
+/// twin fails with `twin_failure`. Prints a one-line summary, and Relacy's trace when surprised.
+bool expect(const char* name, Variant variant, bool (*run)(rl::test_params&), Search search,
+            rl::test_result_e twin_failure);
+
+template <class Model>
+bool run_model(rl::test_params& params) {
+  return rl::simulate<Model>(params);
+}
+
+// The models, one per hand-off; each returns whether `variant` behaved as expected.
+bool inbox_model(Variant variant);
+bool activation_model(Variant variant);
+bool parking_model(Variant variant);
+bool charge_back_model(Variant variant);
+bool ticket_model(Variant variant);
+bool close_model(Variant variant);
+
+}  // namespace creditloop::relacy
