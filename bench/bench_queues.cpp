@@ -51,24 +51,23 @@
 //        --benchmark_report_aggregates_only=true
 // On 2 cores, P producers + 1 consumer oversubscribe the CPU from P = 2 on; nothing is pinned.
 #include <benchmark/benchmark.h>
+#include <concurrentqueue/blockingconcurrentqueue.h>
+#include <concurrentqueue/concurrentqueue.h>
 #include <malloc.h>
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_group.h>
+#include <boost/lockfree/queue.hpp>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <boost/lockfree/queue.hpp>
 #include <chrono>
-#include <concurrentqueue/blockingconcurrentqueue.h>
-#include <concurrentqueue/concurrentqueue.h>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <new>
-#include <oneapi/tbb/global_control.h>
-#include <oneapi/tbb/task_arena.h>
-#include <oneapi/tbb/task_group.h>
 #include <thread>
 #include <vector>
 
@@ -167,11 +166,12 @@ struct Tally {
   std::size_t count = 0;
 };
 
-// ---- mailbox: the runtime's own ----------------------------------------------------------------
+// ---- mailbox: the runtime's own -----------------------------------------------------------------
 
 class MailboxDesign {
  public:
-  using Mailbox = creditloop::detail::Mailbox<RequestHook, std::atomic, &RequestHook::next_in_queue>;
+  using Mailbox =
+      creditloop::detail::Mailbox<RequestHook, std::atomic, &RequestHook::next_in_queue>;
 
   MailboxDesign(std::size_t participants, unsigned /*producers*/)
       : boxes_(new Mailbox[participants]), participants_(participants) {
@@ -191,9 +191,8 @@ class MailboxDesign {
   template <class Sink>
   std::size_t drain(Sink& sink) {
     std::size_t n = 0;
-    activations_.drain([&](Mailbox& box) {
-      n += deliver(box.slot, box.take_listed(true, kGeneration), sink);
-    });
+    activations_.drain(
+        [&](Mailbox& box) { n += deliver(box.slot, box.take_listed(true, kGeneration), sink); });
     return n;
   }
 
@@ -202,8 +201,8 @@ class MailboxDesign {
   std::size_t sweep(Sink& sink) {
     std::size_t n = 0;
     for (std::size_t i = 0; i < participants_; ++i) {
-      n += deliver(boxes_[i].slot, boxes_[i].inbox.take(Mailbox::Queue::tag_for(kGeneration)),
-                   sink);
+      n +=
+          deliver(boxes_[i].slot, boxes_[i].inbox.take(Mailbox::Queue::tag_for(kGeneration)), sink);
     }
     return n;
   }
@@ -229,7 +228,7 @@ class MailboxDesign {
   creditloop::detail::WaitFreeBag<Mailbox, std::atomic, &Mailbox::next_listed> activations_;
 };
 
-// ---- the activation path shared by the per-participant contenders -----------------------------
+// ---- the activation path shared by the per-participant contenders -------------------------------
 
 // A flag per queue and the runtime's WaitFreeBag: the consumer visits only queues that have work.
 // kSeqCstEnqueue: the queue's enqueue publishes with a seq_cst read-modify-write, which orders it
@@ -251,9 +250,10 @@ class Activations {
     if (!listed && !q.listed.exchange(true, std::memory_order_acq_rel)) bag_.push(q);
   }
 
-  // Consumer: f(Queue&) drains the queue and returns how many it took, and whether the queue was
-  // left mid-push (a producer linked a node but not yet its successor): such a queue is retried on
-  // the next drain, without touching its flag, which belongs to the bag entry.
+  // Consumer: f(queue, retry) drains the queue and returns how many it took; it puts the queue on
+  // `retry` when a producer is half-way through a push (swapped in as the head, predecessor not yet
+  // linked). A queue on `retry` is drained again on the next call without touching its flag: the
+  // flag belongs to the bag entry.
   template <class F>
   std::size_t drain(F&& f) {
     std::size_t n = 0;
@@ -275,7 +275,7 @@ class Activations {
   std::vector<Queue*> retrying_;
 };
 
-// ---- vyukov: an intrusive MPSC queue per participant (a contender only) ------------------------
+// ---- vyukov: an intrusive MPSC queue per participant (a contender only) -------------------------
 
 // Dmitry Vyukov's non-blocking intrusive MPSC queue, linked through RequestHook::next_in_queue
 // (accessed as an atomic_ref, so requests need no other field). Push is one exchange and one
@@ -391,7 +391,7 @@ class VyukovDesign {
   Activations<VyukovQueue, true> activations_;
 };
 
-// ---- moodycamel, one queue per participant -------------------------------------------------------
+// ---- moodycamel, one queue per participant ------------------------------------------------------
 
 struct alignas(64) MoodyQueue {
   // No initial blocks: each producer token allocates what it uses, so the count is what is needed.
@@ -467,12 +467,11 @@ class MoodyPerParticipantDesign {
   Activations<MoodyQueue, false> activations_;
 };
 
-// ---- moodycamel, one shared queue of pairs --------------------------------------------------------
+// ---- moodycamel, one shared queue of pairs ------------------------------------------------------
 
 class MoodySharedDesign {
  public:
-  MoodySharedDesign(std::size_t participants, unsigned producers)
-      : participants_(participants), consumer_token_(queue_) {
+  MoodySharedDesign(std::size_t /*participants*/, unsigned producers) : consumer_token_(queue_) {
     tokens_.reserve(producers);
     for (unsigned p = 0; p < producers; ++p) tokens_.emplace_back(queue_);
   }
@@ -486,8 +485,7 @@ class MoodySharedDesign {
     std::array<Pair, kDrainBulk> batch;
     std::size_t n = 0;
     for (;;) {
-      const std::size_t got =
-          queue_.try_dequeue_bulk(consumer_token_, batch.begin(), batch.size());
+      const std::size_t got = queue_.try_dequeue_bulk(consumer_token_, batch.begin(), batch.size());
       for (std::size_t i = 0; i < got; ++i) sink(batch[i].participant, *batch[i].item);
       n += got;
       if (got < batch.size()) return n;
@@ -506,13 +504,12 @@ class MoodySharedDesign {
   }
 
  private:
-  std::size_t participants_;
   moodycamel::ConcurrentQueue<Pair, CountingTraits> queue_;
   std::vector<moodycamel::ProducerToken> tokens_;
   moodycamel::ConsumerToken consumer_token_;
 };
 
-// ---- boost::lockfree::queue --------------------------------------------------------------------
+// ---- boost::lockfree::queue ---------------------------------------------------------------------
 
 template <class T>
 using BoostQueue = boost::lockfree::queue<T, boost::lockfree::allocator<CountingAllocator<T>>>;
@@ -604,7 +601,7 @@ class BoostSharedDesign {
   BoostQueue<Pair> queue_;
 };
 
-// ---- the queue benchmark ---------------------------------------------------------------------
+// ---- the queue benchmark ------------------------------------------------------------------------
 
 template <class Design>
 void BM_Queue(benchmark::State& state) {
@@ -710,7 +707,7 @@ BENCHMARK(BM_Queue<BoostPerParticipantDesign>)
     ->Apply(QueueArgs);
 BENCHMARK(BM_Queue<BoostSharedDesign>)->Name("BM_Queue/boost_shared")->Apply(QueueArgs);
 
-// ---- the worker-pool hand-off --------------------------------------------------------------------
+// ---- the worker-pool hand-off -------------------------------------------------------------------
 
 // The runtime's worker job, field for field.
 struct Job {
@@ -765,8 +762,10 @@ void work_for(std::int64_t gap_ns) {
 
 // GCC 12 reports moodycamel's enqueue_bulk, once inlined here, as an 8-byte write into a region of
 // size 0 (-Wstringop-overflow) on a path the block index rules out: a false positive.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
 // kEnqueueBatch 1: one enqueue per job, as runtime.cpp's hand_out(). Above 1: the producer
 // gathers that many jobs (or fewer at the end) and hands them over with one enqueue_bulk.
 template <std::size_t kEnqueueBatch>
@@ -821,7 +820,9 @@ void BM_PoolMoodycamel(benchmark::State& state) {
   for (std::thread& t : workers) t.join();
   state.SetItemsProcessed(static_cast<std::int64_t>(target));
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 // oneTBB sizes its worker pool from max_allowed_parallelism - 1; 3 allows the 2 workers asked for.
 void BM_PoolTbbArenaEnqueue(benchmark::State& state) {

@@ -30,8 +30,8 @@
 //    moodycamel::ConcurrentQueue with a producer token; one consumer thread dequeues in bulk of 32
 //    with a consumer token and runs the same bookkeeping as a handler. No scheduling at all: the
 //    floor a dispatcher is measured against.
-// Plans: reference_config()'s shape (pro: P1 and P2, lite: P2) with participants alternating pro and
-// lite with 1 share, but rates raised so that the refill summed over participants is about
+// Plans: reference_config()'s shape (pro: P1 and P2, lite: P2) with participants alternating pro
+// and lite with 1 share, but rates raised so that the refill summed over participants is about
 // kMeteredRefill credits/s (capped at the per-share maximum, 10,000/s): a share of dispatches is
 // metered. Counters P1, P2, P3 give the split of dispatches by class they went out under.
 // Counters: requests_per_s, ns_per_request (the end-to-end cost: wall time / requests), p50_us,
@@ -50,12 +50,13 @@
 //        --benchmark_report_aggregates_only=true
 // Nothing is pinned: on 2 cores every design but the raw hand-off oversubscribes the CPU.
 #include <benchmark/benchmark.h>
+#include <concurrentqueue/concurrentqueue.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <concurrentqueue/concurrentqueue.h>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -68,7 +69,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <sys/resource.h>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -310,7 +310,7 @@ void class_mix(benchmark::State& state, const std::uint64_t* per_class, int clas
   }
 }
 
-// ---- the runtime ---------------------------------------------------------------------------------
+// ---- the runtime --------------------------------------------------------------------------------
 
 // kInlineSink: no pool; the sink runs the handler on the dispatcher thread (see the file comment).
 template <bool kInlineSink>
@@ -379,7 +379,7 @@ void BM_Runtime(benchmark::State& state) {
   finish(state, kInlineSink ? "inline" : "runtime", watch, producer_count + 1 + workers);
 }
 
-// ---- the mutex baseline ------------------------------------------------------------------------
+// ---- the mutex baseline -------------------------------------------------------------------------
 
 class MutexBaseline {
  public:
@@ -429,7 +429,10 @@ class MutexBaseline {
     std::lock_guard lock(mutex_);
     return refused_;
   }
-  const std::uint64_t* per_class() const { return per_class_; }
+  std::array<std::uint64_t, creditloop::kMaxClasses + 1> per_class() {
+    std::lock_guard lock(mutex_);
+    return per_class_;
+  }
   int classes() const { return model_.classes(); }
 
  private:
@@ -446,8 +449,8 @@ class MutexBaseline {
       work_cv_.wait(lock, [&] { return stopping_ || (queued_ > 0 && in_flight_ < kSlots); });
       if (stopping_) return;
       const Nanos t = now_ns();
-      for (std::size_t step = 0; batch.size() < kMutexBatch && in_flight_ < kSlots &&
-                                 queued_ > 0 && step < 2 * kMutexBatch + 2;
+      for (std::size_t step = 0; batch.size() < kMutexBatch && in_flight_ < kSlots && queued_ > 0 &&
+                                 step < 2 * kMutexBatch + 2;
            ++step) {
         if (!model_.in_turn() && !model_.begin_turn(t)) break;
         const std::optional<creditloop::model::Dispatch> d = model_.visit(t);
@@ -502,7 +505,7 @@ class MutexBaseline {
   std::uint64_t queued_ = 0;
   std::uint64_t in_flight_ = 0;
   std::uint64_t completed_ = 0;
-  std::uint64_t per_class_[creditloop::kMaxClasses + 1] = {};
+  std::array<std::uint64_t, creditloop::kMaxClasses + 1> per_class_{};
   bool refused_ = false;
   bool stopping_ = false;
 
@@ -535,12 +538,12 @@ void BM_Mutex(benchmark::State& state) {
     watch.stop();
   }
   if (baseline.refused()) state.SkipWithError("the model refused a submission or completion");
-  class_mix(state, baseline.per_class(), baseline.classes());
+  class_mix(state, baseline.per_class().data(), baseline.classes());
   producers.report(state);
   finish(state, "mutex", watch, producer_count + 1 + workers);
 }
 
-// ---- the raw hand-off --------------------------------------------------------------------------
+// ---- the raw hand-off ---------------------------------------------------------------------------
 
 void BM_Raw(benchmark::State& state) {
   constexpr std::size_t kBulk = 32;
@@ -645,13 +648,14 @@ void print_summary() {
     }
     std::printf("\n");
   }
-  std::printf("%-9s %-12s %-24s %16s\n", "producers", "participants", "inline-sink runtime ns",
+  std::printf("%-9s %-12s %-7s %12s %16s\n", "producers", "participants", "workers", "inline ns",
               "inline/raw");
   for (const auto& [key, values] : r) {
     const auto& [design, p, n, w] = key;
     if (design != "inline") continue;
     const double inline_ns = median(values);
-    std::printf("%-9d %-12d %-24.1f %16.2f\n", p, n, inline_ns, raw > 0 ? inline_ns / raw : 0.0);
+    std::printf("%-9d %-12d %-7s %12.1f %9.2f\n", p, n, "sink", inline_ns,
+                raw > 0 ? inline_ns / raw : 0.0);
   }
 }
 

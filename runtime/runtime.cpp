@@ -170,6 +170,7 @@ class Runtime::Impl {
     return handler_errors_.load(std::memory_order_relaxed);  // a statistic: no pairing
   }
   [[nodiscard]] const Core& core() const noexcept { return core_; }
+  [[nodiscard]] bool sleeping() const noexcept { return parker_.sleeping(); }
 
  private:
   enum class Phase : std::uint8_t { running, draining, finishing };
@@ -839,6 +840,7 @@ std::vector<ParticipantSnapshot> Runtime::snapshot_participants() {
 }
 RuntimeSnapshot Runtime::snapshot() { return impl_->snapshot(); }
 std::uint64_t Runtime::handler_errors() const noexcept { return impl_->handler_errors(); }
+bool Runtime::dispatcher_sleeping() const noexcept { return impl_->sleeping(); }
 
 RequestList Runtime::shutdown(ShutdownMode mode) { return impl_->shutdown(mode); }
 

@@ -160,6 +160,8 @@ class Runtime {
   [[nodiscard]] std::optional<ParticipantSnapshot> snapshot(ParticipantId p);
   [[nodiscard]] std::vector<ParticipantSnapshot> snapshot_participants();
   [[nodiscard]] RuntimeSnapshot snapshot();
+  /// Whether the dispatcher is asleep (or about to be). Unlike a snapshot it does not wake it.
+  [[nodiscard]] bool dispatcher_sleeping() const noexcept;
   /// Completions by the worker pool whose handler threw or returned a refused cost.
   [[nodiscard]] std::uint64_t handler_errors() const noexcept;
 

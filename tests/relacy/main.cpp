@@ -4,12 +4,29 @@
 // with the failure it was built to show.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string_view>
 
 #include "model.hpp"
 
 namespace creditloop::relacy {
+
+// A deeper search than CI's, by hand: CREDITLOOP_RELACY_SEARCH=full|random|bound and
+// CREDITLOOP_RELACY_ITERATIONS=N (random and bound only).
+Search from_environment(Search search) {
+  if (const char* s = std::getenv("CREDITLOOP_RELACY_SEARCH")) {
+    const std::string_view name = s;
+    search.scheduler = name == "full"     ? rl::sched_full
+                       : name == "bound"  ? rl::sched_bound
+                       : name == "random" ? rl::sched_random
+                                          : search.scheduler;
+  }
+  if (const char* n = std::getenv("CREDITLOOP_RELACY_ITERATIONS")) {
+    search.iterations = std::strtoull(n, nullptr, 10);
+  }
+  return search;
+}
 
 Report simulate(bool (*run)(rl::test_params&), Search search) {
   std::ostringstream out;
@@ -27,6 +44,7 @@ Report simulate(bool (*run)(rl::test_params&), Search search) {
 
 bool expect(const char* name, Variant variant, bool (*run)(rl::test_params&), Search search,
             rl::test_result_e twin_failure) {
+  search = from_environment(search);
   const Report report = simulate(run, search);
   const bool twin = variant == Variant::twin;
   const rl::test_result_e wanted = twin ? twin_failure : rl::test_result_success;

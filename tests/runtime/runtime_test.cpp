@@ -493,11 +493,10 @@ TEST(Runtime, AnIdleDispatcherSleepsAndASubmissionWakesIt) {
   Runtime rt(std::move(o));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
   for (int round = 1; round <= 20; ++round) {
-    // Wait until the dispatcher has gone to sleep (its park count moves), then submit: only a
-    // wake-up gets that request dispatched.
-    const std::uint64_t parks = rt.snapshot().parks;
+    // Wait until the dispatcher has gone to sleep, then submit: only a wake-up gets that request
+    // dispatched.
     const auto deadline = std::chrono::steady_clock::now() + kDeadline;
-    while (rt.snapshot().parks == parks) {
+    while (!rt.dispatcher_sleeping()) {
       ASSERT_LT(std::chrono::steady_clock::now(), deadline);
       std::this_thread::yield();
     }
@@ -506,7 +505,7 @@ TEST(Runtime, AnIdleDispatcherSleepsAndASubmissionWakesIt) {
     ASSERT_TRUE(recorder.wait_for(static_cast<std::size_t>(round)));
     ASSERT_TRUE(rt.complete(recorder.seen().back().ticket, 0).ok());
   }
-  EXPECT_GE(rt.snapshot().wakeups, 20u);
+  EXPECT_GE(rt.snapshot().parks, 1u);  // it did sleep; each round above proves it woke
 }
 
 // Replays what the observer saw through a fresh core: the runtime's decisions must be the core's.

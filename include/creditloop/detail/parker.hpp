@@ -41,6 +41,11 @@ class Parker {
     return word_.fetch_or(reasons, std::memory_order_seq_cst) | reasons;
   }
 
+  /// Any thread. Whether the dispatcher is asleep or about to be (monitoring only).
+  [[nodiscard]] bool sleeping() const noexcept {
+    return (word_.load(std::memory_order_relaxed) & kReasons) != 0;  // a gauge: no pairing
+  }
+
   /// Dispatcher only. Work was found after prepare(): no sleep.
   void cancel() noexcept {
     // relaxed: only the dispatcher sets reasons; a waker's CAS on a stale value merely fails.
