@@ -125,8 +125,8 @@ struct alignas(64) Gate {
 double start_request(Request& r, Gate* gates) noexcept {
   r.delay = now_ns() - r.submitted;
   const double cost = (r.seq & 1U) != 0 ? kSmallCost : 0.0;
+  Gate& gate = gates[r.producer];  // read before `done`: from then on the producer may reuse r
   r.done.store(1, std::memory_order_release);
-  Gate& gate = gates[r.producer];
   // seq_cst, here and in wait_finished(): a store-then-load pair on `finished` and `wake_at`.
   const std::uint32_t finished = gate.finished.fetch_add(1, std::memory_order_seq_cst) + 1;
   if (finished == gate.wake_at.load(std::memory_order_seq_cst)) gate.finished.notify_one();

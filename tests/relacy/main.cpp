@@ -29,7 +29,10 @@ Search from_environment(Search search) {
 }
 
 Report simulate(bool (*run)(rl::test_params&), Search search) {
-  std::ostringstream out;
+  // Relacy's stream, not std::ostringstream: Relacy replaces the global operator new with one that
+  // allocates from the model while a model runs, so a std::string buffer grown both inside and
+  // outside a run would be freed by the wrong allocator.
+  rl::ostringstream out;
   std::ostream progress(nullptr);  // Relacy's percentage lines: discarded
   rl::test_params params;
   params.search_type = search.scheduler;
@@ -39,7 +42,7 @@ Report simulate(bool (*run)(rl::test_params&), Search search) {
   const auto start = std::chrono::steady_clock::now();
   run(params);
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-  return {params.test_result, params.stop_iteration, took.count(), out.str()};
+  return {params.test_result, params.stop_iteration, took.count(), std::string(out.str().c_str())};
 }
 
 bool expect(const char* name, Variant variant, bool (*run)(rl::test_params&), Search search,
