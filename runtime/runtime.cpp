@@ -46,7 +46,8 @@ struct alignas(64) TicketRecord {
   std::uint32_t index = 0;
   std::uint32_t generation = 0;  // dispatcher only: the cell's current use
 };
-static_assert(sizeof(TicketRecord) == 64);
+static_assert(sizeof(TicketRecord) == 64 && alignof(TicketRecord) == 64,
+              "completers of neighbouring tickets never share a line");
 
 }  // namespace detail
 
@@ -54,7 +55,17 @@ namespace {
 
 using detail::TicketRecord;
 using Mailbox = detail::Mailbox<RequestHook, std::atomic, &RequestHook::next_in_queue>;
-static_assert(sizeof(Mailbox) == 64, "a participant's producers share one line, and only it");
+static_assert(sizeof(Mailbox) == 64 && alignof(Mailbox) == 64,
+              "a participant's producers share one line, and only it");
+
+constexpr std::size_t kCacheLine = 64;
+
+// A member that must not share a cache line with its neighbours: it starts a line and its size is
+// a whole number of lines.
+template <class T>
+struct alignas(kCacheLine) OwnLine : T {
+  using T::T;
+};
 
 constexpr std::int64_t kMaxCostNano = static_cast<std::int64_t>(kMaxCost) * kNanoPerCredit;
 constexpr std::int64_t kRoomRecheckNs = 1'000'000;  // SPEC 5a: re-test a custom room every ms
@@ -221,10 +232,16 @@ class Runtime::Impl {
   // Shared with producers and completers.
   ChunkedTable<Mailbox> mailboxes_;
   ChunkedTable<TicketRecord> tickets_;
-  detail::WaitFreeBag<Mailbox, std::atomic, &Mailbox::next_listed> activations_;
-  detail::WaitFreeBag<TicketRecord, std::atomic, &TicketRecord::next_completed> completions_;
-  detail::Parker<std::atomic, detail::LinuxFutex> parker_;
-  std::atomic<bool> accepting_{true};  // relaxed: chooses an error code only
+  // Each written by different threads: producers, completers, the dispatcher going to sleep.
+  OwnLine<detail::WaitFreeBag<Mailbox, std::atomic, &Mailbox::next_listed>> activations_;
+  OwnLine<detail::WaitFreeBag<TicketRecord, std::atomic, &TicketRecord::next_completed>>
+      completions_;
+  OwnLine<detail::Parker<std::atomic, detail::LinuxFutex>> parker_;
+  static_assert(alignof(decltype(activations_)) == kCacheLine &&
+                alignof(decltype(completions_)) == kCacheLine &&
+                alignof(decltype(parker_)) == kCacheLine);
+  // Read on every refused call and by monitoring; written once, or on a handler error.
+  alignas(kCacheLine) std::atomic<bool> accepting_{true};  // relaxed: chooses an error code only
   std::atomic<std::uint64_t> handler_errors_{0};
 
   // Commands: any thread posts, the dispatcher runs.
