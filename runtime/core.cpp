@@ -131,7 +131,6 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
     set_terms(slot, static_cast<ClassId>(c));
     b.balance = static_cast<Balance>(b.cap);
     b.remainder = 0;
-    b.folded = b.charged.load(std::memory_order_relaxed);  // single-threaded here: no pairing
     b.dispatched = 0;
     ++b.incarnation;
   }
@@ -234,32 +233,17 @@ void Core::set_terms(std::uint32_t slot, ClassId c) noexcept {
   b.cap = static_cast<std::uint64_t>(terms_[s.plan].burst[c]) * s.shares;
 }
 
-void Core::fold(BucketRec& b) noexcept {
-  // acquire pairs with the release fetch_add of a completing thread, so that whatever that thread
-  // wrote before charging is visible once the charge is folded.
-  const std::uint64_t charged = b.charged.load(std::memory_order_acquire);
-  const std::uint64_t delta = charged - b.folded;  // wraps by design; see core.hpp
-  if (delta != 0) {
-    b.folded = charged;
-    b.balance -= static_cast<Balance>(delta);
-  }
-}
-
 void Core::bring_to(Slot& s, Nanos now) noexcept {
   const Nanos dt = now - s.refilled_at;
   if (dt > 0) s.refilled_at = now;
+  if (dt <= 0) return;
   BucketRec* buckets = buckets_of(s);
   for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     BucketRec& b = buckets[std::countr_zero(held)];
-    if (dt > 0) {
-      BucketState state{b.balance, b.remainder};
-      refill(state, dt, b.rate, static_cast<Balance>(b.cap));
-      b.balance = state.balance;
-      b.remainder = static_cast<std::uint32_t>(state.remainder);
-    }
-    // Refill before folding: a charge that landed while the bucket sat at capacity must not be
-    // absorbed by the cap (that would forgive debt).
-    fold(b);
+    BucketState state{b.balance, b.remainder};
+    refill(state, dt, b.rate, static_cast<Balance>(b.cap));
+    b.balance = state.balance;
+    b.remainder = static_cast<std::uint32_t>(state.remainder);
   }
 }
 
@@ -310,8 +294,7 @@ void Core::expire_timers(ClassId c, Nanos now) noexcept {
   detail::TimerHeap& timers = timers_[c];
   // A due instant is exact: every change to the bucket since it was filed (debit, charge,
   // re-plan) re-filed it. So a due participant has its credit and joins the ready set without
-  // its record being read; the visit re-tests it anyway, which covers charges folded late by a
-  // threaded embedder.
+  // its record being read (the visit re-tests it anyway, for one comparison).
   for (std::uint32_t slot = timers.find_due(now); slot != detail::TimerHeap::npos;
        slot = timers.find_due(now)) {
     timers.erase(slot);
@@ -521,11 +504,10 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
     st.cost_uncharged += cost_nano;
     return done;
   }
+  // Refill first: a charge must not be absorbed by the cap of a bucket that sat full (that would
+  // forgive debt).
   bring_to(f.slot, now);
-  BucketRec& b = bucket(f.slot, c);
-  // relaxed: this thread is the only writer here; a threaded embedder uses release (see fold()).
-  b.charged.fetch_add(static_cast<std::uint64_t>(cost_nano), std::memory_order_relaxed);
-  fold(b);
+  bucket(f.slot, c).balance -= cost_nano;
   st.cost_charged += cost_nano;
   if (s.queued != 0) refile(f.slot, c);
   done.charged = true;

@@ -38,17 +38,16 @@
 //  - add: amortized O(k); remove and replan: O(k).
 //  Nothing on submit, visit or complete allocates once capacity is reserved (reserve()).
 //
-// Charge-back and threads: each bucket keeps a monotonically growing 64-bit count of the
-// nano-credits charged to it (an atomic, wrapping) and the part of it already folded into the
-// balance. complete() adds to the count and folds at once. A threaded embedder may instead add
-// to the count from any thread with one wait-free fetch_add; every refill folds the difference
-// into the balance before the balance is read, and a visit re-tests qualification, so a charge
-// that arrives late at worst costs one re-file. The count wraps safely as long as fewer than
-// 2^64 nano-credits (18,446 charges at the cost limit) land on one bucket between two folds.
+// Charge-back and threads: complete() refills the admitting bucket to `now` and subtracts the
+// cost, if the bucket is still the one that admitted the request (a re-plan that dropped it, or
+// the participant's removal, sends the cost nowhere). The core holds no atomics: the runtime
+// (runtime.hpp) claims tickets on other threads and hands each cost to its dispatcher, which
+// calls complete_nano() before its next decision. Completers do not add to a per-bucket atomic
+// instead: a charge that arrived after the bucket was dropped and created again, or after its
+// place was reused, would land on the successor, and checking for that needs a second operation.
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -241,11 +240,6 @@ class Core {
     Balance balance = 0;          // nano-credits, the exact value rounded down
     std::uint64_t rate = 0;       // nano-credits per second: the plan's rate times the shares
     std::uint64_t cap = 0;        // nano-credits: the plan's burst times the shares
-    // Charge-back: total nano-credits ever charged (wrapping) and the part folded into balance.
-    // relaxed is enough in the core (one thread); a threaded embedder publishes its fetch_add
-    // with release and pairs it with the acquire in fold().
-    std::atomic<std::uint64_t> charged{0};
-    std::uint64_t folded = 0;
     std::uint64_t dispatched = 0;   // kept across re-plans: counts every dispatch in this class
     std::uint32_t remainder = 0;    // the refill fraction carried forward, < 1e9
     std::uint32_t incarnation = 0;  // bumped when a re-plan creates or drops this bucket
@@ -300,7 +294,6 @@ class Core {
   }
   void bring_to(std::uint32_t slot, Nanos now) noexcept { bring_to(slot_at(slot), now); }
   static void bring_to(Slot& s, Nanos now) noexcept;
-  static void fold(BucketRec& b) noexcept;
   void refile(std::uint32_t slot, ClassId c) noexcept { refile(slot, slot_at(slot), c); }
   void refile(std::uint32_t slot, const Slot& s, ClassId c) noexcept;
   void enter_waiting(std::uint32_t slot) noexcept;
