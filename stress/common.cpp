@@ -32,8 +32,8 @@ void report(const char* check, const std::string& what) {
   }
   std::fflush(stdout);
   std::fprintf(stderr,
-               "\ncreditloop-stress: FAIL [%s]: %s\n  seed: 0x%016" PRIx64 "\n  rerun: %s\n",
-               check, what.c_str(), g_seed, g_rerun.c_str());
+               "\ncreditloop-stress: FAIL [%s]: %s\n  seed: 0x%016" PRIx64 "\n  rerun: %s\n", check,
+               what.c_str(), g_seed, g_rerun.c_str());
   std::fflush(stderr);
 }
 

@@ -19,7 +19,7 @@ using creditloop::Nanos;
 using creditloop::ParticipantId;
 using creditloop::Ticket;
 
-// ---- failing loudly ---------------------------------------------------------------------------
+// ---- failing loudly -----------------------------------------------------------------------------
 
 /// Recorded once at start-up so that every failure message can say how to rerun it.
 void set_identity(std::uint64_t seed, std::string rerun_command);
@@ -31,7 +31,7 @@ void set_identity(std::uint64_t seed, std::string rerun_command);
 /// The same, for a run that hangs: aborts, so that a core dump shows every thread's stack.
 [[noreturn]] void stall(const char* check, const std::string& what);
 
-// ---- formatting -------------------------------------------------------------------------------
+// ---- formatting ---------------------------------------------------------------------------------
 
 [[nodiscard]] std::string str(Balance v);
 [[nodiscard]] std::string str(ParticipantId p);
@@ -42,7 +42,7 @@ void set_identity(std::uint64_t seed, std::string rerun_command);
 /// "u17 {3,2}": the directory name and the runtime's id.
 [[nodiscard]] std::string who(std::uint32_t name, ParticipantId p);
 
-// ---- random numbers ---------------------------------------------------------------------------
+// ---- random numbers -----------------------------------------------------------------------------
 
 /// splitmix64: one step of a seed into a well-mixed 64-bit value.
 [[nodiscard]] constexpr std::uint64_t mix(std::uint64_t x) noexcept {
@@ -99,7 +99,7 @@ enum class Role : std::uint64_t {
   return mix(seed ^ mix(static_cast<std::uint64_t>(role) << 32 ^ index));
 }
 
-// ---- the clock --------------------------------------------------------------------------------
+// ---- the clock ----------------------------------------------------------------------------------
 
 /// steady_clock in nanoseconds: the runtime's clock (its default), and ours for waits.
 [[nodiscard]] inline Nanos steady_ns() noexcept {
@@ -108,7 +108,7 @@ enum class Role : std::uint64_t {
       .count();
 }
 
-// ---- requests ---------------------------------------------------------------------------------
+// ---- requests -----------------------------------------------------------------------------------
 
 enum class ReqState : std::uint8_t {
   free,         // in its producer's pool
@@ -121,13 +121,13 @@ enum class ReqState : std::uint8_t {
 /// dispatch or hand-back. Fields are written by whoever holds the request at the time; the
 /// runtime's own hand-offs order those writes.
 struct Req : creditloop::RequestHook {
-  std::uint64_t id = 0;         // unique per submission: the producer in the top 16 bits
-  std::uint64_t seq = 0;        // the producer's submission counter
-  std::uint64_t core_seq = 0;   // the observer's on_submit order within the participant; 0: none
-  Nanos submitted_at = 0;       // steady_ns() just before submit()
-  Ticket ticket;                // written by the observer at dispatch, read by the handler
-  ParticipantId participant;    // the id it was submitted to
-  std::uint32_t name = 0;       // the directory entry it was submitted to
+  std::uint64_t id = 0;        // unique per submission: the producer in the top 16 bits
+  std::uint64_t seq = 0;       // the producer's submission counter
+  std::uint64_t core_seq = 0;  // the observer's on_submit order within the participant; 0: none
+  Nanos submitted_at = 0;      // steady_ns() just before submit()
+  Ticket ticket;               // written by the observer at dispatch, read by the handler
+  ParticipantId participant;   // the id it was submitted to
+  std::uint32_t name = 0;      // the directory entry it was submitted to
   std::uint32_t producer = 0;
   std::atomic<ReqState> state{ReqState::free};
   Req* next_free = nullptr;  // the producer's return stack
@@ -140,7 +140,7 @@ struct Req : creditloop::RequestHook {
   return (std::uint64_t{producer} << 48) | n;
 }
 
-// ---- the participant directory ----------------------------------------------------------------
+// ---- the participant directory ------------------------------------------------------------------
 
 /// Name i of the run ("u<i>") maps to its latest registration, packed in one word: the id, and
 /// bit 63 once remove() of that id has returned. A producer that reads the bit set knows the
@@ -154,16 +154,14 @@ inline constexpr std::uint64_t kRemoved = std::uint64_t{1} << 63;
   return ParticipantId{static_cast<std::uint32_t>((word & ~kRemoved) >> 32),
                        static_cast<std::uint32_t>(word)};
 }
-[[nodiscard]] constexpr bool removed(std::uint64_t word) noexcept {
-  return (word & kRemoved) != 0;
-}
+[[nodiscard]] constexpr bool removed(std::uint64_t word) noexcept { return (word & kRemoved) != 0; }
 }  // namespace directory
 
 [[nodiscard]] std::string participant_name(std::uint32_t index);
 /// The index of a name made by participant_name(), or nothing.
 [[nodiscard]] bool parse_participant_name(std::string_view name, std::uint32_t& index) noexcept;
 
-// ---- stopping ---------------------------------------------------------------------------------
+// ---- stopping -----------------------------------------------------------------------------------
 
 /// The end of the run, for threads that pace themselves: they wait on it with a timeout, so the
 /// end interrupts the pause at once.

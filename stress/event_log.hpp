@@ -7,9 +7,8 @@
 // one counter increment and a wake-up of the reader if it sleeps. Chunks the reader is done with
 // are kept for the writer to reuse, so a steady run allocates nothing.
 //
-// Memory is bounded by backlog(): producers call hold_back() before each burst and wait while the
-// reader is more than the cap behind (the observer itself never waits: it runs on the
-// dispatcher).
+// Nobody ever waits for the reader: the monitor compares appended() with what the replay has
+// read and, when the replay falls too far behind, has the observer stop appending (recorder.hpp).
 #pragma once
 
 #include <atomic>
@@ -57,8 +56,7 @@ class EventLog {
     std::atomic<Chunk*> next{nullptr};
   };
 
-  explicit EventLog(std::uint64_t backlog_cap_chunks)
-      : cap_(backlog_cap_chunks), head_(new Chunk), read_(head_) {}
+  EventLog() : head_(new Chunk), read_(head_) {}
   ~EventLog() {
     for (Chunk* c = read_; c != nullptr;) {
       Chunk* const next = c->next.load(std::memory_order_relaxed);
@@ -74,9 +72,12 @@ class EventLog {
   void append(const Event& e) {
     if (pos_ == kChunkEvents) roll();
     head_->events[pos_++] = e;
-    ++appended_;
+    appended_.store(appended_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
-  [[nodiscard]] std::uint64_t appended() const noexcept { return appended_; }
+  /// Any thread: events appended so far (a gauge for the monitor).
+  [[nodiscard]] std::uint64_t appended() const noexcept {
+    return appended_.load(std::memory_order_relaxed);
+  }
   /// No more events. Called once the dispatcher has exited, by the thread that joined it.
   void finish() {
     last_count_ = pos_;
@@ -88,45 +89,28 @@ class EventLog {
 
   // ---- the reader ----
   /// Calls f(const Event&) for every event, in order, sleeping while none is published, until
-  /// the writer has finished and everything was read.
+  /// the writer has finished and everything was read, or f returns false.
   template <class F>
   void read_all(F&& f) {
     for (;;) {
       // acquire: pairs with the release increment in roll() and finish().
       const std::uint64_t seen = published_.load(std::memory_order_acquire);
       if (Chunk* const next = read_->next.load(std::memory_order_acquire)) {
-        for (const Event& e : read_->events) f(e);
+        for (const Event& e : read_->events) {
+          if (!f(e)) return;
+        }
         recycle(read_);
         read_ = next;
-        consumed_.fetch_add(1, std::memory_order_release);
-        consumed_.notify_all();
         continue;
       }
       if (finished_.load(std::memory_order_acquire)) {
         if (read_->next.load(std::memory_order_acquire) != nullptr) continue;
-        for (std::size_t i = 0; i < last_count_; ++i) f(read_->events[i]);
+        for (std::size_t i = 0; i < last_count_; ++i) {
+          if (!f(read_->events[i])) return;
+        }
         return;
       }
       published_.wait(seen, std::memory_order_acquire);
-    }
-  }
-
-  // ---- producers ----
-  /// Chunks written and not yet read.
-  [[nodiscard]] std::uint64_t backlog() const noexcept {
-    const std::uint64_t c = consumed_.load(std::memory_order_acquire);
-    const std::uint64_t p = published_.load(std::memory_order_acquire);
-    return p > c ? p - c : 0;
-  }
-  /// Waits while the reader is more than the cap behind. Returns whether it waited.
-  bool hold_back() {
-    bool waited = false;
-    for (;;) {
-      const std::uint64_t c = consumed_.load(std::memory_order_acquire);
-      const std::uint64_t p = published_.load(std::memory_order_acquire);
-      if (p <= c + cap_ || finished_.load(std::memory_order_acquire)) return waited;
-      waited = true;
-      consumed_.wait(c, std::memory_order_acquire);
     }
   }
 
@@ -158,17 +142,15 @@ class EventLog {
     delete c;
   }
 
-  const std::uint64_t cap_;
   // Writer only.
   Chunk* head_;
   std::size_t pos_ = 0;
-  std::uint64_t appended_ = 0;
-  std::size_t last_count_ = 0;  // published by finished_
+  std::atomic<std::uint64_t> appended_{0};  // one writer
+  std::size_t last_count_ = 0;              // published by finished_
   // Reader only.
   Chunk* read_;
   // Shared.
   std::atomic<std::uint64_t> published_{0};
-  std::atomic<std::uint64_t> consumed_{0};
   std::atomic<bool> finished_{false};
   std::mutex spare_mutex_;
   std::vector<Chunk*> spare_;

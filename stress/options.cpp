@@ -34,14 +34,18 @@ violation (the message names the check, the participant or request, and the seed
                          that use complete(), complete_nano() and CompletionBatch (by seed)
   --shutdown hand_back|drain   how the run ends (by seed)
   --no-replay            do not replay the observer's events through the reference model
-  --replay-limit N       replay the first N dispatches, 0 for all (8000000); after that the
-                         ledger checks alone continue (the model keeps every ticket it issued)
-  --replay-backlog-mb M  unreplayed log that holds producers back until replay catches up (512)
+  --replay-limit N       replay at most the first N dispatches, 0 for no limit (8000000): the
+                         model keeps every ticket it issued, about 100 bytes each
+  --replay-lag-s S       end the replay early once it would need more than S seconds to catch
+                         up (20): the model scans the ring, so it is slow with many participants
+  --replay-backlog-mb M  end the replay early once this much log waits for it (256)
+                         (after the replay ends, the ledger checks carry on alone)
   --wait-slack-ms MS     real-time allowance of the bounded-wait check (500)
   --watchdog-ms MS       how long nothing may move while work waits (1000)
   --churn-us US          mean pause between two lifecycle calls with --churn (500)
   --service-us US        busy time per request in handlers and completers (0)
-  --snapshots            also take per-participant snapshots while running
+  --snapshots            also take per-participant snapshots while running (the replay then
+                         also checks that reading balances leaves the decisions unchanged)
 )";
 
 [[noreturn]] void usage_error(const std::string& what) {
@@ -141,6 +145,8 @@ Options parse_options(int argc, char** argv) {
       o.replay_limit = parse_u64(a, value());
     } else if (a == "--replay-backlog-mb") {
       o.replay_backlog_mb = bounded(1, 1u << 20);
+    } else if (a == "--replay-lag-s") {
+      o.replay_lag_s = parse_double(a, value());
     } else if (a == "--wait-slack-ms") {
       o.wait_slack_ms = parse_double(a, value());
     } else if (a == "--watchdog-ms") {
@@ -177,7 +183,8 @@ std::string rerun_command(const Options& o, const char* argv0) {
                   " --mode " + mode_name(*o.mode) + " --shutdown " + end_name(*o.end);
   if (!o.replay) c += " --no-replay";
   c += " --replay-limit " + std::to_string(o.replay_limit);
-  c += " --replay-backlog-mb " + std::to_string(o.replay_backlog_mb);
+  c += " --replay-backlog-mb " + std::to_string(o.replay_backlog_mb) + " --replay-lag-s " +
+       fmt(o.replay_lag_s);
   c += " --wait-slack-ms " + fmt(o.wait_slack_ms) + " --watchdog-ms " + fmt(o.watchdog_ms);
   if (o.churn) c += " --churn-us " + fmt(o.churn_us);
   if (o.service_us > 0) c += " --service-us " + fmt(o.service_us);

@@ -22,17 +22,18 @@ struct Options {
   bool churn = false;
   std::uint32_t slots = 64;
   int classes = 2;
-  std::uint32_t pool = 256;          // requests per producer
-  std::optional<SinkMode> mode;      // default: chosen by the seed
-  std::optional<EndMode> end;        // default: chosen by the seed
+  std::uint32_t pool = 256;      // requests per producer
+  std::optional<SinkMode> mode;  // default: chosen by the seed
+  std::optional<EndMode> end;    // default: chosen by the seed
   bool replay = true;
   std::uint64_t replay_limit = 8'000'000;  // dispatches replayed; 0: all
-  std::uint64_t replay_backlog_mb = 512;   // unreplayed log before producers are held back
+  std::uint64_t replay_backlog_mb = 256;   // unreplayed log that ends the replay early
+  double replay_lag_s = 20;                // catch-up time that ends the replay early
   double wait_slack_ms = 500;
   double watchdog_ms = 1000;
-  double churn_us = 500;       // mean pause between two lifecycle calls
-  bool snapshots = false;      // per-participant snapshots while running
-  double service_us = 0;       // busy time a handler or completer spends per request
+  double churn_us = 500;   // mean pause between two lifecycle calls
+  bool snapshots = false;  // per-participant snapshots while running
+  double service_us = 0;   // busy time a handler or completer spends per request
 };
 
 /// Parses argv; prints usage and exits on --help or a bad argument.

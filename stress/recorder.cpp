@@ -38,11 +38,22 @@ Recorder::Account& Recorder::live_account(ParticipantId p, const char* event) {
 }
 
 void Recorder::record(const Event& e) {
-  ++events_;
   last_now_ = std::max(last_now_, e.now);
   last_now_pub_.store(last_now_, kRelaxed);
   if (!recording_) return;
+  if (const int why = cut_requested_.load(kRelaxed); why != 0) {
+    stop_recording(static_cast<Cut>(why));
+    return;
+  }
   log_->append(e);
+}
+
+void Recorder::stop_recording(Cut why) noexcept {
+  recording_ = false;
+  truncated_ = true;
+  cut_reason_ = why;
+  cut_at_ = last_now_;
+  recording_pub_.store(false, kRelaxed);
 }
 
 void Recorder::on_add(ParticipantId p, std::string_view name, creditloop::PlanId plan,
@@ -57,9 +68,8 @@ void Recorder::on_add(ParticipantId p, std::string_view name, creditloop::PlanId
   }
   Account& a = accounts_[p.slot];
   if (a.live) {
-    fail("check 3 (ledger)", "on_add of " + who(index, p) + " in place " +
-                                 std::to_string(p.slot) + ", which " +
-                                 participant_name(a.name) + " still holds");
+    fail("check 3 (ledger)", "on_add of " + who(index, p) + " in place " + std::to_string(p.slot) +
+                                 ", which " + participant_name(a.name) + " still holds");
   }
   const auto incarnation = a.incarnation;
   a = Account{};
@@ -151,7 +161,6 @@ void Recorder::on_visit(const creditloop::Dispatch* d, Ticket ticket, Nanos now)
                                   class_str(d->out) + ", which its plan " +
                                   config_.plans[a.plan].name + " does not hold");
   }
-  if (d->out < d->turn) ++out_above_turn_;
   if (ticket.generation == 0) fail("check 3 (ledger)", "a dispatch with ticket generation 0");
   if (ticket.index >= tickets_.size()) tickets_.resize(std::size_t{ticket.index} + 1024);
   InFlight& t = tickets_[ticket.index];
@@ -160,8 +169,12 @@ void Recorder::on_visit(const creditloop::Dispatch* d, Ticket ticket, Nanos now)
                                  subject + " while its record still holds ticket generation " +
                                  std::to_string(t.generation) + " in flight");
   }
-  t = InFlight{ticket.generation, d->participant.slot, d->participant.generation,
-               d->out < k_ ? a.incarnation[d->out] : 0, d->out, true};
+  t = InFlight{ticket.generation,
+               d->participant.slot,
+               d->participant.generation,
+               d->out < k_ ? a.incarnation[d->out] : 0,
+               d->out,
+               true};
   ++in_flight_;
   ++a.dispatched[d->out];
   ++per_class_[d->out];
@@ -170,23 +183,16 @@ void Recorder::on_visit(const creditloop::Dispatch* d, Ticket ticket, Nanos now)
   bump(dispatches_);
   record(Event{now, r.id, d->participant.slot, d->participant.generation, ticket.index,
                ticket.generation, EventKind::visit, d->out, d->turn});
-  if (recording_ && ++recorded_dispatches_ == replay_limit_) {
-    // A clean cut: the replay has every input up to this dispatch.
-    recording_ = false;
-    truncated_ = true;
-    recording_pub_.store(false, kRelaxed);
-  }
+  if (recording_ && ++recorded_dispatches_ == replay_limit_) stop_recording(Cut::limit);
 }
 
-void Recorder::on_end_turn() {
-  record(Event{last_now_, 0, 0, 0, 0, 0, EventKind::end_turn, 0, 0});
-}
+void Recorder::on_end_turn() { record(Event{last_now_, 0, 0, 0, 0, 0, EventKind::end_turn, 0, 0}); }
 
 void Recorder::on_complete(Ticket ticket, std::int64_t cost_nano, Nanos now) {
   if (ticket.index >= tickets_.size() || !tickets_[ticket.index].in_flight ||
       tickets_[ticket.index].generation != ticket.generation) {
-    fail("check 3 (ledger)", "completion applied for ticket " + str(ticket) +
-                                 ", which is not in flight");
+    fail("check 3 (ledger)",
+         "completion applied for ticket " + str(ticket) + ", which is not in flight");
   }
   InFlight& t = tickets_[ticket.index];
   t.in_flight = false;
@@ -222,9 +228,7 @@ void Recorder::on_complete(Ticket ticket, std::int64_t cost_nano, Nanos now) {
                EventKind::complete, 0, 0});
 }
 
-void Recorder::on_take_all() {
-  record(Event{last_now_, 0, 0, 0, 0, 0, EventKind::take_all, 0, 0});
-}
+void Recorder::on_take_all() { record(Event{last_now_, 0, 0, 0, 0, 0, EventKind::take_all, 0, 0}); }
 
 void Recorder::expect_cost(Ticket t, std::int64_t cost_nano) noexcept {
   if (t.index >= expected_size_) return;

@@ -8,7 +8,8 @@
 //    charged back or charged nowhere, following the core's rules for removed participants and
 //    re-planned buckets; per ticket, that it is completed once, with the cost its completer
 //    reported;
-//  - appends the input to the event log for the replay thread (check 4), up to the replay limit;
+//  - appends the input to the event log for the replay thread (check 4) until the replay ends:
+//    at the replay limit, or when the monitor finds the replay too far behind (cut());
 //  - publishes counters for the watchdog (check 6).
 // Everything it does is a few stores into memory it owns, so the dispatcher's timing is barely
 // changed. After the run (the dispatcher has exited) the main thread reads the ledger.
@@ -29,6 +30,9 @@ namespace stress {
 
 class Recorder final : public creditloop::RuntimeObserver {
  public:
+  /// Why the log stopped before the end of the run.
+  enum class Cut : int { none, limit, lag, memory };
+
   struct Account {  // one registration's ledger
     std::uint32_t generation = 0;
     bool live = false;
@@ -48,8 +52,8 @@ class Recorder final : public creditloop::RuntimeObserver {
   Recorder(const creditloop::Config& config, const Options& options, EventLog* log);
 
   // ---- RuntimeObserver (dispatcher thread) ----
-  void on_add(ParticipantId p, std::string_view name, creditloop::PlanId plan,
-              std::uint32_t shares, Nanos now) override;
+  void on_add(ParticipantId p, std::string_view name, creditloop::PlanId plan, std::uint32_t shares,
+              Nanos now) override;
   void on_remove(ParticipantId p) override;
   void on_replan(ParticipantId p, creditloop::PlanId plan, std::uint32_t shares,
                  Nanos now) override;
@@ -67,12 +71,16 @@ class Recorder final : public creditloop::RuntimeObserver {
   // ---- any thread, while running ----
   [[nodiscard]] std::uint64_t submits() const noexcept { return submits_.load(kRelaxed); }
   [[nodiscard]] std::uint64_t dispatches() const noexcept { return dispatches_.load(kRelaxed); }
-  [[nodiscard]] std::uint64_t completions() const noexcept {
-    return completions_.load(kRelaxed);
-  }
+  [[nodiscard]] std::uint64_t completions() const noexcept { return completions_.load(kRelaxed); }
   [[nodiscard]] Nanos last_now() const noexcept { return last_now_pub_.load(kRelaxed); }
-  /// Whether the log still takes events (producers then respect its backlog).
+  /// Whether the log still takes events.
   [[nodiscard]] bool recording() const noexcept { return recording_pub_.load(kRelaxed); }
+  /// Ends the log before the next event: the replay then covers a prefix of the run, which is
+  /// as valid an input sequence as the whole. The first reason given is kept.
+  void cut(Cut why) noexcept {
+    int none = 0;
+    cut_requested_.compare_exchange_strong(none, static_cast<int>(why), kRelaxed);
+  }
   /// A ticket whose completion was already applied, or nothing yet.
   [[nodiscard]] std::optional<Ticket> completed_sample(Rng& rng) const noexcept;
 
@@ -83,11 +91,13 @@ class Recorder final : public creditloop::RuntimeObserver {
   [[nodiscard]] std::uint64_t dispatched_in(ClassId c) const noexcept { return per_class_[c]; }
   [[nodiscard]] std::uint64_t in_flight() const noexcept { return in_flight_; }
   [[nodiscard]] bool truncated() const noexcept { return truncated_; }
-  [[nodiscard]] std::uint64_t recorded_dispatches() const noexcept { return recorded_dispatches_; }
+  [[nodiscard]] Cut cut_reason() const noexcept { return cut_reason_; }
+  /// The dispatcher's clock at the cut.
+  [[nodiscard]] Nanos cut_at() const noexcept { return cut_at_; }
   [[nodiscard]] Balance cost_applied() const noexcept { return cost_applied_; }
+  /// Completions whose ticket index lay beyond the table of reported costs (none expected: the
+  /// indices stay below the slot count).
   [[nodiscard]] std::uint64_t unchecked_costs() const noexcept { return unchecked_costs_; }
-  [[nodiscard]] std::uint64_t events() const noexcept { return events_; }
-  [[nodiscard]] std::uint64_t out_above_turn() const noexcept { return out_above_turn_; }
   [[nodiscard]] Nanos max_queue_wait() const noexcept { return max_queue_wait_; }
 
  private:
@@ -107,6 +117,7 @@ class Recorder final : public creditloop::RuntimeObserver {
 
   Account& live_account(ParticipantId p, const char* event);
   void record(const Event& e);
+  void stop_recording(Cut why) noexcept;
   void bump(std::atomic<std::uint64_t>& counter) noexcept {
     counter.store(counter.load(kRelaxed) + 1, kRelaxed);  // one writer: no read-modify-write
   }
@@ -127,14 +138,14 @@ class Recorder final : public creditloop::RuntimeObserver {
   std::array<std::uint64_t, creditloop::kMaxClasses + 1> passes_{};
   std::array<std::uint64_t, creditloop::kMaxClasses + 1> per_class_{};
   std::uint64_t in_flight_ = 0;
-  std::uint64_t events_ = 0;
-  std::uint64_t out_above_turn_ = 0;
   Balance cost_applied_ = 0;
   std::uint64_t unchecked_costs_ = 0;
   Nanos last_now_ = 0;
   Nanos max_queue_wait_ = 0;
   bool recording_;
   bool truncated_ = false;
+  Cut cut_reason_ = Cut::none;
+  Nanos cut_at_ = 0;
   std::uint64_t recorded_dispatches_ = 0;
   std::uint64_t sample_next_ = 0;
 
@@ -148,6 +159,7 @@ class Recorder final : public creditloop::RuntimeObserver {
   std::atomic<std::uint64_t> completions_{0};
   std::atomic<Nanos> last_now_pub_{0};
   std::atomic<bool> recording_pub_;
+  std::atomic<int> cut_requested_{0};
   static constexpr std::size_t kSamples = 256;
   std::array<std::atomic<std::uint64_t>, kSamples> samples_{};
 };

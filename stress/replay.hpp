@@ -23,6 +23,9 @@
 // ledger checks carry on alone.
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -72,8 +75,15 @@ class Replayer {
  public:
   Replayer(const creditloop::Config& config, const Options& options, HandBacks& handbacks);
 
-  /// The replay thread's body: returns when the log is finished and read.
+  /// The replay thread's body: returns when the log is finished and read, or abandoned.
   void run(EventLog& log);
+  /// Waits up to `timeout` for run() to return; false if it has not.
+  bool wait_done(std::chrono::nanoseconds timeout);
+  /// Makes run() return before its next event: what is left is not replayed.
+  void abandon() noexcept { abandoned_.store(true, std::memory_order_relaxed); }
+  [[nodiscard]] bool abandoned() const noexcept {
+    return abandoned_.load(std::memory_order_relaxed);
+  }
 
   [[nodiscard]] creditloop::model::Model& model() noexcept { return model_; }
   /// The model's participant for a runtime id, if the replay saw it registered.
@@ -83,6 +93,7 @@ class Replayer {
     std::uint64_t events = 0;
     std::uint64_t turns = 0;
     std::uint64_t dispatches = 0;
+    std::uint64_t out_above_turn = 0;  // a credit in a higher class found during the turn
     std::uint64_t completions = 0;
     std::uint64_t charged = 0;
     std::uint64_t waits_checked = 0;
@@ -91,6 +102,10 @@ class Replayer {
     std::uint32_t ring = 0;
   };
   [[nodiscard]] const Summary& summary() const noexcept { return summary_; }
+  /// Any thread: events replayed so far (a gauge for the monitor).
+  [[nodiscard]] std::uint64_t replayed() const noexcept {
+    return replayed_.load(std::memory_order_relaxed);
+  }
 
  private:
   struct Place {
@@ -133,7 +148,13 @@ class Replayer {
   std::vector<Flight> flights_;
   std::priority_queue<Due, std::vector<Due>, std::greater<>> due_;
   Nanos now_ = 0;
+  std::uint64_t queued_ = 0;  // requests the model holds queued, all participants
   Summary summary_;
+  std::atomic<std::uint64_t> replayed_{0};  // summary_.events, published
+  std::atomic<bool> abandoned_{false};
+  std::mutex done_mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
 };
 
 }  // namespace stress

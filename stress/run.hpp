@@ -19,7 +19,7 @@ namespace stress {
 
 /// One producer: its requests, and the stack through which others give them back.
 struct Producer {
-  enum State : int { running, out_of_requests, held_back, done };
+  enum State : int { running, out_of_requests, done };
 
   explicit Producer(std::uint32_t pool) : requests(new Req[pool]), size(pool) {
     free.reserve(pool);
@@ -39,7 +39,6 @@ struct Producer {
   std::uint64_t refused_removed = 0;   // of those, to an id whose removal had returned
   std::uint64_t refused_shutdown = 0;  // shut_down
   std::uint64_t bursts = 0;
-  std::uint64_t waits_for_replay = 0;  // times it waited for the replay to catch up
 };
 
 /// Dispatches on their way from the sink (the dispatcher thread) to one completer thread.
@@ -101,20 +100,20 @@ struct Run {
   std::atomic<Nanos> clock_last{0};  // the runtime's latest reading of the clock
 
   std::latch gate{1};
-  StopSignal stop;                        // paced threads: churn, pranks, monitor, watchdog
+  StopSignal stop;  // paced threads: churn, pranks, monitor, watchdog
   std::atomic<bool> producers_stop{false};
   std::atomic<bool> shutting_down{false};  // set before shutdown() is called
 
   // Shared counters (relaxed: read for the watchdog, and after the threads are joined).
   alignas(64) std::atomic<std::uint64_t> dispatched_seen{0};  // by handlers and completers
   alignas(64) std::atomic<std::uint64_t> cost_reported{0};    // nano-credits, modulo 2^64
-  std::atomic<std::uint64_t> handler_refusals{0};   // handler costs the runtime must refuse
+  std::atomic<std::uint64_t> handler_refusals{0};  // handler costs the runtime must refuse
   std::atomic<std::uint64_t> handed_back_remove{0};
   std::atomic<std::uint64_t> handed_back_shutdown{0};
-  std::atomic<std::uint64_t> completer_calls{0};    // complete / complete_nano / batch adds
-  std::atomic<std::uint64_t> refusals_checked{0};   // refused completions, as required
+  std::atomic<std::uint64_t> completer_calls{0};   // complete / complete_nano / batch adds
+  std::atomic<std::uint64_t> refusals_checked{0};  // refused completions, as required
   std::atomic<std::uint64_t> churn_ops{0};
-  std::atomic<std::uint64_t> churn_refusals{0};     // lifecycle calls refused, as required
+  std::atomic<std::uint64_t> churn_refusals{0};  // lifecycle calls refused, as required
   std::atomic<std::uint64_t> removes{0};
   std::atomic<std::uint64_t> adds{0};
   std::atomic<std::uint64_t> replans{0};

@@ -4,7 +4,6 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib> // DEVTMP
 #include <limits>
 #include <set>
 #include <stdexcept>
@@ -19,6 +18,9 @@ using creditloop::Status;
 namespace {
 
 constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
+// The names of the checks beyond the six: SPEC section 5's refusals, asserted as they happen.
+constexpr const char* kCompletionErrors = "completion errors (SPEC 5)";
+constexpr const char* kLifecycle = "lifecycle (SPEC 5)";
 constexpr std::int64_t kMaxCostNano =
     static_cast<std::int64_t>(creditloop::kMaxCost) * creditloop::kNanoPerCredit;
 
@@ -90,8 +92,8 @@ void mark_dispatched(Run& run, Req& r, ParticipantId p, const char* by) {
   ReqState seen = ReqState::queued;
   if (!r.state.compare_exchange_strong(seen, ReqState::dispatched, std::memory_order_acq_rel)) {
     fail("check 1 (fate)", req_str(r) + " of " + who(r.name, r.participant) + " reached a " + by +
-                               " while " + state_str(seen) + ": dispatched twice, or after it was " +
-                               "handed back");
+                               " while " + state_str(seen) +
+                               ": dispatched twice, or after it was handed back");
   }
   if (!(r.participant == p)) {
     fail("check 1 (fate)", req_str(r) + " submitted to " + who(r.name, r.participant) +
@@ -103,7 +105,6 @@ void mark_dispatched(Run& run, Req& r, ParticipantId p, const char* by) {
 /// A call that must be refused with `want`.
 void expect_refused(Status got, Errc want, const char* check, const std::string& what) {
   if (!got.ok() && got.error() == want) return;
-  if (std::getenv("DEVTMP_B1") && want == Errc::stale_ticket && !got.ok() && got.error() == Errc::unknown_ticket) return; // DEVTMP
   fail(check, what + ": expected " + errc_str(want) + ", got " + status_str(got));
 }
 
@@ -114,7 +115,7 @@ void expect_lifecycle_refusal(Run& run, Status got, Errc want, const std::string
       run.shutting_down.load(std::memory_order_acquire)) {
     return;
   }
-  expect_refused(got, want, "check 1 (fate)", what);
+  expect_refused(got, want, kLifecycle, what);
   run.churn_refusals.fetch_add(1, kRelaxed);
 }
 
@@ -125,7 +126,7 @@ bool lifecycle_ok(Run& run, Status got, const std::string& what) {
   if (got.error() == Errc::shut_down && run.shutting_down.load(std::memory_order_acquire)) {
     return false;
   }
-  fail("check 1 (fate)", what + " refused: " + errc_str(got.error()));
+  fail(kLifecycle, what + " refused: " + errc_str(got.error()));
 }
 
 Req* take_free(Run& run, Producer& me) {
@@ -199,7 +200,9 @@ std::vector<std::uint64_t> take_handed_back(Run& run, creditloop::RequestList li
   while (creditloop::RequestHook* h = list.pop_front()) {
     ++n;
     Req& r = static_cast<Req&>(*h);
-    if (r.producer >= run.producers.size()) fail("check 1 (fate)", subject + " handed back a stranger");
+    if (r.producer >= run.producers.size()) {
+      fail("check 1 (fate)", subject + " handed back a request no producer made");
+    }
     const std::string what = req_str(r) + " of " + who(r.name, r.participant);
     if (from && !(r.participant == *from)) {
       fail("check 1 (fate)", subject + " handed back " + what);
@@ -207,8 +210,8 @@ std::vector<std::uint64_t> take_handed_back(Run& run, creditloop::RequestList li
     if (!from && !(r.participant == current)) {
       // Shutdown: participants one after the other, each one's requests oldest first.
       if (!groups.insert(HandBacks::key(r.participant)).second) {
-        fail("check 2 (order)", subject + " handed back " + what +
-                                    " apart from the participant's other requests");
+        fail("check 2 (order)",
+             subject + " handed back " + what + " apart from the participant's other requests");
       }
       current = r.participant;
       std::fill(last_seq.begin(), last_seq.end(), 0);
@@ -222,8 +225,8 @@ std::vector<std::uint64_t> take_handed_back(Run& run, creditloop::RequestList li
     last_seq[r.producer] = r.seq;
     if (r.core_seq != 0) {
       if (inbox || (previous != 0 && r.core_seq != previous + 1)) {
-        fail("check 2 (order)", subject + " handed back " + what +
-                                    " out of the order in which the queue took them");
+        fail("check 2 (order)",
+             subject + " handed back " + what + " out of the order in which the queue took them");
       }
       previous = r.core_seq;
       ++queued;
@@ -232,8 +235,7 @@ std::vector<std::uint64_t> take_handed_back(Run& run, creditloop::RequestList li
       inbox = true;  // never seen by the core: it was still in the inbox, and is newer
     }
     ReqState seen = ReqState::queued;
-    if (!r.state.compare_exchange_strong(seen, ReqState::handed_back,
-                                         std::memory_order_acq_rel)) {
+    if (!r.state.compare_exchange_strong(seen, ReqState::handed_back, std::memory_order_acq_rel)) {
       fail("check 1 (fate)", subject + " handed back " + what + " while " + state_str(seen));
     }
     ids.push_back(r.id);
@@ -257,11 +259,6 @@ void producer_main(Run& run, std::uint32_t index) {
   std::uint64_t submissions = 0;
   run.gate.wait();
   while (!run.producers_stop.load(kRelaxed)) {
-    if (run.log && run.recorder.recording()) {
-      me.state.store(Producer::held_back, kRelaxed);
-      if (run.log->hold_back()) ++me.waits_for_replay;
-      me.state.store(Producer::running, kRelaxed);
-    }
     // Mostly anyone, often one of a few hot participants (deep queues, descending classes),
     // sometimes the same one again; now and then a burst.
     const std::uint64_t pick = rng.below(100);
@@ -289,9 +286,11 @@ void producer_main(Run& run, std::uint32_t index) {
       const Status s = run.rt->submit(id, *r);
       if (s) {
         me.accepted.store(me.accepted.load(kRelaxed) + 1, kRelaxed);
-        if (removed) {
-          fail("check 1 (fate)", "submit of " + req_str(*r) + " to " + who(name, id) +
-                                     " returned ok although its remove() had returned before");
+        if (removed) {  // the request is the runtime's now: name it from what we kept
+          fail("check 1 (fate)",
+               "submit of request " + std::to_string(request_id(index, submissions)) +
+                   " (producer " + std::to_string(index) + ") to " + who(name, id) +
+                   " returned ok although its remove() had returned before");
         }
         continue;
       }
@@ -305,8 +304,8 @@ void producer_main(Run& run, std::uint32_t index) {
       }
       if (s.error() == Errc::shut_down) {
         if (!run.shutting_down.load(std::memory_order_acquire)) {
-          fail("check 1 (fate)", "submit to " + who(name, id) + " refused with shut_down " +
-                                     "before shutdown began");
+          fail("check 1 (fate)",
+               "submit to " + who(name, id) + " refused with shut_down before shutdown began");
         }
         ++me.refused_shutdown;
         me.state.store(Producer::done, kRelaxed);
@@ -319,7 +318,7 @@ void producer_main(Run& run, std::uint32_t index) {
   me.state.store(Producer::done, kRelaxed);
 }
 
-// ---- the worker pool's handler and the sink -------------------------------------------------------
+// ---- the worker pool's handler and the sink -----------------------------------------------------
 
 double handle(Run& run, creditloop::RequestHook& request, ParticipantId p) {
   Req& r = static_cast<Req&>(request);
@@ -343,7 +342,7 @@ void sink(Run& run, const creditloop::Dispatched& d) {
   }
 }
 
-// ---- completers (sink mode) -----------------------------------------------------------------------
+// ---- completers (sink mode) ---------------------------------------------------------------------
 
 void completer_main(Run& run, std::uint32_t index) {
   SinkRing& ring = *run.rings[index];
@@ -404,19 +403,20 @@ void completer_main(Run& run, std::uint32_t index) {
     if (rng.one_in(50)) {  // a refused cost first changes nothing
       switch (rng.below(4)) {
         case 0:
-          expect_refused(rt.complete(t, -0.5), Errc::bad_cost, "completions", "a negative cost");
+          expect_refused(rt.complete(t, -0.5), Errc::bad_cost, kCompletionErrors,
+                         "a negative cost");
           break;
         case 1:
           expect_refused(rt.complete(t, std::numeric_limits<double>::quiet_NaN()), Errc::bad_cost,
-                         "completions", "a NaN cost");
+                         kCompletionErrors, "a NaN cost");
           break;
         case 2:
-          expect_refused(rt.complete_nano(t, kMaxCostNano + 1), Errc::bad_cost, "completions",
+          expect_refused(rt.complete_nano(t, kMaxCostNano + 1), Errc::bad_cost, kCompletionErrors,
                          "a cost above the limit");
           break;
         default:
           expect_refused(batch.add(t, std::numeric_limits<double>::infinity()), Errc::bad_cost,
-                         "completions", "an infinite cost in a batch");
+                         kCompletionErrors, "an infinite cost in a batch");
           break;
       }
       run.refusals_checked.fetch_add(1, kRelaxed);
@@ -438,7 +438,7 @@ void completer_main(Run& run, std::uint32_t index) {
       in_batch = true;
     }
     if (rng.one_in(40)) {  // again: claimed already (published or not), so stale
-      expect_refused(rt.complete(t, 0.25), Errc::stale_ticket, "completions",
+      expect_refused(rt.complete(t, 0.25), Errc::stale_ticket, kCompletionErrors,
                      std::string("a second completion of ticket ") + str(t) +
                          (in_batch ? " (the first still in an unflushed batch)" : ""));
       run.refusals_checked.fetch_add(1, kRelaxed);
@@ -450,13 +450,13 @@ void completer_main(Run& run, std::uint32_t index) {
   }
 }
 
-// ---- pranks: completions that must be refused, and change nothing ---------------------------------
+// ---- pranks: completions that must be refused, and change nothing -------------------------------
 
 void pranks_main(Run& run) {
   Rng rng(seed_for(run.o.seed, Role::pranks, 0));
   creditloop::Runtime& rt = *run.rt;
   auto refused = [&](Status got, Errc want, const std::string& what) {
-    expect_refused(got, want, "completions", what);
+    expect_refused(got, want, kCompletionErrors, what);
     run.refusals_checked.fetch_add(1, kRelaxed);
   };
   run.gate.wait();
@@ -474,7 +474,7 @@ void pranks_main(Run& run) {
         case 2: {
           creditloop::CompletionBatch batch(rt);
           refused(batch.add(*t, 0.0), Errc::stale_ticket, done + " added to a batch");
-          if (batch.pending() != 0) fail("completions", "a refused batch add is pending");
+          if (batch.pending() != 0) fail(kCompletionErrors, "a refused batch add is pending");
           break;
         }
         default:  // the cost is checked first
@@ -497,7 +497,7 @@ void pranks_main(Run& run) {
   }
 }
 
-// ---- churn ----------------------------------------------------------------------------------------
+// ---- churn --------------------------------------------------------------------------------------
 
 namespace {
 
@@ -563,7 +563,8 @@ void churn_once(Run& run, Rng& rng) {
     run.handed_back_remove.fetch_add(count, kRelaxed);
     publish(run, name, id, true);
     run.removes.fetch_add(1, kRelaxed);
-    if (run.log) run.handbacks.real(HandBacks::key(id), std::move(ids), queued, "remove() of " + subject);
+    if (run.log)
+      run.handbacks.real(HandBacks::key(id), std::move(ids), queued, "remove() of " + subject);
     if (rng.one_in(2)) churn_add(run, rng, name);  // back at once, as a new participant
   } else if (roll < 85) {
     if (lifecycle_ok(run, rt.replan(id, plan_of(run, rng), shares_of(rng)),
@@ -575,8 +576,7 @@ void churn_once(Run& run, Rng& rng) {
                              "replan() of " + subject + " to 0 shares");
   } else if (roll < 92) {
     expect_lifecycle_refusal(run, rt.replan(id, plan_of(run, rng), creditloop::kMaxShares + 1),
-                             Errc::bad_shares,
-                             "replan() of " + subject + " above the share limit");
+                             Errc::bad_shares, "replan() of " + subject + " above the share limit");
   } else if (roll < 95) {
     expect_lifecycle_refusal(run, rt.replan(id, "no-such-plan", 1), Errc::unknown_plan,
                              "replan() of " + subject + " to an unknown plan");
@@ -597,25 +597,45 @@ void churn_main(Run& run) {
   run.gate.wait();
   // Paced, not synchronized: no check depends on when a lifecycle call happens.
   const double mean_ns = run.o.churn_us * 1000;
-  while (!run.stop.wait_for(std::chrono::nanoseconds(static_cast<Nanos>(2 * mean_ns * rng.unit())))) {
+  while (
+      !run.stop.wait_for(std::chrono::nanoseconds(static_cast<Nanos>(2 * mean_ns * rng.unit())))) {
     churn_once(run, rng);
   }
 }
 
-// ---- monitor ---------------------------------------------------------------------------------------
+// ---- monitor ------------------------------------------------------------------------------------
 
 void monitor_main(Run& run) {
   Rng rng(seed_for(run.o.seed, Role::monitor, 0));
   creditloop::Runtime& rt = *run.rt;
+  creditloop::RuntimeSnapshot previous;
+  const std::uint64_t log_cap = run.o.replay_backlog_mb * 1024 * 1024 / sizeof(Event);
+  run.gate.wait();
   const Nanos start = steady_ns();
   Nanos next_progress = start + 5'000'000'000;
-  creditloop::RuntimeSnapshot previous;
-  run.gate.wait();
-  while (!run.stop.wait_for(std::chrono::milliseconds(20 + rng.below(80)))) {
+  const std::uint64_t replayed_at_start = run.replayer ? run.replayer->replayed() : 0;
+  while (!run.stop.wait_for(std::chrono::milliseconds(20 + rng.below(30)))) {
+    if (run.replayer && run.recorder.recording()) {
+      // The replay's pace over the run so far, against what waits for it: a replay that could
+      // not catch up within the allowed lag ends here, before it holds up the end of the run for
+      // longer (or its log outgrows the memory allowed). Half a second of measurement first.
+      const std::uint64_t replayed = run.replayer->replayed();
+      const std::uint64_t appended = run.log->appended();
+      const std::uint64_t backlog = appended > replayed ? appended - replayed : 0;
+      const double elapsed = static_cast<double>(steady_ns() - start) / 1e9;
+      const double pace = static_cast<double>(replayed - replayed_at_start) / elapsed;
+      if (backlog > log_cap) {
+        run.recorder.cut(Recorder::Cut::memory);
+      } else if (elapsed >= 0.5 && backlog > EventLog::kChunkEvents &&
+                 static_cast<double>(backlog) > pace * run.o.replay_lag_s) {
+        run.recorder.cut(Recorder::Cut::lag);
+      }
+    }
     const creditloop::RuntimeSnapshot s = rt.snapshot();
     run.snapshots.fetch_add(1, kRelaxed);
     std::uint64_t per_class = 0;
-    for (int c = 0; c <= s.classes; ++c) per_class += s.per_class[static_cast<std::size_t>(c)].dispatched;
+    for (int c = 0; c <= s.classes; ++c)
+      per_class += s.per_class[static_cast<std::size_t>(c)].dispatched;
     if (s.classes != run.config.classes || s.in_flight > run.o.slots ||
         s.completed > s.dispatched || s.dispatched > s.submitted || per_class != s.dispatched ||
         s.submitted < previous.submitted || s.dispatched < previous.dispatched ||
@@ -630,7 +650,8 @@ void monitor_main(Run& run) {
     previous = s;
     if (run.o.snapshots) {
       const std::uint32_t name = rng.below32(run.o.participants);
-      const ParticipantId id = directory::id_of(run.directory[name].load(std::memory_order_acquire));
+      const ParticipantId id =
+          directory::id_of(run.directory[name].load(std::memory_order_acquire));
       if (const auto p = rt.snapshot(id)) {
         if (!(p->id == id) || p->name != participant_name(name)) {
           fail("snapshot", "snapshot(" + str(id) + ") describes " + p->name + " " + str(p->id));
@@ -642,15 +663,17 @@ void monitor_main(Run& run) {
     if (now >= next_progress) {
       next_progress += 5'000'000'000;
       std::printf("  %5.1f s: dispatched %" PRIu64 ", completed %" PRIu64 ", in flight %" PRIu64
-                  ", churn %" PRIu64 ", replay backlog %" PRIu64 " chunks\n",
+                  ", churn %" PRIu64 ", replay %" PRIu64 " events behind%s\n",
                   static_cast<double>(now - start) / 1e9, s.dispatched, s.completed, s.in_flight,
-                  run.churn_ops.load(kRelaxed), run.log ? run.log->backlog() : 0);
+                  run.churn_ops.load(kRelaxed),
+                  run.replayer ? run.log->appended() - run.replayer->replayed() : 0,
+                  run.replayer && !run.recorder.recording() ? " (ended)" : "");
       std::fflush(stdout);
     }
   }
 }
 
-// ---- watchdog --------------------------------------------------------------------------------------
+// ---- watchdog -----------------------------------------------------------------------------------
 
 void watchdog_main(Run& run) {
   const Nanos limit = static_cast<Nanos>(run.o.watchdog_ms * 1e6);
@@ -675,19 +698,24 @@ void watchdog_main(Run& run) {
       continue;
     }
     if (now - since < limit) continue;
-    std::string d = "nothing dispatched or completed for " +
-                    std::to_string((now - since) / 1'000'000) + " ms while " +
-                    std::to_string(waiting) + " requests wait and " + std::to_string(in_flight) +
-                    " are in flight (dispatched " + std::to_string(dispatched) + ", completed " +
-                    std::to_string(completed) + ", accepted " + std::to_string(accepted) +
-                    ", handed back " + std::to_string(handed) + "; the dispatcher's last event " +
-                    std::to_string((now - run.recorder.last_now()) / 1'000'000) +
-                    " ms ago; shutting down: " +
-                    (run.shutting_down.load() ? "yes" : "no") + "; producers:";
+    std::string d =
+        "nothing dispatched or completed for " + std::to_string((now - since) / 1'000'000) +
+        " ms while " + std::to_string(waiting) + " requests wait and " + std::to_string(in_flight) +
+        " are in flight (dispatched " + std::to_string(dispatched) + ", completed " +
+        std::to_string(completed) + ", accepted " + std::to_string(accepted) + ", handed back " +
+        std::to_string(handed) + "; the dispatcher's last event " +
+        std::to_string((now - run.recorder.last_now()) / 1'000'000) +
+        " ms ago; shutting down: " + (run.shutting_down.load() ? "yes" : "no") + "; producers:";
     for (const auto& p : run.producers) d += " " + std::to_string(p->state.load(kRelaxed));
-    d += " (0 running, 1 out of requests, 2 held back by the replay, 3 done); completer queues:";
-    for (const auto& r : run.rings) d += " " + std::to_string(r->depth());
-    if (run.log) d += "; replay backlog " + std::to_string(run.log->backlog()) + " chunks";
+    d += " (0 running, 1 out of requests, 2 done)";
+    if (!run.rings.empty()) {
+      d += "; completer queues:";
+      for (const auto& r : run.rings) d += " " + std::to_string(r->depth());
+    }
+    if (run.replayer) {
+      d += "; replay " + std::to_string(run.log->appended() - run.replayer->replayed()) +
+           " events behind";
+    }
     stall("check 6 (no lost wake-up)", d);
   }
 }
