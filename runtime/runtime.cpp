@@ -257,6 +257,10 @@ class Runtime::Impl {
   std::vector<std::uint32_t> free_tickets_;
   std::uint32_t tickets_used_ = 0;
   std::uint64_t in_flight_ = 0;
+  // The clock read at the top of the current loop iteration. Commands use it too (a snapshot's
+  // balances, an add's start): every core call of an iteration then has the same `now`, and an
+  // observer's replay makes exactly the same calls.
+  Nanos loop_now_ = 0;
   Phase phase_ = Phase::running;
   RequestList handed_back_;
   std::uint64_t submitted_ = 0, dispatched_ = 0, completed_ = 0, parks_ = 0, wakeups_ = 0;
@@ -361,7 +365,7 @@ Result<ParticipantId> Runtime::Impl::add(std::string_view name, std::string_view
   Command c;
   c.work = [&] {
     if (phase_ != Phase::running) return;
-    const Nanos t = now();
+    const Nanos t = loop_now_;
     result = core_.add(name, plan, shares, t);
     if (!result) return;
     const ParticipantId id = *result;
@@ -416,7 +420,7 @@ Status Runtime::Impl::replan(ParticipantId p, std::string_view plan, std::uint32
       result = Errc::unknown_plan;
       return;
     }
-    const Nanos t = now();
+    const Nanos t = loop_now_;
     result = core_.replan(p, *id, shares, t);
     if (result && observer_ != nullptr) observer_->on_replan(p, *id, shares, t);
   };
@@ -487,6 +491,7 @@ void Runtime::Impl::dispatcher_main() {
 
   for (;;) {
     const Nanos t = now();
+    loop_now_ = t;
     const bool serviced = service(t);
     if (phase_ == Phase::finishing && in_flight_ == 0) break;
     if (phase_ != Phase::finishing) {
@@ -695,7 +700,7 @@ RequestList Runtime::Impl::shutdown(ShutdownMode mode) {
   shut_down_ = true;
   assert(std::this_thread::get_id() != dispatcher_id_ && "shutdown from the dispatcher thread");
   Command c;
-  c.work = [&] { begin_shutdown(mode, now()); };
+  c.work = [&] { begin_shutdown(mode, loop_now_); };
   run_on_dispatcher(c);
   dispatcher_.join();
   for (std::size_t i = 0; i < workers_.size(); ++i) jobs_.enqueue(Job{});
@@ -727,7 +732,7 @@ std::optional<ParticipantSnapshot> Runtime::Impl::snapshot(ParticipantId p) {
   Command c;
   c.work = [&] {
     if (!core_.contains(p)) return;
-    const Nanos t = now();
+    const Nanos t = loop_now_;
     // What producers have queued so far counts: move it into the core first.
     activations_.drain([&](Mailbox& m) { take_inbox(m, t); });
     result = describe(p, t);
@@ -740,7 +745,7 @@ std::vector<ParticipantSnapshot> Runtime::Impl::snapshot_participants() {
   std::vector<ParticipantSnapshot> result;
   Command c;
   c.work = [&] {
-    const Nanos t = now();
+    const Nanos t = loop_now_;
     activations_.drain([&](Mailbox& m) { take_inbox(m, t); });
     result.reserve(core_.size());
     for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
@@ -755,7 +760,7 @@ RuntimeSnapshot Runtime::Impl::snapshot() {
   RuntimeSnapshot s;
   Command c;
   c.work = [&] {
-    s.at = now();
+    s.at = loop_now_;
     s.participants = core_.size();
     s.waiting = core_.waiting();
     s.in_flight = in_flight_;
