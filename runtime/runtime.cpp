@@ -14,10 +14,10 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <concurrentqueue/blockingconcurrentqueue.h>
 #include <array>
 #include <atomic>
 #include <cassert>
-#include <concurrentqueue/blockingconcurrentqueue.h>
 #include <memory>
 #include <mutex>
 #include <semaphore>
@@ -246,9 +246,9 @@ class Runtime::Impl {
 
   // Commands: any thread posts, the dispatcher runs.
   std::mutex commands_mutex_;
-  std::vector<Command*> commands_;     // guarded by commands_mutex_
-  std::vector<Command*> running_;      // dispatcher only
-  bool dispatcher_exited_ = false;     // guarded by commands_mutex_
+  std::vector<Command*> commands_;  // guarded by commands_mutex_
+  std::vector<Command*> running_;   // dispatcher only
+  bool dispatcher_exited_ = false;  // guarded by commands_mutex_
   std::atomic<bool> commands_pending_{false};
 
   // Dispatcher only.
@@ -307,9 +307,7 @@ Runtime::Impl::Impl(RuntimeOptions options)
   started.acquire();
 }
 
-Runtime::Impl::~Impl() {
-  shutdown(ShutdownMode::hand_back);
-}
+Runtime::Impl::~Impl() { shutdown(ShutdownMode::hand_back); }
 
 void Runtime::Impl::ensure_places(std::uint32_t places) {
   if (places <= places_) return;
@@ -319,7 +317,8 @@ void Runtime::Impl::ensure_places(std::uint32_t places) {
       chunk[i].slot = static_cast<std::uint32_t>(first + i);
     }
   });
-  places_ = static_cast<std::uint32_t>(std::min<std::size_t>(mailboxes_.capacity(), kMaxParticipants));
+  places_ =
+      static_cast<std::uint32_t>(std::min<std::size_t>(mailboxes_.capacity(), kMaxParticipants));
 }
 
 // ---- commands -----------------------------------------------------------------------------------
@@ -440,13 +439,12 @@ std::optional<ParticipantId> Runtime::Impl::find(std::string_view name) {
 
 Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
   Mailbox* const mailbox = mailboxes_.find(p.slot);
-  const Mailbox::Submit outcome =
-      mailbox == nullptr || p.generation == 0 ? Mailbox::Submit::refused
-                                              : mailbox->submit(request, p.generation);
+  const Mailbox::Submit outcome = mailbox == nullptr || p.generation == 0
+                                      ? Mailbox::Submit::refused
+                                      : mailbox->submit(request, p.generation);
   if (outcome == Mailbox::Submit::refused) {
     // relaxed: the flag only picks the error; the inbox's refusal is what counts.
-    return accepting_.load(std::memory_order_relaxed) ? Errc::unknown_participant
-                                                      : Errc::shut_down;
+    return accepting_.load(std::memory_order_relaxed) ? Errc::unknown_participant : Errc::shut_down;
   }
   CREDITLOOP_PROBE2(submit, p.slot, p.generation);
   if (outcome == Mailbox::Submit::queued_and_listed) {
@@ -708,7 +706,8 @@ RequestList Runtime::Impl::shutdown(ShutdownMode mode) {
   return std::move(handed_back_);
 }
 
-// ---- snapshots -----------------------------------------------------------------------------------
+// ---- snapshots
+// -----------------------------------------------------------------------------------
 
 ParticipantSnapshot Runtime::Impl::describe(ParticipantId p, Nanos t) {
   ParticipantSnapshot s;
@@ -819,7 +818,8 @@ void Runtime::Impl::worker_main() {
   }
 }
 
-// ---- Runtime --------------------------------------------------------------------------------------
+// ---- Runtime
+// --------------------------------------------------------------------------------------
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 Runtime::~Runtime() = default;
@@ -866,7 +866,8 @@ bool Runtime::dispatcher_sleeping() const noexcept { return impl_->sleeping(); }
 
 RequestList Runtime::shutdown(ShutdownMode mode) { return impl_->shutdown(mode); }
 
-// ---- CompletionBatch ------------------------------------------------------------------------------
+// ---- CompletionBatch
+// ------------------------------------------------------------------------------
 
 CompletionBatch::CompletionBatch(Runtime& runtime) noexcept : impl_(runtime.impl_.get()) {}
 CompletionBatch::~CompletionBatch() { flush(); }

@@ -236,10 +236,10 @@ class Core {
     std::uint8_t held = 0;  // bit c: the plan holds class c
     bool live = false;
   };
-  struct alignas(64) BucketRec {  // one cache line per bucket, right after its Slot
-    Balance balance = 0;          // nano-credits, the exact value rounded down
-    std::uint64_t rate = 0;       // nano-credits per second: the plan's rate times the shares
-    std::uint64_t cap = 0;        // nano-credits: the plan's burst times the shares
+  struct alignas(64) BucketRec {    // one cache line per bucket, right after its Slot
+    Balance balance = 0;            // nano-credits, the exact value rounded down
+    std::uint64_t rate = 0;         // nano-credits per second: the plan's rate times the shares
+    std::uint64_t cap = 0;          // nano-credits: the plan's burst times the shares
     std::uint64_t dispatched = 0;   // kept across re-plans: counts every dispatch in this class
     std::uint32_t remainder = 0;    // the refill fraction carried forward, < 1e9
     std::uint32_t incarnation = 0;  // bumped when a re-plan creates or drops this bucket

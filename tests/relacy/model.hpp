@@ -28,6 +28,7 @@
 #include <source_location>
 #include <string>
 #include <type_traits>
+#include <version>
 
 namespace creditloop::relacy {
 
@@ -41,13 +42,24 @@ struct AsWritten {
   }
 };
 
-/// One order weakened: `from` becomes `to` for operations `op` on atomics holding a `Target`, and
+/// Which atomics a weakening applies to, by the type they hold.
+template <class Target>
+struct Holding {
+  template <class T>
+  static constexpr bool applies = std::is_same_v<T, Target>;
+};
+struct HoldingPointers {
+  template <class T>
+  static constexpr bool applies = std::is_pointer_v<T>;
+};
+
+/// One order weakened: `from` becomes `to` for operations `op` on the atomics `Which` selects, and
 /// nothing else changes. A twin names the one pairing it breaks this way.
-template <class Target, Op kOp, std::memory_order kFrom, std::memory_order kTo>
+template <class Which, Op kOp, std::memory_order kFrom, std::memory_order kTo>
 struct Weaken {
   template <class T>
   static constexpr std::memory_order order(Op op, std::memory_order mo) noexcept {
-    return std::is_same_v<T, Target> && op == kOp && mo == kFrom ? kTo : mo;
+    return Which::template applies<T> && op == kOp && mo == kFrom ? kTo : mo;
   }
 };
 
@@ -94,54 +106,61 @@ constexpr std::memory_order failure_within(std::memory_order failure,
                                                 : std::memory_order_relaxed;
 }
 
-/// Relacy wants the caller's place with every access; the default argument supplies the place in
-/// the production header, so a trace names the line of inbox.hpp rather than this file.
-inline rl::debug_info where(const std::source_location& at) noexcept {
+/// Relacy wants the caller's place with every access; a defaulted Here argument supplies the place
+/// in the production header, so a trace names the line of inbox.hpp rather than this file.
+#if defined(__cpp_lib_source_location)
+using Here = std::source_location;
+inline rl::debug_info where(const Here& at) noexcept {
   return rl::debug_info(at.function_name(), at.file_name(), static_cast<unsigned>(at.line()));
 }
+#else
+// Clang before 15 cannot build std::source_location; its traces name no place.
+struct Here {
+  static constexpr Here current() noexcept { return {}; }
+};
+inline rl::debug_info where(const Here&) noexcept { return rl::debug_info(); }
+#endif
 
 /// std::atomic's interface, as much of it as the production pieces use, over rl::atomic.
 template <class T, class Policy>
 class ModelAtomic {
-  using here = std::source_location;
-
  public:
   explicit ModelAtomic(T value = T{}) : a_(value) {}
   ModelAtomic(const ModelAtomic&) = delete;
   ModelAtomic& operator=(const ModelAtomic&) = delete;
 
   T load(std::memory_order mo = std::memory_order_seq_cst,
-         here at = here::current()) const noexcept {
+         Here at = Here::current()) const noexcept {
     return a_.load(to_rl(Policy::template order<T>(Op::load, mo)), where(at));
   }
   void store(T value, std::memory_order mo = std::memory_order_seq_cst,
-             here at = here::current()) noexcept {
+             Here at = Here::current()) noexcept {
     a_.store(value, to_rl(Policy::template order<T>(Op::store, mo)), where(at));
   }
   T exchange(T value, std::memory_order mo = std::memory_order_seq_cst,
-             here at = here::current()) noexcept {
+             Here at = Here::current()) noexcept {
     return a_.exchange(value, to_rl(Policy::template order<T>(Op::rmw, mo)), where(at));
   }
   T fetch_add(T value, std::memory_order mo = std::memory_order_seq_cst,
-              here at = here::current()) noexcept {
+              Here at = Here::current()) noexcept {
     return a_.fetch_add(value, to_rl(Policy::template order<T>(Op::rmw, mo)), where(at));
   }
   T fetch_or(T value, std::memory_order mo = std::memory_order_seq_cst,
-             here at = here::current()) noexcept {
+             Here at = Here::current()) noexcept {
     return a_.fetch_or(value, to_rl(Policy::template order<T>(Op::rmw, mo)), where(at));
   }
   T fetch_and(T value, std::memory_order mo = std::memory_order_seq_cst,
-              here at = here::current()) noexcept {
+              Here at = Here::current()) noexcept {
     return a_.fetch_and(value, to_rl(Policy::template order<T>(Op::rmw, mo)), where(at));
   }
   bool compare_exchange_weak(T& expected, T desired, std::memory_order success,
-                             std::memory_order failure, here at = here::current()) noexcept {
+                             std::memory_order failure, Here at = Here::current()) noexcept {
     const std::memory_order s = Policy::template order<T>(Op::cas, success);
     return a_.compare_exchange_weak(expected, desired, to_rl(s), where(at),
                                     to_rl(failure_within(failure, s)), where(at));
   }
   bool compare_exchange_strong(T& expected, T desired, std::memory_order success,
-                               std::memory_order failure, here at = here::current()) noexcept {
+                               std::memory_order failure, Here at = Here::current()) noexcept {
     const std::memory_order s = Policy::template order<T>(Op::cas, success);
     return a_.compare_exchange_strong(expected, desired, to_rl(s), where(at),
                                       to_rl(failure_within(failure, s)), where(at));
@@ -169,7 +188,7 @@ struct With {
 struct ModelFutex {
   template <class Word>
   static void wait(Word& word, std::uint32_t expected, std::int64_t /*timeout_ns*/,
-                   std::source_location at = std::source_location::current()) noexcept {
+                   Here at = Here::current()) noexcept {
     rl::context& c = rl::ctx();
     c.sched();
     c.atomic_thread_fence_seq_cst();  // the kernel's barrier before it reads the word
@@ -181,7 +200,7 @@ struct ModelFutex {
   }
 
   template <class Word>
-  static void wake(Word& word, std::source_location at = std::source_location::current()) noexcept {
+  static void wake(Word& word, Here at = Here::current()) noexcept {
     rl::context& c = rl::ctx();
     c.sched();
     c.atomic_thread_fence_seq_cst();  // the kernel's barrier before it looks for sleepers
@@ -220,6 +239,14 @@ bool expect(const char* name, Variant variant, bool (*run)(rl::test_params&), Se
 template <class Model>
 bool run_model(rl::test_params& params) {
   return rl::simulate<Model>(params);
+}
+
+/// Runs Model<AsWritten> or Model<Twin>, as `variant` says, through expect().
+template <template <class> class Model, class Twin>
+bool check(const char* name, Variant variant, Search search, rl::test_result_e twin_failure) {
+  return expect(name, variant,
+                variant == Variant::correct ? run_model<Model<AsWritten>> : run_model<Model<Twin>>,
+                search, twin_failure);
 }
 
 // The models, one per hand-off; each returns whether `variant` behaved as expected.

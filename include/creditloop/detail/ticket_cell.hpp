@@ -44,8 +44,8 @@ class TicketCell {
   Claim claim(std::uint32_t generation) noexcept {
     std::uint64_t seen = pack(generation, kInFlight);
     // acquire on both outcomes: pairs with issue()'s release.
-    if (state_.compare_exchange_strong(seen, pack(generation, kClaimed),
-                                       std::memory_order_acquire, std::memory_order_acquire)) {
+    if (state_.compare_exchange_strong(seen, pack(generation, kClaimed), std::memory_order_acquire,
+                                       std::memory_order_acquire)) {
       return Claim::claimed;
     }
     // Generations are issued in increasing order, so one at or below the current one was issued.

@@ -1,0 +1,108 @@
+// The charge-back and its fold (runtime.cpp claim(), publish(), service() and
+// apply_completion()): completers claim their tickets' cells, write the cost into the record and
+// hand the records to the dispatcher on the completion bag; the dispatcher drains the bag and
+// reads each cost to charge it to the core. One completer works like a worker or a
+// CompletionBatch (two records linked with relaxed stores and pushed as one chain), the other like
+// complete() (one record). The dispatcher drains twice during the run and after() drains the
+// rest, as the dispatcher's next turns would, then frees the cells: release() racing claims is
+// the ticket model's, and leaving it out here keeps the full search short.
+//
+// Checked: every completion reaches the dispatcher exactly once, with the cost its completer
+// wrote (a Relacy var: reading it unordered is a data race), so the sum charged is the sum of the
+// costs; each cell is then free and refuses its ticket as stale.
+//
+// The orders that matter: push_chain()'s exchange releases the costs and the relaxed links of the
+// chain, drain()'s exchange acquires them. The twin drops that release (seq_cst -> acquire on the
+// bag head): the dispatcher then reads a cost, or a link, that nothing handed to it.
+#include <array>
+
+#include "creditloop/detail/ticket_cell.hpp"
+#include "creditloop/detail/wait_free_bag.hpp"
+#include "model.hpp"
+
+namespace creditloop::relacy {
+namespace {
+
+template <class Policy>
+struct Record {
+  detail::TicketCell<With<Policy>::template Atomic> cell;
+  ModelAtomic<Record*, Policy> next_completed{nullptr};
+  rl::var<std::int64_t> cost{-1};  // the completer's until it publishes the record
+  std::uint32_t generation = 0;    // the dispatcher's: the cell's current use
+};
+
+template <class Policy>
+struct ChargeBackModel : rl::test_suite<ChargeBackModel<Policy>, 3> {
+  using R = Record<Policy>;
+  using Bag = detail::WaitFreeBag<R, With<Policy>::template Atomic, &R::next_completed>;
+  using Claim = typename detail::TicketCell<With<Policy>::template Atomic>::Claim;
+
+  Bag completions;
+  std::array<R, 3> records;
+  std::array<int, 3> applied{};  // the dispatcher's, then after()'s
+  std::int64_t charged = 0;      // what the dispatcher has charged to the core
+
+  static std::int64_t cost_of(std::size_t i) { return 1000 * static_cast<std::int64_t>(i + 1); }
+
+  void before() {
+    for (R& r : records) r.generation = r.cell.issue();
+  }
+
+  R& claim(std::size_t i) {
+    R& r = records[i];
+    RL_ASSERT(r.cell.claim(r.generation) == Claim::claimed);
+    r.cost(RL_INFO) = cost_of(i);
+    return r;
+  }
+
+  void thread(unsigned index) {
+    switch (index) {
+      case 0: {  // a worker: two completions, published at once
+        R& first = claim(0);
+        R& last = claim(1);
+        first.next_completed.store(&last, std::memory_order_relaxed);  // published by the push
+        completions.push_chain(first, last);
+        break;
+      }
+      case 1:  // complete(): one completion
+        completions.push(claim(2));
+        break;
+      default:
+        for (int i = 0; i < 2; ++i) drain();
+        break;
+    }
+  }
+
+  void drain() {
+    completions.drain([&](R& r) {
+      const auto i = static_cast<std::size_t>(&r - records.data());
+      const std::int64_t cost = r.cost(RL_INFO);
+      RL_ASSERT(cost == cost_of(i));
+      charged += cost;
+      ++applied[i];
+    });
+  }
+
+  void after() {
+    drain();
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      RL_ASSERT(applied[i] == 1);
+      records[i].cell.release();
+      RL_ASSERT(!records[i].cell.in_flight());
+      RL_ASSERT(records[i].cell.claim(records[i].generation) == Claim::stale);
+    }
+    RL_ASSERT(charged == cost_of(0) + cost_of(1) + cost_of(2));
+  }
+};
+
+// The bag head and the links are the model's only pointer atomics; only push takes a seq_cst RMW.
+using Twin = Weaken<HoldingPointers, Op::rmw, std::memory_order_seq_cst, std::memory_order_acquire>;
+
+}  // namespace
+
+bool charge_back_model(Variant variant) {
+  return check<ChargeBackModel, Twin>("charge_back", variant, {rl::sched_full, 0},
+                                      rl::test_result_data_race);
+}
+
+}  // namespace creditloop::relacy
