@@ -202,7 +202,8 @@ class Runtime::Impl {
   };
   struct DispatcherDone {};
 
-  // ---- the dispatcher thread ----
+  // ---- the dispatcher thread
+  // ----------------------------------------------------------------------
   void dispatcher_main();
   bool service(Nanos now);
   bool run_commands();
@@ -219,7 +220,8 @@ class Runtime::Impl {
   void ensure_places(std::uint32_t places);
   ParticipantSnapshot describe(ParticipantId p, Nanos now);
 
-  // ---- any thread ----
+  // ---- any thread
+  // ---------------------------------------------------------------------------------
   void run_on_dispatcher(Command& command);
   void worker_main();
   Nanos now() const { return clock_ ? clock_() : steady_now(); }
@@ -279,7 +281,7 @@ class Runtime::Impl {
   bool shut_down_ = false;  // guarded by shutdown_mutex_
 };
 
-// ---- construction -----------------------------------------------------------------------------
+// ---- construction -------------------------------------------------------------------------------
 
 Runtime::Impl::Impl(RuntimeOptions options)
     : options_((check_options(options), std::move(options))),
@@ -435,7 +437,7 @@ std::optional<ParticipantId> Runtime::Impl::find(std::string_view name) {
   return result;
 }
 
-// ---- submit and complete: any thread --------------------------------------------------------
+// ---- submit and complete: any thread ------------------------------------------------------------
 
 Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
   Mailbox* const mailbox = mailboxes_.find(p.slot);
@@ -706,8 +708,7 @@ RequestList Runtime::Impl::shutdown(ShutdownMode mode) {
   return std::move(handed_back_);
 }
 
-// ---- snapshots
-// -----------------------------------------------------------------------------------
+// ---- snapshots ----------------------------------------------------------------------------------
 
 ParticipantSnapshot Runtime::Impl::describe(ParticipantId p, Nanos t) {
   ParticipantSnapshot s;
@@ -775,7 +776,7 @@ RuntimeSnapshot Runtime::Impl::snapshot() {
   return s;
 }
 
-// ---- the worker pool ---------------------------------------------------------------------------
+// ---- the worker pool ----------------------------------------------------------------------------
 
 void Runtime::Impl::worker_main() {
   constexpr std::size_t kWorkerBulk = 32;
@@ -818,8 +819,7 @@ void Runtime::Impl::worker_main() {
   }
 }
 
-// ---- Runtime
-// --------------------------------------------------------------------------------------
+// ---- Runtime ------------------------------------------------------------------------------------
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 Runtime::~Runtime() = default;
@@ -866,8 +866,7 @@ bool Runtime::dispatcher_sleeping() const noexcept { return impl_->sleeping(); }
 
 RequestList Runtime::shutdown(ShutdownMode mode) { return impl_->shutdown(mode); }
 
-// ---- CompletionBatch
-// ------------------------------------------------------------------------------
+// ---- CompletionBatch ----------------------------------------------------------------------------
 
 CompletionBatch::CompletionBatch(Runtime& runtime) noexcept : impl_(runtime.impl_.get()) {}
 CompletionBatch::~CompletionBatch() { flush(); }

@@ -71,38 +71,7 @@ std::string str(Ticket t) {
 
 std::string class_str(ClassId c) { return "P" + std::to_string(static_cast<unsigned>(c) + 1); }
 
-std::string errc_str(creditloop::Errc e) {
-  using creditloop::Errc;
-  switch (e) {
-    case Errc::unknown_plan:
-      return "unknown_plan";
-    case Errc::unknown_class:
-      return "unknown_class";
-    case Errc::unknown_participant:
-      return "unknown_participant";
-    case Errc::duplicate_name:
-      return "duplicate_name";
-    case Errc::bad_shares:
-      return "bad_shares";
-    case Errc::bad_rate:
-      return "bad_rate";
-    case Errc::bad_burst:
-      return "bad_burst";
-    case Errc::bad_cost:
-      return "bad_cost";
-    case Errc::bad_classes:
-      return "bad_classes";
-    case Errc::unknown_ticket:
-      return "unknown_ticket";
-    case Errc::stale_ticket:
-      return "stale_ticket";
-    case Errc::too_many_participants:
-      return "too_many_participants";
-    case Errc::shut_down:
-      return "shut_down";
-  }
-  return "errc " + std::to_string(static_cast<int>(e));
-}
+std::string errc_str(creditloop::Errc e) { return std::string(creditloop::name(e)); }
 
 std::string status_str(creditloop::Status s) { return s.ok() ? "ok" : errc_str(s.error()); }
 

@@ -29,6 +29,8 @@ enum class Errc : unsigned char {
 
 /// A short English description of the error, for logs and messages.
 [[nodiscard]] std::string_view describe(Errc e) noexcept;
+/// The enumerator's own name ("stale_ticket"), for traces and test messages.
+[[nodiscard]] std::string_view name(Errc e) noexcept;
 
 /// Success, or the reason for a refusal.
 class [[nodiscard]] Status {

@@ -67,37 +67,7 @@ std::string str(double d) {
   return buf;
 }
 
-const char* str(Errc e) {
-  switch (e) {
-    case Errc::unknown_plan:
-      return "unknown_plan";
-    case Errc::unknown_class:
-      return "unknown_class";
-    case Errc::unknown_participant:
-      return "unknown_participant";
-    case Errc::duplicate_name:
-      return "duplicate_name";
-    case Errc::bad_shares:
-      return "bad_shares";
-    case Errc::bad_rate:
-      return "bad_rate";
-    case Errc::bad_burst:
-      return "bad_burst";
-    case Errc::bad_cost:
-      return "bad_cost";
-    case Errc::bad_classes:
-      return "bad_classes";
-    case Errc::unknown_ticket:
-      return "unknown_ticket";
-    case Errc::stale_ticket:
-      return "stale_ticket";
-    case Errc::too_many_participants:
-      return "too_many_participants";
-    case Errc::shut_down:
-      return "shut_down";
-  }
-  return "?";
-}
+const char* str(Errc e) { return name(e).data(); }  // the names are literals
 
 std::string str(std::int64_t v) { return std::to_string(v); }
 
