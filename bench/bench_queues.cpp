@@ -783,17 +783,21 @@ void BM_PoolMoodycamel(benchmark::State& state) {
       for (;;) {
         const std::size_t n = jobs.wait_dequeue_bulk(token, batch.begin(), batch.size());
         std::uint64_t ran = 0;
-        bool stop = false;
+        std::size_t stops = 0;
         for (std::size_t i = 0; i < n; ++i) {
           if (batch[i].request == nullptr) {
-            stop = true;
+            ++stops;
             continue;
           }
           (void)fixture.handler(*batch[i].request, batch[i].participant);
           ++ran;
         }
         fixture.counts[w].jobs.fetch_add(ran, std::memory_order_release);
-        if (stop) return;
+        if (stops > 0) {
+          // One bulk may take every worker's stop: pass on the ones that are not this worker's.
+          for (std::size_t i = 1; i < stops; ++i) jobs.enqueue(Job{});
+          return;
+        }
       }
     });
   }

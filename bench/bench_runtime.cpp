@@ -25,7 +25,7 @@
 //    them to W workers through a std::deque under a second mutex and condition variable; workers
 //    run the handler and complete through the model's lock. The model is a plain reading of the
 //    spec that scans participants (O(N) per turn): that is part of what a straightforward
-//    implementation costs, and why the gap widens at 10,000 participants.
+//    implementation costs.
 //  - BM_Raw/moodycamel: one producer thread enqueues request pointers into a
 //    moodycamel::ConcurrentQueue with a producer token; one consumer thread dequeues in bulk of 32
 //    with a consumer token and runs the same bookkeeping as a handler. No scheduling at all: the
@@ -48,7 +48,8 @@
 // Run: cmake --build build/release --target bench_runtime
 //      build/release/bench/bench_runtime --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
-// Nothing is pinned: on 2 cores every design but the raw hand-off oversubscribes the CPU.
+// Nothing is pinned. On 2 cores, producers + dispatcher + workers oversubscribe the CPU from 3
+// busy threads on (the threads counter).
 #include <benchmark/benchmark.h>
 #include <concurrentqueue/concurrentqueue.h>
 #include <sys/resource.h>
