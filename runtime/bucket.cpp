@@ -11,7 +11,7 @@ constexpr Rate128 kMaxNanos = static_cast<Rate128>(std::numeric_limits<Nanos>::m
 }  // namespace
 
 // Reached when dt * rate does not fit 64 bits: a long idle gap or a rate beyond 64 bits.
-void refill_wide(BucketState& b, Nanos dt, Rate128 rate, Balance cap) noexcept {
+void refill_wide(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) noexcept {
   // If the gap is at least the time to fill, the bucket is full; otherwise
   // dt * rate < (cap - balance) * 1e9, which fits 128 bits for any balance the limits allow.
   const Balance missing = cap - b.balance;  // > 0: refill() returned early otherwise

@@ -234,9 +234,12 @@ void Core::set_terms(std::uint32_t slot, ClassId c) noexcept {
 }
 
 void Core::bring_to(Slot& s, Nanos now) noexcept {
-  const Nanos dt = now - s.refilled_at;
-  if (dt > 0) s.refilled_at = now;
-  if (dt <= 0) return;
+  if (now <= s.refilled_at) return;
+  // In unsigned arithmetic: a participant registered before 0 and read near the clock's end is
+  // more than INT64_MAX nanoseconds behind.
+  const std::uint64_t dt =
+      static_cast<std::uint64_t>(now) - static_cast<std::uint64_t>(s.refilled_at);
+  s.refilled_at = now;
   BucketRec* buckets = buckets_of(s);
   for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     BucketRec& b = buckets[std::countr_zero(held)];

@@ -19,4 +19,16 @@ double to_credits(Balance nano) noexcept {
          static_cast<double>(frac) / static_cast<double>(kNanoPerCredit);
 }
 
+std::string to_decimal(Balance nano) {
+  if (nano == 0) return "0";
+  const bool negative = nano < 0;
+  std::string digits;
+  while (nano != 0) {
+    const int digit = static_cast<int>(nano % 10);  // negative for a negative balance
+    digits.insert(digits.begin(), static_cast<char>('0' + (digit < 0 ? -digit : digit)));
+    nano /= 10;
+  }
+  return negative ? "-" + digits : digits;
+}
+
 }  // namespace creditloop

@@ -49,17 +49,7 @@ void stall(const char* check, const std::string& what) {
   std::abort();
 }
 
-std::string str(Balance v) {
-  if (v == 0) return "0";
-  const bool negative = v < 0;
-  std::string digits;
-  while (v != 0) {
-    const int d = static_cast<int>(v % 10);
-    digits.insert(digits.begin(), static_cast<char>('0' + (d < 0 ? -d : d)));
-    v /= 10;
-  }
-  return negative ? "-" + digits : digits;
-}
+std::string str(Balance v) { return creditloop::to_decimal(v); }
 
 std::string str(ParticipantId p) {
   return "{" + std::to_string(p.slot) + "," + std::to_string(p.generation) + "}";

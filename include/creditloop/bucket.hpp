@@ -28,25 +28,25 @@ struct BucketState {
 };
 
 namespace detail {
-void refill_wide(BucketState& b, Nanos dt, Rate128 rate, Balance cap) noexcept;
+void refill_wide(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) noexcept;
 std::optional<Nanos> credit_instant_wide(const BucketState& b, Rate128 rate, Nanos from) noexcept;
 }  // namespace detail
 
-/// Brings `b` forward by `dt` nanoseconds (none if dt <= 0) at `rate` nano-credits per second,
-/// capped at `cap`. Inline: a visit calls it for every bucket it reads.
-inline void refill(BucketState& b, Nanos dt, Rate128 rate, Balance cap) noexcept {
+/// Brings `b` forward by `dt` nanoseconds at `rate` nano-credits per second, capped at `cap`.
+/// Unsigned: the gap between two instants of the clock can exceed its positive half (from
+/// before 0 to near its end). Inline: a visit calls it for every bucket it reads.
+inline void refill(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) noexcept {
   if (b.balance >= cap) {
     b.remainder = 0;  // full (or above, after a capacity cut): the exact value has no fraction
     return;
   }
-  if (dt <= 0) return;
+  if (dt == 0) return;
   constexpr auto kUnit = static_cast<std::uint64_t>(kNanoPerCredit);
   std::uint64_t product = 0;
   // Within the limits rate fits 64 bits; the product does for gaps up to about a second at the
   // highest rates, so the division by the constant 1e9 is a multiply and a shift.
   if (rate <= ~std::uint64_t{0} &&
-      !__builtin_mul_overflow(static_cast<std::uint64_t>(dt), static_cast<std::uint64_t>(rate),
-                              &product) &&
+      !__builtin_mul_overflow(dt, static_cast<std::uint64_t>(rate), &product) &&
       !__builtin_add_overflow(product, b.remainder, &product)) {
     b.balance += static_cast<Balance>(product / kUnit);
     b.remainder = product % kUnit;

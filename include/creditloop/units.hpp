@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace creditloop {
 
@@ -50,5 +51,9 @@ __extension__ typedef __int128 Balance;
 
 /// A balance in credits, for display and traces only (never for decisions).
 [[nodiscard]] double to_credits(Balance nano) noexcept;
+
+/// A balance's exact decimal digits in nano-credits ("-1500000000"): the standard library
+/// cannot print a 128-bit integer. For messages and tests.
+[[nodiscard]] std::string to_decimal(Balance nano);
 
 }  // namespace creditloop

@@ -48,17 +48,7 @@ constexpr Nanos kYear = 365 * 24 * kHour;
 constexpr std::int64_t kMaxCostNano = 1'000'000 * kNanoPerCredit;
 constexpr TicketId kNeverIssued = std::numeric_limits<TicketId>::max();
 
-std::string str(Int128 v) {
-  if (v == 0) return "0";
-  const bool negative = v < 0;
-  std::string digits;
-  while (v != 0) {
-    const int d = static_cast<int>(v % 10);
-    digits.insert(digits.begin(), static_cast<char>('0' + (d < 0 ? -d : d)));
-    v /= 10;
-  }
-  return negative ? "-" + digits : digits;
-}
+std::string str(Int128 v) { return to_decimal(v); }
 
 std::string str(double d) {
   if (std::isnan(d)) return "nan";

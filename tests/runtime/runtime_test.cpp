@@ -227,8 +227,7 @@ TEST(Runtime, BadCompletionsAreRefusedInOrderAndChangeNothing) {
 }
 
 TEST(Runtime, TheChargeLandsInTheAdmittingBucketBeforeTheNextDecision) {
-  // A manual clock that never moves: the P1 bucket (burst 4 by the reference plan's terms,
-  // whatever they are) only changes by debits and charges.
+  // A manual clock that never moves: the P1 bucket changes only by debits and charges.
   Recorder recorder;
   RuntimeOptions o = options_with(recorder, 1);
   o.clock = [] { return Nanos{0}; };

@@ -232,13 +232,6 @@ TEST(Bucket, TopRateOneNanosecondAtATime) {
   EXPECT_EQ(b.remainder, 0u);
 }
 
-TEST(Bucket, NegativeElapsedChangesNothing) {
-  BucketState b{5, 7};
-  refill(b, -1'000'000, kThird, big_cap());
-  EXPECT_EQ(str(b.balance), "5");
-  EXPECT_EQ(b.remainder, 7u);
-}
-
 TEST(Units, ToNanoCreditsRoundsToNineDecimals) {
   EXPECT_EQ(to_nano_credits(1.0, 10), std::optional<std::int64_t>(1'000'000'000));
   EXPECT_EQ(to_nano_credits(1.0000000004, 10), std::optional<std::int64_t>(1'000'000'000));

@@ -33,17 +33,7 @@ struct Req : RequestHook {
 inline int id_of(const RequestHook* r) { return static_cast<const Req*>(r)->id; }
 
 /// Balance in decimal: gtest cannot print a 128-bit integer on its own.
-inline std::string str(Balance b) {
-  if (b == 0) return "0";
-  const bool negative = b < 0;
-  Rate128 u = negative ? static_cast<Rate128>(-(b + 1)) + 1 : static_cast<Rate128>(b);
-  std::string digits;
-  while (u != 0) {
-    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(u % 10)));
-    u /= 10;
-  }
-  return negative ? "-" + digits : digits;
-}
+inline std::string str(Balance b) { return to_decimal(b); }
 
 /// `credits` whole credits in nano-credits, as a 128-bit balance.
 inline Balance credits(std::int64_t whole) { return static_cast<Balance>(whole) * kCredit; }

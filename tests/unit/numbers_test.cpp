@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <optional>
 
 #include "harness.hpp"
 
@@ -13,6 +15,21 @@ namespace {
 // 1/3 credit per second: 0.333333333 at nine decimals, 333333333 units per second.
 Config third(double burst = 1) {
   return make_config(1, {make_plan("third", {{0, {1.0 / 3.0, burst}}})});
+}
+
+TEST(Numbers, AGapWiderThanHalfTheClockRefills) {
+  // Registered long before 0 and read at the clock's end: the gap exceeds INT64_MAX.
+  Rig rig(third(2));
+  const Nanos start = -4'000'000'000'000;
+  const ParticipantId a = rig.core.add("A", "third", 1, start).value();
+  Req r;
+  ASSERT_TRUE(rig.core.submit(a, r, start).ok());
+  ASSERT_TRUE(rig.core.begin_turn(start).has_value());
+  const std::optional<Dispatch> d = rig.core.visit(start);
+  ASSERT_TRUE(d.has_value());
+  ASSERT_TRUE(rig.core.complete(d->ticket, 1000, start).ok());  // deep debt: -999 credits
+  const Nanos end = std::numeric_limits<Nanos>::max() - 1;
+  EXPECT_EQ(str(*rig.core.balance(a, 0, end)), "2000000000");  // refilled to the cap
 }
 
 TEST(Numbers, NineDecimalPlaces) {
