@@ -72,6 +72,7 @@
 #include <vector>
 
 #include "creditloop/detail/mailbox.hpp"
+#include "creditloop/detail/spin.hpp"
 #include "creditloop/detail/wait_free_bag.hpp"
 #include "creditloop/participant.hpp"
 #include "creditloop/request.hpp"
@@ -87,13 +88,7 @@ constexpr std::size_t kJobs = 200'000;
 constexpr std::size_t kDrainBulk = 64;
 constexpr auto kRescueAfter = std::chrono::milliseconds(200);
 
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
+using creditloop::detail::cpu_relax;
 
 // Live heap bytes of the queues under test (malloc_usable_size: moodycamel's free() gets no size).
 std::atomic<std::int64_t> g_heap_bytes{0};

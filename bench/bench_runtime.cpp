@@ -74,6 +74,7 @@
 #include <tuple>
 #include <vector>
 
+#include "creditloop/detail/spin.hpp"
 #include "creditloop/runtime.hpp"
 #include "model/model.hpp"
 
@@ -89,19 +90,7 @@ constexpr double kSmallCost = 0.25;
 constexpr double kMeteredRefill = 400'000;  // credits per second, over all participants
 constexpr std::size_t kMutexBatch = 64;     // dispatches per lock hold, as RuntimeOptions::batch
 
-Nanos now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
+using creditloop::detail::cpu_relax;
 
 // One line each: producers write their own requests while workers write the ones just taken.
 struct alignas(64) Request : RequestHook {
@@ -124,7 +113,7 @@ struct alignas(64) Gate {
 // The request is marked done here, before the handler returns: nothing reads it after that (the
 // runtime's worker and the baselines keep only the ticket), so its producer may reuse it.
 double start_request(Request& r, Gate* gates) noexcept {
-  r.delay = now_ns() - r.submitted;
+  r.delay = creditloop::detail::monotonic_now() - r.submitted;
   const double cost = (r.seq & 1U) != 0 ? kSmallCost : 0.0;
   Gate& gate = gates[r.producer];  // read before `done`: from then on the producer may reuse r
   r.done.store(1, std::memory_order_release);
@@ -170,7 +159,7 @@ void produce(Producer& self, Gate& gate, std::uint32_t index, std::size_t count,
     r.producer = index;
     r.participant = static_cast<std::uint32_t>((first + i) % participants);
     r.seq = static_cast<std::uint32_t>(i);
-    r.submitted = now_ns();
+    r.submitted = creditloop::detail::monotonic_now();
     submit(r);
   }
   self.issued = static_cast<std::uint32_t>(base + count);
@@ -389,7 +378,8 @@ class MutexBaseline {
       : model_(config), gates_(gates) {
     pids_.reserve(participants);
     for (std::size_t i = 0; i < participants; ++i) {
-      pids_.push_back(*model_.add("p" + std::to_string(i), plan_of(i), 1, now_ns()));
+      pids_.push_back(
+          *model_.add("p" + std::to_string(i), plan_of(i), 1, creditloop::detail::monotonic_now()));
     }
     dispatcher_ = std::thread([this] { dispatch(); });
     for (unsigned w = 0; w < workers; ++w) workers_.emplace_back([this] { work(); });
@@ -415,7 +405,8 @@ class MutexBaseline {
     {
       std::lock_guard lock(mutex_);
       const creditloop::Status queued =
-          model_.submit(pids_[r.participant], reinterpret_cast<std::uintptr_t>(&r), now_ns());
+          model_.submit(pids_[r.participant], reinterpret_cast<std::uintptr_t>(&r),
+                        creditloop::detail::monotonic_now());
       if (!queued) refused_ = true;
       ++queued_;
     }
@@ -449,7 +440,7 @@ class MutexBaseline {
     for (;;) {
       work_cv_.wait(lock, [&] { return stopping_ || (queued_ > 0 && in_flight_ < kSlots); });
       if (stopping_) return;
-      const Nanos t = now_ns();
+      const Nanos t = creditloop::detail::monotonic_now();
       for (std::size_t step = 0; batch.size() < kMutexBatch && in_flight_ < kSlots && queued_ > 0 &&
                                  step < 2 * kMutexBatch + 2;
            ++step) {
@@ -489,7 +480,8 @@ class MutexBaseline {
       const double cost = start_request(*job.request, gates_);
       {
         std::lock_guard lock(mutex_);
-        if (!model_.complete(job.ticket, cost, now_ns())) refused_ = true;
+        if (!model_.complete(job.ticket, cost, creditloop::detail::monotonic_now()))
+          refused_ = true;
         --in_flight_;
         ++completed_;
       }

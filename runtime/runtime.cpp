@@ -28,6 +28,7 @@
 #include "creditloop/detail/mailbox.hpp"
 #include "creditloop/detail/parker.hpp"
 #include "creditloop/detail/segmented.hpp"
+#include "creditloop/detail/spin.hpp"
 #include "creditloop/detail/ticket_cell.hpp"
 #include "creditloop/detail/wait_free_bag.hpp"
 #include "futex.hpp"
@@ -118,20 +119,6 @@ class ChunkedTable {
   std::size_t chunks_ = 0;  // owner only
 };
 
-Nanos steady_now() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
 void check_options(const RuntimeOptions& o) {
   if (o.room == nullptr && o.slots == 0) {
     throw std::invalid_argument("runtime options: slots must be at least 1 without a room test");
@@ -188,8 +175,7 @@ class Runtime::Impl {
   struct Local {  // dispatcher only, per ring place
     std::uint32_t generation = 0;
     bool open = false;
-    ClassId last_class = 0;
-    bool dispatched_once = false;
+    std::optional<ClassId> last_class;
   };
   struct Command {
     std::function<void()> work;
@@ -213,6 +199,10 @@ class Runtime::Impl {
   bool dispatch_batch(Nanos now);
   void hand_out(const Dispatch& d, Nanos now);
   [[nodiscard]] bool has_room() const;
+  // Tickets issued and not yet applied: every record ever used that is not on the free list.
+  [[nodiscard]] std::uint64_t in_flight() const noexcept {
+    return tickets_used_ - free_tickets_.size();
+  }
   std::uint32_t acquire_ticket();
   void idle();
   [[nodiscard]] bool work_visible(std::uint32_t reasons) const;
@@ -224,7 +214,7 @@ class Runtime::Impl {
   // ---------------------------------------------------------------------------------
   void run_on_dispatcher(Command& command);
   void worker_main();
-  Nanos now() const { return clock_ ? clock_() : steady_now(); }
+  Nanos now() const { return clock_ ? clock_() : detail::monotonic_now(); }
 
   RuntimeOptions options_;
   std::function<Nanos()> clock_;
@@ -258,7 +248,6 @@ class Runtime::Impl {
   std::uint32_t places_ = 0;
   std::vector<std::uint32_t> free_tickets_;
   std::uint32_t tickets_used_ = 0;
-  std::uint64_t in_flight_ = 0;
   // The clock read at the top of the current loop iteration. Commands use it too (a snapshot's
   // balances, an add's start): every core call of an iteration then has the same `now`, and an
   // observer's replay makes exactly the same calls.
@@ -498,7 +487,7 @@ void Runtime::Impl::dispatcher_main() {
     const Nanos t = now();
     loop_now_ = t;
     const bool serviced = service(t);
-    if (phase_ == Phase::finishing && in_flight_ == 0) break;
+    if (phase_ == Phase::finishing && in_flight() == 0) break;
     if (phase_ != Phase::finishing) {
       if (dispatch_batch(t)) continue;
       if (phase_ == Phase::draining && core_.waiting() == 0 && !activations_.maybe_nonempty()) {
@@ -538,7 +527,6 @@ void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t) {
   }
   record.cell.release();
   free_tickets_.push_back(record.index);  // within the capacity reserved when it was created
-  --in_flight_;
   ++completed_;
 }
 
@@ -562,7 +550,7 @@ void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t)
 
 bool Runtime::Impl::has_room() const {
   if (free_tickets_.empty() && tickets_used_ == ChunkedTable<TicketRecord>::kMax) return false;
-  return options_.room ? options_.room() : in_flight_ < options_.slots;
+  return options_.room ? options_.room() : in_flight() < options_.slots;
 }
 
 bool Runtime::Impl::dispatch_batch(Nanos t) {
@@ -621,12 +609,10 @@ void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
   record.cost = 0;
   record.generation = record.cell.issue();  // release: publishes the record to its completer
   const Ticket ticket{record.index, record.generation};
-  ++in_flight_;
   ++dispatched_;
   ++per_class_[d.out].dispatched;
   Local& local = locals_[d.participant.slot];
   local.last_class = d.out;
-  local.dispatched_once = true;
   if (observer_ != nullptr) observer_->on_visit(&d, ticket, t);
   CREDITLOOP_PROBE4(dispatch, d.participant.slot, d.out, ticket.index, ticket.generation);
   if (options_.workers > 0) {
@@ -654,12 +640,12 @@ void Runtime::Impl::idle() {
   if (reasons == 0) return;
 
   // Spin, then yield, then sleep: a hand-off that comes within the spin costs no system call.
-  const Nanos spin_until = steady_now() + options_.spin.count();
+  const Nanos spin_until = detail::monotonic_now() + options_.spin.count();
   for (std::uint32_t i = 1;; ++i) {
     if (work_visible(reasons)) return;
     if (options_.room && (reasons & detail::kWakeOnRoom) != 0 && options_.room()) return;
-    if ((i & 63) == 0 && steady_now() >= spin_until) break;
-    cpu_relax();
+    if ((i & 63) == 0 && detail::monotonic_now() >= spin_until) break;
+    detail::cpu_relax();
   }
   for (int i = 0; i < 4; ++i) {
     std::this_thread::yield();
@@ -675,11 +661,11 @@ void Runtime::Impl::idle() {
   // through a push will finish it within its time slice, so poll until it has.
   const bool poll = (options_.room && (reasons & detail::kWakeOnRoom) != 0) ||
                     activations_.has_half_pushed() || completions_.has_half_pushed();
-  CREDITLOOP_PROBE2(park, reasons, in_flight_);
+  CREDITLOOP_PROBE2(park, reasons, in_flight());
   ++parks_;
   parker_.wait(token, poll ? kRoomRecheckNs : -1);
   ++wakeups_;
-  CREDITLOOP_PROBE2(wake, reasons, in_flight_);
+  CREDITLOOP_PROBE2(wake, reasons, in_flight());
 }
 
 // ---- shutdown -----------------------------------------------------------------------------------
@@ -732,7 +718,7 @@ ParticipantSnapshot Runtime::Impl::describe(ParticipantId p, Nanos t) {
   }
   s.stats = core_.stats(p);
   const Local& local = locals_[p.slot];
-  if (local.dispatched_once) s.last_class = local.last_class;
+  s.last_class = local.last_class;
   return s;
 }
 
@@ -772,7 +758,7 @@ RuntimeSnapshot Runtime::Impl::snapshot() {
     s.at = loop_now_;
     s.participants = core_.size();
     s.waiting = core_.waiting();
-    s.in_flight = in_flight_;
+    s.in_flight = in_flight();
     s.submitted = submitted_;
     s.dispatched = dispatched_;
     s.completed = completed_;
