@@ -34,6 +34,10 @@ Core::Core(Config config) : config_(std::move(config)), places_store_(config_.cl
     plan_index_.emplace(plan.name, static_cast<PlanId>(i));
   }
   cursor_.fill(-1);
+  for (int c = 0; c < kMaxClasses; ++c) {
+    timers_[static_cast<std::size_t>(c)] =
+        detail::BasicTimerHeap<BucketTimers>(BucketTimers{&places_store_, static_cast<ClassId>(c)});
+  }
 }
 
 Core::~Core() = default;
@@ -55,10 +59,7 @@ void Core::grow_places(std::uint32_t places) {
   names_.grow_to(n);
   stats_.grow_to(n);
   waiting_.resize(places);
-  for (int c = 0; c < k_; ++c) {
-    ready_[static_cast<std::size_t>(c)].resize(places);
-    timers_[static_cast<std::size_t>(c)].resize(places);
-  }
+  for (int c = 0; c < k_; ++c) ready_[static_cast<std::size_t>(c)].resize(places);
   places_ = places;
 }
 
@@ -251,7 +252,7 @@ void Core::bring_to(Slot& s, Nanos now) noexcept {
 }
 
 void Core::refile(std::uint32_t slot, const Slot& s, ClassId c) noexcept {
-  const BucketRec& b = buckets_of(const_cast<Slot&>(s))[c];
+  BucketRec& b = buckets_of(const_cast<Slot&>(s))[c];
   if (b.has_credit()) {
     timers_[c].erase(slot);
     ready_[c].set(slot);
@@ -262,15 +263,18 @@ void Core::refile(std::uint32_t slot, const Slot& s, ClassId c) noexcept {
       timers_[c].set(slot, *due);
     } else {
       timers_[c].erase(slot);  // its credit lies beyond the clock: nothing to wait for
+      b.timer.set_instant(std::numeric_limits<Nanos>::max());
     }
   }
 }
 
-bool Core::credit_possible(std::uint32_t slot, std::uint8_t held, Nanos now) const noexcept {
-  for (; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
-    const auto c = static_cast<std::size_t>(std::countr_zero(held));
-    if (ready_[c].test(slot)) return true;
-    if (timers_[c].contains(slot) && timers_[c].due(slot) <= now) return true;
+bool Core::credit_possible(const Slot& s, Nanos now) noexcept {
+  // Reads only the participant's own record, which the visit holds already. A due timer that
+  // expired into the ready set kept its key, so "key reached" covers it too.
+  const BucketRec* buckets = Places::buckets_after(s);
+  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    const BucketRec& b = buckets[std::countr_zero(held)];
+    if (b.has_credit() || b.timer.instant() <= now) return true;
   }
   return false;
 }
@@ -294,7 +298,7 @@ void Core::leave_waiting(std::uint32_t slot) noexcept {
 }
 
 void Core::expire_timers(ClassId c, Nanos now) noexcept {
-  detail::TimerHeap& timers = timers_[c];
+  auto& timers = timers_[c];
   // A due instant is exact: every change to the bucket since it was filed (debit, charge,
   // re-plan) re-filed it. So a due participant has its credit and joins the ready set without
   // its record being read (the visit re-tests it anyway, for one comparison).
@@ -420,18 +424,22 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
       return std::nullopt;
     }
     turn_.next = slot + 1;
-    // The cursor's next stop is known now: start loading its record, so that the next visit
-    // does not wait for memory (at a million participants a record is rarely in cache).
-    // Below a few thousand places the records stay in cache and the look-ahead only costs.
+    // The cursor's next stops are known now: start loading the record two stops ahead, so that
+    // the visit after next does not wait for memory (at a million participants a record is
+    // rarely in cache; one stop ahead was too late to hide a miss on this machine). Below a few
+    // thousand places the records stay in cache and the look-ahead only costs.
     if (ring_size_ >= kPrefetchFrom) {
       const std::uint32_t ahead = set.find_next(slot + 1);
-      if (ahead != detail::ReadySet::npos) places_store_.prefetch(ahead);
+      if (ahead != detail::ReadySet::npos) {
+        const std::uint32_t further = set.find_next(ahead + 1);
+        if (further != detail::ReadySet::npos) places_store_.prefetch(further);
+      }
     }
     Slot& s = slot_at(slot);
     if (s.joined_turn == turn_.serial) continue;
     BucketRec* buckets = buckets_of(s);
     ClassId out = unmetered();
-    if (metered || credit_possible(slot, s.held, now)) {
+    if (metered || credit_possible(s, now)) {
       bring_to(s, now);
       if (metered && !buckets[c].has_credit()) {
         refile(slot, s, c);  // a charge-back landed since it was filed

@@ -243,9 +243,22 @@ class Core {
     std::uint64_t dispatched = 0;   // kept across re-plans: counts every dispatch in this class
     std::uint32_t remainder = 0;    // the refill fraction carried forward, < 1e9
     std::uint32_t incarnation = 0;  // bumped when a re-plan creates or drops this bucket
+    // Its entry in the class's timer heap. While its participant waits, the key is the exact
+    // instant its balance (as last filed) reaches a credit, or the clock's end if never.
+    detail::TimerNode timer;
     [[nodiscard]] bool has_credit() const noexcept { return balance >= kNanoPerCredit; }
   };
-  static_assert(sizeof(Slot) == 64 && sizeof(BucketRec) == 64);
+  static_assert(sizeof(Slot) == 64);
+  static_assert(sizeof(BucketRec) == 64);
+  using Places = detail::PlaceStore<Slot, BucketRec>;
+  // Class c's timer heap keeps its nodes in the participants' c buckets.
+  struct BucketTimers {
+    Places* places = nullptr;
+    ClassId c = 0;
+    detail::TimerNode& operator()(std::uint32_t place) const noexcept {
+      return places->bucket(place, c).timer;
+    }
+  };
   struct ColdStats {
     std::uint64_t completed = 0;
     Balance cost_charged = 0;
@@ -289,18 +302,15 @@ class Core {
   }
   [[nodiscard]] bool live(ParticipantId p) const noexcept;
   void set_terms(std::uint32_t slot, ClassId c) noexcept;
-  static BucketRec* buckets_of(Slot& s) noexcept {
-    return detail::PlaceStore<Slot, BucketRec>::buckets_after(s);
-  }
+  static BucketRec* buckets_of(Slot& s) noexcept { return Places::buckets_after(s); }
   void bring_to(std::uint32_t slot, Nanos now) noexcept { bring_to(slot_at(slot), now); }
   static void bring_to(Slot& s, Nanos now) noexcept;
   void refile(std::uint32_t slot, ClassId c) noexcept { refile(slot, slot_at(slot), c); }
   void refile(std::uint32_t slot, const Slot& s, ClassId c) noexcept;
   void enter_waiting(std::uint32_t slot) noexcept;
-  // Whether any held bucket of `slot` may have a credit at `now`: its ready bit, or a filed
-  // credit instant already reached. False proves none has one (filing is exact).
-  [[nodiscard]] bool credit_possible(std::uint32_t slot, std::uint8_t held,
-                                     Nanos now) const noexcept;
+  // Whether any held bucket of waiting `s` may have a credit at `now`: a credit when last filed,
+  // or a filed credit instant already reached. False proves none has one (filing is exact).
+  [[nodiscard]] static bool credit_possible(const Slot& s, Nanos now) noexcept;
   void leave_waiting(std::uint32_t slot) noexcept;
   void expire_timers(ClassId c, Nanos now) noexcept;
   [[nodiscard]] std::uint32_t next_in_turn(const detail::ReadySet& set) noexcept;
@@ -314,7 +324,7 @@ class Core {
   std::vector<PlanTerms> terms_;
   std::unordered_map<std::string, PlanId, NameHash, std::equal_to<>> plan_index_;
 
-  detail::PlaceStore<Slot, BucketRec> places_store_;
+  Places places_store_;
   detail::Segmented<std::string> names_;
   detail::Segmented<ColdStats> stats_;
   std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> name_index_;
@@ -324,7 +334,7 @@ class Core {
 
   detail::ReadySet waiting_;
   std::array<detail::ReadySet, kMaxClasses> ready_;
-  std::array<detail::TimerHeap, kMaxClasses> timers_;
+  std::array<detail::BasicTimerHeap<BucketTimers>, kMaxClasses> timers_;
   std::array<std::int64_t, kMaxClasses + 1> cursor_{};  // place of the last dispatch; -1 = none
   Turn turn_;
 

@@ -6,6 +6,12 @@
 // cursor instead of paying a miss per array. The record size depends on k, known only at run
 // time, so the layout is computed here rather than by the compiler. Records live in chunks that
 // never move, so they may hold atomics and other threads may keep pointers into them.
+//
+// Past the first few chunks, records come in slabs aligned to 2 MiB and offered to the kernel as
+// transparent huge pages: at a million participants the records span hundreds of megabytes, and
+// a visit that lands on a new 4 KiB page each time pays a page walk as well as a cache miss.
+// Small rings stay in small chunks, so a core with a handful of participants does not commit
+// megabytes.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +23,11 @@
 
 namespace creditloop::detail {
 
+/// Memory for records, aligned to `align`; when `huge`, also offered as transparent huge pages.
+/// Throws std::bad_alloc.
+std::byte* allocate_records(std::size_t bytes, std::size_t align, bool huge);
+void free_records(std::byte* p, std::size_t align) noexcept;
+
 template <class Header, class Bucket>
 class PlaceStore {
   static_assert(std::is_trivially_destructible_v<Header> &&
@@ -27,6 +38,12 @@ class PlaceStore {
   static constexpr std::size_t kChunkBits = 12;
   static constexpr std::size_t kChunk = std::size_t{1} << kChunkBits;
   static constexpr std::size_t kAlign = 64;
+  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  // Chunks allocated one by one before slabs begin, and chunks per slab: a slab of 8 chunks of
+  // 4096 records, each a whole number of 64-byte lines, is a whole number of 2 MiB pages.
+  static constexpr std::size_t kSmallChunks = 8;
+  static constexpr std::size_t kSlabChunks = 8;
+  static_assert(kSlabChunks * kChunk * kAlign % kHugePage == 0);
 
   explicit PlaceStore(int buckets_per_place)
       : buckets_(static_cast<std::size_t>(buckets_per_place)),
@@ -35,15 +52,20 @@ class PlaceStore {
   /// Ensures places [0, n) exist, default-constructed. May allocate.
   void grow_to(std::size_t n) {
     while (chunks_.size() * kChunk < n) {
-      auto* raw =
-          static_cast<std::byte*>(::operator new (stride_* kChunk, std::align_val_t{kAlign}));
-      chunks_.emplace_back(raw);
-      for (std::size_t i = 0; i < kChunk; ++i) {
+      const bool slab = chunks_.size() >= kSmallChunks;
+      const std::size_t count = slab ? kSlabChunks : 1;
+      const std::size_t align = slab ? kHugePage : kAlign;
+      blocks_.reserve(blocks_.size() + 1);
+      chunks_.reserve(chunks_.size() + count);
+      std::byte* raw = allocate_records(stride_ * kChunk * count, align, slab);
+      blocks_.emplace_back(raw, Free{align});
+      for (std::size_t i = 0; i < kChunk * count; ++i) {
         std::byte* at = raw + i * stride_;
         new (at) Header();
         for (std::size_t c = 0; c < buckets_; ++c)
           new (at + sizeof(Header) + c * sizeof(Bucket)) Bucket();
       }
+      for (std::size_t i = 0; i < count; ++i) chunks_.push_back(raw + i * kChunk * stride_);
     }
   }
 
@@ -80,20 +102,20 @@ class PlaceStore {
 
  private:
   struct Free {
-    void operator()(std::byte* p) const noexcept {
-      ::operator delete (p, std::align_val_t{kAlign});
-    }
+    std::size_t align = kAlign;
+    void operator()(std::byte* p) const noexcept { free_records(p, align); }
   };
   static constexpr std::size_t round_up(std::size_t n, std::size_t a) {
     return (n + a - 1) / a * a;
   }
   std::byte* at(std::uint32_t place) const noexcept {
-    return chunks_[place >> kChunkBits].get() + (place & (kChunk - 1)) * stride_;
+    return chunks_[place >> kChunkBits] + (place & (kChunk - 1)) * stride_;
   }
 
   std::size_t buckets_;
   std::size_t stride_;
-  std::vector<std::unique_ptr<std::byte[], Free>> chunks_;
+  std::vector<std::byte*> chunks_;                          // by place >> kChunkBits
+  std::vector<std::unique_ptr<std::byte[], Free>> blocks_;  // owns the chunks and slabs
 };
 
 }  // namespace creditloop::detail
