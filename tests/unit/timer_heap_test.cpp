@@ -95,6 +95,27 @@ TEST(TimerHeap, ExtremeInstants) {
   EXPECT_EQ(h.find_due(kMax), 0u);
 }
 
+TEST(TimerHeap, MovingWithinOneListTakesTheNewInstant) {
+  // 1000..1010 share one list against a floor of 0: a move there only rewrites the key.
+  TimerHeap h;
+  h.resize(10);
+  h.set(1, 1000);
+  h.set(2, 1002);
+  h.set(3, 1003);
+  h.set(2, 1008);  // the middle of the list, later
+  h.set(1, 1001);  // the tail, later
+  EXPECT_EQ(h.size(), 3u);
+  EXPECT_EQ(h.find_due(1000), npos);
+  EXPECT_EQ(h.find_due(1001), 1u);
+  h.erase(1);
+  EXPECT_EQ(h.find_due(1007), 3u);
+  h.erase(3);
+  EXPECT_EQ(h.find_due(1007), npos);
+  EXPECT_EQ(h.find_due(1008), 2u);
+  h.erase(2);
+  EXPECT_TRUE(h.empty());
+}
+
 void random_against_brute(std::uint32_t places, std::uint64_t seed, int ops, Nanos spread) {
   std::mt19937_64 rng(seed);
   TimerHeap h;

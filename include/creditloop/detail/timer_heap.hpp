@@ -83,13 +83,20 @@ class BasicTimerHeap {
   /// find_due's `now`) is due at once.
   void set(std::uint32_t place, Nanos due) noexcept {
     TimerNode& n = nodes_(place);
+    const std::uint64_t key = static_cast<std::uint64_t>(due) ^ kBias;
     if (n.filed()) {
+      // A charge-back usually moves an instant within its list: then only the key changes, and
+      // the neighbours' records are not written.
+      if (list_for(key) == list_for(n.key)) {
+        n.key = key;
+        return;
+      }
       unlink(n);
     } else {
       ++size_;
     }
-    n.set_instant(due);
-    link(place, n, list_for(n.key));
+    n.key = key;
+    link(place, n, list_for(key));
   }
 
   /// Removes `place` if filed. Its key stays.
