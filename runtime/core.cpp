@@ -59,7 +59,10 @@ void Core::grow_places(std::uint32_t places) {
   names_.grow_to(n);
   stats_.grow_to(n);
   waiting_.resize(places);
-  for (int c = 0; c < k_; ++c) ready_[static_cast<std::size_t>(c)].resize(places);
+  for (int c = 0; c < k_; ++c) {
+    ready_[static_cast<std::size_t>(c)].resize(places);
+    timers_[static_cast<std::size_t>(c)].reserve(places);
+  }
   places_ = places;
 }
 
@@ -301,10 +304,10 @@ void Core::expire_timers(ClassId c, Nanos now) noexcept {
   auto& timers = timers_[c];
   // A due instant is exact: every change to the bucket since it was filed (debit, charge,
   // re-plan) re-filed it. So a due participant has its credit and joins the ready set without
-  // its record being read (the visit re-tests it anyway, for one comparison).
-  for (std::uint32_t slot = timers.find_due(now); slot != detail::TimerHeap::npos;
-       slot = timers.find_due(now)) {
-    timers.erase(slot);
+  // its record being read (only its timer slot is written; the visit re-tests the credit anyway,
+  // for one comparison).
+  for (std::uint32_t slot = timers.pop_due(now); slot != detail::TimerHeap::npos;
+       slot = timers.pop_due(now)) {
     ready_[c].set(slot);
   }
 }
@@ -515,13 +518,16 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
     st.cost_uncharged += cost_nano;
     return done;
   }
+  done.charged = true;
+  // A zero cost changes no balance and so no credit instant: nothing to refill or re-file
+  // (refill is lazy and exact, so skipping it loses nothing).
+  if (cost_nano == 0) return done;
   // Refill first: a charge must not be absorbed by the cap of a bucket that sat full (that would
   // forgive debt).
   bring_to(f.slot, now);
   bucket(f.slot, c).balance -= cost_nano;
   st.cost_charged += cost_nano;
   if (s.queued != 0) refile(f.slot, c);
-  done.charged = true;
   return done;
 }
 

@@ -245,17 +245,17 @@ class Core {
     std::uint32_t incarnation = 0;  // bumped when a re-plan creates or drops this bucket
     // Its entry in the class's timer heap. While its participant waits, the key is the exact
     // instant its balance (as last filed) reaches a credit, or the clock's end if never.
-    detail::TimerNode timer;
+    detail::TimerSlot timer;
     [[nodiscard]] bool has_credit() const noexcept { return balance >= kNanoPerCredit; }
   };
   static_assert(sizeof(Slot) == 64);
   static_assert(sizeof(BucketRec) == 64);
   using Places = detail::PlaceStore<Slot, BucketRec>;
-  // Class c's timer heap keeps its nodes in the participants' c buckets.
+  // Class c's timer heap keeps each participant's timer slot in its c bucket.
   struct BucketTimers {
     Places* places = nullptr;
     ClassId c = 0;
-    detail::TimerNode& operator()(std::uint32_t place) const noexcept {
+    detail::TimerSlot& operator()(std::uint32_t place) const noexcept {
       return places->bucket(place, c).timer;
     }
   };

@@ -17,14 +17,20 @@ namespace {
 constexpr std::uint32_t npos = TimerHeap::npos;
 
 // Expires everything due at `now` from both, checking they agree on what is due.
-void expire_both(TimerHeap& h, std::map<std::uint32_t, Nanos>& brute, Nanos now) {
+// With `pop`, through pop_due (which removes as it reports) instead of find_due and erase.
+void expire_both(TimerHeap& h, std::map<std::uint32_t, Nanos>& brute, Nanos now, bool pop = false) {
   std::size_t due_in_brute = 0;
   for (const auto& [place, due] : brute) due_in_brute += due <= now ? 1 : 0;
   std::size_t expired = 0;
-  for (std::uint32_t p = h.find_due(now); p != npos; p = h.find_due(now)) {
+  for (std::uint32_t p = pop ? h.pop_due(now) : h.find_due(now); p != npos;
+       p = pop ? h.pop_due(now) : h.find_due(now)) {
     ASSERT_EQ(brute.count(p), 1u) << "reported a place that is not filed: " << p;
     ASSERT_LE(brute[p], now) << "reported a place not yet due: " << p;
-    h.erase(p);
+    if (pop) {
+      ASSERT_FALSE(h.contains(p)) << "pop_due left it filed: " << p;
+    } else {
+      h.erase(p);
+    }
     brute.erase(p);
     ++expired;
   }
@@ -116,7 +122,8 @@ TEST(TimerHeap, MovingWithinOneListTakesTheNewInstant) {
   EXPECT_TRUE(h.empty());
 }
 
-void random_against_brute(std::uint32_t places, std::uint64_t seed, int ops, Nanos spread) {
+void random_against_brute(std::uint32_t places, std::uint64_t seed, int ops, Nanos spread,
+                          bool pop = false) {
   std::mt19937_64 rng(seed);
   TimerHeap h;
   h.resize(places);
@@ -142,7 +149,7 @@ void random_against_brute(std::uint32_t places, std::uint64_t seed, int ops, Nan
                              ? static_cast<Nanos>(rng() % static_cast<std::uint64_t>(spread))
                              : spread * 3;
       now += step;
-      expire_both(h, brute, now);
+      expire_both(h, brute, now, pop);
       if (::testing::Test::HasFatalFailure()) return;
     }
     ASSERT_EQ(h.contains(p), brute.count(p) == 1) << "op " << i;
@@ -155,6 +162,37 @@ TEST(TimerHeap, RandomOperationsAgreeWithBruteForce) {
   random_against_brute(17, 2, 50'000, 1000);
   random_against_brute(1000, 3, 200'000, 1'000'000'000);
   random_against_brute(5000, 4, 100'000, Nanos{1} << 40);
+}
+
+TEST(TimerHeap, PoppingDueEntriesAgreesWithBruteForce) {
+  random_against_brute(3, 5, 20'000, 64, true);
+  random_against_brute(1000, 6, 200'000, 1'000'000'000, true);
+  random_against_brute(5000, 7, 100'000, Nanos{1} << 40, true);
+}
+
+// Many entries in one list span many blocks; erasing from the middle fills holes from the front
+// block, and every entry still comes due exactly once.
+TEST(TimerHeap, ErasingAcrossManyBlocksOfOneList) {
+  TimerHeap h;
+  h.resize(200);
+  std::map<std::uint32_t, Nanos> brute;
+  for (std::uint32_t p = 0; p < 200; ++p) {
+    h.set(p, 1000 + p % 7);
+    brute[p] = 1000 + p % 7;
+  }
+  for (std::uint32_t p = 0; p < 200; p += 3) {
+    h.erase(p);
+    brute.erase(p);
+  }
+  for (std::uint32_t p = 1; p < 200; p += 9) {
+    h.set(p, 1003);  // within the list: only the key changes
+    brute[p] = 1003;
+  }
+  EXPECT_EQ(h.size(), brute.size());
+  expire_both(h, brute, 999);
+  expire_both(h, brute, 1002);
+  expire_both(h, brute, 1006, true);
+  EXPECT_TRUE(h.empty());
 }
 
 TEST(TimerHeap, ResizeKeepsEntries) {
