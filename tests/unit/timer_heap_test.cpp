@@ -195,6 +195,37 @@ TEST(TimerHeap, ErasingAcrossManyBlocksOfOneList) {
   EXPECT_TRUE(h.empty());
 }
 
+// A consumer that takes only a few due entries per step leaves the due list full across advances,
+// so whole lists are spliced onto a due list that already holds entries and partial blocks.
+TEST(TimerHeap, DueEntriesLeftFiledAcrossAdvancesAllComeDue) {
+  std::mt19937_64 rng(11);
+  TimerHeap h;
+  h.resize(3000);
+  std::map<std::uint32_t, Nanos> brute;
+  Nanos now = 0;
+  for (int step = 0; step < 4000; ++step) {
+    for (int i = 0; i < 5; ++i) {
+      const auto p = static_cast<std::uint32_t>(rng() % 3000);
+      const Nanos d = now + static_cast<Nanos>(rng() % (std::uint64_t{1} << (rng() % 30)));
+      h.set(p, d);
+      brute[p] = d;
+    }
+    now += static_cast<Nanos>(rng() % (std::uint64_t{1} << (rng() % 26)));
+    for (int taken = 0; taken < 3; ++taken) {
+      const std::uint32_t p = (step % 2 == 0) ? h.pop_due(now) : h.find_due(now);
+      if (p == npos) break;
+      ASSERT_EQ(brute.count(p), 1u) << "step " << step;
+      ASSERT_LE(brute[p], now) << "step " << step;
+      if (step % 2 != 0) h.erase(p);
+      brute.erase(p);
+    }
+    ASSERT_EQ(h.size(), brute.size()) << "step " << step;
+  }
+  expire_both(h, brute, now);
+  expire_both(h, brute, std::numeric_limits<Nanos>::max());
+  EXPECT_TRUE(h.empty());
+}
+
 TEST(TimerHeap, ResizeKeepsEntries) {
   TimerHeap h;
   h.resize(2);

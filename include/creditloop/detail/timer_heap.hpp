@@ -193,9 +193,15 @@ class BasicTimerHeap {
 
   void mark(std::uint16_t list, bool nonempty) noexcept {
     if (list == 0) return;
+    const std::size_t digit = (list - 1) / 64;
     const std::uint64_t bit = std::uint64_t{1} << ((list - 1) % 64);
-    std::uint64_t& word = nonempty_[(list - 1) / 64];
+    std::uint64_t& word = nonempty_[digit];
     word = nonempty ? word | bit : word & ~bit;
+    if (word != 0) {
+      digits_ |= 1u << digit;
+    } else {
+      digits_ &= ~(1u << digit);
+    }
   }
 
   // Appends to `list`'s first block, or a new first block when it is full; returns the position.
@@ -232,6 +238,33 @@ class BasicTimerHeap {
     }
   }
 
+  // Moves a whole list (blocks full but its first, `first`) into the due list. Entries keep their
+  // positions, so no slot is written, except for the few entries of a partial first block that
+  // are appended one by one to keep the due list's blocks full but its first.
+  void splice_into_due(std::uint32_t first) noexcept {
+    if (heads_[0] == npos) {
+      heads_[0] = first;
+      return;
+    }
+    std::uint32_t full = first;
+    if (blocks_[first].count < kPerBlock) {
+      full = blocks_[first].next;
+      const std::uint32_t count = blocks_[first].count;
+      for (std::uint32_t i = 0; i < count; ++i) {
+        const Entry e = blocks_[first].entries[i];
+        slots_(e.place).pos = append(0, e.key, e.place);
+      }
+      free_block(first);
+    }
+    if (full == npos) return;
+    std::uint32_t last = full;
+    while (blocks_[last].next != npos) last = blocks_[last].next;
+    // After the due list's first block, which stays the only one that may be partial.
+    const std::uint32_t due = heads_[0];
+    blocks_[last].next = blocks_[due].next;
+    blocks_[due].next = full;
+  }
+
   // Raises the floor to `now`. Let d be the highest digit in which `now` differs from the old
   // floor and v its new value there. Every entry below digit d, and every entry at digit d with a
   // value at or below v, is overtaken (it is due, or now agrees with the floor at d) and is
@@ -242,16 +275,25 @@ class BasicTimerHeap {
     const int top = (63 - std::countl_zero(now ^ floor_)) / kDigitBits;
     const auto value = static_cast<int>((now >> (top * kDigitBits)) & 63);
     floor_ = now;
-    for (int digit = 0; digit <= top; ++digit) {
+    // Only the digits that hold entries, lowest first; entries moved down from `top` land in
+    // digits already done, where they belong.
+    for (std::uint32_t digits = digits_ & ((2u << top) - 1); digits != 0; digits &= digits - 1) {
+      const int digit = std::countr_zero(digits);
       std::uint64_t& lists = nonempty_[static_cast<std::size_t>(digit)];
       const std::uint64_t resort =
           digit < top || value == 63 ? lists : lists & ((std::uint64_t{2} << value) - 1);
       lists &= ~resort;
+      if (lists == 0) digits_ &= ~(1u << digit);
       for (std::uint64_t left = resort; left != 0; left &= left - 1) {
         const std::size_t list = 1 + static_cast<std::size_t>(digit) * 64 +
                                  static_cast<std::size_t>(std::countr_zero(left));
         std::uint32_t block = heads_[list];
         heads_[list] = npos;
+        if (digit < top) {
+          // Below the floor's highest changed digit every entry is due: the blocks move whole.
+          splice_into_due(block);
+          continue;
+        }
         while (block != npos) {
           const std::uint32_t next = blocks_[block].next;
           if (next != npos) __builtin_prefetch(&blocks_[next]);
@@ -274,6 +316,7 @@ class BasicTimerHeap {
   std::uint32_t free_ = npos;
   std::array<std::uint32_t, kLists> heads_{};      // each list's first block
   std::array<std::uint64_t, kDigits> nonempty_{};  // digit d, bit v: list 1 + 64d + v not empty
+  std::uint32_t digits_ = 0;                       // bit d: nonempty_[d] != 0
   std::uint64_t floor_ = 0;                        // biased: the latest `now` seen by find_due
   std::size_t size_ = 0;
 };
