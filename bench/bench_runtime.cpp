@@ -353,7 +353,8 @@ void BM_Runtime(benchmark::State& state) {
     }
     watch.stop();
   }
-  if (refused.load()) state.SkipWithError("a submission was refused");
+  // Relaxed: the producers that set it were joined by iterate().
+  if (refused.load(std::memory_order_relaxed)) state.SkipWithError("a submission was refused");
   if (runtime.handler_errors() != 0) state.SkipWithError("a handler's completion was refused");
 
   const creditloop::RuntimeSnapshot snapshot = runtime.snapshot();

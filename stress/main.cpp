@@ -59,6 +59,8 @@
 namespace stress {
 namespace {
 
+// The counters this file reads were written by threads it has joined (or, in the watchdog's
+// report, are only printed): the join orders every write before the read, so relaxed suffices.
 constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
 
 std::string fmt(const char* format, double v) {
@@ -97,9 +99,9 @@ void register_all(Run& run) {
 
 /// Check 1 after the run: every request is back with its producer.
 void check_fates(Run& run, std::uint64_t accepted) {
-  const std::uint64_t dispatched = run.dispatched_seen.load();
-  const std::uint64_t by_remove = run.handed_back_remove.load();
-  const std::uint64_t by_shutdown = run.handed_back_shutdown.load();
+  const std::uint64_t dispatched = run.dispatched_seen.load(kRelaxed);
+  const std::uint64_t by_remove = run.handed_back_remove.load(kRelaxed);
+  const std::uint64_t by_shutdown = run.handed_back_shutdown.load(kRelaxed);
   for (auto& p : run.producers) {
     for (Req* r = p->returned.exchange(nullptr, std::memory_order_acquire); r != nullptr;) {
       Req* const next = r->next_free;
@@ -109,12 +111,12 @@ void check_fates(Run& run, std::uint64_t accepted) {
     if (p->free.size() != p->size) {
       for (std::uint32_t i = 0; i < p->size; ++i) {
         const Req& r = p->requests[i];
-        if (r.state.load() != ReqState::free ||
+        if (r.state.load(kRelaxed) != ReqState::free ||
             std::find(p->free.begin(), p->free.end(), &r) == p->free.end()) {
           fail("check 1 (fate)",
                req_str(r) + " to " + who(r.name, r.participant) +
                    " was neither dispatched and completed nor handed back (state " +
-                   std::to_string(static_cast<int>(r.state.load())) + ")");
+                   std::to_string(static_cast<int>(r.state.load(kRelaxed))) + ")");
         }
       }
     }
@@ -161,12 +163,12 @@ void check_accounts(Run& run) {
                                    std::to_string(run.recorder.passes(cls)));
     }
   }
-  if (*run.o.mode == SinkMode::pool && rt.handler_errors() != run.handler_refusals.load()) {
+  if (*run.o.mode == SinkMode::pool && rt.handler_errors() != run.handler_refusals.load(kRelaxed)) {
     fail("check 3 (ledger)", "handler_errors() is " + std::to_string(rt.handler_errors()) +
                                  "; handlers threw or returned refused costs " +
-                                 std::to_string(run.handler_refusals.load()) + " times");
+                                 std::to_string(run.handler_refusals.load(kRelaxed)) + " times");
   }
-  if (static_cast<std::uint64_t>(run.recorder.cost_applied()) != run.cost_reported.load()) {
+  if (static_cast<std::uint64_t>(run.recorder.cost_applied()) != run.cost_reported.load(kRelaxed)) {
     fail("check 3 (ledger)", "costs applied (" + str(run.recorder.cost_applied()) +
                                  " nano-credits) differ from the costs completers reported");
   }
@@ -174,7 +176,7 @@ void check_accounts(Run& run) {
   // The dispatcher has exited: this call runs on this thread and reads the clock once, which
   // gives the instant of every balance it reports.
   const std::vector<creditloop::ParticipantSnapshot> all = rt.snapshot_participants();
-  const Nanos at = run.clock_last.load();
+  const Nanos at = run.clock_last.load(kRelaxed);
   std::size_t live = 0;
   for (const auto& a : run.recorder.accounts()) live += a.live ? 1 : 0;
   if (all.size() != live) {
@@ -380,7 +382,7 @@ int main(int argc, char** argv) {
   std::uint64_t accepted = 0, refused_unknown = 0, refused_removed = 0, refused_shutdown = 0,
                 bursts = 0;
   for (const auto& p : run.producers) {
-    accepted += p->accepted.load();
+    accepted += p->accepted.load(kRelaxed);
     refused_unknown += p->refused_unknown;
     refused_removed += p->refused_removed;
     refused_shutdown += p->refused_shutdown;
@@ -393,8 +395,9 @@ int main(int argc, char** argv) {
               "producer: %" PRIu64 " unknown_participant (%" PRIu64
               " after the removal had "
               "returned), %" PRIu64 " shut_down\n",
-              accepted, run.dispatched_seen.load(), run.handed_back_remove.load(),
-              run.handed_back_shutdown.load(), refused_unknown, refused_removed, refused_shutdown);
+              accepted, run.dispatched_seen.load(kRelaxed), run.handed_back_remove.load(kRelaxed),
+              run.handed_back_shutdown.load(kRelaxed), refused_unknown, refused_removed,
+              refused_shutdown);
   std::printf(
       "  check 2 (order): every queue entered in each producer's order and left in the "
       "order it was entered\n");
@@ -470,10 +473,11 @@ int main(int argc, char** argv) {
               " re-plans, %" PRIu64 " refused as required), %" PRIu64
               " completions refused as required, %" PRIu64 " bursts, %" PRIu64
               " runtime snapshots, longest queue wait %.1f ms\n",
-              run.churn_ops.load(), run.adds.load(), run.removes.load(), run.replans.load(),
-              run.churn_refusals.load(), run.refusals_checked.load(), bursts, run.snapshots.load(),
+              run.churn_ops.load(kRelaxed), run.adds.load(kRelaxed), run.removes.load(kRelaxed),
+              run.replans.load(kRelaxed), run.churn_refusals.load(kRelaxed),
+              run.refusals_checked.load(kRelaxed), bursts, run.snapshots.load(kRelaxed),
               static_cast<double>(run.recorder.max_queue_wait()) / 1e6);
-  const std::uint64_t through = run.dispatched_seen.load();
+  const std::uint64_t through = run.dispatched_seen.load(kRelaxed);
   std::printf("creditloop-stress: ok: %" PRIu64
               " requests pushed through (dispatched and "
               "completed) in %.1f s, %.0f per second\n",

@@ -698,14 +698,15 @@ void watchdog_main(Run& run) {
       continue;
     }
     if (now - since < limit) continue;
-    std::string d =
-        "nothing dispatched or completed for " + std::to_string((now - since) / 1'000'000) +
-        " ms while " + std::to_string(waiting) + " requests wait and " + std::to_string(in_flight) +
-        " are in flight (dispatched " + std::to_string(dispatched) + ", completed " +
-        std::to_string(completed) + ", accepted " + std::to_string(accepted) + ", handed back " +
-        std::to_string(handed) + "; the dispatcher's last event " +
-        std::to_string((now - run.recorder.last_now()) / 1'000'000) +
-        " ms ago; shutting down: " + (run.shutting_down.load() ? "yes" : "no") + "; producers:";
+    std::string d = "nothing dispatched or completed for " +
+                    std::to_string((now - since) / 1'000'000) + " ms while " +
+                    std::to_string(waiting) + " requests wait and " + std::to_string(in_flight) +
+                    " are in flight (dispatched " + std::to_string(dispatched) + ", completed " +
+                    std::to_string(completed) + ", accepted " + std::to_string(accepted) +
+                    ", handed back " + std::to_string(handed) + "; the dispatcher's last event " +
+                    std::to_string((now - run.recorder.last_now()) / 1'000'000) +
+                    " ms ago; shutting down: " + (run.shutting_down.load(kRelaxed) ? "yes" : "no") +
+                    "; producers:";
     for (const auto& p : run.producers) d += " " + std::to_string(p->state.load(kRelaxed));
     d += " (0 running, 1 out of requests, 2 done)";
     if (!run.rings.empty()) {

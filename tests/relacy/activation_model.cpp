@@ -32,11 +32,6 @@
 namespace creditloop::relacy {
 namespace {
 
-struct Request {
-  Request* next = nullptr;
-  rl::var<int> payload{-1};
-};
-
 template <class Policy>
 struct ActivationModel : rl::test_suite<ActivationModel<Policy>, 3> {
   using Mailbox = detail::Mailbox<Request, With<Policy>::template Atomic, &Request::next>;

@@ -22,11 +22,6 @@
 namespace creditloop::relacy {
 namespace {
 
-struct Request {
-  Request* next = nullptr;
-  rl::var<int> payload{-1};
-};
-
 template <class Policy>
 struct CloseModel : rl::test_suite<CloseModel<Policy>, 3> {
   using Inbox = detail::Inbox<Request, With<Policy>::template Atomic, &Request::next>;

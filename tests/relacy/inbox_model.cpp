@@ -18,11 +18,6 @@
 namespace creditloop::relacy {
 namespace {
 
-struct Request {
-  Request* next = nullptr;
-  rl::var<int> payload{-1};
-};
-
 template <class Policy>
 struct InboxModel : rl::test_suite<InboxModel<Policy>, 3> {
   static constexpr int kProducers = 2;

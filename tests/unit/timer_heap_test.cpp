@@ -40,7 +40,7 @@ void expire_both(TimerHeap& h, std::map<std::uint32_t, Nanos>& brute, Nanos now,
 
 TEST(TimerHeap, EmptyAndOneEntry) {
   TimerHeap h;
-  h.resize(10);
+  h.reserve(10);
   EXPECT_TRUE(h.empty());
   EXPECT_FALSE(h.contains(3));
   EXPECT_EQ(h.find_due(1000), npos);
@@ -58,7 +58,7 @@ TEST(TimerHeap, EmptyAndOneEntry) {
 
 TEST(TimerHeap, MovingAnEntryEarlierAndLater) {
   TimerHeap h;
-  h.resize(10);
+  h.reserve(10);
   h.set(1, 10);
   h.set(2, 20);
   h.set(3, 30);
@@ -78,7 +78,7 @@ TEST(TimerHeap, MovingAnEntryEarlierAndLater) {
 
 TEST(TimerHeap, InstantBeforeTheFloorIsDueAtOnce) {
   TimerHeap h;
-  h.resize(4);
+  h.reserve(4);
   EXPECT_EQ(h.find_due(1000), npos);
   h.set(0, 10);  // earlier than the floor the last find_due set
   EXPECT_EQ(h.find_due(1000), 0u);
@@ -86,7 +86,7 @@ TEST(TimerHeap, InstantBeforeTheFloorIsDueAtOnce) {
 
 TEST(TimerHeap, ExtremeInstants) {
   TimerHeap h;
-  h.resize(4);
+  h.reserve(4);
   constexpr Nanos kMin = std::numeric_limits<Nanos>::min();
   constexpr Nanos kMax = std::numeric_limits<Nanos>::max();
   h.set(0, kMax);
@@ -104,7 +104,7 @@ TEST(TimerHeap, ExtremeInstants) {
 TEST(TimerHeap, MovingWithinOneListTakesTheNewInstant) {
   // 1000..1010 share one list against a floor of 0: a move there only rewrites the key.
   TimerHeap h;
-  h.resize(10);
+  h.reserve(10);
   h.set(1, 1000);
   h.set(2, 1002);
   h.set(3, 1003);
@@ -126,7 +126,7 @@ void random_against_brute(std::uint32_t places, std::uint64_t seed, int ops, Nan
                           bool pop = false) {
   std::mt19937_64 rng(seed);
   TimerHeap h;
-  h.resize(places);
+  h.reserve(places);
   std::map<std::uint32_t, Nanos> brute;
   Nanos now = -spread;
   for (int i = 0; i < ops; ++i) {
@@ -174,7 +174,7 @@ TEST(TimerHeap, PoppingDueEntriesAgreesWithBruteForce) {
 // block, and every entry still comes due exactly once.
 TEST(TimerHeap, ErasingAcrossManyBlocksOfOneList) {
   TimerHeap h;
-  h.resize(200);
+  h.reserve(200);
   std::map<std::uint32_t, Nanos> brute;
   for (std::uint32_t p = 0; p < 200; ++p) {
     h.set(p, 1000 + p % 7);
@@ -200,7 +200,7 @@ TEST(TimerHeap, ErasingAcrossManyBlocksOfOneList) {
 TEST(TimerHeap, DueEntriesLeftFiledAcrossAdvancesAllComeDue) {
   std::mt19937_64 rng(11);
   TimerHeap h;
-  h.resize(3000);
+  h.reserve(3000);
   std::map<std::uint32_t, Nanos> brute;
   Nanos now = 0;
   for (int step = 0; step < 4000; ++step) {
@@ -226,11 +226,11 @@ TEST(TimerHeap, DueEntriesLeftFiledAcrossAdvancesAllComeDue) {
   EXPECT_TRUE(h.empty());
 }
 
-TEST(TimerHeap, ResizeKeepsEntries) {
+TEST(TimerHeap, ReservingMoreKeepsEntries) {
   TimerHeap h;
-  h.resize(2);
+  h.reserve(2);
   h.set(1, 7);
-  h.resize(100);
+  h.reserve(100);
   h.set(99, 3);
   EXPECT_TRUE(h.contains(1));
   EXPECT_EQ(h.find_due(3), 99u);
@@ -244,7 +244,7 @@ TEST(TimerHeap, ResizeKeepsEntries) {
 
 // The heap and a model of it, changed together.
 struct Checked {
-  explicit Checked(std::uint32_t places) { heap.resize(places); }
+  explicit Checked(std::uint32_t places) { heap.reserve(places); }
   void set(std::uint32_t p, Nanos due) {
     heap.set(p, due);
     model[p] = due;

@@ -81,7 +81,6 @@ class BasicTimerHeap {
     // Every list's blocks are full but its first, and a re-sort holds one drained block.
     blocks_.reserve(places / kPerBlock + 1 + kLists + 1);
   }
-  void resize(std::uint32_t places) { reserve(places); }
 
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
