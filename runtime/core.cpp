@@ -57,7 +57,7 @@ void Core::grow_places(std::uint32_t places) {
   const std::size_t n = places;
   places_store_.grow_to(n);
   names_.grow_to(n);
-  stats_.grow_to(n);
+  cold_.grow_to(n);
   waiting_.resize(places);
   for (int c = 0; c < k_; ++c) {
     ready_[static_cast<std::size_t>(c)].resize(places);
@@ -126,10 +126,9 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
   s.refilled_at = now;
   s.joined_turn = turn_.active ? turn_.serial : 0;
   s.generation = generation;
-  s.shares = shares;
-  s.plan = plan;
   s.held = terms_[plan].held;
   s.live = true;
+  cold_[slot] = Cold{.plan = plan, .shares = shares};
   for (int c = 0; c < k_; ++c) {
     BucketRec& b = bucket(slot, static_cast<ClassId>(c));
     set_terms(slot, static_cast<ClassId>(c));
@@ -139,7 +138,6 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
     ++b.incarnation;
   }
   names_[slot] = std::move(stored_name);
-  stats_[slot] = ColdStats{};
   ++live_;
   return ParticipantId{slot, generation};
 }
@@ -167,8 +165,8 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
   bring_to(p.slot, now);  // refill at the old terms up to the change
   Slot& s = slot_at(p.slot);
   const std::uint8_t old_held = s.held;
-  s.plan = plan;
-  s.shares = shares;
+  cold_[p.slot].plan = plan;
+  cold_[p.slot].shares = shares;
   s.held = terms_[plan].held;
   for (int i = 0; i < k_; ++i) {
     const auto c = static_cast<ClassId>(i);
@@ -193,8 +191,9 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
   }
   if (s.queued != 0) {
     for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
-      refile(p.slot, static_cast<ClassId>(std::countr_zero(held)));
+      refile(p.slot, s, static_cast<ClassId>(std::countr_zero(held)));
     }
+    settle_credit_from(s);
   }
   return {};
 }
@@ -211,8 +210,8 @@ std::optional<ParticipantId> Core::at(std::uint32_t slot) const noexcept {
 }
 
 std::string_view Core::name(ParticipantId p) const noexcept { return names_[p.slot]; }
-PlanId Core::plan(ParticipantId p) const noexcept { return slot_at(p.slot).plan; }
-std::uint32_t Core::shares(ParticipantId p) const noexcept { return slot_at(p.slot).shares; }
+PlanId Core::plan(ParticipantId p) const noexcept { return cold_[p.slot].plan; }
+std::uint32_t Core::shares(ParticipantId p) const noexcept { return cold_[p.slot].shares; }
 ParticipantStats Core::stats(ParticipantId p) const noexcept {
   ParticipantStats out;
   for (int c = 0; c < k_; ++c) {
@@ -220,7 +219,7 @@ ParticipantStats Core::stats(ParticipantId p) const noexcept {
         bucket(p.slot, static_cast<ClassId>(c)).dispatched;
   }
   out.dispatched[static_cast<std::size_t>(k_)] = slot_at(p.slot).unmetered_dispatched;
-  const ColdStats& cold = stats_[p.slot];
+  const Cold& cold = cold_[p.slot];
   out.completed = cold.completed;
   out.cost_charged = cold.cost_charged;
   out.cost_uncharged = cold.cost_uncharged;
@@ -230,11 +229,11 @@ ParticipantStats Core::stats(ParticipantId p) const noexcept {
 // ---- buckets and filing ---------------------------------------------------------------------
 
 void Core::set_terms(std::uint32_t slot, ClassId c) noexcept {
-  const Slot& s = slot_at(slot);
+  const Cold& cold = cold_[slot];
   BucketRec& b = bucket(slot, c);
   // Within the limits of units.hpp both products fit 64 bits (at most 1e19).
-  b.rate = terms_[s.plan].rate[c] * s.shares;
-  b.cap = static_cast<std::uint64_t>(terms_[s.plan].burst[c]) * s.shares;
+  b.rate = terms_[cold.plan].rate[c] * cold.shares;
+  b.cap = static_cast<std::uint64_t>(terms_[cold.plan].burst[c]) * cold.shares;
 }
 
 void Core::bring_to(Slot& s, Nanos now) noexcept {
@@ -254,8 +253,8 @@ void Core::bring_to(Slot& s, Nanos now) noexcept {
   }
 }
 
-void Core::refile(std::uint32_t slot, const Slot& s, ClassId c) noexcept {
-  BucketRec& b = buckets_of(const_cast<Slot&>(s))[c];
+void Core::refile(std::uint32_t slot, Slot& s, ClassId c) noexcept {
+  BucketRec& b = buckets_of(s)[c];
   if (b.has_credit()) {
     timers_[c].erase(slot);
     ready_[c].set(slot);
@@ -271,23 +270,27 @@ void Core::refile(std::uint32_t slot, const Slot& s, ClassId c) noexcept {
   }
 }
 
-bool Core::credit_possible(const Slot& s, Nanos now) noexcept {
-  // Reads only the participant's own record, which the visit holds already. A due timer that
-  // expired into the ready set kept its key, so "key reached" covers it too.
-  const BucketRec* buckets = Places::buckets_after(s);
+void Core::settle_credit_from(Slot& s) noexcept {
+  // A held bucket without a credit is filed at its exact instant (or the clock's end), since
+  // every debit, charge and re-plan that took a credit away re-filed it. A due timer that expired
+  // into the ready set kept its key, so "key reached" covers it too.
+  const BucketRec* buckets = buckets_of(s);
+  Nanos earliest = std::numeric_limits<Nanos>::max();
   for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     const BucketRec& b = buckets[std::countr_zero(held)];
-    if (b.has_credit() || b.timer.instant() <= now) return true;
+    const Nanos instant = b.has_credit() ? std::numeric_limits<Nanos>::min() : b.timer.instant();
+    if (instant < earliest) earliest = instant;
   }
-  return false;
+  s.credit_from = earliest;
 }
 
 void Core::enter_waiting(std::uint32_t slot) noexcept {
   waiting_.set(slot);
-  for (std::uint8_t held = slot_at(slot).held; held != 0;
-       held &= static_cast<std::uint8_t>(held - 1)) {
-    refile(slot, static_cast<ClassId>(std::countr_zero(held)));
+  Slot& s = slot_at(slot);
+  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    refile(slot, s, static_cast<ClassId>(std::countr_zero(held)));
   }
+  settle_credit_from(s);
 }
 
 void Core::leave_waiting(std::uint32_t slot) noexcept {
@@ -431,21 +434,31 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
     // the visit after next does not wait for memory (at a million participants a record is
     // rarely in cache; one stop ahead was too late to hide a miss on this machine). Below a few
     // thousand places the records stay in cache and the look-ahead only costs.
+    // An unmetered visit usually reads the header alone (see credit_possible), so only that
+    // line is worth the bandwidth there.
     if (ring_size_ >= kPrefetchFrom) {
       const std::uint32_t ahead = set.find_next(slot + 1);
       if (ahead != detail::ReadySet::npos) {
         const std::uint32_t further = set.find_next(ahead + 1);
-        if (further != detail::ReadySet::npos) places_store_.prefetch(further);
+        if (further != detail::ReadySet::npos) {
+          if (metered) {
+            places_store_.prefetch(further);
+          } else {
+            places_store_.prefetch_header(further);
+          }
+        }
       }
     }
     Slot& s = slot_at(slot);
     if (s.joined_turn == turn_.serial) continue;
     BucketRec* buckets = buckets_of(s);
     ClassId out = unmetered();
-    if (metered || credit_possible(s, now)) {
+    const bool read_buckets = metered || credit_possible(s, now);
+    if (read_buckets) {
       bring_to(s, now);
       if (metered && !buckets[c].has_credit()) {
         refile(slot, s, c);  // a charge-back landed since it was filed
+        settle_credit_from(s);
         continue;
       }
       for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
@@ -479,8 +492,11 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
     cursor_[c] = slot;
     if (s.queued == 0) {
       leave_waiting(slot);
-    } else if (out != unmetered() && (out != c || !buckets[out].has_credit())) {
-      refile(slot, s, out);  // it ran out of credit, or went out above the turn's class (rule 4)
+    } else if (read_buckets) {
+      if (out != unmetered() && (out != c || !buckets[out].has_credit())) {
+        refile(slot, s, out);  // it ran out of credit, or went out above the turn's class (rule 4)
+      }
+      settle_credit_from(s);  // its lines are in cache now
     }
     return Dispatch{request, ticket, ParticipantId{slot, s.generation}, out, c};
   }
@@ -510,7 +526,7 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   Completion done{p, f.bucket, false};
   if (!live(p)) return done;
   Slot& s = slot_at(f.slot);
-  ColdStats& st = stats_[f.slot];
+  Cold& st = cold_[f.slot];
   ++st.completed;
   const ClassId c = f.bucket;
   if (c == unmetered() || ((s.held >> c) & 1u) == 0 ||
@@ -527,7 +543,10 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   bring_to(f.slot, now);
   bucket(f.slot, c).balance -= cost_nano;
   st.cost_charged += cost_nano;
-  if (s.queued != 0) refile(f.slot, c);
+  if (s.queued != 0) {
+    refile(f.slot, s, c);
+    settle_credit_from(s);
+  }
   return done;
 }
 

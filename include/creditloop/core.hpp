@@ -229,10 +229,12 @@ class Core {
     Nanos refilled_at = 0;
     std::uint64_t joined_turn = 0;  // the turn during which it registered, or 0
     std::uint64_t unmetered_dispatched = 0;
+    // While waiting: the earliest instant at which a held bucket has a credit (the minimum when
+    // one has it now). Settled after every re-filing, so an unmetered visit that finds it ahead
+    // of the clock reads no bucket line at all.
+    Nanos credit_from = std::numeric_limits<Nanos>::max();
     std::uint32_t generation = 0;  // of the latest registration in this place
     std::uint32_t queued = 0;
-    std::uint32_t shares = 0;
-    PlanId plan = 0;
     std::uint8_t held = 0;  // bit c: the plan holds class c
     bool live = false;
   };
@@ -259,7 +261,9 @@ class Core {
       return places->bucket(place, c).timer;
     }
   };
-  struct ColdStats {
+  struct Cold {  // per-place state that no visit reads
+    PlanId plan = 0;
+    std::uint32_t shares = 0;
     std::uint64_t completed = 0;
     Balance cost_charged = 0;
     Balance cost_uncharged = 0;
@@ -306,11 +310,15 @@ class Core {
   void bring_to(std::uint32_t slot, Nanos now) noexcept { bring_to(slot_at(slot), now); }
   static void bring_to(Slot& s, Nanos now) noexcept;
   void refile(std::uint32_t slot, ClassId c) noexcept { refile(slot, slot_at(slot), c); }
-  void refile(std::uint32_t slot, const Slot& s, ClassId c) noexcept;
+  void refile(std::uint32_t slot, Slot& s, ClassId c) noexcept;
   void enter_waiting(std::uint32_t slot) noexcept;
-  // Whether any held bucket of waiting `s` may have a credit at `now`: a credit when last filed,
-  // or a filed credit instant already reached. False proves none has one (filing is exact).
-  [[nodiscard]] static bool credit_possible(const Slot& s, Nanos now) noexcept;
+  // Whether any held bucket of waiting `s` may have a credit at `now`. False proves none has one
+  // (filing is exact); reads only the header line.
+  [[nodiscard]] static bool credit_possible(const Slot& s, Nanos now) noexcept {
+    return s.credit_from <= now;
+  }
+  // Sets s.credit_from from the held buckets, each filed already.
+  static void settle_credit_from(Slot& s) noexcept;
   void leave_waiting(std::uint32_t slot) noexcept;
   void expire_timers(ClassId c, Nanos now) noexcept;
   [[nodiscard]] std::uint32_t next_in_turn(const detail::ReadySet& set) noexcept;
@@ -326,7 +334,7 @@ class Core {
 
   Places places_store_;
   detail::Segmented<std::string> names_;
-  detail::Segmented<ColdStats> stats_;
+  detail::Segmented<Cold> cold_;
   std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> name_index_;
   std::vector<std::uint32_t> free_slots_;  // LIFO: the most recently freed place is reused first
   std::uint32_t ring_size_ = 0;
