@@ -243,6 +243,31 @@ TEST(Units, ToNanoCreditsRoundsToNineDecimals) {
             std::optional<std::int64_t>(1'000'000'000'000'000));
 }
 
+// The conversion rounds half away from zero, as std::llround does, including where adding 0.5
+// in floating point would round up a value just below one half.
+TEST(Units, ToNanoCreditsRoundsLikeLlround) {
+  const auto llround_units = [](double credits) {
+    return static_cast<std::int64_t>(std::llround(credits * 1e9));
+  };
+  const double just_below_half = std::nextafter(0.5, 0.0) / 1e9;
+  EXPECT_EQ(to_nano_credits(just_below_half, 10), llround_units(just_below_half));
+  EXPECT_EQ(to_nano_credits(0.5e-9, 10), std::optional<std::int64_t>(1));
+  EXPECT_EQ(to_nano_credits(2.5e-9, 10), llround_units(2.5e-9));
+  std::mt19937_64 rng(20261130);
+  std::uniform_real_distribution<double> any_cost(0.0, kMaxCost);
+  std::uniform_real_distribution<double> small_cost(0.0, 10.0);
+  for (int i = 0; i < 100'000; ++i) {
+    const double a = any_cost(rng);
+    const double b = small_cost(rng);
+    // Values whose scaled form sits on a half, and their neighbours.
+    const double half = (std::floor(b * 1e9) + 0.5) / 1e9;
+    for (const double credits :
+         {a, b, half, std::nextafter(half, 0.0), std::nextafter(half, 11.0)}) {
+      ASSERT_EQ(to_nano_credits(credits, kMaxCost), llround_units(credits)) << credits;
+    }
+  }
+}
+
 TEST(Units, ToNanoCreditsRefusesWhatIsNotACount) {
   EXPECT_FALSE(to_nano_credits(-1.0, 10));
   EXPECT_FALSE(to_nano_credits(-1e-3, 10));
