@@ -119,6 +119,14 @@ class ChunkedTable {
   std::size_t chunks_ = 0;  // owner only
 };
 
+// CPUs this process may run on (its affinity mask), or 0 if unknown.
+unsigned usable_cpus() noexcept {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
+  return static_cast<unsigned>(CPU_COUNT(&allowed));
+}
+
 void check_options(const RuntimeOptions& o) {
   if (o.room == nullptr && o.slots == 0) {
     throw std::invalid_argument("runtime options: slots must be at least 1 without a room test");
@@ -130,7 +138,8 @@ void check_options(const RuntimeOptions& o) {
     throw std::invalid_argument("runtime options: a sink callback or workers with a handler");
   }
   if (o.batch == 0) throw std::invalid_argument("runtime options: batch must be at least 1");
-  if (o.spin.count() < 0) throw std::invalid_argument("runtime options: spin must not be negative");
+  if (o.spin && o.spin->count() < 0)
+    throw std::invalid_argument("runtime options: spin must not be negative");
   if (o.cpu >= 0) {
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
@@ -220,6 +229,7 @@ class Runtime::Impl {
   std::function<Nanos()> clock_;
   RuntimeObserver* const observer_;
   Core core_;
+  const std::chrono::nanoseconds spin_;  // options_.spin, or the default for this machine
 
   // Shared with producers and completers.
   ChunkedTable<Mailbox> mailboxes_;
@@ -280,7 +290,9 @@ Runtime::Impl::Impl(RuntimeOptions options)
     : options_((check_options(options), std::move(options))),
       clock_(options_.clock),
       observer_(options_.observer),
-      core_(options_.config) {
+      core_(options_.config),
+      spin_(options_.spin ? *options_.spin
+                          : detail::default_spin(usable_cpus(), options_.workers)) {
   core_.reserve(options_.expected_participants, options_.expected_in_flight);
   ensure_places(static_cast<std::uint32_t>(
       std::min<std::size_t>(options_.expected_participants, kMaxParticipants)));
@@ -640,7 +652,7 @@ void Runtime::Impl::idle() {
   if (reasons == 0) return;
 
   // Spin, then yield, then sleep: a hand-off that comes within the spin costs no system call.
-  const Nanos spin_until = detail::monotonic_now() + options_.spin.count();
+  const Nanos spin_until = detail::monotonic_now() + spin_.count();
   for (std::uint32_t i = 1;; ++i) {
     if (work_visible(reasons)) return;
     if (options_.room && (reasons & detail::kWakeOnRoom) != 0 && options_.room()) return;

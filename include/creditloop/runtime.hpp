@@ -101,8 +101,10 @@ struct RuntimeOptions {
 
   /// Most dispatches between two looks at new submissions, completions and commands.
   std::uint32_t batch = 64;
-  /// How long the dispatcher spins, then yields, before it sleeps.
-  std::chrono::nanoseconds spin{20'000};
+  /// How long the dispatcher spins, then yields, before it sleeps. Empty: 20 µs if the process
+  /// may run on more CPUs than the dispatcher and the workers take, none otherwise (spinning
+  /// without a CPU of its own only delays the threads it waits for).
+  std::optional<std::chrono::nanoseconds> spin;
 
   /// The monotonic clock, in nanoseconds. Empty: std::chrono::steady_clock. Tests pass a manual
   /// clock.

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "creditloop/core.hpp"
+#include "creditloop/detail/spin.hpp"
 #include "creditloop/runtime.hpp"
 
 namespace creditloop {
@@ -483,6 +484,21 @@ TEST(Runtime, BadOptionsAreRefusedAtConstruction) {
                std::invalid_argument);
   EXPECT_THROW(Runtime(make([](RuntimeOptions& o) { o.config.classes = 0; })),
                std::invalid_argument);
+  EXPECT_THROW(Runtime(make([](RuntimeOptions& o) { o.spin = std::chrono::nanoseconds{-1}; })),
+               std::invalid_argument);
+}
+
+// Unless told, the dispatcher spins only when a CPU is left over for it beyond itself and the
+// workers; otherwise its spin would take the CPU from the threads it waits on.
+TEST(Runtime, TheDispatcherSpinsByDefaultOnlyWithACpuToSpare) {
+  using creditloop::detail::default_spin;
+  const std::chrono::nanoseconds none{0};
+  EXPECT_EQ(default_spin(2, 1), none);
+  EXPECT_EQ(default_spin(8, 7), none);
+  EXPECT_EQ(default_spin(1, 0), none);
+  EXPECT_GT(default_spin(2, 0), none);
+  EXPECT_GT(default_spin(64, 8), none);
+  EXPECT_GT(default_spin(0, 8), none);  // unknown CPU count: spin, as a dedicated server would
 }
 
 TEST(Runtime, AnIdleDispatcherSleepsAndASubmissionWakesIt) {
