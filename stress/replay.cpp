@@ -108,8 +108,7 @@ void HandBacks::check_drained(bool whole_run) {
 // ---- Replayer -----------------------------------------------------------------------------------
 
 Replayer::Replayer(const creditloop::Config& config, const Options& options, HandBacks& handbacks)
-    : config_(config),
-      slack_ns_(static_cast<Nanos>(options.wait_slack_ms * 1e6)),
+    : slack_ns_(static_cast<Nanos>(options.wait_slack_ms * 1e6)),
       handbacks_(handbacks),
       model_(config) {}
 

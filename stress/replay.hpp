@@ -140,7 +140,6 @@ class Replayer {
   void update_credit(std::uint32_t slot, Nanos now);
   void end_wait(std::uint32_t slot, Nanos now);
 
-  const creditloop::Config& config_;
   const Nanos slack_ns_;
   HandBacks& handbacks_;
   creditloop::model::Model model_;

@@ -271,7 +271,7 @@ TEST_F(SimTest, SummaryListsParticipantsInRingOrder) {
   EXPECT_EQ(names, (std::vector<std::string>{"zed", "amy", "mo"}));
   EXPECT_EQ(summary["participants"]["zed"]["wait_max"], nullptr);
   EXPECT_EQ(summary["participants"]["zed"]["dispatched"],
-            json::parse(R"({"P1": 0, "P2": 0, "P3": 0})"));
+            ordered_json::parse(R"({"P1": 0, "P2": 0, "P3": 0})"));
 }
 
 // Every line carries exactly the keys the spec shows for its kind.

@@ -67,9 +67,9 @@ struct World {
         int left;
         int turns = 0;
         bool room() const { return left > 0 && turns < 100; }  // no hang if no turn dispatches
-        void on_pass(ClassId c) {
+        void on_pass(ClassId pass) {
           ++turns;
-          *out += " " + class_name(c) + ":";
+          *out += " " + class_name(pass) + ":";
         }
         void on_dispatch(const Dispatch& d) {
           --left;
