@@ -390,6 +390,13 @@ std::uint32_t Core::next_in_turn(const detail::ReadySet& set) noexcept {
   return p < turn_.start ? p : detail::ReadySet::npos;
 }
 
+void Core::grow_tickets() {
+  // Past the reservation: grow, and keep the free list able to hold every record, so that
+  // complete() never allocates.
+  in_flight_records_.grow_to(tickets_);
+  free_tickets_.reserve(in_flight_records_.capacity());
+}
+
 Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
                    std::uint32_t incarnation) {
   std::uint32_t index = 0;
@@ -398,12 +405,7 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
     free_tickets_.pop_back();
   } else {
     index = tickets_++;
-    if (tickets_ > in_flight_records_.capacity()) {
-      // Past the reservation: grow, and keep the free list able to hold every record, so that
-      // complete() never allocates.
-      in_flight_records_.grow_to(tickets_);
-      free_tickets_.reserve(in_flight_records_.capacity());
-    }
+    if (tickets_ > in_flight_records_.capacity()) grow_tickets();
   }
   InFlight& f = in_flight_records_[index];
   ++f.generation;  // odd: in flight

@@ -326,6 +326,8 @@ class Core {
   void grow_places(std::uint32_t places);
   Ticket issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
                std::uint32_t incarnation);
+  // Out of line and cold, so that issue() (once per dispatch) saves no registers for it.
+  [[gnu::cold, gnu::noinline]] void grow_tickets();
 
   Config config_;
   int k_ = 2;

@@ -3,12 +3,12 @@
 //
 // A radix heap with 6-bit digits: it relies on the core's clock never running backwards, and on
 // every filed instant being at or after the latest `now` it was asked about (a due instant is
-// computed from the present). An entry above the floor (the latest `now`) sits in the list for
-// the highest 6-bit digit in which its key differs from the floor and its key's value there;
-// the due list holds the keys at or below the floor. Moving the floor re-sorts only the lists it
-// overtook, and each entry can only move to a lower digit, so an entry moves at most 11 times
-// over its life and in practice once or twice. Binary digits were tried first: an entry then
-// moved down about one bit per move.
+// computed from the present). An entry above the floor (the latest `now` at which an entry may
+// have been due) sits in the list for the highest 6-bit digit in which its key differs from the
+// floor and its key's value there; the due list holds the keys at or below the floor. Moving
+// the floor re-sorts only the lists it overtook, and each entry can only move to a lower digit,
+// so an entry moves at most 11 times over its life and in practice once or twice. Binary digits
+// were tried first: an entry then moved down about one bit per move.
 //   set (file or move), erase: O(1).  find_due: O(1) amortized.
 // Written by hand: a binary or d-ary heap pays O(log W) per expiry (it was the largest cost of
 // a decision in callgrind), and no packaged library offers a radix heap with erase by key.
@@ -88,8 +88,8 @@ class BasicTimerHeap {
   /// The instant `place` is (or was last) filed at.
   [[nodiscard]] Nanos due(std::uint32_t place) const noexcept { return slots_(place).instant(); }
 
-  /// Files `place` at `due`, or moves it there. An instant at or before the floor (the latest
-  /// find_due's `now`) is due at once.
+  /// Files `place` at `due`, or moves it there. An instant at or before the floor (at most the
+  /// latest find_due's `now`) is due at once.
   void set(std::uint32_t place, Nanos due) noexcept {
     TimerSlot& s = slots_(place);
     const std::uint64_t key = static_cast<std::uint64_t>(due) ^ kBias;
@@ -121,7 +121,9 @@ class BasicTimerHeap {
   /// A place filed at or before `now`, or npos. `now` must not be earlier than in any earlier
   /// call. The place stays filed until erased or moved.
   [[nodiscard]] std::uint32_t find_due(Nanos now) noexcept {
-    advance(static_cast<std::uint64_t>(now) ^ kBias);
+    const std::uint64_t key = static_cast<std::uint64_t>(now) ^ kBias;
+    if (!maybe_due(key)) return npos;
+    advance(key);
     const std::uint32_t first = heads_[0];
     return first == npos ? npos : blocks_[first].entries[blocks_[first].count - 1].place;
   }
@@ -130,7 +132,9 @@ class BasicTimerHeap {
   /// but it only writes the place's slot, never reads it: the slot is in a record that the
   /// caller has not loaded.
   [[nodiscard]] std::uint32_t pop_due(Nanos now) noexcept {
-    advance(static_cast<std::uint64_t>(now) ^ kBias);
+    const std::uint64_t key = static_cast<std::uint64_t>(now) ^ kBias;
+    if (!maybe_due(key)) return npos;
+    advance(key);
     const std::uint32_t first = heads_[0];
     if (first == npos) return npos;
     Block& b = blocks_[first];
@@ -182,6 +186,10 @@ class BasicTimerHeap {
       free_ = blocks_[index].next;
       return index;
     }
+    return new_block();
+  }
+  // Out of line and cold, so that filing does not save registers for a vector's growth.
+  [[gnu::cold, gnu::noinline]] std::uint32_t new_block() {
     blocks_.emplace_back();
     return static_cast<std::uint32_t>(blocks_.size() - 1);
   }
@@ -264,6 +272,21 @@ class BasicTimerHeap {
     blocks_[due].next = full;
   }
 
+  // Whether an entry may be due at `now` (biased): the due list holds one, or `now` reached the
+  // least key the lowest non-empty list can hold (the floor's digits above its digit d, its value
+  // at d, zeros below), which no filed key is under. Until then the floor stays where it is: a
+  // decision advances the clock by far less than the gap to the next credit, and raising the
+  // floor at each one re-sorted entries that were not due yet.
+  [[nodiscard]] bool maybe_due(std::uint64_t now) const noexcept {
+    if (heads_[0] != npos) return true;
+    if (digits_ == 0) return false;
+    const int digit = std::countr_zero(digits_);
+    const int value = std::countr_zero(nonempty_[static_cast<std::size_t>(digit)]);
+    const int above = (digit + 1) * kDigitBits;
+    const std::uint64_t high = above >= 64 ? 0 : floor_ >> above << above;
+    return now >= (high | static_cast<std::uint64_t>(value) << (digit * kDigitBits));
+  }
+
   // Raises the floor to `now`. Let d be the highest digit in which `now` differs from the old
   // floor and v its new value there. Every entry below digit d, and every entry at digit d with a
   // value at or below v, is overtaken (it is due, or now agrees with the floor at d) and is
@@ -316,7 +339,7 @@ class BasicTimerHeap {
   std::array<std::uint32_t, kLists> heads_{};      // each list's first block
   std::array<std::uint64_t, kDigits> nonempty_{};  // digit d, bit v: list 1 + 64d + v not empty
   std::uint32_t digits_ = 0;                       // bit d: nonempty_[d] != 0
-  std::uint64_t floor_ = 0;                        // biased: the latest `now` seen by find_due
+  std::uint64_t floor_ = 0;  // biased: the latest `now` of a find_due that could find one
   std::size_t size_ = 0;
 };
 
