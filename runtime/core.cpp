@@ -189,12 +189,7 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
       timers_[c].erase(p.slot);
     }
   }
-  if (s.queued != 0) {
-    for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
-      refile(p.slot, s, static_cast<ClassId>(std::countr_zero(held)));
-    }
-    settle_credit_from(s);
-  }
+  if (s.queued != 0) refile_held(p.slot, s);
   return {};
 }
 
@@ -284,13 +279,16 @@ void Core::settle_credit_from(Slot& s) noexcept {
   s.credit_from = earliest;
 }
 
-void Core::enter_waiting(std::uint32_t slot) noexcept {
-  waiting_.set(slot);
-  Slot& s = slot_at(slot);
+void Core::refile_held(std::uint32_t slot, Slot& s) noexcept {
   for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     refile(slot, s, static_cast<ClassId>(std::countr_zero(held)));
   }
   settle_credit_from(s);
+}
+
+void Core::enter_waiting(std::uint32_t slot) noexcept {
+  waiting_.set(slot);
+  refile_held(slot, slot_at(slot));
 }
 
 void Core::leave_waiting(std::uint32_t slot) noexcept {

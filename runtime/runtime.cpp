@@ -20,6 +20,7 @@
 #include <cassert>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <semaphore>
 #include <stdexcept>
 #include <thread>
@@ -119,12 +120,18 @@ class ChunkedTable {
   std::size_t chunks_ = 0;  // owner only
 };
 
-// CPUs this process may run on (its affinity mask), or 0 if unknown.
-unsigned usable_cpus() noexcept {
+// The CPUs this process may run on, or nothing if the kernel does not say.
+std::optional<cpu_set_t> allowed_cpus() noexcept {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
-  return static_cast<unsigned>(CPU_COUNT(&allowed));
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return std::nullopt;
+  return allowed;
+}
+
+// How many, or 0 if unknown.
+unsigned usable_cpus() noexcept {
+  const std::optional<cpu_set_t> allowed = allowed_cpus();
+  return allowed ? static_cast<unsigned>(CPU_COUNT(&*allowed)) : 0;
 }
 
 void check_options(const RuntimeOptions& o) {
@@ -141,10 +148,8 @@ void check_options(const RuntimeOptions& o) {
   if (o.spin && o.spin->count() < 0)
     throw std::invalid_argument("runtime options: spin must not be negative");
   if (o.cpu >= 0) {
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (o.cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof allowed, &allowed) != 0 ||
-        !CPU_ISSET(o.cpu, &allowed)) {
+    const std::optional<cpu_set_t> allowed = o.cpu < CPU_SETSIZE ? allowed_cpus() : std::nullopt;
+    if (!allowed || !CPU_ISSET(o.cpu, &*allowed)) {
       throw std::invalid_argument("runtime options: cpu " + std::to_string(o.cpu) +
                                   " is not available to this process");
     }
@@ -652,11 +657,12 @@ void Runtime::Impl::idle() {
   if (reasons == 0) return;
 
   // Spin, then yield, then sleep: a hand-off that comes within the spin costs no system call.
-  const Nanos spin_until = detail::monotonic_now() + spin_.count();
+  // Without a spin (no CPU to spare) the clock is not read at all.
+  const Nanos spin_until = spin_.count() > 0 ? detail::monotonic_now() + spin_.count() : 0;
   for (std::uint32_t i = 1;; ++i) {
     if (work_visible(reasons)) return;
     if (options_.room && (reasons & detail::kWakeOnRoom) != 0 && options_.room()) return;
-    if ((i & 63) == 0 && detail::monotonic_now() >= spin_until) break;
+    if (spin_.count() == 0 || ((i & 63) == 0 && detail::monotonic_now() >= spin_until)) break;
     detail::cpu_relax();
   }
   for (int i = 0; i < 4; ++i) {

@@ -309,8 +309,10 @@ class Core {
   static BucketRec* buckets_of(Slot& s) noexcept { return Places::buckets_after(s); }
   void bring_to(std::uint32_t slot, Nanos now) noexcept { bring_to(slot_at(slot), now); }
   static void bring_to(Slot& s, Nanos now) noexcept;
-  void refile(std::uint32_t slot, ClassId c) noexcept { refile(slot, slot_at(slot), c); }
   void refile(std::uint32_t slot, Slot& s, ClassId c) noexcept;
+  // Every held class, then the earliest credit instant: for a participant that starts waiting or
+  // changes plan.
+  void refile_held(std::uint32_t slot, Slot& s) noexcept;
   void enter_waiting(std::uint32_t slot) noexcept;
   // Whether any held bucket of waiting `s` may have a credit at `now`. False proves none has one
   // (filing is exact); reads only the header line.
