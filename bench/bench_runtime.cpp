@@ -39,7 +39,9 @@
 // + dispatcher + workers, or producer + consumer; the machine has std::thread::hardware_concurrency
 // cores, printed in the summary), cpus_used (the process's CPU time over wall time in the timed
 // loop: below the core count when threads wait on each other or the machine is busy), and for the
-// runtime parks_per_kreq (dispatcher sleeps per 1,000 dispatches).
+// runtime parks_per_kreq (dispatcher sleeps per 1,000 dispatches) and dispatcher_ns_per_req (the
+// dispatcher thread's CPU time per request: the serial part, which bounds throughput however many
+// cores producers and workers have).
 // Iteration counts are fixed, so that every run of a case is a repetition. After the benchmarks, a
 // summary prints the median ns_per_request of each case over the repetitions and the two target
 // ratios: runtime / raw hand-off (target at most 2) and mutex / runtime (target at least 10), then
@@ -341,7 +343,8 @@ void BM_Runtime(benchmark::State& state) {
     if (!runtime.submit(ids[r.participant], r)) refused.store(true, std::memory_order_relaxed);
   };
 
-  std::uint64_t target = runtime.snapshot().completed;
+  const creditloop::RuntimeSnapshot before = runtime.snapshot();
+  std::uint64_t target = before.completed;
   Stopwatch watch;
   for (auto _ : state) {
     watch.start();
@@ -365,6 +368,9 @@ void BM_Runtime(benchmark::State& state) {
   class_mix(state, per_class, snapshot.classes);
   state.counters["parks_per_kreq"] =
       static_cast<double>(snapshot.parks) * 1e3 / static_cast<double>(snapshot.dispatched);
+  state.counters["dispatcher_ns_per_req"] =
+      static_cast<double>(snapshot.dispatcher_cpu - before.dispatcher_cpu) /
+      static_cast<double>(snapshot.dispatched - before.dispatched);
   runtime.shutdown();
   producers.report(state);
   finish(state, kInlineSink ? "inline" : "runtime", watch, producer_count + 1 + workers);

@@ -48,7 +48,10 @@ struct RuntimeSnapshot {
   std::uint64_t completed = 0;  // completions applied
   std::uint64_t parks = 0;      // times the dispatcher slept
   std::uint64_t wakeups = 0;    // times a waker woke it
-  int classes = 0;              // k: classes[0..k-1] metered, classes[k] unmetered
+  // CPU time the dispatcher thread has used since it started (its final figure once it has
+  // exited): divided by `dispatched`, the serial cost per request that bounds throughput.
+  Nanos dispatcher_cpu = 0;
+  int classes = 0;  // k: classes[0..k-1] metered, classes[k] unmetered
   std::array<ClassSnapshot, kMaxClasses + 1> per_class{};
 };
 

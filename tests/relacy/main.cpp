@@ -113,15 +113,19 @@ int main(int argc, char** argv) {
     bool (*check)(Variant);
   };
   constexpr Entry kModels[] = {
-      {"inbox", inbox_model},     {"activation", activation_model},
-      {"parking", parking_model}, {"charge_back", charge_back_model},
-      {"ticket", ticket_model},   {"close", close_model},
+      {"inbox", inbox_model},
+      {"activation", activation_model},
+      {"parking", parking_model},
+      {"charge_back", charge_back_model},
+      {"ticket", ticket_model},
+      {"close", close_model},
+      {"pool_completion", pool_completion_model},
   };
   const std::string_view variant = argc == 3 ? argv[2] : "";
   if (variant != "correct" && variant != "twin") {
     std::fprintf(stderr,
                  "usage: %s MODEL correct|twin (MODEL: inbox activation parking "
-                 "charge_back ticket close)\n",
+                 "charge_back ticket close pool_completion)\n",
                  argv[0]);
     return 2;
   }

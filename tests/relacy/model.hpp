@@ -256,6 +256,7 @@ bool parking_model(Variant variant);
 bool charge_back_model(Variant variant);
 bool ticket_model(Variant variant);
 bool close_model(Variant variant);
+bool pool_completion_model(Variant variant);
 
 // A request as the queue models push it: the intrusive link, and a payload whose reads Relacy
 // checks for races (a request read without having been handed over is a data race).

@@ -7,6 +7,8 @@
 // flight) to (its generation, claimed): exactly one completion of a ticket wins, and a repeated,
 // stale or forged ticket fails and changes nothing. No loop, so the claim is wait-free. Only the
 // dispatcher moves a cell from claimed to free and from free to in flight, each with one store.
+// A ticket the dispatcher hands to its own worker pool goes straight from free to claimed
+// (issue_claimed()): the worker owns it from the start, and every other completion of it fails.
 //
 // Memory orders: issue()'s store (release) / claim()'s CAS (acquire on success and failure): a
 // completer that wins sees everything the dispatcher wrote into the cell's record before issuing
@@ -35,6 +37,19 @@ class TicketCell {
     if (generation == 0) generation = 1;
     // release: pairs with the acquire of claim(); publishes the record written before issue().
     state_.store(pack(generation, kInFlight), std::memory_order_release);
+    return generation;
+  }
+
+  /// Dispatcher only, on a free cell. Starts a new use already claimed, for a completer the
+  /// dispatcher chose itself (its worker pool): that completer owns the cell from the start, and
+  /// any other completion of the ticket fails as stale. Returns the generation (never 0).
+  std::uint32_t issue_claimed() noexcept {
+    // relaxed: only the dispatcher writes a free cell's generation.
+    std::uint32_t generation = generation_of(state_.load(std::memory_order_relaxed)) + 1;
+    if (generation == 0) generation = 1;
+    // relaxed: the chosen completer learns of the ticket through the worker queue, which
+    // publishes it; anyone else's claim fails whatever it sees.
+    state_.store(pack(generation, kClaimed), std::memory_order_relaxed);
     return generation;
   }
 

@@ -1,0 +1,129 @@
+// A pool worker's completions (detail/completion_block.hpp, runtime.cpp worker_main(),
+// hand_out(), apply_pool_completions()). Two tickets were issued claimed for the pool
+// (issue_claimed()). The worker completes the first into its block and lends the block to the
+// dispatcher; for the second it writes the block again if the dispatcher has given it back by
+// then, and otherwise completes through the ticket's record. The dispatcher drains the block bag
+// and the record bag twice, reading each cost and giving each block back; between its drains a
+// completion of the second ticket is forged, as a user calling complete() with it would. after()
+// drains the rest, as the dispatcher's next turns would.
+//
+// Checked: each ticket is applied exactly once with the cost its worker wrote (Relacy vars:
+// reading one unordered is a data race, and so is the worker writing a block the dispatcher may
+// still be reading); the forged completion is refused as stale and changes nothing.
+//
+// The orders that matter: give_back()'s release store and available()'s acquire load hand the
+// block back. The twin makes give_back() relaxed: the worker may then rewrite the block while the
+// dispatcher's reads of it are not ordered before, a data race.
+#include <array>
+#include <cstdint>
+
+#include "creditloop/detail/completion_block.hpp"
+#include "creditloop/detail/ticket_cell.hpp"
+#include "creditloop/detail/wait_free_bag.hpp"
+#include "model.hpp"
+
+namespace creditloop::relacy {
+namespace {
+
+template <class Policy>
+struct Record {
+  detail::TicketCell<With<Policy>::template Atomic> cell;
+  ModelAtomic<Record*, Policy> next_completed{nullptr};
+  rl::var<std::int64_t> cost{-1};  // the fallback path's: the worker's until it publishes it
+  std::uint32_t generation = 0;    // the dispatcher's
+};
+
+struct Entry {
+  std::uint32_t index = 0;
+  rl::var<std::int64_t> cost{-1};
+};
+
+template <class Policy>
+struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
+  using R = Record<Policy>;
+  using Block = detail::CompletionBlock<With<Policy>::template Atomic, Entry, 1>;
+  using Blocks = detail::WaitFreeBag<Block, With<Policy>::template Atomic, &Block::next_completed>;
+  using Records = detail::WaitFreeBag<R, With<Policy>::template Atomic, &R::next_completed>;
+  using Claim = typename detail::TicketCell<With<Policy>::template Atomic>::Claim;
+
+  Blocks blocks;
+  Records records_bag;
+  Block block;
+  std::array<R, 2> records;
+  std::array<int, 2> applied{};  // the dispatcher's, then after()'s
+  std::int64_t charged = 0;
+
+  static std::int64_t cost_of(std::size_t i) { return 1000 * static_cast<std::int64_t>(i + 1); }
+
+  void before() {
+    for (R& r : records) r.generation = r.cell.issue_claimed();
+  }
+
+  void lend(std::size_t ticket) {
+    block.count = 1;
+    block.entries[0].index = static_cast<std::uint32_t>(ticket);
+    block.entries[0].cost(RL_INFO) = cost_of(ticket);
+    block.lend();
+    blocks.push(block);
+  }
+
+  void thread(unsigned index) {
+    switch (index) {
+      case 0:  // the worker
+        RL_ASSERT(block.available());
+        lend(0);
+        if (block.available()) {
+          lend(1);
+        } else {
+          records[1].cost(RL_INFO) = cost_of(1);
+          records_bag.push(records[1]);
+        }
+        break;
+      default:  // the dispatcher, and a forged completion of the second ticket: the pool owns it
+        drain();
+        RL_ASSERT(records[1].cell.claim(records[1].generation) == Claim::stale);
+        drain();
+        break;
+    }
+  }
+
+  void apply(std::size_t i, std::int64_t cost) {
+    RL_ASSERT(cost == cost_of(i));
+    charged += cost;
+    ++applied[i];
+  }
+
+  void drain() {
+    blocks.drain([&](Block& b) {
+      for (std::uint32_t i = 0; i < b.count; ++i) {
+        apply(b.entries[i].index, b.entries[i].cost(RL_INFO));
+      }
+      b.give_back();
+    });
+    records_bag.drain([&](R& r) {
+      apply(static_cast<std::size_t>(&r - records.data()), r.cost(RL_INFO));
+    });
+  }
+
+  void after() {
+    drain();
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      RL_ASSERT(applied[i] == 1);
+      records[i].cell.release();
+      RL_ASSERT(records[i].cell.claim(records[i].generation) == Claim::stale);
+    }
+    RL_ASSERT(charged == cost_of(0) + cost_of(1));
+  }
+};
+
+// `lent` is the model's only bool atomic; give_back() is its only release store.
+using Twin = Weaken<Holding<bool>, Op::store, std::memory_order_release, std::memory_order_relaxed>;
+
+}  // namespace
+
+bool pool_completion_model(Variant variant) {
+  return check<PoolCompletionModel, Twin>("pool_completion", variant, {rl::sched_full, 0},
+                                          rl::test_result_data_race);
+}
+
+}  // namespace creditloop::relacy
