@@ -303,6 +303,8 @@ TEST(Runtime, TheWorkerPoolCompletesEachRequestWithTheCostItsHandlerReturns) {
   const RuntimeSnapshot s = rt.snapshot();
   EXPECT_EQ(s.dispatched, 1000u);
   EXPECT_EQ(s.completed, 1000u);
+  EXPECT_GT(s.dispatcher_cpu, 0);  // its final figure: the thread has exited
+  EXPECT_EQ(rt.snapshot().dispatcher_cpu, s.dispatcher_cpu);
   Balance costs = 0;
   for (const ParticipantSnapshot& p : rt.snapshot_participants()) {
     costs += p.stats.cost_charged + p.stats.cost_uncharged;
@@ -520,6 +522,8 @@ TEST(Runtime, SnapshotsReportQueueDepthBalancesAndTheLastClass) {
   EXPECT_EQ(all.per_class[0].dispatched, 1u);
   EXPECT_GE(all.per_class[0].passes, 1u);
   EXPECT_EQ(all.classes, 2);
+  EXPECT_GT(all.dispatcher_cpu, 0);  // read on the dispatcher thread, while it runs
+  EXPECT_GE(rt.snapshot().dispatcher_cpu, all.dispatcher_cpu);
   complete_all(rt, recorder, 4);
 }
 
