@@ -127,6 +127,73 @@ BENCHMARK(BM_Decision)
     ->Args({1000000, 100})
     ->Unit(benchmark::kNanosecond);
 
+// The dispatcher's whole core work per request when queues are one deep, the common case of many
+// participants with a request now and then (and the runtime's, whose dispatcher moves each
+// submission into the core): per round, kRound requests are submitted to the next kRound
+// participants round robin (each queue goes from empty to one), kRound decisions dispatch them
+// (each queue goes back to empty), and the requests of the previous round complete with costs 0,
+// 0.5 and 2 credits. All of it is timed; the counter is per request. The clock steps so that
+// about a fifth of the dispatches are metered.
+void BM_ShallowQueues(benchmark::State& state) {
+  constexpr std::size_t kRound = 64;
+  const auto registered = static_cast<std::size_t>(state.range(0));
+  Core core{creditloop::reference_config()};
+  core.reserve(registered, 2 * kRound);
+  std::vector<ParticipantId> ids;
+  ids.reserve(registered);
+  for (std::size_t i = 0; i < registered; ++i) {
+    const auto shares = static_cast<std::uint32_t>(1 + i % 3);
+    ids.push_back(*core.add("p" + std::to_string(i), i % 2 == 0 ? "pro" : "lite", shares, 0));
+  }
+  std::vector<Request> requests(2 * kRound);
+  std::vector<Dispatch> previous;
+  std::vector<Dispatch> current;
+  previous.reserve(kRound);
+  current.reserve(kRound);
+  const double costs[3] = {0.0, 0.5, 2.0};
+  std::size_t cost_index = 0;
+  std::size_t next = 0;
+  std::size_t half = 0;
+  std::uint64_t per_class[creditloop::kMaxClasses + 1] = {};
+  std::uint64_t handled = 0;
+  // A participant is back every registered / kRound rounds; at about 12 credits/s each and one
+  // step per request, this step gives it a credit about one time in five.
+  const auto step = static_cast<Nanos>(1.7e7 / static_cast<double>(registered));
+  Nanos now = 0;
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < kRound; ++i) {
+      Request& r = requests[half * kRound + i];
+      r.owner = ids[next];
+      next = next + 1 == registered ? 0 : next + 1;
+      (void)core.submit(r.owner, r, now);
+      now += step > 0 ? step : 1;
+    }
+    while (current.size() < kRound) {
+      if (!core.in_turn() && !core.begin_turn(now)) break;
+      if (auto d = core.visit(now)) current.push_back(*d);
+    }
+    for (const Dispatch& d : previous) {
+      (void)core.complete(d.ticket, costs[cost_index++ % 3], now);
+    }
+    for (const Dispatch& d : current) ++per_class[d.out];
+    handled += current.size();
+    previous.swap(current);
+    current.clear();
+    half ^= 1;
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(handled));
+  const auto total = static_cast<double>(handled);
+  state.counters["metered"] = static_cast<double>(handled - per_class[core.unmetered()]) / total;
+  state.counters["ns_per_request"] =
+      benchmark::Counter(total, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_ShallowQueues)
+    ->ArgName("registered")
+    ->Arg(64)
+    ->Arg(10000)
+    ->Arg(1000000)
+    ->Unit(benchmark::kNanosecond);
+
 // Registering a million participants: a name each, both plans, buckets full.
 void BM_RegisterMillion(benchmark::State& state) {
   std::vector<std::string> names;

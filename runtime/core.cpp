@@ -146,6 +146,7 @@ Result<RequestList> Core::remove(ParticipantId p) {
   if (!live(p)) return Errc::unknown_participant;
   Slot& s = slot_at(p.slot);
   if (s.queued != 0) leave_waiting(p.slot);
+  forget_timers(p.slot, s.held);
   RequestList handed_back(s.head, s.tail, s.queued);
   s.head = s.tail = nullptr;
   s.queued = 0;
@@ -165,6 +166,7 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
   bring_to(p.slot, now);  // refill at the old terms up to the change
   Slot& s = slot_at(p.slot);
   const std::uint8_t old_held = s.held;
+  forget_timers(p.slot, old_held);  // new terms, new instants
   cold_[p.slot].plan = plan;
   cold_[p.slot].shares = shares;
   s.held = terms_[plan].held;
@@ -186,7 +188,6 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
     } else if (had) {
       ++b.incarnation;
       ready_[c].clear(p.slot);
-      timers_[c].erase(p.slot);
     }
   }
   if (s.queued != 0) refile_held(p.slot, s);
@@ -288,16 +289,32 @@ void Core::refile_held(std::uint32_t slot, Slot& s) noexcept {
 
 void Core::enter_waiting(std::uint32_t slot) noexcept {
   waiting_.set(slot);
-  refile_held(slot, slot_at(slot));
+  Slot& s = slot_at(slot);
+  BucketRec* buckets = buckets_of(s);
+  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    const auto c = static_cast<ClassId>(std::countr_zero(held));
+    // A timer still filed from before the participant went idle is exact: nothing changed the
+    // bucket since (a charge or re-plan while idle takes the timer out), and refill alone does
+    // not move the instant. Only a credit that has landed since needs the ready set.
+    if (buckets[c].has_credit() || !timers_[c].contains(slot)) refile(slot, s, c);
+  }
+  settle_credit_from(s);
 }
 
 void Core::leave_waiting(std::uint32_t slot) noexcept {
   waiting_.clear(slot);
+  // The timers stay filed (a participant that comes back before its credit lands finds them
+  // exact, and one that fires meanwhile is dropped by expire_timers): going idle and coming back,
+  // the usual life of a queue one request deep, then costs no timer work and no division.
   for (std::uint8_t held = slot_at(slot).held; held != 0;
        held &= static_cast<std::uint8_t>(held - 1)) {
-    const auto c = static_cast<ClassId>(std::countr_zero(held));
-    ready_[c].clear(slot);
-    timers_[c].erase(slot);
+    ready_[std::countr_zero(held)].clear(slot);
+  }
+}
+
+void Core::forget_timers(std::uint32_t slot, std::uint8_t held) noexcept {
+  for (; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    timers_[std::countr_zero(held)].erase(slot);
   }
 }
 
@@ -309,7 +326,9 @@ void Core::expire_timers(ClassId c, Nanos now) noexcept {
   // for one comparison).
   for (std::uint32_t slot = timers.pop_due(now); slot != detail::TimerHeap::npos;
        slot = timers.pop_due(now)) {
-    ready_[c].set(slot);
+    // An idle participant's timer only falls due: its bucket has the credit, which it finds
+    // when it next starts waiting.
+    if (waiting_.test(slot)) ready_[c].set(slot);
   }
 }
 
@@ -546,6 +565,8 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   if (s.queued != 0) {
     refile(f.slot, s, c);
     settle_credit_from(s);
+  } else {
+    timers_[c].erase(f.slot);  // its instant moved; enter_waiting files it again
   }
   return done;
 }

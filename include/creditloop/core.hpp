@@ -24,9 +24,12 @@
 //    the waiting participants with a credit in c, and a timer structure (a radix heap) of the
 //    waiting participants without one, keyed by the exact nanosecond their c bucket reaches a
 //    credit. A waiting participant is in exactly one of the two for each class it holds (in
-//    neither if its credit lies beyond the clock's end); an idle one is in neither. Nobody
-//    waiting for a credit is touched until that instant comes, or a charge-back or re-plan
-//    moves it; when it comes, the participant joins the ready set without its record being read.
+//    neither if its credit lies beyond the clock's end). An idle one is in no ready set, and its
+//    timers stay filed while they are exact (a charge or re-plan while idle takes them out), so
+//    that a queue going empty and back, the usual life of one a request deep, costs no timer
+//    work; a timer of an idle participant that falls due is dropped. Nobody waiting for a
+//    credit is touched until that instant comes, or a charge-back or re-plan moves it; when it
+//    comes, the participant joins the ready set without its record being read.
 //  - The unmetered class's ready set is the set of waiting participants.
 //  - begin_turn: moves every timer that has come due into its ready set, then checks the ready
 //    sets highest class first. O(k) plus O(1) amortized per timer come due (each was paid for by
@@ -322,6 +325,9 @@ class Core {
   // Sets s.credit_from from the held buckets, each filed already.
   static void settle_credit_from(Slot& s) noexcept;
   void leave_waiting(std::uint32_t slot) noexcept;
+  // Takes `slot` out of the timer heaps of the classes in `held`: its buckets changed while it
+  // was idle, or it is leaving.
+  void forget_timers(std::uint32_t slot, std::uint8_t held) noexcept;
   void expire_timers(ClassId c, Nanos now) noexcept;
   [[nodiscard]] std::uint32_t next_in_turn(const detail::ReadySet& set) noexcept;
   Nanos observe(Nanos now) noexcept { return now > now_ ? (now_ = now) : now_; }
