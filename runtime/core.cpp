@@ -511,6 +511,10 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
     cursor_[c] = slot;
     if (s.queued == 0) {
       leave_waiting(slot);
+      // The debited bucket may still be filed at the instant of the credit just spent (it landed
+      // during an unmetered turn, which expires no timers): an idle participant's timers must be
+      // exact (enter_waiting keeps them), so this one goes.
+      if (out != unmetered()) timers_[out].erase(slot);
     } else if (read_buckets) {
       if (out != unmetered() && (out != c || !buckets[out].has_credit())) {
         refile(slot, s, out);  // it ran out of credit, or went out above the turn's class (rule 4)

@@ -5,7 +5,8 @@
 //  - One dispatcher thread (named, optionally pinned) running the loop of SPEC section 2 on the
 //    monotonic clock, handing each dispatched request to a sink: your callback on the dispatcher
 //    thread, or the built-in worker pool, which runs your handler and completes the request with
-//    the cost it returns.
+//    the cost it returns (a pool's tickets are its own: completing one yourself is refused as
+//    stale).
 //  - complete() from any thread: wait-free, never blocks, never takes a lock. It claims the ticket
 //    (a repeated, stale or forged one is refused and changes nothing), returns the room, and
 //    hands the cost to the dispatcher, which charges it to the admitting bucket before its next
@@ -27,7 +28,8 @@
 //    exchange on a flag and one on the runtime's activation list, and one load of the parking
 //    word. O(1), no allocation.
 //  - complete: one CAS on the ticket, one exchange and one store on the completion list, one load
-//    of the parking word. O(1), wait-free, no allocation.
+//    of the parking word. O(1), wait-free, no allocation. A pool worker writes only its own
+//    completion block, and per bulk of up to 32 jobs one exchange and one store on a block list.
 //  - the dispatcher: per decision, the core's O(log64 N) visit; per activation O(1) plus the
 //    requests moved; per completion O(1). It sleeps when it has nothing to do (no CPU when idle)
 //    and when it has no room, and is woken by the submission or completion that changes that.
@@ -150,7 +152,8 @@ class Runtime {
   Status submit(ParticipantId p, RequestHook& request) noexcept;
 
   /// Completes a dispatched request with its real cost in credits. Errors, in this order: bad_cost,
-  /// unknown_ticket, stale_ticket; on error nothing changes. Wait-free.
+  /// unknown_ticket, stale_ticket (also for a ticket of the worker pool, which completes its own);
+  /// on error nothing changes. Wait-free.
   Status complete(Ticket ticket, double cost) noexcept;
   /// The same with the cost in nano-credits (0 .. kMaxCost * 1e9).
   Status complete_nano(Ticket ticket, std::int64_t cost_nano) noexcept;

@@ -337,6 +337,24 @@ TEST(Visit, UnmeteredTurnSeesACreditLandingOnTheVeryNanosecond) {
   }
 }
 
+TEST(Visit, ACreditSpentAsTheQueueEmptiesIsNotCountedAgain) {
+  // A holds only P1 at 1 credit/s, burst 1. It spends its credit at 0; a request at 0.25 s waits
+  // for the next, due at 1 s. An unmetered turn begins at 0.5 s and visits A at 1 s, when that
+  // credit has landed: it goes out as P1 and the queue is empty again. The next request, at
+  // 1.5 s, must wait for the credit after that (2 s), not for the one just spent.
+  Rig rig(make_config(1, {make_plan("one", {{0, {1, 1}}})}));
+  const ParticipantId a = rig.add("A", "one");
+  rig.submit(a, 1);
+  ASSERT_EQ(rig.turn(0), "P1: A");
+  rig.submit(a, 1, kSec / 4);
+  ASSERT_EQ(rig.core.begin_turn(kSec / 2), std::optional<ClassId>(1));
+  ASSERT_EQ(rig.token(*rig.visit(kSec)), "A>P1");
+  rig.submit(a, 1, kSec + kSec / 2);
+  EXPECT_EQ(rig.turn(kSec + kSec / 2), "P2: A");
+  rig.submit(a, 1, 2 * kSec);
+  EXPECT_EQ(rig.turn(2 * kSec), "P1: A");
+}
+
 TEST(Visit, DebitsExactlyOneCredit) {
   Rig rig(reference_config());  // pro: P1 {2/s, 4}, P2 {5/s, 10}
   const ParticipantId a = rig.add("A", "pro");
