@@ -24,16 +24,8 @@ namespace creditloop::relacy {
 namespace {
 
 template <class Policy>
-struct Record {
-  detail::TicketCell<With<Policy>::template Atomic> cell;
-  ModelAtomic<Record*, Policy> next_completed{nullptr};
-  rl::var<std::int64_t> cost{-1};  // the completer's until it publishes the record
-  std::uint32_t generation = 0;    // the dispatcher's: the cell's current use
-};
-
-template <class Policy>
 struct ChargeBackModel : rl::test_suite<ChargeBackModel<Policy>, 3> {
-  using R = Record<Policy>;
+  using R = CostRecord<Policy>;
   using Bag = detail::WaitFreeBag<R, With<Policy>::template Atomic, &R::next_completed>;
   using Claim = typename detail::TicketCell<With<Policy>::template Atomic>::Claim;
 

@@ -30,6 +30,8 @@
 #include <type_traits>
 #include <version>
 
+#include "creditloop/detail/ticket_cell.hpp"
+
 namespace creditloop::relacy {
 
 enum class Op : std::uint8_t { load, store, rmw, cas };  // rmw: exchange and fetch_*
@@ -257,6 +259,16 @@ bool charge_back_model(Variant variant);
 bool ticket_model(Variant variant);
 bool close_model(Variant variant);
 bool pool_completion_model(Variant variant);
+
+// A ticket's record as the completion models use it: the cell, the completion list's link, and
+// the cost a completer writes (a Relacy var: the dispatcher reading it unordered is a data race).
+template <class Policy>
+struct CostRecord {
+  detail::TicketCell<With<Policy>::template Atomic> cell;
+  ModelAtomic<CostRecord*, Policy> next_completed{nullptr};
+  rl::var<std::int64_t> cost{-1};  // the completer's until it publishes the record
+  std::uint32_t generation = 0;    // the dispatcher's: the cell's current use
+};
 
 // A request as the queue models push it: the intrusive link, and a payload whose reads Relacy
 // checks for races (a request read without having been handed over is a data race).

@@ -25,14 +25,6 @@
 namespace creditloop::relacy {
 namespace {
 
-template <class Policy>
-struct Record {
-  detail::TicketCell<With<Policy>::template Atomic> cell;
-  ModelAtomic<Record*, Policy> next_completed{nullptr};
-  rl::var<std::int64_t> cost{-1};  // the fallback path's: the worker's until it publishes it
-  std::uint32_t generation = 0;    // the dispatcher's
-};
-
 struct Entry {
   std::uint32_t index = 0;
   rl::var<std::int64_t> cost{-1};
@@ -40,7 +32,7 @@ struct Entry {
 
 template <class Policy>
 struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
-  using R = Record<Policy>;
+  using R = CostRecord<Policy>;
   using Block = detail::CompletionBlock<With<Policy>::template Atomic, Entry, 1>;
   using Blocks = detail::WaitFreeBag<Block, With<Policy>::template Atomic, &Block::next_completed>;
   using Records = detail::WaitFreeBag<R, With<Policy>::template Atomic, &R::next_completed>;
@@ -100,9 +92,8 @@ struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
       }
       b.give_back();
     });
-    records_bag.drain([&](R& r) {
-      apply(static_cast<std::size_t>(&r - records.data()), r.cost(RL_INFO));
-    });
+    records_bag.drain(
+        [&](R& r) { apply(static_cast<std::size_t>(&r - records.data()), r.cost(RL_INFO)); });
   }
 
   void after() {
