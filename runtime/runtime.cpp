@@ -859,8 +859,8 @@ void Runtime::Impl::worker_main(std::size_t index) {
   std::size_t next_block = 0;
   for (;;) {
     const std::size_t n = jobs_.wait_dequeue_bulk(token, jobs.begin(), jobs.size());
-    // This bulk's completions go in a block of this worker's, or, when the dispatcher has not yet
-    // given either back, through the ticket records, chained and published at once.
+    // This bulk's completions go in a block of this worker's, or, when the dispatcher holds every
+    // one of them, through the ticket records, chained and published at once.
     detail::PoolBlock* block = nullptr;
     for (std::size_t i = 0; i < kBlocksPerWorker && block == nullptr; ++i) {
       detail::PoolBlock& candidate = blocks[(next_block + i) % kBlocksPerWorker];
