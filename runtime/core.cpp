@@ -293,9 +293,10 @@ void Core::enter_waiting(std::uint32_t slot) noexcept {
   BucketRec* buckets = buckets_of(s);
   for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     const auto c = static_cast<ClassId>(std::countr_zero(held));
-    // A timer still filed from before the participant went idle is exact: nothing changed the
-    // bucket since (a charge or re-plan while idle takes the timer out), and refill alone does
-    // not move the instant. Only a credit that has landed since needs the ready set.
+    // A timer still filed from before the participant went idle is exact: whatever changed the
+    // bucket took the timer out (the dispatch that emptied the queue, a charge or re-plan while
+    // idle), and refill alone does not move the instant. Only a credit that has landed since
+    // needs the ready set.
     if (buckets[c].has_credit() || !timers_[c].contains(slot)) refile(slot, s, c);
   }
   settle_credit_from(s);

@@ -25,7 +25,7 @@
 //    waiting participants without one, keyed by the exact nanosecond their c bucket reaches a
 //    credit. A waiting participant is in exactly one of the two for each class it holds (in
 //    neither if its credit lies beyond the clock's end). An idle one is in no ready set, and its
-//    timers stay filed while they are exact (a charge or re-plan while idle takes them out), so
+//    timers stay filed while they are exact (whatever changes a bucket takes its timer out), so
 //    that a queue going empty and back, the usual life of one a request deep, costs no timer
 //    work; a timer of an idle participant that falls due is dropped. Nobody waiting for a
 //    credit is touched until that instant comes, or a charge-back or re-plan moves it; when it
@@ -313,8 +313,8 @@ class Core {
   void bring_to(std::uint32_t slot, Nanos now) noexcept { bring_to(slot_at(slot), now); }
   static void bring_to(Slot& s, Nanos now) noexcept;
   void refile(std::uint32_t slot, Slot& s, ClassId c) noexcept;
-  // Every held class, then the earliest credit instant: for a participant that starts waiting or
-  // changes plan.
+  // Every held class, then the earliest credit instant: for a waiting participant that changes
+  // plan.
   void refile_held(std::uint32_t slot, Slot& s) noexcept;
   void enter_waiting(std::uint32_t slot) noexcept;
   // Whether any held bucket of waiting `s` may have a credit at `now`. False proves none has one
