@@ -14,6 +14,7 @@
 //        --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,6 +37,13 @@ struct Request : RequestHook {
   ParticipantId owner;
 };
 
+// Registers participant i of a fleet: plans alternate and shares vary, so buckets differ in rate
+// and capacity.
+ParticipantId add_participant(Core& core, std::size_t i) {
+  const auto shares = static_cast<std::uint32_t>(1 + i % 3);
+  return *core.add("p" + std::to_string(i), i % 2 == 0 ? "pro" : "lite", shares, 0);
+}
+
 struct Fleet {
   Core core{creditloop::reference_config()};
   std::vector<ParticipantId> waiting;
@@ -50,15 +58,13 @@ struct Fleet {
     requests.resize(waiting_count * depth);
     std::size_t next_request = 0;
     for (std::size_t i = 0; i < registered; ++i) {
-      // Alternate plans and vary shares so buckets differ in rate and capacity.
-      const auto shares = static_cast<std::uint32_t>(1 + i % 3);
-      auto id = core.add("p" + std::to_string(i), i % 2 == 0 ? "pro" : "lite", shares, 0);
+      const ParticipantId id = add_participant(core, i);
       if (i % spacing == 0 && waiting.size() < waiting_count) {
-        waiting.push_back(*id);
+        waiting.push_back(id);
         for (std::size_t d = 0; d < depth; ++d) {
           Request& r = requests[next_request++];
-          r.owner = *id;
-          (void)core.submit(*id, r, 0);
+          r.owner = id;
+          (void)core.submit(id, r, 0);
         }
       }
     }
@@ -141,10 +147,7 @@ void BM_ShallowQueues(benchmark::State& state) {
   core.reserve(registered, 2 * kRound);
   std::vector<ParticipantId> ids;
   ids.reserve(registered);
-  for (std::size_t i = 0; i < registered; ++i) {
-    const auto shares = static_cast<std::uint32_t>(1 + i % 3);
-    ids.push_back(*core.add("p" + std::to_string(i), i % 2 == 0 ? "pro" : "lite", shares, 0));
-  }
+  for (std::size_t i = 0; i < registered; ++i) ids.push_back(add_participant(core, i));
   std::vector<Request> requests(2 * kRound);
   std::vector<Dispatch> previous;
   std::vector<Dispatch> current;
@@ -158,7 +161,8 @@ void BM_ShallowQueues(benchmark::State& state) {
   std::uint64_t handled = 0;
   // A participant is back every registered / kRound rounds; at about 12 credits/s each and one
   // step per request, this step gives it a credit about one time in five.
-  const auto step = static_cast<Nanos>(1.7e7 / static_cast<double>(registered));
+  const Nanos step =
+      std::max<Nanos>(1, static_cast<Nanos>(1.7e7 / static_cast<double>(registered)));
   Nanos now = 0;
   for (auto _ : state) {
     for (std::size_t i = 0; i < kRound; ++i) {
@@ -166,7 +170,7 @@ void BM_ShallowQueues(benchmark::State& state) {
       r.owner = ids[next];
       next = next + 1 == registered ? 0 : next + 1;
       (void)core.submit(r.owner, r, now);
-      now += step > 0 ? step : 1;
+      now += step;
     }
     while (current.size() < kRound) {
       if (!core.in_turn() && !core.begin_turn(now)) break;

@@ -282,10 +282,12 @@ class Runtime::Impl {
 
   // Commands: any thread posts, the dispatcher runs.
   std::mutex commands_mutex_;
-  std::vector<Command*> commands_;    // guarded by commands_mutex_
-  std::vector<Command*> running_;     // dispatcher only
-  bool dispatcher_exited_ = false;    // guarded by commands_mutex_
-  Nanos dispatcher_exited_cpu_ = -1;  // guarded by commands_mutex_: its CPU time once it exited
+  std::vector<Command*> commands_;  // guarded by commands_mutex_
+  std::vector<Command*> running_;   // dispatcher only
+  bool dispatcher_exited_ = false;  // guarded by commands_mutex_
+  // The dispatcher's CPU time once it exited (-1 before): written at exit under commands_mutex_,
+  // read by commands, which run on the dispatcher itself or, after it exited, under that mutex.
+  Nanos dispatcher_exited_cpu_ = -1;
   std::atomic<bool> commands_pending_{false};
 
   // Dispatcher only.

@@ -32,9 +32,7 @@ class TicketCell {
 
   /// Dispatcher only, on a free cell. Starts a new use and returns its generation (never 0).
   std::uint32_t issue() noexcept {
-    // relaxed: only the dispatcher writes a free cell's generation.
-    std::uint32_t generation = generation_of(state_.load(std::memory_order_relaxed)) + 1;
-    if (generation == 0) generation = 1;
+    const std::uint32_t generation = next_generation();
     // release: pairs with the acquire of claim(); publishes the record written before issue().
     state_.store(pack(generation, kInFlight), std::memory_order_release);
     return generation;
@@ -44,9 +42,7 @@ class TicketCell {
   /// dispatcher chose itself (its worker pool): that completer owns the cell from the start, and
   /// any other completion of the ticket fails as stale. Returns the generation (never 0).
   std::uint32_t issue_claimed() noexcept {
-    // relaxed: only the dispatcher writes a free cell's generation.
-    std::uint32_t generation = generation_of(state_.load(std::memory_order_relaxed)) + 1;
-    if (generation == 0) generation = 1;
+    const std::uint32_t generation = next_generation();
     // relaxed: the chosen completer learns of the ticket through the worker queue, which
     // publishes it; anyone else's claim fails whatever it sees.
     state_.store(pack(generation, kClaimed), std::memory_order_relaxed);
@@ -85,6 +81,12 @@ class TicketCell {
   static constexpr std::uint64_t kInFlight = 1;
   static constexpr std::uint64_t kClaimed = 2;
 
+  // The generation of the cell's next use: never 0, so that a zeroed ticket is never issued.
+  [[nodiscard]] std::uint32_t next_generation() const noexcept {
+    // relaxed: only the dispatcher writes a free cell's generation.
+    const std::uint32_t generation = generation_of(state_.load(std::memory_order_relaxed)) + 1;
+    return generation == 0 ? 1 : generation;
+  }
   static std::uint64_t pack(std::uint32_t generation, std::uint64_t phase) noexcept {
     return (std::uint64_t{generation} << 2) | phase;
   }
