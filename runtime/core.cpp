@@ -256,9 +256,9 @@ void Core::refile(std::uint32_t slot, Slot& s, ClassId c) noexcept {
     ready_[c].set(slot);
   } else {
     ready_[c].clear(slot);
-    if (const auto due =
-            credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at)) {
-      timers_[c].set(slot, *due);
+    Nanos due = 0;
+    if (credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at, due)) {
+      timers_[c].set(slot, due);
     } else {
       timers_[c].erase(slot);  // its credit lies beyond the clock: nothing to wait for
       b.timer.set_instant(std::numeric_limits<Nanos>::max());
@@ -319,7 +319,7 @@ void Core::forget_timers(std::uint32_t slot, std::uint8_t held) noexcept {
   }
 }
 
-void Core::expire_timers(ClassId c, Nanos now) noexcept {
+void Core::expire_due_timers(ClassId c, Nanos now) noexcept {
   auto& timers = timers_[c];
   // A due instant is exact: every change to the bucket since it was filed (debit, charge,
   // re-plan) re-filed it. So a due participant has its credit and joins the ready set without
@@ -394,6 +394,7 @@ RequestList Core::take_all_queued() noexcept {
   turn_.end = ring_size_;
   turn_.next = turn_.start;
   ++turn_.serial;
+  ++passes_[chosen];
   return chosen;
 }
 
@@ -435,94 +436,174 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
   return Ticket{index, f.generation};
 }
 
-[[gnu::flatten]] std::optional<Dispatch> Core::visit(Nanos now) noexcept {
-  if (!turn_.active) return std::nullopt;
+void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
+                          bool whole_record) const noexcept {
+  // The cursor's next stops are known now: start loading the record two stops ahead, so that the
+  // visit after next does not wait for memory (at a million participants a record is rarely in
+  // cache; one stop ahead was too late to hide a miss on this machine). An unmetered visit
+  // usually reads the header alone (see credit_possible), so only that line is worth the
+  // bandwidth there.
+  const std::uint32_t ahead = set.find_next(slot + 1);
+  if (ahead == detail::ReadySet::npos) return;
+  const std::uint32_t further = set.find_next(ahead + 1);
+  if (further == detail::ReadySet::npos) return;
+  if (whole_record) {
+    places_store_.prefetch(further);
+  } else {
+    places_store_.prefetch_header(further);
+  }
+}
+
+// Writes each field of `d` on its own, as the caller's copies read them: built in a register
+// first, the outcome went through the stack and was read back wider than it was written.
+[[gnu::always_inline]] inline void Core::take_oldest(std::uint32_t slot, Slot& s, ClassId out,
+                                                     ClassId turn, Dispatch& d) noexcept {
+  std::uint32_t incarnation = 0;
+  if (out != unmetered()) {
+    BucketRec& b = buckets_of(s)[out];
+    b.balance -= kNanoPerCredit;
+    ++b.dispatched;
+    incarnation = b.incarnation;
+  } else {
+    ++s.unmetered_dispatched;
+  }
+  RequestHook* request = s.head;
+  s.head = request->next_in_queue;
+  if (s.head == nullptr) s.tail = nullptr;
+  request->next_in_queue = nullptr;
+  --s.queued;
+  cursor_[turn] = slot;
+  d.request = request;
+  d.ticket = issue(slot, s.generation, out, incarnation);
+  d.participant = ParticipantId{slot, s.generation};
+  d.out = out;
+  d.turn = turn;
+}
+
+ClassId Core::highest_credit(const Slot& s, std::uint8_t among) noexcept {
+  const BucketRec* buckets = buckets_of(s);
+  for (std::uint8_t held = among; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    const auto h = static_cast<ClassId>(std::countr_zero(held));
+    if (buckets[h].has_credit()) return h;
+  }
+  return kNoClass;
+}
+
+std::optional<Dispatch> Core::visit(Nanos now) noexcept {
+  // One named result on every path, so that it is built in place in the caller's slot: a local
+  // copied out on return is read back wider than it was written (see dispatch()).
+  std::optional<Dispatch> d;
+  if (!turn_.active) return d;
   now = observe(now);
-  const ClassId c = turn_.cls;
-  const bool metered = c < k_;
-  const detail::ReadySet& set = metered ? ready_[c] : waiting_;
+  d.emplace();
+  const bool sent =
+      turn_.cls == unmetered() ? visit_unmetered(now, *d) : visit_metered(turn_.cls, now, *d);
+  if (!sent) d.reset();
+  return d;
+}
+
+std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
+  now = observe(now);
+  std::size_t n = 0;
+  while (n < out.size()) {
+    if (!turn_.active && !begin_turn(now)) break;
+    // Inlined here, each visit's outcome is stored straight into `out`. Returned by value from
+    // visit(), the caller copies it with wider loads than the stores that built it: a
+    // store-forwarding stall that, by perf, was over half of an unmetered visit's time.
+    Dispatch& d = out[n];
+    if (turn_.cls == unmetered() ? visit_unmetered(now, d) : visit_metered(turn_.cls, now, d)) ++n;
+  }
+  return n;
+}
+
+// The two kinds of visit are separate loops: an unmetered visit usually reads one line and no
+// bucket, and sharing one body with the metered visit made GCC keep both paths' values live at
+// once (a 472-byte frame and a spill or reload every few instructions).
+[[gnu::always_inline]] inline bool Core::visit_metered(ClassId c, Nanos now, Dispatch& d) noexcept {
+  const detail::ReadySet& set = ready_[c];
   for (;;) {
     // Credits that land during the turn count when the cursor reaches their owner.
-    if (metered) expire_timers(c, now);
+    expire_timers(c, now);
     const std::uint32_t slot = next_in_turn(set);
     if (slot == detail::ReadySet::npos) {
       turn_.active = false;
-      return std::nullopt;
+      return false;
     }
     turn_.next = slot + 1;
-    // The cursor's next stops are known now: start loading the record two stops ahead, so that
-    // the visit after next does not wait for memory (at a million participants a record is
-    // rarely in cache; one stop ahead was too late to hide a miss on this machine). Below a few
-    // thousand places the records stay in cache and the look-ahead only costs.
-    // An unmetered visit usually reads the header alone (see credit_possible), so only that
-    // line is worth the bandwidth there.
-    if (ring_size_ >= kPrefetchFrom) {
-      const std::uint32_t ahead = set.find_next(slot + 1);
-      if (ahead != detail::ReadySet::npos) {
-        const std::uint32_t further = set.find_next(ahead + 1);
-        if (further != detail::ReadySet::npos) {
-          if (metered) {
-            places_store_.prefetch(further);
-          } else {
-            places_store_.prefetch_header(further);
-          }
-        }
-      }
-    }
+    if (ring_size_ >= kPrefetchFrom) prefetch_ahead(set, slot, true);
     Slot& s = slot_at(slot);
     if (s.joined_turn == turn_.serial) continue;
+    bring_to(s, now);
     BucketRec* buckets = buckets_of(s);
-    ClassId out = unmetered();
-    const bool read_buckets = metered || credit_possible(s, now);
-    if (read_buckets) {
-      bring_to(s, now);
-      if (metered && !buckets[c].has_credit()) {
-        refile(slot, s, c);  // a charge-back landed since it was filed
-        settle_credit_from(s);
-        continue;
-      }
-      for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
-        const auto h = static_cast<ClassId>(std::countr_zero(held));
-        if (buckets[h].has_credit()) {
-          out = h;
-          break;
-        }
-      }
+    if (!buckets[c].has_credit()) [[unlikely]] {
+      refile(slot, s, c);  // a charge-back landed since it was filed
+      settle_credit_from(s);
+      continue;
     }
-    // Otherwise an unmetered turn's usual visit: every bucket of this participant is filed with
-    // an exact credit instant still ahead (or none), so it goes out unmetered without its buckets
-    // being read; refill is lazy and exact, so skipping it loses nothing.
-    std::uint32_t incarnation = 0;
-    if (out != unmetered()) {
-      BucketRec& b = buckets[out];
-      b.balance -= kNanoPerCredit;
-      ++b.dispatched;
-      incarnation = b.incarnation;
-    } else {
-      ++s.unmetered_dispatched;
+    // Rule 4: the highest class with a credit, which is c or one above it whose credit landed
+    // since the turn began.
+    const auto above = static_cast<std::uint8_t>(s.held & ((1u << c) - 1u));
+    ClassId out = c;
+    if (above != 0) [[unlikely]] {
+      const ClassId h = highest_credit(s, above);
+      if (h != kNoClass) out = h;
     }
-
-    RequestHook* request = s.head;
-    s.head = request->next_in_queue;
-    if (s.head == nullptr) s.tail = nullptr;
-    request->next_in_queue = nullptr;
-    --s.queued;
-
-    const Ticket ticket = issue(slot, s.generation, out, incarnation);
-    cursor_[c] = slot;
+    take_oldest(slot, s, out, c, d);
     if (s.queued == 0) {
       leave_waiting(slot);
-      // The debited bucket may still be filed at the instant of the credit just spent (it landed
-      // during an unmetered turn, which expires no timers): an idle participant's timers must be
-      // exact (enter_waiting keeps them), so this one goes.
-      if (out != unmetered()) timers_[out].erase(slot);
-    } else if (read_buckets) {
-      if (out != unmetered() && (out != c || !buckets[out].has_credit())) {
-        refile(slot, s, out);  // it ran out of credit, or went out above the turn's class (rule 4)
-      }
+      // An idle participant's timers must be exact (enter_waiting keeps them); the debited
+      // bucket's may still be filed at the instant of the credit just spent.
+      timers_[out].erase(slot);
+    } else {
+      // It ran out of credit, or went out above the turn's class (rule 4).
+      if (out != c || !buckets[out].has_credit()) refile(slot, s, out);
       settle_credit_from(s);  // its lines are in cache now
     }
-    return Dispatch{request, ticket, ParticipantId{slot, s.generation}, out, c};
+    return true;
+  }
+}
+
+[[gnu::always_inline]] inline bool Core::visit_unmetered(Nanos now, Dispatch& d) noexcept {
+  const ClassId c = unmetered();
+  for (;;) {
+    const std::uint32_t slot = next_in_turn(waiting_);
+    if (slot == detail::ReadySet::npos) {
+      turn_.active = false;
+      return false;
+    }
+    turn_.next = slot + 1;
+    if (ring_size_ >= kPrefetchFrom) prefetch_ahead(waiting_, slot, false);
+    Slot& s = slot_at(slot);
+    if (s.joined_turn == turn_.serial) continue;
+    if (!credit_possible(s, now)) {
+      // The usual unmetered visit: every bucket of this participant is filed with an exact credit
+      // instant still ahead (or none), so it goes out unmetered without its buckets being read;
+      // refill is lazy and exact, so skipping it loses nothing. It is in no ready set either (a
+      // ready participant has a credit, so its credit_from is behind the clock), so going idle
+      // only leaves the waiting set.
+      take_oldest(slot, s, c, c, d);
+      if (s.queued == 0) waiting_.clear(slot);
+      return true;
+    }
+    visit_unmetered_with_credit(slot, s, now, d);
+    return true;
+  }
+}
+
+// A credit landed since the turn began (unmetered turns expire no timers): the request goes out
+// under the highest class that has one, if the refill confirms it.
+void Core::visit_unmetered_with_credit(std::uint32_t slot, Slot& s, Nanos now,
+                                       Dispatch& d) noexcept {
+  bring_to(s, now);
+  const ClassId h = highest_credit(s, s.held);
+  const ClassId out = h == kNoClass ? unmetered() : h;
+  take_oldest(slot, s, out, unmetered(), d);
+  if (s.queued == 0) {
+    leave_waiting(slot);
+    if (out != unmetered()) timers_[out].erase(slot);  // see visit_metered
+  } else {
+    if (out != unmetered()) refile(slot, s, out);
+    settle_credit_from(s);
   }
 }
 

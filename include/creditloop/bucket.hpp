@@ -65,11 +65,17 @@ inline void refill(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) 
 }
 
 /// The instant `b` has a credit if it refills at `rate` from instant `from` (`from` itself if it
-/// has one already), or nothing if that instant lies beyond the clock's last nanosecond. Exact:
-/// at the instant minus one nanosecond the refilled balance is still short of a credit.
-[[nodiscard]] inline std::optional<Nanos> credit_instant(const BucketState& b, Rate128 rate,
-                                                         Nanos from) noexcept {
-  if (b.balance >= kNanoPerCredit) return from;
+/// has one already), stored in `at`; false if that instant lies beyond the clock's last
+/// nanosecond. Exact: at the instant minus one nanosecond the refilled balance is still short of
+/// a credit. This form rather than an optional: GCC passes an optional through the stack and reads
+/// it back wider than it wrote it, a store-forwarding stall that was a quarter of a re-filing's
+/// time.
+[[nodiscard]] inline bool credit_instant(const BucketState& b, Rate128 rate, Nanos from,
+                                         Nanos& at) noexcept {
+  if (b.balance >= kNanoPerCredit) {
+    at = from;
+    return true;
+  }
   // Smallest dt with floor((dt * rate + remainder) / 1e9) >= 1e9 - balance. A debt under 8
   // credits keeps the numerator within 64 bits.
   if (b.balance > -8 * kNanoPerCredit && rate <= ~std::uint64_t{0}) {
@@ -77,14 +83,21 @@ inline void refill(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) 
     const std::uint64_t needed = missing * static_cast<std::uint64_t>(kNanoPerCredit) - b.remainder;
     const auto rate64 = static_cast<std::uint64_t>(rate);
     const std::uint64_t dt = needed / rate64 + (needed % rate64 != 0 ? 1 : 0);
-    Nanos at = 0;
-    if (dt > static_cast<std::uint64_t>(std::numeric_limits<Nanos>::max()) ||
-        __builtin_add_overflow(from, static_cast<Nanos>(dt), &at)) {
-      return std::nullopt;
-    }
-    return at;
+    return dt <= static_cast<std::uint64_t>(std::numeric_limits<Nanos>::max()) &&
+           !__builtin_add_overflow(from, static_cast<Nanos>(dt), &at);
   }
-  return detail::credit_instant_wide(b, rate, from);
+  const std::optional<Nanos> wide = detail::credit_instant_wide(b, rate, from);
+  if (!wide) return false;
+  at = *wide;
+  return true;
+}
+
+/// The same as an optional: nothing when the instant lies beyond the clock.
+[[nodiscard]] inline std::optional<Nanos> credit_instant(const BucketState& b, Rate128 rate,
+                                                         Nanos from) noexcept {
+  Nanos at = 0;
+  if (!credit_instant(b, rate, from, at)) return std::nullopt;
+  return at;
 }
 
 /// Nanoseconds of refill at `rate` until `b` has a credit (0 if it has one); the largest Nanos

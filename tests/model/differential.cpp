@@ -145,6 +145,7 @@ class Harness {
   void op_loop();
   void loop_manual(std::size_t max_visits, bool ticking);
   void loop_run();
+  void loop_dispatch();  // the core's batch call, the model's loop
   bool begin_both(Nanos at);
   bool visit_both(Nanos at);
   bool check_dispatch(const std::optional<CoreDispatch>& cd,
@@ -532,7 +533,7 @@ void Harness::op_submit() {
 }
 
 void Harness::op_loop() {
-  switch (dice_.below(4)) {
+  switch (dice_.below(5)) {
     case 0:
       loop_manual(std::numeric_limits<std::size_t>::max(), false);
       break;
@@ -542,8 +543,11 @@ void Harness::op_loop() {
     case 2:
       loop_manual(std::numeric_limits<std::size_t>::max(), true);
       break;
-    default:
+    case 3:
       loop_run();
+      break;
+    default:
+      loop_dispatch();
       break;
   }
 }
@@ -676,6 +680,58 @@ void Harness::loop_run() {
     const std::optional<ClassId> mb = model_->begin_turn(at);
     if (mb) fail("run found every queue empty; model passes " + str(mb));
   } else {
+    model_->end_turn();
+  }
+}
+
+void Harness::loop_dispatch() {
+  const Nanos at = t();
+  if (!room()) {
+    core_->end_turn();
+    model_->end_turn();
+    return;
+  }
+  // Up to the room left, and sometimes less, so that batches also stop inside a turn.
+  const std::size_t room_left = slots_ - flights_.size();
+  const std::size_t want = dice_.one_in(2) ? room_left : 1 + dice_.below(room_left);
+  note("dispatch up to " + std::to_string(want) + " slots " + std::to_string(slots_) + " at " +
+       str(at));
+  std::vector<CoreDispatch> out(want);
+  const std::size_t got = core_->dispatch(at, out);
+  if (got > want) {
+    fail("dispatch returned " + std::to_string(got) + " for room for " + std::to_string(want));
+    return;
+  }
+  // The model walks the same loop one call at a time.
+  for (std::size_t i = 0; i < got && !report_.divergence;) {
+    if (!model_->in_turn()) {
+      const std::optional<ClassId> mb = model_->begin_turn(at);
+      if (!mb) {
+        fail("dispatch sent " + std::to_string(got) + "; the model finds every queue empty after " +
+             std::to_string(i));
+        return;
+      }
+      ++report_.turns;
+    }
+    if (const std::optional<model::Dispatch> md = model_->visit(at)) {
+      check_dispatch(out[i++], md);
+    }
+  }
+  if (report_.divergence) return;
+  if (got < want) {
+    // It stopped because every queue is empty: the model must find nothing either.
+    if (model_->in_turn()) check_dispatch(std::nullopt, model_->visit(at));
+    if (report_.divergence) return;
+    const std::optional<ClassId> mb = model_->begin_turn(at);
+    if (mb) fail("dispatch found every queue empty; model passes " + str(mb));
+    return;
+  }
+  if (core_->in_turn() != model_->in_turn()) {
+    fail(std::string("after dispatch, in_turn: core ") + (core_->in_turn() ? "yes" : "no"));
+    return;
+  }
+  if (!room()) {
+    core_->end_turn();
     model_->end_turn();
   }
 }

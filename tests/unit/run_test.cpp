@@ -103,6 +103,67 @@ TEST(Run, RoomRunningOutMidTurnMakesTheNextRunAskTheClassAfresh) {
   EXPECT_EQ(h.sent, "B A B ");
 }
 
+// Core::dispatch: the same loop, a batch per call.
+std::string names(const Rig& rig, const std::vector<Dispatch>& out, std::size_t n) {
+  std::string sent;
+  for (std::size_t i = 0; i < n; ++i) {
+    sent += std::string(rig.core.name(out[i].participant));
+    if (out[i].out != out[i].turn) sent += ">" + class_name(out[i].out);
+    sent += " ";
+  }
+  return sent;
+}
+
+TEST(Dispatch, DecidesWhatTheLoopOfVisitsDecidesAcrossTurnsAndClasses) {
+  // Room for everything at one instant: a P1 turn for B, two P2 turns until both P2 buckets (2
+  // credits each) are spent, then P3 turns for what is left.
+  const Config config = make_config(
+      2, {make_plan("pro1", {{0, {1, 1}}, {1, {1, 2}}}), make_plan("lite", {{1, {1, 2}}})});
+  Rig by_visit(config);
+  Rig by_batch(config);
+  for (Rig* rig : {&by_visit, &by_batch}) {
+    const ParticipantId a = rig->add("A", "lite");
+    const ParticipantId b = rig->add("B", "pro1");
+    rig->submit(a, 4);
+    rig->submit(b, 4);
+  }
+  Budget h{&by_visit.core, 100};
+  EXPECT_EQ(by_visit.core.run(0, h), 8u);
+
+  std::vector<Dispatch> out(100);
+  const std::size_t n = by_batch.core.dispatch(0, out);
+  EXPECT_EQ(n, 8u);
+  EXPECT_EQ(names(by_batch, out, n), h.sent);
+  EXPECT_EQ(h.sent, "B A B A B A B A ");
+  EXPECT_EQ(h.passes, "P1 P2 P2 P3 P3 ");
+  for (int c = 0; c <= 2; ++c) {
+    EXPECT_EQ(by_batch.core.passes(static_cast<ClassId>(c)),
+              by_visit.core.passes(static_cast<ClassId>(c)))
+        << "class " << c;
+  }
+  EXPECT_EQ(by_batch.core.in_flight(), 8u);
+}
+
+TEST(Dispatch, StopsAtTheSpanLeavingTheTurnOpenAndAtEmptyQueues) {
+  Rig rig(big());
+  const ParticipantId a = rig.add("A", "big");
+  const ParticipantId b = rig.add("B", "big");
+  const ParticipantId c = rig.add("C", "big");
+  for (const ParticipantId p : {a, b, c}) rig.submit(p, 1);
+  std::vector<Dispatch> out(2);
+  EXPECT_EQ(rig.core.dispatch(0, out), 2u);
+  EXPECT_EQ(names(rig, out, 2), "A B ");
+  // The turn goes on: the next call visits C in the same pass.
+  EXPECT_TRUE(rig.core.in_turn());
+  EXPECT_EQ(rig.core.passes(0), 1u);
+  out.assign(5, Dispatch{});
+  EXPECT_EQ(rig.core.dispatch(0, out), 1u);
+  EXPECT_EQ(names(rig, out, 1), "C ");
+  EXPECT_EQ(rig.core.passes(0), 1u);
+  EXPECT_EQ(rig.core.dispatch(0, out), 0u);
+  EXPECT_EQ(rig.core.dispatch(0, std::span<Dispatch>()), 0u);
+}
+
 TEST(Run, SlotModelKeepsTheServerFullAndCompletesEverything) {
   Rig rig(reference_config());
   const ParticipantId a = rig.add("A", "pro");
