@@ -437,20 +437,40 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
 }
 
 void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
-                          bool whole_record) const noexcept {
-  // The cursor's next stops are known now: start loading the record two stops ahead, so that the
-  // visit after next does not wait for memory (at a million participants a record is rarely in
-  // cache; one stop ahead was too late to hide a miss on this machine). An unmetered visit
-  // usually reads the header alone (see credit_possible), so only that line is worth the
-  // bandwidth there.
-  const std::uint32_t ahead = set.find_next(slot + 1);
-  if (ahead == detail::ReadySet::npos) return;
-  const std::uint32_t further = set.find_next(ahead + 1);
-  if (further == detail::ReadySet::npos) return;
-  if (whole_record) {
-    places_store_.prefetch(further);
-  } else {
-    places_store_.prefetch_header(further);
+                          bool whole_record) noexcept {
+  // At a million participants a record is rarely in cache, and a miss costs several visits'
+  // time: the records of the cursor's next kLookAhead stops are loaded ahead, each found by one
+  // search of the ready set per visit from where the last one stopped (a fresh start, at a new
+  // turn or when the cursor overtook the frontier, searches kLookAhead times). The requests at
+  // the head of the queues half that distance ahead are loaded too, once their headers have
+  // arrived: taking a request off its queue reads its link. An unmetered visit usually reads
+  // the header alone (see credit_possible), so only that line is worth the bandwidth there. The
+  // frontier is a hint: a participant that joins the set behind it is simply not prefetched.
+  Lookahead& la = lookahead_;
+  int searches = 1;
+  if (la.serial != turn_.serial || la.wrapped != turn_.wrapped || la.from <= slot) {
+    la.serial = turn_.serial;
+    la.wrapped = turn_.wrapped;
+    la.from = slot + 1;
+    la.found = 0;
+    searches = kLookAhead;
+  }
+  // The turn's walk runs to the ring's end, then from its start to where the turn began.
+  const std::uint32_t end = turn_.wrapped ? turn_.start : turn_.end;
+  for (; searches > 0; --searches) {
+    const std::uint32_t next = set.find_next(la.from);
+    if (next >= end) break;  // npos too
+    la.from = next + 1;
+    la.places[la.found++ % kLookAhead] = next;
+    if (whole_record) {
+      places_store_.prefetch(next);
+    } else {
+      places_store_.prefetch_header(next);
+    }
+  }
+  if (la.found > kLookAhead / 2) {
+    const std::uint32_t half = la.places[(la.found - 1 - kLookAhead / 2) % kLookAhead];
+    if (const RequestHook* head = slot_at(half).head) __builtin_prefetch(head);
   }
 }
 

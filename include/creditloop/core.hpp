@@ -353,7 +353,15 @@ class Core {
   [[gnu::noinline]] void visit_unmetered_with_credit(std::uint32_t slot, Slot& s, Nanos now,
                                                      Dispatch& d) noexcept;
   [[gnu::noinline]] void prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
-                                        bool whole_record) const noexcept;
+                                        bool whole_record) noexcept;
+  static constexpr int kLookAhead = 8;
+  struct Lookahead {           // prefetch_ahead's frontier in the current turn
+    std::uint64_t serial = 0;  // the turn it belongs to
+    bool wrapped = false;      // and which side of the ring's end
+    std::uint32_t from = 0;    // the place after the furthest stop prefetched
+    std::uint32_t found = 0;   // stops prefetched this turn
+    std::array<std::uint32_t, kLookAhead> places{};  // the latest of them, by found % kLookAhead
+  };
   // Debits `out` (nothing when unmetered), dequeues the oldest request, issues its ticket and
   // moves the turn's cursor here, into `d`. The caller then files what changed.
   void take_oldest(std::uint32_t slot, Slot& s, ClassId out, ClassId turn, Dispatch& d) noexcept;
@@ -388,6 +396,7 @@ class Core {
   std::array<std::int64_t, kMaxClasses + 1> cursor_{};  // place of the last dispatch; -1 = none
   std::array<std::uint64_t, kMaxClasses + 1> passes_{};
   Turn turn_;
+  Lookahead lookahead_;
 
   std::uint32_t places_ = 0;  // capacity of the per-place structures
 
