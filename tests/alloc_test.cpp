@@ -1,11 +1,13 @@
-// The hot paths allocate nothing once capacity is reserved: submit, begin_turn, visit and
-// complete run for many rounds under a global operator new that counts, and the count must stay
+// The hot paths allocate nothing once capacity is reserved: submit, begin_turn, visit, dispatch
+// and complete run for many rounds under a global operator new that counts, and the count must stay
 // at zero. Its own binary, because replacing operator new affects everything linked with it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,13 +50,14 @@ TEST(Allocation, TheCounterSeesAllocations) {
   delete probe;
 }
 
-TEST(Allocation, SteadyStateDispatchAllocatesNothing) {
-  constexpr int kParticipants = 3000;
-  constexpr int kDepth = 3;
-  constexpr int kInFlight = 32;
-  Core core(reference_config());
+constexpr int kParticipants = 3000;
+constexpr int kDepth = 3;
+constexpr int kInFlight = 32;
+
+// Registers the fleet (both plans, varied shares) with every queue kDepth deep.
+void fill(Core& core, std::vector<Job>& jobs) {
   core.reserve(kParticipants, kInFlight + 1);
-  std::vector<Job> jobs(kParticipants * kDepth);
+  jobs.resize(kParticipants * kDepth);
   for (int i = 0; i < kParticipants; ++i) {
     const auto id = core.add("t" + std::to_string(i), i % 3 == 0 ? "lite" : "pro", 1 + i % 5, 0);
     ASSERT_TRUE(id.ok());
@@ -64,6 +67,12 @@ TEST(Allocation, SteadyStateDispatchAllocatesNothing) {
       ASSERT_TRUE(core.submit(*id, j, 0).ok());
     }
   }
+}
+
+TEST(Allocation, SteadyStateDispatchAllocatesNothing) {
+  Core core(reference_config());
+  std::vector<Job> jobs;
+  fill(core, jobs);
   std::vector<Ticket> in_flight;
   in_flight.reserve(kInFlight);
   Nanos now = 0;
@@ -85,6 +94,41 @@ TEST(Allocation, SteadyStateDispatchAllocatesNothing) {
       if (!core.submit(job.owner, job, now).ok()) break;
     }
     now += 20'000;  // 20 us per step: credits land, classes change
+  }
+  g_counting.store(false, std::memory_order_relaxed);
+  EXPECT_EQ(g_allocations.load(std::memory_order_relaxed), 0);
+  EXPECT_GT(dispatched, 150'000);
+  EXPECT_GT(metered, 1000) << "the run must exercise metered classes, not only P3";
+  EXPECT_LT(metered, dispatched) << "and the unmetered one";
+}
+
+TEST(Allocation, SteadyStateBatchesAllocateNothing) {
+  Core core(reference_config());
+  std::vector<Job> jobs;
+  fill(core, jobs);
+  std::vector<Ticket> in_flight;
+  in_flight.reserve(kInFlight);
+  std::vector<Dispatch> batch(8);
+  Nanos now = 0;
+  long dispatched = 0;
+  long metered = 0;
+  g_counting.store(true, std::memory_order_relaxed);
+  for (int round = 0; round < 50'000; ++round) {
+    // Half the slots come back each round, so batches of 1 to 8 alternate with full rounds.
+    while (in_flight.size() > kInFlight / 2) {
+      if (!core.complete(in_flight.front(), (round % 4) * 0.5, now).ok()) break;
+      in_flight.erase(in_flight.begin());
+    }
+    const std::size_t room = std::min(batch.size(), kInFlight - in_flight.size());
+    const std::size_t n = core.dispatch(now, std::span<Dispatch>(batch).first(room));
+    for (std::size_t i = 0; i < n; ++i) {
+      ++dispatched;
+      metered += batch[i].out != core.unmetered() ? 1 : 0;
+      in_flight.push_back(batch[i].ticket);
+      auto& job = static_cast<Job&>(*batch[i].request);
+      if (!core.submit(job.owner, job, now).ok()) break;
+    }
+    now += 80'000;
   }
   g_counting.store(false, std::memory_order_relaxed);
   EXPECT_EQ(g_allocations.load(std::memory_order_relaxed), 0);

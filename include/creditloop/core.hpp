@@ -15,7 +15,8 @@
 //       if (auto d = core.visit(now)) hand d->request to the server;
 //     }
 //     core.end_turn();                                           // no room ends a turn
-// run() does exactly this with a small handler; prefer it.
+// run() does exactly this with a small handler; prefer it. dispatch() does it for a known room
+// (a slot count), storing a batch of decisions in a span: the cheapest way per decision.
 //
 // Data and cost (N participants registered, W waiting, k metered classes):
 //  - Each participant's state is one record per ring place (a 64-byte header, then one 64-byte
