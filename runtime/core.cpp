@@ -536,23 +536,33 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
   return n;
 }
 
+[[gnu::always_inline]] inline Core::Slot* Core::next_stop(const detail::ReadySet& set,
+                                                          bool whole_record,
+                                                          std::uint32_t& slot) noexcept {
+  for (;;) {
+    slot = next_in_turn(set);
+    if (slot == detail::ReadySet::npos) {
+      turn_.active = false;
+      return nullptr;
+    }
+    turn_.next = slot + 1;
+    if (ring_size_ >= kPrefetchFrom) prefetch_ahead(set, slot, whole_record);
+    Slot& s = slot_at(slot);
+    if (s.joined_turn != turn_.serial) return &s;
+  }
+}
+
 // The two kinds of visit are separate loops: an unmetered visit usually reads one line and no
 // bucket, and sharing one body with the metered visit made GCC keep both paths' values live at
 // once (a 472-byte frame and a spill or reload every few instructions).
 [[gnu::always_inline]] inline bool Core::visit_metered(ClassId c, Nanos now, Dispatch& d) noexcept {
-  const detail::ReadySet& set = ready_[c];
   for (;;) {
     // Credits that land during the turn count when the cursor reaches their owner.
     expire_timers(c, now);
-    const std::uint32_t slot = next_in_turn(set);
-    if (slot == detail::ReadySet::npos) {
-      turn_.active = false;
-      return false;
-    }
-    turn_.next = slot + 1;
-    if (ring_size_ >= kPrefetchFrom) prefetch_ahead(set, slot, true);
-    Slot& s = slot_at(slot);
-    if (s.joined_turn == turn_.serial) continue;
+    std::uint32_t slot = 0;
+    Slot* const stop = next_stop(ready_[c], true, slot);
+    if (stop == nullptr) return false;
+    Slot& s = *stop;
     bring_to(s, now);
     BucketRec* buckets = buckets_of(s);
     if (!buckets[c].has_credit()) [[unlikely]] {
@@ -585,29 +595,22 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
 
 [[gnu::always_inline]] inline bool Core::visit_unmetered(Nanos now, Dispatch& d) noexcept {
   const ClassId c = unmetered();
-  for (;;) {
-    const std::uint32_t slot = next_in_turn(waiting_);
-    if (slot == detail::ReadySet::npos) {
-      turn_.active = false;
-      return false;
-    }
-    turn_.next = slot + 1;
-    if (ring_size_ >= kPrefetchFrom) prefetch_ahead(waiting_, slot, false);
-    Slot& s = slot_at(slot);
-    if (s.joined_turn == turn_.serial) continue;
-    if (!credit_possible(s, now)) {
-      // The usual unmetered visit: every bucket of this participant is filed with an exact credit
-      // instant still ahead (or none), so it goes out unmetered without its buckets being read;
-      // refill is lazy and exact, so skipping it loses nothing. It is in no ready set either (a
-      // ready participant has a credit, so its credit_from is behind the clock), so going idle
-      // only leaves the waiting set.
-      take_oldest(slot, s, c, c, d);
-      if (s.queued == 0) waiting_.clear(slot);
-      return true;
-    }
+  std::uint32_t slot = 0;
+  Slot* const stop = next_stop(waiting_, false, slot);
+  if (stop == nullptr) return false;
+  Slot& s = *stop;
+  if (credit_possible(s, now)) {
     visit_unmetered_with_credit(slot, s, now, d);
     return true;
   }
+  // The usual unmetered visit: every bucket of this participant is filed with an exact credit
+  // instant still ahead (or none), so it goes out unmetered without its buckets being read;
+  // refill is lazy and exact, so skipping it loses nothing. It is in no ready set either (a ready
+  // participant has a credit, so its credit_from is behind the clock), so going idle only leaves
+  // the waiting set.
+  take_oldest(slot, s, c, c, d);
+  if (s.queued == 0) waiting_.clear(slot);
+  return true;
 }
 
 // A credit landed since the turn began (unmetered turns expire no timers): the request goes out

@@ -52,32 +52,52 @@ TEST(Allocation, TheCounterSeesAllocations) {
 
 constexpr int kParticipants = 3000;
 constexpr int kDepth = 3;
-constexpr int kInFlight = 32;
+constexpr std::size_t kInFlight = 32;
 
-// Registers the fleet (both plans, varied shares) with every queue kDepth deep.
-void fill(Core& core, std::vector<Job>& jobs) {
-  core.reserve(kParticipants, kInFlight + 1);
-  jobs.resize(kParticipants * kDepth);
-  for (int i = 0; i < kParticipants; ++i) {
-    const auto id = core.add("t" + std::to_string(i), i % 3 == 0 ? "lite" : "pro", 1 + i % 5, 0);
-    ASSERT_TRUE(id.ok());
-    for (int d = 0; d < kDepth; ++d) {
-      Job& j = jobs[static_cast<std::size_t>(i * kDepth + d)];
-      j.owner = *id;
-      ASSERT_TRUE(core.submit(*id, j, 0).ok());
+// A fleet (both plans, varied shares) with every queue kDepth deep, whose dispatched requests go
+// straight back into their queues.
+class MixedRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    core.reserve(kParticipants, kInFlight + 1);
+    jobs.resize(kParticipants * kDepth);
+    in_flight.reserve(kInFlight);
+    for (int i = 0; i < kParticipants; ++i) {
+      const auto id = core.add("t" + std::to_string(i), i % 3 == 0 ? "lite" : "pro", 1 + i % 5, 0);
+      ASSERT_TRUE(id.ok());
+      for (int d = 0; d < kDepth; ++d) {
+        Job& j = jobs[static_cast<std::size_t>(i * kDepth + d)];
+        j.owner = *id;
+        ASSERT_TRUE(core.submit(*id, j, 0).ok());
+      }
     }
   }
-}
 
-TEST(Allocation, SteadyStateDispatchAllocatesNothing) {
-  Core core(reference_config());
+  // Counts a dispatch, keeps its ticket, and submits its request again.
+  bool take(const Dispatch& d, Nanos now) {
+    ++dispatched;
+    metered += d.out != core.unmetered() ? 1 : 0;
+    in_flight.push_back(d.ticket);
+    auto& job = static_cast<Job&>(*d.request);
+    return core.submit(job.owner, job, now).ok();
+  }
+
+  void expect_no_allocation_in_a_mixed_run() const {
+    EXPECT_EQ(g_allocations.load(std::memory_order_relaxed), 0);
+    EXPECT_GT(dispatched, 150'000);
+    EXPECT_GT(metered, 1000) << "the run must exercise metered classes, not only P3";
+    EXPECT_LT(metered, dispatched) << "and the unmetered one";
+  }
+
+  Core core{reference_config()};
   std::vector<Job> jobs;
-  fill(core, jobs);
   std::vector<Ticket> in_flight;
-  in_flight.reserve(kInFlight);
-  Nanos now = 0;
   long dispatched = 0;
   long metered = 0;
+};
+
+TEST_F(MixedRun, SteadyStateDispatchAllocatesNothing) {
+  Nanos now = 0;
   g_counting.store(true, std::memory_order_relaxed);
   for (int round = 0; round < 200'000; ++round) {
     if (in_flight.size() == kInFlight) {
@@ -87,31 +107,17 @@ TEST(Allocation, SteadyStateDispatchAllocatesNothing) {
     }
     if (!core.in_turn() && !core.begin_turn(now)) break;
     if (const auto d = core.visit(now)) {
-      ++dispatched;
-      metered += d->out != core.unmetered() ? 1 : 0;
-      in_flight.push_back(d->ticket);
-      auto& job = static_cast<Job&>(*d->request);
-      if (!core.submit(job.owner, job, now).ok()) break;
+      if (!take(*d, now)) break;
     }
     now += 20'000;  // 20 us per step: credits land, classes change
   }
   g_counting.store(false, std::memory_order_relaxed);
-  EXPECT_EQ(g_allocations.load(std::memory_order_relaxed), 0);
-  EXPECT_GT(dispatched, 150'000);
-  EXPECT_GT(metered, 1000) << "the run must exercise metered classes, not only P3";
-  EXPECT_LT(metered, dispatched) << "and the unmetered one";
+  expect_no_allocation_in_a_mixed_run();
 }
 
-TEST(Allocation, SteadyStateBatchesAllocateNothing) {
-  Core core(reference_config());
-  std::vector<Job> jobs;
-  fill(core, jobs);
-  std::vector<Ticket> in_flight;
-  in_flight.reserve(kInFlight);
+TEST_F(MixedRun, SteadyStateBatchesAllocateNothing) {
   std::vector<Dispatch> batch(8);
   Nanos now = 0;
-  long dispatched = 0;
-  long metered = 0;
   g_counting.store(true, std::memory_order_relaxed);
   for (int round = 0; round < 50'000; ++round) {
     // Half the slots come back each round, so batches of 1 to 8 alternate with full rounds.
@@ -122,19 +128,12 @@ TEST(Allocation, SteadyStateBatchesAllocateNothing) {
     const std::size_t room = std::min(batch.size(), kInFlight - in_flight.size());
     const std::size_t n = core.dispatch(now, std::span<Dispatch>(batch).first(room));
     for (std::size_t i = 0; i < n; ++i) {
-      ++dispatched;
-      metered += batch[i].out != core.unmetered() ? 1 : 0;
-      in_flight.push_back(batch[i].ticket);
-      auto& job = static_cast<Job&>(*batch[i].request);
-      if (!core.submit(job.owner, job, now).ok()) break;
+      if (!take(batch[i], now)) break;
     }
     now += 80'000;
   }
   g_counting.store(false, std::memory_order_relaxed);
-  EXPECT_EQ(g_allocations.load(std::memory_order_relaxed), 0);
-  EXPECT_GT(dispatched, 150'000);
-  EXPECT_GT(metered, 1000) << "the run must exercise metered classes, not only P3";
-  EXPECT_LT(metered, dispatched) << "and the unmetered one";
+  expect_no_allocation_in_a_mixed_run();
 }
 
 }  // namespace

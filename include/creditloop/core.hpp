@@ -347,6 +347,10 @@ class Core {
     if (timers_[c].may_be_due(now)) expire_due_timers(c, now);
   }
   [[gnu::noinline]] void expire_due_timers(ClassId c, Nanos now) noexcept;
+  // The turn's next stop in `set` (its place in `slot`), past any participant that registered
+  // during the turn, with the look-ahead moved on; null when the cursor has been round (the turn
+  // is then over).
+  Slot* next_stop(const detail::ReadySet& set, bool whole_record, std::uint32_t& slot) noexcept;
   // One visit of the current turn (metered class c, or the unmetered class): true with the
   // dispatch in `d`, false when the turn is over.
   bool visit_metered(ClassId c, Nanos now, Dispatch& d) noexcept;
