@@ -579,16 +579,8 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
       if (h != kNoClass) out = h;
     }
     take_oldest(slot, s, out, c, d);
-    if (s.queued == 0) {
-      leave_waiting(slot);
-      // An idle participant's timers must be exact (enter_waiting keeps them); the debited
-      // bucket's may still be filed at the instant of the credit just spent.
-      timers_[out].erase(slot);
-    } else {
-      // It ran out of credit, or went out above the turn's class (rule 4).
-      if (out != c || !buckets[out].has_credit()) refile(slot, s, out);
-      settle_credit_from(s);  // its lines are in cache now
-    }
+    // Re-filed when it ran out of credit, or went out above the turn's class (rule 4).
+    file_after_debit(slot, s, out, out != c || !buckets[out].has_credit());
     return true;
   }
 }
@@ -621,12 +613,19 @@ void Core::visit_unmetered_with_credit(std::uint32_t slot, Slot& s, Nanos now,
   const ClassId h = highest_credit(s, s.held);
   const ClassId out = h == kNoClass ? unmetered() : h;
   take_oldest(slot, s, out, unmetered(), d);
+  file_after_debit(slot, s, out, out != unmetered());
+}
+
+[[gnu::always_inline]] inline void Core::file_after_debit(std::uint32_t slot, Slot& s, ClassId out,
+                                                          bool refile_out) noexcept {
   if (s.queued == 0) {
     leave_waiting(slot);
-    if (out != unmetered()) timers_[out].erase(slot);  // see visit_metered
+    // An idle participant's timers must be exact (enter_waiting keeps them); the debited
+    // bucket's may still be filed at the instant of the credit just spent.
+    if (out != unmetered()) timers_[out].erase(slot);
   } else {
-    if (out != unmetered()) refile(slot, s, out);
-    settle_credit_from(s);
+    if (refile_out) refile(slot, s, out);
+    settle_credit_from(s);  // its lines are in cache now
   }
 }
 

@@ -370,6 +370,9 @@ class Core {
   // Debits `out` (nothing when unmetered), dequeues the oldest request, issues its ticket and
   // moves the turn's cursor here, into `d`. The caller then files what changed.
   void take_oldest(std::uint32_t slot, Slot& s, ClassId out, ClassId turn, Dispatch& d) noexcept;
+  // After a visit that read the buckets: a queue left empty goes idle; otherwise `out` is
+  // re-filed when `refile_out`, and the earliest credit instant is settled again.
+  void file_after_debit(std::uint32_t slot, Slot& s, ClassId out, bool refile_out) noexcept;
   static constexpr ClassId kNoClass = 0xff;
   // The highest class in `among` whose bucket has a credit, or kNoClass. Reads no clock: the
   // buckets must be refilled already.
