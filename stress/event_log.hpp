@@ -29,6 +29,7 @@ enum class EventKind : std::uint8_t {
   begin_turn,  // out: the pass class, or kNoClass
   visit,       // slot, generation; x, y: ticket; value: request id; out, turn
   visit_none,  // the turn is over
+  dispatch,    // a batch: value: the span size asked for; x: the dispatches, whose visits follow
   end_turn,    // no room
   complete,    // x, y: ticket; value: cost in nano-credits
   take_all,    // shutdown took every queued request back

@@ -33,6 +33,8 @@ violation (the message names the check, the participant or request, and the seed
   --mode pool|sink       the runtime's worker pool, or a sink and completer threads of our own
                          that use complete(), complete_nano() and CompletionBatch (by seed)
   --shutdown hand_back|drain   how the run ends (by seed)
+  --decide visits|batches      the dispatcher's calls into the core: one per visit, or a batch
+                         per call as with no observer, which the observer then follows (by seed)
   --no-replay            do not replay the observer's events through the reference model
   --replay-limit N       replay at most the first N dispatches, 0 for no limit (8000000): the
                          model keeps every ticket it issued, about 100 bytes each
@@ -82,6 +84,7 @@ std::string fmt(double v) {
 
 const char* mode_name(SinkMode m) { return m == SinkMode::pool ? "pool" : "sink"; }
 const char* end_name(EndMode m) { return m == EndMode::hand_back ? "hand_back" : "drain"; }
+const char* decide_name(DecideMode m) { return m == DecideMode::visits ? "visits" : "batches"; }
 
 Options parse_options(int argc, char** argv) {
   Options o;
@@ -139,6 +142,15 @@ Options parse_options(int argc, char** argv) {
       } else {
         usage_error("--shutdown is hand_back or drain");
       }
+    } else if (a == "--decide") {
+      const std::string_view v = value();
+      if (v == "visits") {
+        o.decide = DecideMode::visits;
+      } else if (v == "batches") {
+        o.decide = DecideMode::batches;
+      } else {
+        usage_error("--decide is visits or batches");
+      }
     } else if (a == "--no-replay") {
       o.replay = false;
     } else if (a == "--replay-limit") {
@@ -169,6 +181,7 @@ Options parse_options(int argc, char** argv) {
   // Choices left to the seed are made here, once, so that the rerun command names them.
   if (!o.mode) o.mode = (o.seed & 1) != 0 ? SinkMode::sink : SinkMode::pool;
   if (!o.end) o.end = (o.seed & 2) != 0 ? EndMode::drain : EndMode::hand_back;
+  if (!o.decide) o.decide = (o.seed & 4) != 0 ? DecideMode::batches : DecideMode::visits;
   return o;
 }
 
@@ -180,7 +193,8 @@ std::string rerun_command(const Options& o, const char* argv0) {
                   std::to_string(o.participants) + " --seconds " + fmt(o.seconds) + " --seed " +
                   seed + (o.churn ? " --churn" : "") + " --slots " + std::to_string(o.slots) +
                   " --classes " + std::to_string(o.classes) + " --pool " + std::to_string(o.pool) +
-                  " --mode " + mode_name(*o.mode) + " --shutdown " + end_name(*o.end);
+                  " --mode " + mode_name(*o.mode) + " --shutdown " + end_name(*o.end) +
+                  " --decide " + decide_name(*o.decide);
   if (!o.replay) c += " --no-replay";
   c += " --replay-limit " + std::to_string(o.replay_limit);
   c += " --replay-backlog-mb " + std::to_string(o.replay_backlog_mb) + " --replay-lag-s " +

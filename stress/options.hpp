@@ -11,6 +11,9 @@ namespace stress {
 
 enum class SinkMode : std::uint8_t { pool, sink };
 enum class EndMode : std::uint8_t { hand_back, drain };
+// How the dispatcher decides: a core call per visit, each reported, or a batch per core call
+// (the runtime's way with no observer), reported as a batch.
+enum class DecideMode : std::uint8_t { visits, batches };
 
 struct Options {
   unsigned producers = 4;
@@ -22,9 +25,10 @@ struct Options {
   bool churn = false;
   std::uint32_t slots = 64;
   int classes = 2;
-  std::uint32_t pool = 256;      // requests per producer
-  std::optional<SinkMode> mode;  // default: chosen by the seed
-  std::optional<EndMode> end;    // default: chosen by the seed
+  std::uint32_t pool = 256;          // requests per producer
+  std::optional<SinkMode> mode;      // default: chosen by the seed
+  std::optional<EndMode> end;        // default: chosen by the seed
+  std::optional<DecideMode> decide;  // default: chosen by the seed
   bool replay = true;
   std::uint64_t replay_limit = 8'000'000;  // dispatches replayed; 0: all
   std::uint64_t replay_backlog_mb = 256;   // unreplayed log that ends the replay early
@@ -47,5 +51,6 @@ struct Options {
 
 [[nodiscard]] const char* mode_name(SinkMode m);
 [[nodiscard]] const char* end_name(EndMode m);
+[[nodiscard]] const char* decide_name(DecideMode m);
 
 }  // namespace stress

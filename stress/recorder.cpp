@@ -17,6 +17,7 @@ Recorder::Recorder(const creditloop::Config& config, const Options& options, Eve
       producers_(options.producers),
       log_(log),
       replay_limit_(options.replay_limit),
+      follows_batches_(*options.decide == DecideMode::batches),
       recording_(log != nullptr),
       // Ticket indices stay below the most requests ever in flight at once, which the slot
       // count bounds; the margin covers the runtime's first chunk of records.
@@ -131,6 +132,15 @@ void Recorder::on_begin_turn(std::optional<ClassId> pass, Nanos now) {
   }
   record(Event{now, 0, 0, 0, 0, 0, EventKind::begin_turn,
                pass ? static_cast<std::uint8_t>(*pass) : kNoClass, 0});
+}
+
+void Recorder::on_dispatch(std::size_t asked, std::size_t got, Nanos now) {
+  if (!follows_batches_) fail("check 4 (classes)", "a batch reported to an observer of visits");
+  if (got > asked) {
+    fail("check 4 (classes)",
+         "a batch of " + std::to_string(got) + " dispatches in a span of " + std::to_string(asked));
+  }
+  record(Event{now, asked, 0, 0, static_cast<std::uint32_t>(got), 0, EventKind::dispatch, 0, 0});
 }
 
 void Recorder::on_visit(const creditloop::Dispatch* d, Ticket ticket, Nanos now) {

@@ -58,7 +58,9 @@ class Recorder final : public creditloop::RuntimeObserver {
   void on_replan(ParticipantId p, creditloop::PlanId plan, std::uint32_t shares,
                  Nanos now) override;
   void on_submit(ParticipantId p, const creditloop::RequestHook& request, Nanos now) override;
+  [[nodiscard]] bool follows_batches() const override { return follows_batches_; }
   void on_begin_turn(std::optional<ClassId> pass, Nanos now) override;
+  void on_dispatch(std::size_t asked, std::size_t got, Nanos now) override;
   void on_visit(const creditloop::Dispatch* d, Ticket ticket, Nanos now) override;
   void on_end_turn() override;
   void on_complete(Ticket ticket, std::int64_t cost_nano, Nanos now) override;
@@ -87,6 +89,7 @@ class Recorder final : public creditloop::RuntimeObserver {
   // ---- after the run ----
   [[nodiscard]] const std::vector<Account>& accounts() const noexcept { return accounts_; }
   [[nodiscard]] const Account* account(ParticipantId p) const noexcept;
+  /// Turns begun on class c; only when following visits (a batch does not report its turns).
   [[nodiscard]] std::uint64_t passes(ClassId c) const noexcept { return passes_[c]; }
   [[nodiscard]] std::uint64_t dispatched_in(ClassId c) const noexcept { return per_class_[c]; }
   [[nodiscard]] std::uint64_t in_flight() const noexcept { return in_flight_; }
@@ -130,6 +133,7 @@ class Recorder final : public creditloop::RuntimeObserver {
   const unsigned producers_;
   EventLog* const log_;  // nullptr: no replay
   const std::uint64_t replay_limit_;
+  const bool follows_batches_;
 
   // Dispatcher only.
   std::vector<Account> accounts_;     // by ring place

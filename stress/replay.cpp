@@ -25,6 +25,8 @@ const char* kind_str(EventKind k) {
       return "visit";
     case EventKind::visit_none:
       return "visit (turn over)";
+    case EventKind::dispatch:
+      return "dispatch (a batch)";
     case EventKind::end_turn:
       return "end_turn";
     case EventKind::complete:
@@ -157,6 +159,48 @@ Replayer::Place& Replayer::place(const Event& e, const char* what) {
   return places_[e.slot];
 }
 
+std::optional<ClassId> Replayer::begin_model_turn(Nanos now) {
+  if (queued_ == 0) {
+    // With every queue empty the model's answer is certain, and its only other effect is to end
+    // the turn in progress; its scan of every place is what would make replaying an idle
+    // dispatcher (one such call per wake-up) quadratic in the participants.
+    model_.end_turn();
+    return std::nullopt;
+  }
+  const std::optional<ClassId> pass = model_.begin_turn(now);
+  if (pass) {
+    ++summary_.turns;
+    ++summary_.turns_in[*pass];
+  }
+  return pass;
+}
+
+// Core::dispatch() decides as the loop of begin_turn and visit does; the model walks that loop
+// to its next dispatch. A turn that ends without one (every participant it found had lost its
+// credit to a charge-back) is followed by the next, as in the core; each such turn re-files
+// somebody, so a model that began turn after turn without dispatching would be wrong.
+std::optional<creditloop::model::Dispatch> Replayer::visit_in_batch(const Event& e) {
+  for (int empty_turns = 0; empty_turns <= creditloop::kMaxClasses + 64; ++empty_turns) {
+    if (!model_.in_turn() && !begin_model_turn(e.now)) {
+      diverge(e, "the runtime dispatched in a batch, the model finds every queue empty");
+    }
+    if (auto d = model_.visit(e.now)) return d;
+  }
+  diverge(e, "the model begins turn after turn without a dispatch");
+}
+
+void Replayer::end_batch(const Event& e) {
+  if (!batch_short_) return;  // the span filled: the turn it stopped in stays open
+  // It stopped short: the core's loop went on to find every queue empty.
+  for (;;) {
+    if (!model_.in_turn() && !begin_model_turn(e.now)) return;
+    if (const auto d = model_.visit(e.now)) {
+      diverge(e, "the runtime's batch found every queue empty, the model dispatches from place " +
+                     std::to_string(d->participant.place) + " under " + class_str(d->out));
+    }
+  }
+}
+
 void Replayer::apply(const Event& e) {
   replayed_.store(++summary_.events, std::memory_order_relaxed);
   if (e.now > now_) now_ = e.now;
@@ -219,25 +263,27 @@ void Replayer::apply(const Event& e) {
     }
     case EventKind::begin_turn: {
       auto name = [](std::uint8_t c) { return c == kNoClass ? std::string("none") : class_str(c); };
-      if (queued_ == 0) {
-        // With every queue empty the model's answer is certain, and its only other effect is
-        // to end the turn in progress; its scan of every place is what would make replaying an
-        // idle dispatcher (one such call per wake-up) quadratic in the participants.
-        if (e.out != kNoClass)
-          diverge(e, "the runtime's turn is " + name(e.out) + " with nothing queued");
-        model_.end_turn();
-        break;
-      }
-      const std::optional<ClassId> pass = model_.begin_turn(e.now);
-      const std::uint8_t model_pass = pass.value_or(kNoClass);
+      const std::uint8_t model_pass = begin_model_turn(e.now).value_or(kNoClass);
       if (model_pass != e.out) {
         diverge(e, "the runtime's turn is " + name(e.out) + ", the model's " + name(model_pass));
       }
-      if (model_pass != kNoClass) ++summary_.turns;
+      break;
+    }
+    case EventKind::dispatch: {
+      if (batch_left_ != 0) {
+        diverge(e, "a batch began with " + std::to_string(batch_left_) +
+                       " dispatches of the last one unreported");
+      }
+      if (e.x > e.value)
+        diverge(e,
+                "a batch of " + std::to_string(e.x) + " in a span of " + std::to_string(e.value));
+      batch_left_ = e.x;
+      batch_short_ = e.x < e.value;
+      if (batch_left_ == 0) end_batch(e);
       break;
     }
     case EventKind::visit: {
-      const auto d = model_.visit(e.now);
+      const auto d = batch_left_ > 0 ? visit_in_batch(e) : model_.visit(e.now);
       const std::string subject =
           e.slot < places_.size() ? who(places_[e.slot].name, ParticipantId{e.slot, e.generation})
                                   : str(ParticipantId{e.slot, e.generation});
@@ -262,6 +308,7 @@ void Replayer::apply(const Event& e) {
       ++summary_.dispatches;
       if (e.out < e.turn) ++summary_.out_above_turn;
       if (model_.holds(p.pid, 0) && model_.queued(p.pid) > 0) watch(e.slot, e.now);
+      if (batch_left_ > 0 && --batch_left_ == 0) end_batch(e);
       break;
     }
     case EventKind::visit_none: {

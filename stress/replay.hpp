@@ -3,7 +3,10 @@
 // The replay thread applies each recorded core input to creditloop::model::Model with the same
 // `now` and requires the same outcome: the same pass class for every turn, the same participant,
 // request, class out and turn class for every visit, the end of a turn at the same visit, every
-// completion accepted, the same requests handed back by remove() and shutdown(). Since the model
+// completion accepted, the same requests handed back by remove() and shutdown(). A batch (one
+// Core::dispatch() call, reported as such with --decide batches) is replayed as the loop it
+// stands for: the model begins turns as they end and must make the same dispatches, and find
+// every queue empty where the batch stopped short of its span. Since the model
 // shares no code with the core, agreement proves the threaded runtime made exactly the
 // decisions of the contract given the inputs it saw. After the run the main thread compares the
 // model's balances and statistics with the runtime's snapshot, to the nano-credit.
@@ -23,6 +26,7 @@
 // ledger checks carry on alone.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -92,6 +96,7 @@ class Replayer {
   struct Summary {
     std::uint64_t events = 0;
     std::uint64_t turns = 0;
+    std::array<std::uint64_t, creditloop::kMaxClasses + 1> turns_in{};  // by class
     std::uint64_t dispatches = 0;
     std::uint64_t out_above_turn = 0;  // a credit in a higher class found during the turn
     std::uint64_t completions = 0;
@@ -134,6 +139,12 @@ class Replayer {
   };
 
   void apply(const Event& e);
+  // The model's begin_turn, counted; certain (and cheap) when nothing is queued.
+  std::optional<ClassId> begin_model_turn(Nanos now);
+  // The model's next dispatch by the loop Core::dispatch() runs, for a visit of a batch.
+  std::optional<creditloop::model::Dispatch> visit_in_batch(const Event& e);
+  // After a batch's last dispatch: one that stopped short must leave the model nothing to do.
+  void end_batch(const Event& e);
   Place& place(const Event& e, const char* what);
   [[noreturn]] void diverge(const Event& e, const std::string& what);
   void watch(std::uint32_t slot, Nanos now);
@@ -147,7 +158,9 @@ class Replayer {
   std::vector<Flight> flights_;
   std::priority_queue<Due, std::vector<Due>, std::greater<>> due_;
   Nanos now_ = 0;
-  std::uint64_t queued_ = 0;  // requests the model holds queued, all participants
+  std::uint64_t queued_ = 0;      // requests the model holds queued, all participants
+  std::uint64_t batch_left_ = 0;  // dispatches of the batch in progress not yet replayed
+  bool batch_short_ = false;      // it found every queue empty before its span filled
   Summary summary_;
   std::atomic<std::uint64_t> replayed_{0};  // summary_.events, published
   std::atomic<bool> abandoned_{false};

@@ -6,8 +6,16 @@
 // tools build on. All calls come on the dispatcher thread, in order; they must be quick and must
 // not call back into the runtime. With no observer the runtime pays one predictable branch per
 // event.
+//
+// Two ways to follow decisions. By default the dispatcher makes one call per visit (begin_turn,
+// visit, end_turn) and reports each. An observer whose follows_batches() is true lets it decide a
+// batch with one Core::dispatch() call, as it does with no observer (when the room is a slot
+// count): it then sees on_dispatch() and one on_visit() per dispatch of the batch, but not the
+// turns begun nor the visits that found the turn over. Replaying a batch means calling
+// dispatch() with the same span size at the same `now`, which takes the same decisions.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -35,6 +43,13 @@ class RuntimeObserver {
   virtual void on_begin_turn(std::optional<ClassId> /*pass*/, Nanos /*now*/) {}
   /// visit(now) returned `dispatch` (nullptr: the turn is over). `ticket` is the runtime's.
   virtual void on_visit(const Dispatch* /*dispatch*/, Ticket /*ticket*/, Nanos /*now*/) {}
+  /// Whether the dispatcher may decide in batches (see above). Asked once, when the runtime
+  /// starts.
+  [[nodiscard]] virtual bool follows_batches() const { return false; }
+  /// dispatch(now, out) with out.size() == `asked` returned `got`. The next `got` on_visit()
+  /// calls carry its dispatches, in order; `got` < `asked` means every queue was empty after
+  /// them. The turn the batch stopped in stays open.
+  virtual void on_dispatch(std::size_t /*asked*/, std::size_t /*got*/, Nanos /*now*/) {}
   /// The server had no room: end_turn().
   virtual void on_end_turn() {}
   /// A completion was applied: complete_nano(ticket's core ticket, cost, now). `ticket` is the

@@ -634,7 +634,18 @@ TEST(Runtime, AnIdleDispatcherSleepsAndASubmissionWakesIt) {
 class Journal : public RuntimeObserver {
  public:
   struct Event {
-    enum Kind { add, remove, replan, submit, begin, visit, end, complete, take_all } kind = add;
+    enum Kind {
+      add,
+      remove,
+      replan,
+      submit,
+      begin,
+      batch,
+      visit,
+      end,
+      complete,
+      take_all
+    } kind = add;
     ParticipantId p;
     std::string name;
     PlanId plan = 0;
@@ -644,8 +655,17 @@ class Journal : public RuntimeObserver {
     std::optional<Dispatch> dispatch;
     Ticket ticket;
     std::int64_t cost = 0;
+    std::size_t asked = 0;  // a batch's span, and what it got
+    std::size_t got = 0;
     Nanos now = 0;
   };
+  explicit Journal(bool batches) : batches_(batches) {}
+  [[nodiscard]] bool follows_batches() const override { return batches_; }
+  void on_dispatch(std::size_t asked, std::size_t got, Nanos now) override {
+    Event& e = record(Event::batch, now);
+    e.asked = asked;
+    e.got = got;
+  }
   void on_add(ParticipantId p, std::string_view name, PlanId plan, std::uint32_t shares,
               Nanos now) override {
     Event& e = record(Event::add, now);
@@ -688,10 +708,14 @@ class Journal : public RuntimeObserver {
     return e;
   }
   std::vector<Event> events;  // written on the dispatcher thread, read after shutdown joins it
+
+ private:
+  bool batches_;
 };
 
-TEST(Runtime, TheObserverSeesEveryCoreInputAndReplayingItReproducesEveryDecision) {
-  Journal journal;
+// With `batches`, the observer follows batches: the replay decides each with Core::dispatch().
+void replay_what_the_observer_saw(bool batches) {
+  Journal journal(batches);
   RuntimeOptions o;
   o.config = reference_config();
   o.slots = 3;
@@ -726,6 +750,9 @@ TEST(Runtime, TheObserverSeesEveryCoreInputAndReplayingItReproducesEveryDecision
   Core core(reference_config());
   std::vector<std::optional<Ticket>> core_ticket_of;  // by runtime ticket index
   std::size_t visits = 0;
+  std::size_t batch_events = 0;
+  std::vector<Dispatch> decided;  // the batch in progress: its dispatches not yet reported
+  std::size_t reported = 0;
   for (const Journal::Event& e : journal.events) {
     switch (e.kind) {
       case Journal::Event::add: {
@@ -745,10 +772,27 @@ TEST(Runtime, TheObserverSeesEveryCoreInputAndReplayingItReproducesEveryDecision
         ASSERT_TRUE(core.submit(e.p, const_cast<RequestHook&>(*e.request), e.now).ok());
         break;
       case Journal::Event::begin:
+        ASSERT_FALSE(batches) << "an observer of batches sees no turn begin";
         ASSERT_EQ(core.begin_turn(e.now), e.pass);
         break;
+      case Journal::Event::batch: {
+        ASSERT_TRUE(batches) << "a batch reported to an observer of visits";
+        ASSERT_EQ(reported, decided.size()) << "a batch began before the last one was reported";
+        ++batch_events;
+        decided.resize(e.asked);
+        ASSERT_EQ(core.dispatch(e.now, decided), e.got);
+        decided.resize(e.got);
+        reported = 0;
+        break;
+      }
       case Journal::Event::visit: {
-        const std::optional<Dispatch> d = core.visit(e.now);
+        std::optional<Dispatch> d;
+        if (reported < decided.size()) {
+          d = decided[reported++];
+        } else {
+          ASSERT_FALSE(batches) << "a dispatch outside a batch";
+          d = core.visit(e.now);
+        }
         ASSERT_EQ(d.has_value(), e.dispatch.has_value()) << "visit " << visits;
         if (d) {
           ++visits;
@@ -773,11 +817,25 @@ TEST(Runtime, TheObserverSeesEveryCoreInputAndReplayingItReproducesEveryDecision
     }
   }
   EXPECT_GT(visits, 2000u);
+  EXPECT_EQ(batch_events > 0, batches);
   for (const ParticipantSnapshot& p : rt.snapshot_participants()) {
     const ParticipantStats replayed = core.stats(p.id);
     EXPECT_EQ(replayed.dispatched, p.stats.dispatched);
     EXPECT_EQ(replayed.cost_charged, p.stats.cost_charged);
   }
+  const RuntimeSnapshot s = rt.snapshot();
+  for (int c = 0; c <= core.classes(); ++c) {
+    EXPECT_EQ(core.passes(static_cast<ClassId>(c)), s.per_class[static_cast<ClassId>(c)].passes)
+        << "class " << c;
+  }
+}
+
+TEST(Runtime, TheObserverSeesEveryCoreInputAndReplayingItReproducesEveryDecision) {
+  replay_what_the_observer_saw(false);
+}
+
+TEST(Runtime, AnObserverOfBatchesSeesEveryCoreInputAndReplayingItReproducesEveryDecision) {
+  replay_what_the_observer_saw(true);
 }
 
 }  // namespace
