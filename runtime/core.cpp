@@ -315,7 +315,7 @@ void Core::leave_waiting(std::uint32_t slot) noexcept {
 
 void Core::forget_timers(std::uint32_t slot, std::uint8_t held) noexcept {
   for (; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
-    timers_[std::countr_zero(held)].erase(slot);
+    timers_[std::countr_zero(held)].forget(slot);
   }
 }
 

@@ -338,8 +338,8 @@ class Core {
   // Sets s.credit_from from the held buckets, each filed already.
   static void settle_credit_from(Slot& s) noexcept;
   void leave_waiting(std::uint32_t slot) noexcept;
-  // Takes `slot` out of the timer heaps of the classes in `held`: its buckets changed while it
-  // was idle, or it is leaving.
+  // Takes `slot` out of the timer heaps of the classes in `held`, and gives their ids back: it
+  // is leaving, or it has new terms.
   void forget_timers(std::uint32_t slot, std::uint8_t held) noexcept;
   // Moves class c's participants whose credit has landed by `now` into its ready set; one
   // compare when none has.
