@@ -102,6 +102,13 @@ Options parse_options(int argc, char** argv) {
       }
       return v;
     };
+    // A flag with two values, spelled as `name` prints them.
+    auto one_of = [&]<class E>(E first, E second, const char* (*name)(E)) {
+      const std::string_view v = value();
+      if (v == name(first)) return first;
+      if (v == name(second)) return second;
+      usage_error(std::string(a) + " is " + name(first) + " or " + name(second));
+    };
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
@@ -125,32 +132,11 @@ Options parse_options(int argc, char** argv) {
     } else if (a == "--pool") {
       o.pool = static_cast<std::uint32_t>(bounded(1, 1u << 20));
     } else if (a == "--mode") {
-      const std::string_view v = value();
-      if (v == "pool") {
-        o.mode = SinkMode::pool;
-      } else if (v == "sink") {
-        o.mode = SinkMode::sink;
-      } else {
-        usage_error("--mode is pool or sink");
-      }
+      o.mode = one_of(SinkMode::pool, SinkMode::sink, mode_name);
     } else if (a == "--shutdown") {
-      const std::string_view v = value();
-      if (v == "hand_back") {
-        o.end = EndMode::hand_back;
-      } else if (v == "drain") {
-        o.end = EndMode::drain;
-      } else {
-        usage_error("--shutdown is hand_back or drain");
-      }
+      o.end = one_of(EndMode::hand_back, EndMode::drain, end_name);
     } else if (a == "--decide") {
-      const std::string_view v = value();
-      if (v == "visits") {
-        o.decide = DecideMode::visits;
-      } else if (v == "batches") {
-        o.decide = DecideMode::batches;
-      } else {
-        usage_error("--decide is visits or batches");
-      }
+      o.decide = one_of(DecideMode::visits, DecideMode::batches, decide_name);
     } else if (a == "--no-replay") {
       o.replay = false;
     } else if (a == "--replay-limit") {

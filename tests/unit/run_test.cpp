@@ -10,6 +10,14 @@
 namespace creditloop::test {
 namespace {
 
+// A dispatch as the tests below spell it: the participant's name, and ">P1" and the like when it
+// went out above its turn's class.
+std::string token(const Core& core, const Dispatch& d) {
+  std::string t(core.name(d.participant));
+  if (d.out != d.turn) t += ">" + class_name(d.out);
+  return t;
+}
+
 // Room as a plain budget of dispatches, as an embedder-supplied room test might be. A run that
 // keeps starting turns without dispatching is cut short, so that it fails instead of hanging.
 struct Budget {
@@ -27,9 +35,7 @@ struct Budget {
   }
   void on_dispatch(const Dispatch& d) {
     --left;
-    sent += std::string(core->name(d.participant));
-    if (d.out != d.turn) sent += ">" + class_name(d.out);
-    sent += " ";
+    sent += token(*core, d) + " ";
     tickets.push_back(d.ticket);
   }
 };
@@ -106,11 +112,7 @@ TEST(Run, RoomRunningOutMidTurnMakesTheNextRunAskTheClassAfresh) {
 // Core::dispatch: the same loop, a batch per call.
 std::string names(const Rig& rig, const std::vector<Dispatch>& out, std::size_t n) {
   std::string sent;
-  for (std::size_t i = 0; i < n; ++i) {
-    sent += std::string(rig.core.name(out[i].participant));
-    if (out[i].out != out[i].turn) sent += ">" + class_name(out[i].out);
-    sent += " ";
-  }
+  for (std::size_t i = 0; i < n; ++i) sent += token(rig.core, out[i]) + " ";
   return sent;
 }
 

@@ -93,8 +93,7 @@ class BasicTimerHeap {
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] bool contains(std::uint32_t place) const noexcept {
-    const std::uint32_t id = slots_(place).id;
-    return id != npos && pos_[id] != npos;
+    return position(slots_(place)) != npos;
   }
   /// The instant `place` is (or was last) filed at.
   [[nodiscard]] Nanos due(std::uint32_t place) const noexcept { return slots_(place).instant(); }
@@ -126,8 +125,9 @@ class BasicTimerHeap {
   /// Removes `place` if filed. Its key stays, and its id.
   void erase(std::uint32_t place) noexcept {
     const TimerSlot& s = slots_(place);
-    if (s.id == npos || pos_[s.id] == npos) return;
-    remove(list_for(s.key), pos_[s.id]);
+    const std::uint32_t pos = position(s);
+    if (pos == npos) return;
+    remove(list_for(s.key), pos);
     pos_[s.id] = npos;
     --size_;
   }
@@ -216,6 +216,11 @@ class BasicTimerHeap {
     }
     return new_block();
   }
+  // Where a place's entry sits, or npos when it is not filed (or has never had an id).
+  [[nodiscard]] std::uint32_t position(const TimerSlot& s) const noexcept {
+    return s.id == npos ? npos : pos_[s.id];
+  }
+
   // A free id, or a new one (which allocates only past the reservation).
   std::uint32_t take_id() noexcept {
     if (!free_ids_.empty()) {
