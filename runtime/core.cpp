@@ -444,8 +444,13 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
   // turn or when the cursor overtook the frontier, searches kLookAhead times). The requests at
   // the head of the queues half that distance ahead are loaded too, once their headers have
   // arrived: taking a request off its queue reads its link. An unmetered visit usually reads
-  // the header alone (see credit_possible), so only that line is worth the bandwidth there. The
-  // frontier is a hint: a participant that joins the set behind it is simply not prefetched.
+  // the header alone (see credit_possible), so only that line is worth the bandwidth there; but
+  // a header at half distance that shows a credit landed (its buckets will be refilled and
+  // debited) has its held bucket lines loaded too: at a million participants that visit was a
+  // miss per line, and loading them took 2 to 3 ns off a decision (1 % and 100 % waiting, side by
+  // side three times). The test uses the latest clock seen, which the visit's can only pass, so
+  // it loads lines the visit will not read only when a charge-back moves the instant meanwhile.
+  // The frontier is a hint: a participant that joins the set behind it is simply not prefetched.
   Lookahead& la = lookahead_;
   int searches = 1;
   if (la.serial != turn_.serial || la.wrapped != turn_.wrapped || la.from <= slot) {
@@ -470,7 +475,14 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
   }
   if (la.found > kLookAhead / 2) {
     const std::uint32_t half = la.places[(la.found - 1 - kLookAhead / 2) % kLookAhead];
-    if (const RequestHook* head = slot_at(half).head) __builtin_prefetch(head);
+    const Slot& h = slot_at(half);
+    if (const RequestHook* head = h.head) __builtin_prefetch(head);
+    if (!whole_record && credit_possible(h, now_)) {
+      const BucketRec* buckets = buckets_of(h);
+      for (std::uint8_t held = h.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+        __builtin_prefetch(&buckets[std::countr_zero(held)]);
+      }
+    }
   }
 }
 
