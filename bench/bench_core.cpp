@@ -77,6 +77,13 @@ struct Fleet {
   }
 };
 
+// A decision_sizes case's waiting participants: its percentage of the registered, at least one.
+std::size_t waiting_of(const benchmark::State& state) {
+  const auto registered = static_cast<std::size_t>(state.range(0));
+  const auto percent = static_cast<std::size_t>(state.range(1));
+  return std::max<std::size_t>(registered * percent / 100, 1);
+}
+
 // How the dispatcher asks for decisions: a batch at a time (Core::dispatch, the runtime's way),
 // or one visit per call (begin_turn and visit).
 enum class Api { batch, single };
@@ -144,8 +151,7 @@ class DecisionLoop {
 template <Api api>
 void BM_Decision(benchmark::State& state) {
   const auto registered = static_cast<std::size_t>(state.range(0));
-  const auto percent = static_cast<std::size_t>(state.range(1));
-  const std::size_t waiting_count = registered * percent / 100 > 0 ? registered * percent / 100 : 1;
+  const std::size_t waiting_count = waiting_of(state);
   Fleet fleet(registered, waiting_count);
   DecisionLoop<api> loop(fleet);
   const ClassId unmetered = fleet.core.unmetered();
@@ -277,8 +283,7 @@ void BM_MemoryFloor(benchmark::State& state) {
   };
   constexpr std::size_t kAhead = 8;
   const auto registered = static_cast<std::size_t>(state.range(0));
-  const auto percent = static_cast<std::size_t>(state.range(1));
-  const std::size_t waiting_count = registered * percent / 100 > 0 ? registered * percent / 100 : 1;
+  const std::size_t waiting_count = waiting_of(state);
   const std::size_t spacing = registered / waiting_count;
   creditloop::detail::PlaceStore<Line, Line> records(2);
   records.grow_to(registered);

@@ -221,12 +221,8 @@ class BasicTimerHeap {
   // The most recently freed block, so that the live ones stay packed and likely in cache; a new
   // one past the end only when none is free (within the reservation, this does not allocate).
   std::uint32_t take_block() noexcept {
-    if (!free_blocks_.empty()) {
-      const std::uint32_t index = free_blocks_.back();
-      free_blocks_.pop_back();
-      return index;
-    }
-    return new_block();
+    const std::uint32_t index = pop_given_back(free_blocks_);
+    return index != npos ? index : new_block();
   }
   // Where a place's entry sits, or npos when it is not filed (or has never had an id).
   [[nodiscard]] std::uint32_t position(const TimerSlot& s) const noexcept {
@@ -235,12 +231,15 @@ class BasicTimerHeap {
 
   // A free id, or a new one (which allocates only past the reservation).
   std::uint32_t take_id() noexcept {
-    if (!free_ids_.empty()) {
-      const std::uint32_t id = free_ids_.back();
-      free_ids_.pop_back();
-      return id;
-    }
-    return new_id();
+    const std::uint32_t id = pop_given_back(free_ids_);
+    return id != npos ? id : new_id();
+  }
+  // The index given back last, or npos when none is left.
+  static std::uint32_t pop_given_back(std::vector<std::uint32_t>& stack) noexcept {
+    if (stack.empty()) return npos;
+    const std::uint32_t index = stack.back();
+    stack.pop_back();
+    return index;
   }
   [[gnu::cold, gnu::noinline]] std::uint32_t new_id() {
     pos_.push_back(npos);
