@@ -266,6 +266,17 @@ void Core::refile(std::uint32_t slot, Slot& s, ClassId c) noexcept {
   }
 }
 
+void Core::file_spent(std::uint32_t slot, Slot& s, ClassId c) noexcept {
+  BucketRec& b = buckets_of(s)[c];
+  ready_[c].clear(slot);
+  Nanos due = 0;
+  if (credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at, due)) {
+    timers_[c].file(slot, due);
+  } else {
+    b.timer.set_instant(std::numeric_limits<Nanos>::max());
+  }
+}
+
 void Core::settle_credit_from(Slot& s) noexcept {
   // A held bucket without a credit is filed at its exact instant (or the clock's end), since
   // every debit, charge and re-plan that took a credit away re-filed it. A due timer that expired
@@ -591,8 +602,19 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
       if (h != kNoClass) out = h;
     }
     take_oldest(slot, s, out, c, d);
-    // Re-filed when it ran out of credit, or went out above the turn's class (rule 4).
-    file_after_debit(slot, s, out, out != c || !buckets[out].has_credit());
+    if (out == c) {
+      // From the ready set, so its c timer is not filed: an empty queue leaves it exact, and
+      // a spent credit files it without the heap looking for it first.
+      if (s.queued == 0) {
+        leave_waiting(slot);
+        return true;
+      }
+      if (!buckets[c].has_credit()) file_spent(slot, s, c);
+      settle_credit_from(s);
+      return true;
+    }
+    // Went out above the turn's class (rule 4): that bucket is re-filed.
+    file_after_debit(slot, s, out, true);
     return true;
   }
 }

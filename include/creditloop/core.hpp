@@ -326,6 +326,9 @@ class Core {
   void bring_to(std::uint32_t slot, Nanos now) noexcept { bring_to(slot_at(slot), now); }
   static void bring_to(Slot& s, Nanos now) noexcept;
   void refile(std::uint32_t slot, Slot& s, ClassId c) noexcept;
+  // refile() for a bucket just debited below a credit by a participant from c's ready set, whose
+  // c timer is therefore not filed (the ready set and the timer heap never both hold a place).
+  void file_spent(std::uint32_t slot, Slot& s, ClassId c) noexcept;
   // Every held class, then the earliest credit instant: for a waiting participant that changes
   // plan.
   void refile_held(std::uint32_t slot, Slot& s) noexcept;

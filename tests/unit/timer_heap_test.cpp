@@ -135,7 +135,12 @@ void random_against_brute(std::uint32_t places, std::uint64_t seed, int ops, Nan
     if (op < 5) {
       // Filed instants are never before the present, as in the core.
       const Nanos d = now + static_cast<Nanos>(rng() % static_cast<std::uint64_t>(spread));
-      h.set(p, d);
+      // A place not filed may take file(), which skips the lookup of where it sits.
+      if (brute.count(p) == 0 && (rng() & 1) != 0) {
+        h.file(p, d);
+      } else {
+        h.set(p, d);
+      }
       brute[p] = d;
     } else if (op < 7) {
       h.erase(p);

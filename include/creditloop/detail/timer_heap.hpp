@@ -125,11 +125,21 @@ class BasicTimerHeap {
         return;
       }
       remove(from, pos);
-    } else {
-      ++size_;
+      --size_;
     }
-    s.key = key;
-    pos_[s.id] = append(list_for(key), Entry{key, place, s.id});
+    insert(s, place, key);
+  }
+
+  /// set() for a place known not to be filed: it does not read where the place sits. At a
+  /// million participants that read is a cache miss, and a caller often knows the answer (the
+  /// core files a bucket it has just taken from the ready set, which holds no filed place).
+  void file(std::uint32_t place, Nanos due) noexcept {
+    TimerSlot& s = slots_(place);
+    assert(!contains(place));
+    const std::uint64_t key = static_cast<std::uint64_t>(due) ^ kBias;
+    if (key < due_from_) due_from_ = key;
+    if (s.id == npos) s.id = take_id();
+    insert(s, place, key);
   }
 
   /// Removes `place` if filed. Its key stays, and its id.
@@ -217,6 +227,13 @@ class BasicTimerHeap {
   }
 
   Entry& entry(std::uint32_t pos) noexcept { return blocks_[pos / kStride].entries[pos % kStride]; }
+
+  // Files `s` (of `place`, with an id, not filed) at `key`.
+  void insert(TimerSlot& s, std::uint32_t place, std::uint64_t key) noexcept {
+    ++size_;
+    s.key = key;
+    pos_[s.id] = append(list_for(key), Entry{key, place, s.id});
+  }
 
   // The most recently freed block, so that the live ones stay packed and likely in cache; a new
   // one past the end only when none is free (within the reservation, this does not allocate).
