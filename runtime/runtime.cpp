@@ -54,6 +54,17 @@ struct alignas(64) TicketRecord {
 static_assert(sizeof(TicketRecord) == 64 && alignof(TicketRecord) == 64,
               "completers of neighbouring tickets never share a line");
 
+// Appends a claimed record to a chain that one publish() hands to the dispatcher, whose release
+// makes the links visible: until then only this thread reads them.
+inline void chain(TicketRecord*& first, TicketRecord*& last, TicketRecord& record) noexcept {
+  if (first == nullptr) {
+    first = &record;
+  } else {
+    last->next_completed.store(&record, std::memory_order_relaxed);  // published by publish()
+  }
+  last = &record;
+}
+
 // One completion of a pool worker, as its block carries it (completion_block.hpp).
 struct PoolCompletion {
   std::uint32_t index = 0;       // the ticket record's
@@ -949,12 +960,7 @@ void Runtime::Impl::worker_main(std::size_t index) {
       // The ticket was issued claimed for this pool (hand_out()): the record is this worker's.
       TicketRecord* const record = tickets_.find(job.ticket.index);
       record->cost = nano.value_or(0);
-      if (first == nullptr) {
-        first = record;
-      } else {
-        last->next_completed.store(record, std::memory_order_relaxed);  // published by the push
-      }
-      last = record;
+      detail::chain(first, last, *record);
     }
     if (block != nullptr && block->count > 0) publish(*block);
     if (first != nullptr) publish(*first, *last);
@@ -1027,12 +1033,7 @@ Status CompletionBatch::add_nano(Ticket ticket, std::int64_t cost_nano) noexcept
   TicketRecord* record = nullptr;
   const Status claimed = impl_->claim(ticket, cost_nano, record);
   if (!claimed) return claimed;
-  if (first_ == nullptr) {
-    first_ = record;
-  } else {
-    last_->next_completed.store(record, std::memory_order_relaxed);  // published by flush()
-  }
-  last_ = record;
+  detail::chain(first_, last_, *record);  // published by flush()
   ++count_;
   return {};
 }
