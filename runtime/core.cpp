@@ -97,7 +97,7 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
                                 Nanos now) {
   if (plan >= terms_.size()) return Errc::unknown_plan;
   if (shares == 0 || shares > kMaxShares) return Errc::bad_shares;
-  if (name_index_.find(name) != name_index_.end()) return Errc::duplicate_name;
+  if (name_index_.find(name, name_of()) != detail::NameIndex::npos) return Errc::duplicate_name;
   now = observe(now);
 
   std::uint32_t slot = 0;
@@ -113,7 +113,8 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
   }
   // Everything that can allocate happens before the first change of state.
   std::string stored_name(name);
-  name_index_.emplace(std::string(name), slot);
+  name_index_.make_room_for_one();
+  name_index_.insert(name, slot);
   if (!free_slots_.empty()) {
     free_slots_.pop_back();
   } else {
@@ -152,7 +153,7 @@ Result<RequestList> Core::remove(ParticipantId p) {
   s.queued = 0;
   s.live = false;
   for (int c = 0; c < k_; ++c) ++bucket(p.slot, static_cast<ClassId>(c)).incarnation;
-  name_index_.erase(name_index_.find(std::string_view(names_[p.slot])));
+  name_index_.erase(names_[p.slot], p.slot);
   free_slots_.push_back(p.slot);
   --live_;
   return handed_back;
@@ -195,9 +196,9 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
 }
 
 std::optional<ParticipantId> Core::find(std::string_view name) const {
-  const auto it = name_index_.find(name);
-  if (it == name_index_.end()) return std::nullopt;
-  return ParticipantId{it->second, slot_at(it->second).generation};
+  const std::uint32_t slot = name_index_.find(name, name_of());
+  if (slot == detail::NameIndex::npos) return std::nullopt;
+  return ParticipantId{slot, slot_at(slot).generation};
 }
 
 std::optional<ParticipantId> Core::at(std::uint32_t slot) const noexcept {

@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "creditloop/bucket.hpp"
+#include "creditloop/detail/name_index.hpp"
 #include "creditloop/detail/place_store.hpp"
 #include "creditloop/detail/ready_set.hpp"
 #include "creditloop/detail/segmented.hpp"
@@ -319,6 +320,10 @@ class Core {
   const BucketRec& bucket(std::uint32_t slot, ClassId c) const noexcept {
     return places_store_.bucket(slot, c);
   }
+  // The stored name of a place, for name_index_.
+  auto name_of() const noexcept {
+    return [this](std::uint32_t slot) -> std::string_view { return names_[slot]; };
+  }
   [[nodiscard]] bool live(ParticipantId p) const noexcept;
   void set_terms(std::uint32_t slot, ClassId c) noexcept;
   static BucketRec* buckets_of(Slot& s) noexcept { return Places::buckets_after(s); }
@@ -396,7 +401,7 @@ class Core {
   Places places_store_;
   detail::Segmented<std::string> names_;
   detail::Segmented<Cold> cold_;
-  std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> name_index_;
+  detail::NameIndex name_index_;           // into names_
   std::vector<std::uint32_t> free_slots_;  // LIFO: the most recently freed place is reused first
   std::uint32_t ring_size_ = 0;
   std::size_t live_ = 0;
