@@ -10,8 +10,10 @@
 // dispatched two batches ago complete with costs 0, 0.5 and 2 credits, charged back to their
 // admitting buckets. Nothing allocates in the timed part: capacity is reserved up front.
 //
-// Run: build/release/bench/bench_core --benchmark_repetitions=5
-//        --benchmark_report_aggregates_only=true
+// Run: taskset -c 1 build/release/bench/bench_core --benchmark_repetitions=7
+//        --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
+// (the build machines' speed drifts by tens of percent within minutes; interleaving spreads a
+// slow spell over every case, and BM_ClockCalibration reports the speed they ran at).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -314,6 +316,31 @@ void BM_MemoryFloor(benchmark::State& state) {
       static_cast<double>(visits), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_MemoryFloor)->Apply(decision_sizes);
+
+// How fast the CPU ran, in cycles per nanosecond: a chain of dependent one-cycle adds retires at
+// most one add per cycle, so this is the clock times the share of it the virtual machine got. On
+// the build machines it has measured from 1.3 to 2.9 within one day, and every figure above moves
+// with it (though not in proportion: memory does not slow down with the CPU's share). It tells
+// runs on different days apart; within one run, compare the cases side by side.
+void BM_ClockCalibration(benchmark::State& state) {
+  constexpr int kAdds = 1 << 20;
+  std::uint64_t chain = 0;
+  for (auto _ : state) {
+    for (int i = 0; i < kAdds; ++i) {
+#if defined(__x86_64__)
+      asm volatile("add $1, %0" : "+r"(chain));
+#elif defined(__aarch64__)
+      asm volatile("add %0, %0, #1" : "+r"(chain));
+#else
+      benchmark::DoNotOptimize(++chain);  // a store and a load too: an upper bound only
+#endif
+    }
+  }
+  benchmark::DoNotOptimize(chain);
+  state.counters["ghz"] = benchmark::Counter(static_cast<double>(state.iterations()) * kAdds * 1e-9,
+                                             benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ClockCalibration)->Unit(benchmark::kMillisecond);
 
 // Registering a million participants: a name each, both plans, buckets full.
 void BM_RegisterMillion(benchmark::State& state) {
