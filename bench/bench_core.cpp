@@ -319,7 +319,7 @@ BENCHMARK(BM_MemoryFloor)->Apply(decision_sizes);
 
 // How fast the CPU ran, in cycles per nanosecond: a chain of dependent one-cycle adds retires at
 // most one add per cycle, so this is the clock times the share of it the virtual machine got. On
-// the build machines it has measured from 1.3 to 2.9 within one day, and every figure above moves
+// the build machines it has measured from 1.3 to 3.05 within one day, and every figure above moves
 // with it (though not in proportion: memory does not slow down with the CPU's share). It tells
 // runs on different days apart; within one run, compare the cases side by side.
 void BM_ClockCalibration(benchmark::State& state) {

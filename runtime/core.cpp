@@ -97,7 +97,10 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
                                 Nanos now) {
   if (plan >= terms_.size()) return Errc::unknown_plan;
   if (shares == 0 || shares > kMaxShares) return Errc::bad_shares;
-  if (name_index_.find(name, name_of()) != detail::NameIndex::npos) return Errc::duplicate_name;
+  const std::uint32_t name_hash = detail::NameIndex::hash_of(name);
+  if (name_index_.find(name, name_hash, name_of()) != detail::NameIndex::npos) {
+    return Errc::duplicate_name;
+  }
   now = observe(now);
 
   std::uint32_t slot = 0;
@@ -114,7 +117,7 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
   // Everything that can allocate happens before the first change of state.
   std::string stored_name(name);
   name_index_.make_room_for_one();
-  name_index_.insert(name, slot);
+  name_index_.insert(name_hash, slot);
   if (!free_slots_.empty()) {
     free_slots_.pop_back();
   } else {
@@ -153,7 +156,7 @@ Result<RequestList> Core::remove(ParticipantId p) {
   s.queued = 0;
   s.live = false;
   for (int c = 0; c < k_; ++c) ++bucket(p.slot, static_cast<ClassId>(c)).incarnation;
-  name_index_.erase(names_[p.slot], p.slot);
+  name_index_.erase(detail::NameIndex::hash_of(names_[p.slot]), p.slot);
   free_slots_.push_back(p.slot);
   --live_;
   return handed_back;
@@ -196,7 +199,7 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
 }
 
 std::optional<ParticipantId> Core::find(std::string_view name) const {
-  const std::uint32_t slot = name_index_.find(name, name_of());
+  const std::uint32_t slot = name_index_.find(name, detail::NameIndex::hash_of(name), name_of());
   if (slot == detail::NameIndex::npos) return std::nullopt;
   return ParticipantId{slot, slot_at(slot).generation};
 }

@@ -36,13 +36,13 @@ class Harness {
   void insert(const std::string& name, std::uint32_t place) {
     names_[place] = name;
     index_.make_room_for_one();
-    index_.insert(name, place);
+    index_.insert(Index::hash_of(name), place);
     expected_[name] = place;
   }
   // Returns the place the name had.
   std::uint32_t erase(const std::string& name) {
     const std::uint32_t place = expected_.at(name);
-    index_.erase(name, place);
+    index_.erase(Index::hash_of(name), place);
     names_[place] = "reused " + name;  // erase must not have needed the old name afterwards
     expected_.erase(name);
     return place;
@@ -51,8 +51,8 @@ class Harness {
     ASSERT_EQ(index_.size(), expected_.size());
     for (const std::string& name : probes) {
       const auto it = expected_.find(name);
-      const std::uint32_t want = it == expected_.end() ? BasicNameIndex<Hash>::npos : it->second;
-      ASSERT_EQ(index_.find(name, name_of()), want) << name;
+      const std::uint32_t want = it == expected_.end() ? Index::npos : it->second;
+      ASSERT_EQ(index_.find(name, Index::hash_of(name), name_of()), want) << name;
     }
   }
   [[nodiscard]] bool contains(const std::string& name) const { return expected_.contains(name); }
@@ -61,8 +61,9 @@ class Harness {
   auto name_of() const {
     return [this](std::uint32_t place) -> std::string_view { return names_[place]; };
   }
+  using Index = BasicNameIndex<Hash>;
   std::vector<std::string> names_;
-  BasicNameIndex<Hash> index_;
+  Index index_;
   std::unordered_map<std::string, std::uint32_t> expected_;
 };
 
@@ -146,7 +147,7 @@ TEST(NameIndex, GrowingKeepsEveryName) {
 }
 
 TEST(NameIndex, ReserveHoldsThatManyWithoutGrowing) {
-  BasicNameIndex<> index;
+  NameIndex index;
   index.reserve(1000);
   const std::size_t reserved = index.capacity();
   EXPECT_GE(reserved, 1000u);
@@ -155,10 +156,12 @@ TEST(NameIndex, ReserveHoldsThatManyWithoutGrowing) {
   const auto name_of = [&](std::uint32_t place) -> std::string_view { return names[place]; };
   for (std::uint32_t i = 0; i < 1000; ++i) {
     index.make_room_for_one();
-    index.insert(names[i], i);
+    index.insert(NameIndex::hash_of(names[i]), i);
   }
   EXPECT_EQ(index.capacity(), reserved);
-  for (std::uint32_t i = 0; i < 1000; ++i) ASSERT_EQ(index.find(names[i], name_of), i);
+  for (std::uint32_t i = 0; i < 1000; ++i) {
+    ASSERT_EQ(index.find(names[i], NameIndex::hash_of(names[i]), name_of), i);
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <bit>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -45,11 +46,20 @@ class BasicNameIndex {
   /// How many entries it holds before it must grow.
   [[nodiscard]] std::size_t capacity() const noexcept { return table_.size() / 4 * 3; }
 
-  /// The place of `name`, or npos. `name_of(place)` gives the name stored for a place.
+  /// What find, insert and erase take for `name`: a caller that looks a name up and then adds it
+  /// hashes it once.
+  [[nodiscard]] static std::uint32_t hash_of(std::string_view name) noexcept {
+    // Folded to 32 bits, so that both halves of the hash choose the home entry.
+    const auto h = static_cast<std::uint64_t>(Hash{}(name));
+    return static_cast<std::uint32_t>(h ^ (h >> 32));
+  }
+
+  /// The place of `name` (whose hash_of is `hash`), or npos. `name_of(place)` gives the name
+  /// stored for a place.
   template <class NameOf>
-  [[nodiscard]] std::uint32_t find(std::string_view name, const NameOf& name_of) const noexcept {
+  [[nodiscard]] std::uint32_t find(std::string_view name, std::uint32_t hash,
+                                   const NameOf& name_of) const noexcept {
     if (size_ == 0) return npos;
-    const std::uint32_t hash = hash32(name);
     for (std::size_t i = hash & mask_;; i = (i + 1) & mask_) {
       const Entry& e = table_[i];
       if (e.place == npos) return npos;
@@ -57,20 +67,20 @@ class BasicNameIndex {
     }
   }
 
-  /// Adds `name` at `place`. The name must not be present, and make_room_for_one() must have run
-  /// since the last insert.
-  void insert(std::string_view name, std::uint32_t place) noexcept {
-    const std::uint32_t hash = hash32(name);
+  /// Adds the name whose hash_of is `hash` at `place`. The name must not be present, and
+  /// make_room_for_one() must have run since the last insert.
+  void insert(std::uint32_t hash, std::uint32_t place) noexcept {
     std::size_t i = hash & mask_;
     while (table_[i].place != npos) i = (i + 1) & mask_;
     table_[i] = Entry{hash, place};
     ++size_;
   }
 
-  /// Removes the entry of `name`, which must be present at `place`. Compares places, not names:
-  /// the caller may already have reused the name's storage.
-  void erase(std::string_view name, std::uint32_t place) noexcept {
-    std::size_t hole = hash32(name) & mask_;
+  /// Removes the entry of the name whose hash_of is `hash`, which must be present at `place`.
+  /// Compares places, not names.
+  void erase(std::uint32_t hash, std::uint32_t place) noexcept {
+    assert(size_ != 0);
+    std::size_t hole = hash & mask_;
     while (table_[hole].place != place) hole = (hole + 1) & mask_;
     // Backward shift: an entry further along the run moves into the hole unless its home lies
     // cyclically after the hole (then the hole does not break its probe path).
@@ -94,12 +104,6 @@ class BasicNameIndex {
     std::uint32_t place = npos;  // npos: empty
   };
   static constexpr std::size_t kMinCapacity = 16;
-
-  // Folded to 32 bits, so that both halves of the hash choose the home entry.
-  [[nodiscard]] static std::uint32_t hash32(std::string_view name) noexcept {
-    const auto h = static_cast<std::uint64_t>(Hash{}(name));
-    return static_cast<std::uint32_t>(h ^ (h >> 32));
-  }
 
   void rehash(std::size_t entries) {
     std::vector<Entry> old(entries);
