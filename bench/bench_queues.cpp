@@ -71,12 +71,12 @@
 #include <thread>
 #include <vector>
 
-#include "creditloop/detail/mailbox.hpp"
-#include "creditloop/detail/spin.hpp"
-#include "creditloop/detail/wait_free_bag.hpp"
 #include "creditloop/participant.hpp"
 #include "creditloop/request.hpp"
 #include "creditloop/ticket.hpp"
+#include "internal/mailbox.hpp"
+#include "internal/spin.hpp"
+#include "internal/wait_free_bag.hpp"
 
 namespace {
 

@@ -76,8 +76,8 @@
 #include <tuple>
 #include <vector>
 
-#include "creditloop/detail/spin.hpp"
 #include "creditloop/runtime.hpp"
+#include "internal/spin.hpp"
 #include "model/model.hpp"
 
 namespace {

@@ -28,15 +28,15 @@
 #include <thread>
 #include <utility>
 
-#include "creditloop/detail/completion_block.hpp"
-#include "creditloop/detail/mailbox.hpp"
-#include "creditloop/detail/parker.hpp"
-#include "creditloop/detail/segmented.hpp"
-#include "creditloop/detail/spin.hpp"
-#include "creditloop/detail/ticket_cell.hpp"
-#include "creditloop/detail/wait_free_bag.hpp"
-#include "futex.hpp"
-#include "probes.hpp"
+#include "creditloop/detail/chunked_table.hpp"
+#include "internal/completion_block.hpp"
+#include "internal/futex.hpp"
+#include "internal/mailbox.hpp"
+#include "internal/parker.hpp"
+#include "internal/probes.hpp"
+#include "internal/spin.hpp"
+#include "internal/ticket_cell.hpp"
+#include "internal/wait_free_bag.hpp"
 
 namespace creditloop {
 namespace detail {
@@ -94,56 +94,16 @@ struct alignas(kCacheLine) OwnLine : T {
   using T::T;
 };
 
-constexpr std::int64_t kMaxCostNano = static_cast<std::int64_t>(kMaxCost) * kNanoPerCredit;
 constexpr std::int64_t kRoomRecheckNs = 1'000'000;  // SPEC 5a: re-test a custom room every ms
 
-// An array of T that grows in chunks and whose elements never move, indexable from any thread
-// while the owner grows it. The directory is fixed, so a reader does one acquire load of a chunk
-// pointer; a null one means "not yet created", i.e. an index nobody was ever given.
-template <class T>
-class ChunkedTable {
- public:
-  static constexpr std::size_t kChunkBits = 12;
-  static constexpr std::size_t kChunk = std::size_t{1} << kChunkBits;
-  static constexpr std::size_t kChunks = 4096;  // 16,777,216 elements, kMaxParticipants
-  static constexpr std::size_t kMax = kChunk * kChunks;
+static_assert(detail::ChunkedTable<TicketRecord>::kMax >= kMaxInFlight);
 
-  ChunkedTable() = default;
-  ChunkedTable(const ChunkedTable&) = delete;
-  ChunkedTable& operator=(const ChunkedTable&) = delete;
-  ~ChunkedTable() {
-    for (auto& chunk : directory_) delete[] chunk.load(std::memory_order_relaxed);
+// Gives each record of a new chunk of the ticket table its index, which completers return.
+void number_tickets(TicketRecord* chunk, std::size_t first) noexcept {
+  for (std::size_t i = 0; i < detail::ChunkedTable<TicketRecord>::kChunk; ++i) {
+    chunk[i].index = static_cast<std::uint32_t>(first + i);
   }
-
-  /// Any thread. nullptr for an index never grown to.
-  T* find(std::size_t i) const noexcept {
-    if (i >= kMax) return nullptr;
-    // acquire: pairs with the release store in grow_to(); the chunk's elements are constructed.
-    T* chunk = directory_[i >> kChunkBits].load(std::memory_order_acquire);
-    return chunk == nullptr ? nullptr : chunk + (i & (kChunk - 1));
-  }
-  /// Owner only, for an index below capacity().
-  T& operator[](std::size_t i) const noexcept {
-    // relaxed: the owner created the chunk itself.
-    return directory_[i >> kChunkBits].load(std::memory_order_relaxed)[i & (kChunk - 1)];
-  }
-  /// Owner only. Returns the first index of every new chunk through `fresh`. May allocate.
-  template <class F>
-  void grow_to(std::size_t n, F&& fresh) {
-    while (chunks_ * kChunk < n && chunks_ < kChunks) {
-      T* chunk = new T[kChunk];
-      fresh(chunk, chunks_ * kChunk);
-      // release: pairs with the acquire in find().
-      directory_[chunks_].store(chunk, std::memory_order_release);
-      ++chunks_;
-    }
-  }
-  [[nodiscard]] std::size_t capacity() const noexcept { return chunks_ * kChunk; }
-
- private:
-  std::array<std::atomic<T*>, kChunks> directory_{};
-  std::size_t chunks_ = 0;  // owner only
-};
+}
 
 // CPU time of the calling thread.
 Nanos thread_cpu_now() noexcept {
@@ -263,7 +223,7 @@ class Runtime::Impl {
   std::uint32_t acquire_ticket();
   // Tickets the table can still issue: free records, and records never used.
   [[nodiscard]] std::uint64_t tickets_left() const noexcept {
-    return free_tickets_.size() + (ChunkedTable<TicketRecord>::kMax - tickets_used_);
+    return free_tickets_.size() + (kMaxInFlight - tickets_used_);
   }
   void idle();
   [[nodiscard]] bool work_visible(std::uint32_t reasons) const;
@@ -286,8 +246,8 @@ class Runtime::Impl {
   const std::chrono::nanoseconds spin_;  // options_.spin, or the default for this machine
 
   // Shared with producers and completers.
-  ChunkedTable<Mailbox> mailboxes_;
-  ChunkedTable<TicketRecord> tickets_;
+  detail::ChunkedTable<Mailbox> mailboxes_;
+  detail::ChunkedTable<TicketRecord> tickets_;
   // Each written by different threads: producers, completers, the dispatcher going to sleep.
   OwnLine<detail::WaitFreeBag<Mailbox, std::atomic, &Mailbox::next_listed>> activations_;
   OwnLine<detail::WaitFreeBag<TicketRecord, std::atomic, &TicketRecord::next_completed>>
@@ -314,7 +274,7 @@ class Runtime::Impl {
   std::atomic<bool> commands_pending_{false};
 
   // Dispatcher only.
-  detail::Segmented<Local> locals_;
+  detail::ChunkedTable<Local> locals_;
   std::uint32_t places_ = 0;
   std::vector<std::uint32_t> free_tickets_;
   std::uint32_t tickets_used_ = 0;
@@ -365,11 +325,8 @@ Runtime::Impl::Impl(RuntimeOptions options)
   core_.reserve(options_.expected_participants, options_.expected_in_flight);
   ensure_places(static_cast<std::uint32_t>(
       std::min<std::size_t>(options_.expected_participants, kMaxParticipants)));
-  tickets_.grow_to(options_.expected_in_flight, [](TicketRecord* chunk, std::size_t first) {
-    for (std::size_t i = 0; i < ChunkedTable<TicketRecord>::kChunk; ++i) {
-      chunk[i].index = static_cast<std::uint32_t>(first + i);
-    }
-  });
+  tickets_.grow_to(std::min<std::size_t>(options_.expected_in_flight, kMaxInFlight),
+                   number_tickets);
   free_tickets_.reserve(tickets_.capacity());
   batch_jobs_.reserve(options_.batch);
   batch_dispatches_.resize(options_.batch);
@@ -398,7 +355,7 @@ void Runtime::Impl::ensure_places(std::uint32_t places) {
   if (places <= places_) return;
   locals_.grow_to(places);
   mailboxes_.grow_to(places, [](Mailbox* chunk, std::size_t first) {
-    for (std::size_t i = 0; i < ChunkedTable<Mailbox>::kChunk; ++i) {
+    for (std::size_t i = 0; i < detail::ChunkedTable<Mailbox>::kChunk; ++i) {
       chunk[i].slot = static_cast<std::uint32_t>(first + i);
     }
   });
@@ -724,11 +681,7 @@ std::uint32_t Runtime::Impl::acquire_ticket() {
     return index;
   }
   if (tickets_used_ == tickets_.capacity()) {  // more in flight than ever: grow (allocates)
-    tickets_.grow_to(tickets_used_ + 1, [](TicketRecord* chunk, std::size_t first) {
-      for (std::size_t i = 0; i < ChunkedTable<TicketRecord>::kChunk; ++i) {
-        chunk[i].index = static_cast<std::uint32_t>(first + i);
-      }
-    });
+    tickets_.grow_to(tickets_used_ + 1, number_tickets);
     free_tickets_.reserve(tickets_.capacity());
   }
   return tickets_used_++;

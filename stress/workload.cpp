@@ -21,8 +21,6 @@ constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
 // The names of the checks beyond the six: SPEC section 5's refusals, asserted as they happen.
 constexpr const char* kCompletionErrors = "completion errors (SPEC 5)";
 constexpr const char* kLifecycle = "lifecycle (SPEC 5)";
-constexpr std::int64_t kMaxCostNano =
-    static_cast<std::int64_t>(creditloop::kMaxCost) * creditloop::kNanoPerCredit;
 
 const char* state_str(ReqState s) {
   switch (s) {
@@ -67,7 +65,7 @@ Cost draw_cost(std::uint64_t seed, std::uint64_t request, bool allow_refused) {
     nano(500'000'000'000, 19'500'000'000'000);  // deep debt: minutes to hours of refill
   } else if (roll < 9'990) {
     c.credits = creditloop::kMaxCost;  // the documented limit itself
-    c.applied = kMaxCostNano;
+    c.applied = creditloop::kMaxCostNano;
   } else if (allow_refused && roll < 9'998) {
     constexpr double kRefused[] = {-1.0, -1e-9, std::numeric_limits<double>::quiet_NaN(),
                                    std::numeric_limits<double>::infinity(),
@@ -411,8 +409,8 @@ void completer_main(Run& run, std::uint32_t index) {
                          kCompletionErrors, "a NaN cost");
           break;
         case 2:
-          expect_refused(rt.complete_nano(t, kMaxCostNano + 1), Errc::bad_cost, kCompletionErrors,
-                         "a cost above the limit");
+          expect_refused(rt.complete_nano(t, creditloop::kMaxCostNano + 1), Errc::bad_cost,
+                         kCompletionErrors, "a cost above the limit");
           break;
         default:
           expect_refused(batch.add(t, std::numeric_limits<double>::infinity()), Errc::bad_cost,

@@ -64,10 +64,10 @@
 #include <vector>
 
 #include "creditloop/bucket.hpp"
+#include "creditloop/detail/chunked_table.hpp"
 #include "creditloop/detail/name_index.hpp"
 #include "creditloop/detail/place_store.hpp"
 #include "creditloop/detail/ready_set.hpp"
-#include "creditloop/detail/segmented.hpp"
 #include "creditloop/detail/timer_heap.hpp"
 #include "creditloop/error.hpp"
 #include "creditloop/participant.hpp"
@@ -399,8 +399,8 @@ class Core {
   std::unordered_map<std::string, PlanId, NameHash, std::equal_to<>> plan_index_;
 
   Places places_store_;
-  detail::Segmented<std::string> names_;
-  detail::Segmented<Cold> cold_;
+  detail::ChunkedTable<std::string> names_;
+  detail::ChunkedTable<Cold> cold_;
   detail::NameIndex name_index_;           // into names_
   std::vector<std::uint32_t> free_slots_;  // LIFO: the most recently freed place is reused first
   std::uint32_t ring_size_ = 0;
@@ -416,7 +416,7 @@ class Core {
 
   std::uint32_t places_ = 0;  // capacity of the per-place structures
 
-  detail::Segmented<InFlight> in_flight_records_;
+  detail::ChunkedTable<InFlight> in_flight_records_;
   std::vector<std::uint32_t> free_tickets_;
   std::uint32_t tickets_ = 0;  // records ever used
   std::size_t in_flight_ = 0;

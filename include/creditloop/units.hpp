@@ -14,6 +14,7 @@
 //   cost, credits per request     [0, kMaxCost]           1,000,000
 //   metered classes               1 .. kMaxClasses        7
 //   participants registered       kMaxParticipants        16,777,216 at once
+//   requests in flight            kMaxInFlight            16,777,216 at once
 // clang-format on
 // So a bucket's capacity (burst x shares) is at most 1e10 credits and its refill (rate x shares)
 // at most 1e10 credits/s: both fit 64 bits in nano-credits, which keeps a visit's refill
@@ -39,8 +40,13 @@ inline constexpr std::uint32_t kMaxShares = 1'000'000;
 inline constexpr double kMaxRate = 10'000.0;
 inline constexpr double kMaxBurst = 10'000.0;
 inline constexpr double kMaxCost = 1'000'000.0;
+/// kMaxCost in nano-credits: the bound of every *_nano cost argument.
+inline constexpr std::int64_t kMaxCostNano = static_cast<std::int64_t>(kMaxCost) * kNanoPerCredit;
 inline constexpr int kMaxClasses = 7;
 inline constexpr std::uint32_t kMaxParticipants = 1u << 24;
+/// Requests dispatched and not yet completed. The runtime counts it against its room; an embedder
+/// of the core alone keeps its own room below it.
+inline constexpr std::uint32_t kMaxInFlight = 1u << 24;
 
 /// A balance in nano-credits. 128 bits: debt from charge-back has no bound but the process's life.
 __extension__ typedef __int128 Balance;

@@ -45,7 +45,6 @@ constexpr Nanos kNanosMax = std::numeric_limits<Nanos>::max();
 constexpr Nanos kSecond = 1'000'000'000;
 constexpr Nanos kHour = 3600 * kSecond;
 constexpr Nanos kYear = 365 * 24 * kHour;
-constexpr std::int64_t kMaxCostNano = 1'000'000 * kNanoPerCredit;
 constexpr TicketId kNeverIssued = std::numeric_limits<TicketId>::max();
 
 std::string str(Int128 v) { return to_decimal(v); }

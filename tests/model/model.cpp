@@ -11,7 +11,6 @@ namespace {
 // nanoseconds is then an integer count of units, so refill never rounds.
 constexpr Int128 kUnitsPerNano = 1'000'000'000;
 constexpr Int128 kUnitsPerCredit = kUnitsPerNano * kNanoPerCredit;
-constexpr std::int64_t kMaxCostNano = static_cast<std::int64_t>(kMaxCost) * kNanoPerCredit;
 
 Int128 floor_div(Int128 a, Int128 b) {
   Int128 q = a / b;

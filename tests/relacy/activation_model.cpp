@@ -25,8 +25,8 @@
 #include <array>
 #include <memory>
 
-#include "creditloop/detail/mailbox.hpp"
-#include "creditloop/detail/wait_free_bag.hpp"
+#include "internal/mailbox.hpp"
+#include "internal/wait_free_bag.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {

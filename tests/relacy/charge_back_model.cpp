@@ -16,8 +16,8 @@
 // bag head): the dispatcher then reads a cost, or a link, that nothing handed to it.
 #include <array>
 
-#include "creditloop/detail/ticket_cell.hpp"
-#include "creditloop/detail/wait_free_bag.hpp"
+#include "internal/ticket_cell.hpp"
+#include "internal/wait_free_bag.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {

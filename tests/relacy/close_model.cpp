@@ -16,7 +16,7 @@
 // close() is read without being handed over, a data race.
 #include <array>
 
-#include "creditloop/detail/inbox.hpp"
+#include "internal/inbox.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {

@@ -12,7 +12,7 @@
 // reads a request whose contents it was never handed, which Relacy reports as a data race.
 #include <array>
 
-#include "creditloop/detail/inbox.hpp"
+#include "internal/inbox.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {

@@ -30,7 +30,7 @@
 #include <type_traits>
 #include <version>
 
-#include "creditloop/detail/ticket_cell.hpp"
+#include "internal/ticket_cell.hpp"
 
 namespace creditloop::relacy {
 

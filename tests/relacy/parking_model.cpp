@@ -18,8 +18,8 @@
 // for good.
 #include <array>
 
-#include "creditloop/detail/parker.hpp"
-#include "creditloop/detail/wait_free_bag.hpp"
+#include "internal/parker.hpp"
+#include "internal/wait_free_bag.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {

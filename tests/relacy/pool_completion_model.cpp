@@ -17,9 +17,9 @@
 #include <array>
 #include <cstdint>
 
-#include "creditloop/detail/completion_block.hpp"
-#include "creditloop/detail/ticket_cell.hpp"
-#include "creditloop/detail/wait_free_bag.hpp"
+#include "internal/completion_block.hpp"
+#include "internal/ticket_cell.hpp"
+#include "internal/wait_free_bag.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {

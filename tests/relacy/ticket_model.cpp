@@ -16,8 +16,8 @@
 // nothing handed to it, a data race.
 #include <array>
 
-#include "creditloop/detail/ticket_cell.hpp"
-#include "creditloop/detail/wait_free_bag.hpp"
+#include "internal/ticket_cell.hpp"
+#include "internal/wait_free_bag.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "creditloop/core.hpp"
-#include "creditloop/detail/spin.hpp"
 #include "creditloop/runtime.hpp"
+#include "internal/spin.hpp"
 
 namespace creditloop {
 namespace {

@@ -1,5 +1,5 @@
-// creditloop/detail/wait_free_bag.hpp: an unordered multi-producer, single-consumer bag of
-// intrusive nodes. Internal to the runtime; not part of the public API.
+// runtime/internal/wait_free_bag.hpp: an unordered multi-producer, single-consumer bag of
+// intrusive nodes. Internal to the runtime: not installed, not part of the public API.
 //
 // Used where order does not matter and producers must never wait: the runtime's activation list
 // (participants whose queue just became non-empty) and its completion list (tickets completed by

@@ -1,5 +1,5 @@
-// creditloop/detail/ticket_cell.hpp: the state of one runtime ticket, completed from any thread.
-// Internal to the runtime; not part of the public API.
+// runtime/internal/ticket_cell.hpp: the state of one runtime ticket, completed from any thread.
+// Internal to the runtime: not installed, not part of the public API.
 //
 // One 64-bit word: the generation of the cell's current use (32 bits) and its phase: free, in
 // flight (issued by the dispatcher), or claimed (completed by some thread, not yet applied by the

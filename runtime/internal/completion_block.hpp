@@ -1,5 +1,5 @@
-// creditloop/detail/completion_block.hpp: a pool worker's completions, lent to the dispatcher in
-// one piece. Internal to the runtime; not part of the public API.
+// runtime/internal/completion_block.hpp: a pool worker's completions, lent to the dispatcher in
+// one piece. Internal to the runtime: not installed, not part of the public API.
 //
 // Why: a completion that writes its cost into its ticket's record moves the record's cache line
 // from the dispatcher (which wrote it at dispatch and reads it again to apply the completion) to

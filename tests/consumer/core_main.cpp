@@ -1,7 +1,11 @@
-// Proves an installed creditloop is usable: one participant, one request, one dispatch.
+// Proves an installed creditloop::core is usable on its own, without threads: one participant,
+// one request, one dispatch, one completion.
 #include <creditloop/core.hpp>
+#include <creditloop/version.hpp>
 
 #include <cstdio>
+
+static_assert(CREDITLOOP_VERSION >= 200, "the installed version header is this release's");
 
 int main() {
   creditloop::Core core(creditloop::reference_config());
@@ -13,6 +17,6 @@ int main() {
   auto d = core.visit(0);
   if (!d || d->request != &request || d->out != 0) return 4;
   if (!core.complete(d->ticket, 0.5, 1)) return 5;
-  std::puts("consumer ok");
+  std::printf("core consumer ok (creditloop %s)\n", CREDITLOOP_VERSION_STRING);
   return 0;
 }

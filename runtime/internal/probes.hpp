@@ -1,4 +1,4 @@
-// runtime/probes.hpp: static tracepoints (USDT) for perf, bpftrace and SystemTap.
+// runtime/internal/probes.hpp: static tracepoints (USDT) for perf, bpftrace and SystemTap.
 //
 // Each probe is one nop in the code and a note in the binary until a tool attaches to it, so they
 // stay in release builds. List them with `perf list 'sdt_creditloop:*'` after

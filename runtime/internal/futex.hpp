@@ -1,4 +1,4 @@
-// runtime/futex.hpp: the Linux futex, the Parker's way to sleep (detail/parker.hpp).
+// runtime/internal/futex.hpp: the Linux futex, the Parker's way to sleep (parker.hpp).
 #pragma once
 
 #include <linux/futex.h>

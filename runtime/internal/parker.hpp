@@ -1,5 +1,5 @@
-// creditloop/detail/parker.hpp: how the dispatcher sleeps without losing a wake-up.
-// Internal to the runtime; not part of the public API.
+// runtime/internal/parker.hpp: how the dispatcher sleeps without losing a wake-up.
+// Internal to the runtime: not installed, not part of the public API.
 //
 // An event count on one 32-bit word: bits 0-1 say what the dispatcher is (about to be) asleep
 // for, the remaining bits count wake-ups. The protocol is the classic store-then-load pair on

@@ -7,7 +7,6 @@
 namespace creditloop {
 namespace {
 
-constexpr std::int64_t kMaxCostNano = 1'000'000 * kNanoPerCredit;
 // Ring size from which a visit prefetches the next stop's record: about where the records of a
 // ring (192 bytes each at k = 2) outgrow a core's share of L2.
 constexpr std::uint32_t kPrefetchFrom = 8192;
@@ -72,7 +71,7 @@ void Core::reserve(std::size_t participants, std::size_t in_flight) {
   grow_places(places);
   name_index_.reserve(participants);
   free_slots_.reserve(participants);
-  in_flight_records_.grow_to(in_flight);
+  in_flight_records_.grow_to(in_flight < kMaxInFlight ? in_flight : std::size_t{kMaxInFlight});
   free_tickets_.reserve(in_flight_records_.capacity());
 }
 

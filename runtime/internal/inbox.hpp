@@ -1,5 +1,5 @@
-// creditloop/detail/inbox.hpp: one participant's submission queue, many producers and the
-// dispatcher. Internal to the runtime; not part of the public API.
+// runtime/internal/inbox.hpp: one participant's submission queue, many producers and the
+// dispatcher. Internal to the runtime: not installed, not part of the public API.
 //
 // Producers link requests onto a LIFO chain with one compare-and-swap on the head; the dispatcher
 // takes the whole chain with one exchange and reverses it, so it moves a participant's whole

@@ -1,4 +1,4 @@
-// creditloop/detail/spin.hpp: the monotonic clock and the pause instruction the runtime's waits
+// runtime/internal/spin.hpp: the monotonic clock and the pause instruction the runtime's waits
 // use. Internal; the benchmarks share it so that their contenders wait the same way.
 #pragma once
 

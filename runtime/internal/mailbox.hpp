@@ -1,5 +1,5 @@
-// creditloop/detail/mailbox.hpp: a participant's inbox plus how the dispatcher hears of it.
-// Internal to the runtime; not part of the public API.
+// runtime/internal/mailbox.hpp: a participant's inbox plus how the dispatcher hears of it.
+// Internal to the runtime: not installed, not part of the public API.
 //
 // A mailbox is one per ring place, one cache line, touched by that participant's producers and by
 // the dispatcher. A push that finds the inbox empty must put the mailbox on the runtime's
@@ -23,7 +23,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "creditloop/detail/inbox.hpp"
+#include "internal/inbox.hpp"
 
 namespace creditloop::detail {
 
