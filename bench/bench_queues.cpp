@@ -748,7 +748,7 @@ struct PoolFixture {
   }
 };
 
-// The dispatcher's own work between two hand-offs (a decision is some 40 to 200 ns, README):
+// The dispatcher's own work between two hand-offs (a decision is some 40 to 200 ns):
 // with a gap, workers drain faster than jobs arrive, which is how the runtime's pool runs.
 void work_for(std::int64_t gap_ns) {
   if (gap_ns <= 0) return;

@@ -1,5 +1,5 @@
 // The runtime: the threaded shell around the deterministic core (see runtime.hpp for the contract
-// and README "Design" for the argument).
+// and docs/design.md for the argument).
 //
 // Who touches what:
 //  - The core, the per-place Local records, the free ticket list and every counter not marked
