@@ -1,17 +1,23 @@
-// The hot paths allocate nothing once capacity is reserved: submit, begin_turn, visit, dispatch
-// and complete run for many rounds under a global operator new that counts, and the count must stay
-// at zero. Its own binary, because replacing operator new affects everything linked with it.
+// The hot paths allocate nothing once capacity is reserved: the core's submit, begin_turn, visit,
+// dispatch and complete, and the runtime's submit, dispatch and complete, run for many rounds
+// under a global operator new (plain and over-aligned) that counts on every thread, and the count
+// must stay at zero. Its own binary, because replacing operator new affects everything linked
+// with it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "creditloop/core.hpp"
+#include "creditloop/runtime.hpp"
 
 namespace {
 // Atomics only because operator new may run on any thread; every access is relaxed since the
@@ -33,6 +39,18 @@ void* operator new(std::size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+// Over-aligned types (the core's records, the runtime's cache-line structures) come here.
+void* operator new(std::size_t n, std::align_val_t align) {
+  if (g_counting.load(std::memory_order_relaxed)) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+  }
+  const auto a = static_cast<std::size_t>(align);
+  // aligned_alloc wants a size that is a multiple of the alignment.
+  if (void* p = std::aligned_alloc(a, (n + a - 1) / a * a)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 #pragma GCC diagnostic pop
 
 namespace creditloop {
@@ -47,6 +65,17 @@ TEST(Allocation, TheCounterSeesAllocations) {
   auto* probe = new std::string(100, 'x');  // longer than the small-string buffer
   g_counting.store(false, std::memory_order_relaxed);
   EXPECT_GE(g_allocations.exchange(0, std::memory_order_relaxed), 1);
+  delete probe;
+}
+
+TEST(Allocation, TheCounterSeesOverAlignedAllocations) {
+  struct alignas(256) Line {
+    char bytes[256];
+  };
+  g_counting.store(true, std::memory_order_relaxed);
+  auto* probe = new Line();
+  g_counting.store(false, std::memory_order_relaxed);
+  EXPECT_EQ(g_allocations.exchange(0, std::memory_order_relaxed), 1);
   delete probe;
 }
 
@@ -134,6 +163,89 @@ TEST_F(MixedRun, SteadyStateBatchesAllocateNothing) {
   }
   g_counting.store(false, std::memory_order_relaxed);
   expect_no_allocation_in_a_mixed_run();
+}
+
+// The runtime in steady state: producers submit, the dispatcher decides and hands each request to
+// a sink, the test completes it. The sink passes tickets back through a single-producer,
+// single-consumer ring of its own, so that nothing but the runtime could allocate.
+class RuntimeRun : public ::testing::Test {
+ protected:
+  static constexpr std::uint32_t kSlots = 16;
+  static constexpr std::size_t kRing = 64;  // more than kSlots: the sink never waits
+
+  struct Req : RequestHook {
+    int participant = 0;
+  };
+
+  RuntimeRun() {
+    RuntimeOptions o;
+    o.config = reference_config();
+    o.slots = kSlots;
+    o.expected_participants = 64;
+    o.expected_in_flight = kSlots;
+    o.sink = [this](const Dispatched& d) {
+      const std::size_t tail = tail_.load(std::memory_order_relaxed);  // this thread's own
+      ring_[tail % kRing] = d;
+      // release: pairs with the acquire in take(); publishes the entry just written.
+      tail_.store(tail + 1, std::memory_order_release);
+    };
+    runtime_.emplace(std::move(o));
+    for (int i = 0; i < 8; ++i) {
+      ids_.push_back(*runtime_->add("t" + std::to_string(i), i % 2 == 0 ? "pro" : "lite", 1));
+    }
+    requests_.resize(kSlots);
+  }
+
+  // Waits for the next dispatch (the dispatcher is busy or about to be: no sleeping).
+  Dispatched take() {
+    // acquire: pairs with the sink's release store.
+    while (tail_.load(std::memory_order_acquire) == head_) std::this_thread::yield();
+    return ring_[head_++ % kRing];
+  }
+
+  // `cycles` rounds of: complete the oldest dispatch, submit its request again. Returns the
+  // completions that were refused (none expected).
+  int cycle(int cycles) {
+    int refused = 0;
+    for (int i = 0; i < cycles; ++i) {
+      const Dispatched d = take();
+      refused += runtime_->complete(d.ticket, (i % 4) * 0.25).ok() ? 0 : 1;
+      Req& r = static_cast<Req&>(*d.request);
+      r.participant = (r.participant + 1) % static_cast<int>(ids_.size());
+      refused += runtime_->submit(ids_[static_cast<std::size_t>(r.participant)], r).ok() ? 0 : 1;
+    }
+    return refused;
+  }
+
+  void fill() {
+    for (std::size_t i = 0; i < requests_.size(); ++i) {
+      requests_[i].participant = static_cast<int>(i % ids_.size());
+      ASSERT_TRUE(runtime_->submit(ids_[i % ids_.size()], requests_[i]).ok());
+    }
+  }
+
+  void drain() {
+    for (std::uint32_t i = 0; i < kSlots; ++i) (void)runtime_->complete(take().ticket, 0);
+  }
+
+  std::array<Dispatched, kRing> ring_{};
+  std::atomic<std::size_t> tail_{0};
+  std::size_t head_ = 0;  // the test thread's
+  std::vector<ParticipantId> ids_;
+  std::vector<Req> requests_;
+  std::optional<Runtime> runtime_;
+};
+
+TEST_F(RuntimeRun, SteadyStateSubmitDispatchAndCompleteAllocateNothing) {
+  fill();
+  ASSERT_EQ(cycle(2'000), 0);  // warm up: every record and list has reached its size
+  g_counting.store(true, std::memory_order_relaxed);
+  const int refused = cycle(50'000);
+  g_counting.store(false, std::memory_order_relaxed);
+  EXPECT_EQ(refused, 0);
+  EXPECT_EQ(g_allocations.exchange(0, std::memory_order_relaxed), 0);
+  drain();
+  EXPECT_EQ(runtime_->snapshot().dispatched, 52'000u + kSlots);
 }
 
 }  // namespace

@@ -155,6 +155,17 @@ TEST(Differential, ClockAtItsEnd) {
   run_many(o, 11'000'000, 200);
 }
 
+// The fuzzer's inputs choose the clock's end too, not only the tests above.
+TEST(Differential, FuzzInputsReachTheClocksEnd) {
+  int reaching = 0;
+  for (std::uint64_t seed = 1; seed <= 64; ++seed) {
+    SeededSource source(seed);
+    reaching += fuzz_options(source).clock_reaches_end ? 1 : 0;
+  }
+  EXPECT_GT(reaching, 0);
+  EXPECT_LT(reaching, 64);
+}
+
 // The harness notices a wrong model: each deliberate flaw must be reported within a few seeds.
 class DifferentialFlaw : public ::testing::TestWithParam<Flaw> {};
 

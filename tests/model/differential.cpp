@@ -1201,6 +1201,7 @@ DiffOptions fuzz_options(OpSource& source) {
   o.rates = static_cast<RateMix>(dice.below(3));
   o.churn = !dice.one_in(4);
   o.bad_input = !dice.one_in(4);
+  o.clock_reaches_end = dice.one_in(4);
   return o;
 }
 

@@ -68,9 +68,9 @@ struct DiffOptions {
   RateMix rates = RateMix::mixed;
   bool churn = true;      // add, remove and re-plan during the run
   bool bad_input = true;  // also try invalid calls, which must be refused alike
-  // Let the clock reach the largest Nanos. Off by default: the core saturates an unreachable
-  // credit instant to that value and, at exactly that `now`, takes it for due: begin_turn passes
-  // a class nobody qualifies for, and run() passes it again and again.
+  // Let the clock reach the largest Nanos, where a credit instant beyond the clock's end is
+  // saturated to the same value and must still not count as due. Off by default so that most
+  // runs spend their steps elsewhere; the fuzzer turns it on for a quarter of its inputs.
   bool clock_reaches_end = false;
   Flaw flaw = Flaw::none;    // a deliberately broken model, to show divergences are noticed
   std::size_t history = 48;  // operations quoted in a divergence report

@@ -481,18 +481,39 @@ TEST(Runtime, ShutdownCanDrainEverythingQueuedFirst) {
 }
 
 TEST(Runtime, DestructionWithoutShutdownIsSafe) {
+  // The first handler holds its request until the runtime's destruction has been asked for: the
+  // destructor must wait for it, so every handler that started has finished when it returns.
   std::deque<Req> requests(300);
+  std::atomic<bool> destroying{false};
+  std::atomic<int> started{0};
+  std::atomic<int> finished{0};
+  std::binary_semaphore first_started{0};
   {
     RuntimeOptions o;
     o.config = reference_config();
     o.slots = 4;
     o.workers = 2;
-    o.handler = [](RequestHook&, ParticipantId) { return 1.0; };
+    o.handler = [&](RequestHook&, ParticipantId) {
+      // relaxed counters: read after the destructor joined the workers, which orders them.
+      if (started.fetch_add(1, std::memory_order_relaxed) == 0) {
+        first_started.release();
+        // acquire: pairs with the test's release store below; only a flag, nothing it publishes.
+        while (!destroying.load(std::memory_order_acquire)) std::this_thread::yield();
+      }
+      finished.fetch_add(1, std::memory_order_relaxed);
+      return 1.0;
+    };
     Runtime rt(std::move(o));
     const ParticipantId alice = *rt.add("alice", "pro", 1);
     for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+    ASSERT_TRUE(first_started.try_acquire_for(kDeadline));
+    destroying.store(true, std::memory_order_release);  // pairs with the handler's acquire
   }  // queued requests are dropped (they are ours), in-flight ones complete first
-  SUCCEED();
+  const int began = started.load(std::memory_order_relaxed);
+  EXPECT_GE(began, 1);
+  EXPECT_EQ(finished.load(std::memory_order_relaxed), began)
+      << "the destructor returned before a handler did";
+  EXPECT_LE(began, 300);
 }
 
 TEST(Runtime, SnapshotsReportQueueDepthBalancesAndTheLastClass) {
@@ -544,14 +565,25 @@ TEST(Runtime, ReplanWhileRunningKeepsTheBalanceClippedAndMayDropABucket) {
 }
 
 TEST(Runtime, TheDispatcherThreadIsNamedAndPinned) {
+  // Pinned to the last CPU this process may use, whichever that is; the dispatcher's own
+  // affinity must then be that CPU alone, which it is not unless the runtime pinned it.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "one CPU: pinned and unpinned look the same";
+  int target = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) target = c;
+  }
   std::mutex m;
   std::string name;
-  int cpu = -1;
+  cpu_set_t seen_affinity;
+  CPU_ZERO(&seen_affinity);
   std::binary_semaphore seen{0};
   RuntimeOptions o;
   o.config = reference_config();
   o.thread_name = "cl-dispatch-test-long-name";
-  o.cpu = 0;
+  o.cpu = target;
   Runtime* self = nullptr;
   o.sink = [&](const Dispatched& d) {
     char buffer[32] = {};
@@ -559,7 +591,7 @@ TEST(Runtime, TheDispatcherThreadIsNamedAndPinned) {
     {
       std::lock_guard lock(m);
       name = buffer;
-      cpu = sched_getcpu();
+      pthread_getaffinity_np(pthread_self(), sizeof seen_affinity, &seen_affinity);
     }
     (void)self->complete(d.ticket, 0);
     seen.release();
@@ -572,7 +604,8 @@ TEST(Runtime, TheDispatcherThreadIsNamedAndPinned) {
   ASSERT_TRUE(seen.try_acquire_for(kDeadline));
   std::lock_guard lock(m);
   EXPECT_EQ(name, "cl-dispatch-tes");  // the kernel keeps 15 characters
-  EXPECT_EQ(cpu, 0);
+  EXPECT_EQ(CPU_COUNT(&seen_affinity), 1);
+  EXPECT_TRUE(CPU_ISSET(target, &seen_affinity));
 }
 
 TEST(Runtime, BadOptionsAreRefusedAtConstruction) {
