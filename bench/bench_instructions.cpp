@@ -1,0 +1,178 @@
+// The core's work per operation in instructions, for tools/instruction-budget, which runs each
+// case under `valgrind --tool=callgrind --collect-atstart=no --instr-atstart=no`: callgrind's
+// counts do not depend on the machine's speed or load, so the budget holds on any machine with
+// the same compiler.
+//
+// Each case builds its workload (workloads.hpp) uninstrumented, brings it to its steady state,
+// then counts only around the measured operations (setup and, for decisions, the untimed upkeep
+// excluded), and prints the number of operations; the script divides callgrind's total by it.
+//
+//   bench_instructions --list     the cases, one per line
+//   bench_instructions CASE       runs one (natively too: the counts are then simply not taken)
+#include <valgrind/callgrind.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "workloads.hpp"
+
+namespace {
+
+using creditloop::bench::Api;
+using creditloop::bench::Credit;
+using creditloop::bench::DecisionLoop;
+using creditloop::bench::Fleet;
+using creditloop::bench::kBatch;
+using creditloop::bench::ShallowLoop;
+
+enum class Kind {
+  decision,  // decisions alone (Core::dispatch in batches of 8, or begin_turn + visit)
+  cycle,     // decision, submission and completion with cost, queues kept at their depth
+  request,   // one deep: submission, decision, completion with cost
+};
+
+struct Case {
+  std::string name;
+  Kind kind;
+  std::size_t registered;
+  std::size_t waiting;  // participants with queued work (decision and cycle)
+  Api api;
+  Credit credit;
+  std::size_t depth;  // queue depth (cycle)
+};
+
+std::string_view credit_name(Credit c) {
+  switch (c) {
+    case Credit::scarce:
+      return "scarce";
+    case Credit::plentiful:
+      return "plentiful";
+    case Credit::high_rate:
+      return "high-rate";
+  }
+  return "?";
+}
+
+std::vector<Case> all_cases() {
+  struct Size {
+    const char* label;
+    std::size_t registered;
+    std::size_t waiting;
+  };
+  const Size sizes[] = {{"1", 1, 1},
+                        {"1k-1pct", 1000, 10},
+                        {"1k-all", 1000, 1000},
+                        {"1024-all", 1024, 1024},
+                        {"1M-1pct", 1'000'000, 10'000},
+                        {"1M-all", 1'000'000, 1'000'000}};
+  std::vector<Case> cases;
+  for (const Credit credit : {Credit::plentiful, Credit::scarce}) {
+    for (const Api api : {Api::single, Api::batch}) {
+      for (const Size& s : sizes) {
+        cases.push_back({"decision/" + std::string(api == Api::single ? "visit" : "batch") + "/" +
+                             std::string(credit_name(credit)) + "/" + s.label,
+                         Kind::decision, s.registered, s.waiting, api, credit, 4});
+      }
+    }
+    for (const std::size_t registered : {64u, 10'000u, 1'000'000u}) {
+      cases.push_back({"request/one-deep/" + std::string(credit_name(credit)) + "/" +
+                           std::to_string(registered),
+                       Kind::request, registered, 0, Api::single, credit, 1});
+    }
+    cases.push_back({"cycle/16-deep/" + std::string(credit_name(credit)) + "/1024", Kind::cycle,
+                     1024, 1024, Api::single, credit, 16});
+  }
+  cases.push_back({"decision/visit/high-rate/1k-all", Kind::decision, 1000, 1000, Api::single,
+                   Credit::high_rate, 4});
+  return cases;
+}
+
+// Counting is on only between these two (--collect-atstart=no); outside callgrind they do nothing.
+struct Counted {
+  Counted() { CALLGRIND_TOGGLE_COLLECT; }
+  ~Counted() { CALLGRIND_TOGGLE_COLLECT; }
+  Counted(const Counted&) = delete;
+  Counted& operator=(const Counted&) = delete;
+};
+
+constexpr std::size_t kMeasured = 16 * kBatch;  // operations counted per case
+
+template <Api api>
+std::uint64_t run_decisions(const Case& c) {
+  Fleet fleet(c.registered, c.waiting, c.credit, c.depth);
+  DecisionLoop<api> loop(fleet);
+  std::uint64_t per_class[creditloop::kMaxClasses + 1] = {};
+  // Warm up uninstrumented: two rounds of every waiting participant (the buckets start full, so
+  // the first round is all metered even when credit is scarce), at least 8 batches.
+  const std::size_t warm = std::max<std::size_t>(2 * c.waiting, 8 * kBatch);
+  for (std::size_t made = 0; made < warm;) {
+    const int n = loop.decide();
+    loop.upkeep(n, per_class);
+    made += static_cast<std::size_t>(n);
+  }
+  CALLGRIND_START_INSTRUMENTATION;
+  std::uint64_t ops = 0;
+  while (ops < kMeasured) {
+    int n = 0;
+    if (c.kind == Kind::cycle) {
+      const Counted counted;
+      n = loop.decide();
+      loop.upkeep(n, per_class);
+    } else {
+      {
+        const Counted counted;
+        n = loop.decide();
+      }
+      loop.upkeep(n, per_class);
+    }
+    ops += static_cast<std::uint64_t>(n);
+  }
+  return ops;
+}
+
+std::uint64_t run_requests(const Case& c) {
+  ShallowLoop loop(c.registered, c.credit);
+  // Warm up: every participant served twice, at least 64 rounds.
+  const std::size_t warm = std::max<std::size_t>(2 * c.registered, 64 * ShallowLoop::kRound);
+  for (std::size_t made = 0; made < warm;) made += loop.round();
+  CALLGRIND_START_INSTRUMENTATION;
+  std::uint64_t ops = 0;
+  while (ops < kMeasured) {
+    const Counted counted;
+    ops += loop.round();
+  }
+  return ops;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<Case> cases = all_cases();
+  if (argc == 2 && std::strcmp(argv[1], "--list") == 0) {
+    for (const Case& c : cases) std::printf("%s\n", c.name.c_str());
+    return 0;
+  }
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: bench_instructions --list | CASE\n");
+    return 2;
+  }
+  for (const Case& c : cases) {
+    if (c.name != argv[1]) continue;
+    std::uint64_t ops = 0;
+    if (c.kind == Kind::request) {
+      ops = run_requests(c);
+    } else if (c.api == Api::batch) {
+      ops = run_decisions<Api::batch>(c);
+    } else {
+      ops = run_decisions<Api::single>(c);
+    }
+    std::printf("ops %llu\n", static_cast<unsigned long long>(ops));
+    return ops > 0 ? 0 : 1;
+  }
+  std::fprintf(stderr, "bench_instructions: no case named %s (see --list)\n", argv[1]);
+  return 2;
+}
