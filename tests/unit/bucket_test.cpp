@@ -222,6 +222,26 @@ TEST(Bucket, HugeElapsedTimeIsExactOrCapped) {
   EXPECT_EQ(from_zero.remainder, 0u);
 }
 
+// High rates over gaps of seconds, where rate x elapsed no longer fits 64 bits: the refill splits
+// the rate instead of going to 128 bits, and must still be the exact floor with its remainder.
+TEST(Bucket, HighRatesOverLongGapsAreExact) {
+  std::mt19937_64 rng(20261201);
+  for (int i = 0; i < 20'000; ++i) {
+    // 10,000 to 10^10 credits per second (the top: kMaxRate x kMaxShares), any nano-credit part.
+    const std::uint64_t whole = 10'000 + rng() % (10'000'000'000ull - 10'000);
+    const std::uint64_t rate = whole * 1'000'000'000ull + rng() % 1'000'000'000ull;
+    const std::uint64_t dt = 1 + rng() % 18'000'000'000ull;  // up to 18 s
+    const std::uint64_t remainder = rng() % 1'000'000'000ull;
+    const Balance start = -static_cast<Balance>(rng() % 1'000'000'000'000ull);
+    BucketState b{start, remainder};
+    refill(b, dt, rate, kTopCap * 1000);  // a cap the refill does not reach
+    const Rate128 numerator = static_cast<Rate128>(dt) * rate + remainder;
+    ASSERT_EQ(str(b.balance), str(start + static_cast<Balance>(numerator / 1'000'000'000u)))
+        << "rate " << rate << " dt " << dt;
+    ASSERT_EQ(b.remainder, static_cast<std::uint64_t>(numerator % 1'000'000'000u));
+  }
+}
+
 TEST(Bucket, TopRateOneNanosecondAtATime) {
   // The top refill is a whole number of units per nanosecond: no remainder ever.
   ASSERT_TRUE(kTopRate % 1'000'000'000u == 0);
