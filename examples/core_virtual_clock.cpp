@@ -14,7 +14,6 @@ namespace {
 
 constexpr creditloop::Nanos kMillisecond = 1'000'000;
 
-// [readme]
 struct Job : creditloop::RequestHook {  // your request: the core links it, never copies it
   int id = 0;
 };
@@ -25,22 +24,25 @@ struct InService {  // a dispatched request, finishing at `done`
 };
 
 int run() {
+  // [readme]
   creditloop::Core core(creditloop::reference_config());  // pro: P1+P2, lite: P2
   core.reserve(/*participants=*/16, /*in_flight=*/2);     // no allocation after this
   creditloop::Nanos now = 0;
   const creditloop::ParticipantId alice = core.add("alice", "pro", /*shares=*/1, now).value();
   const creditloop::ParticipantId bob = core.add("bob", "lite", /*shares=*/1, now).value();
 
-  std::vector<Job> jobs(60);
+  std::vector<Job> jobs(60);  // your requests, derived from RequestHook: never copied
   for (std::size_t i = 0; i < jobs.size(); ++i) {  // 30 each, all at once
     jobs[i].id = static_cast<int>(i);
     if (!core.submit(i % 2 == 0 ? alice : bob, jobs[i], now)) return 1;
   }
+  // [/readme]
 
   constexpr std::size_t kSlots = 2;
   constexpr creditloop::Nanos kService = 50 * kMillisecond;
   std::deque<InService> in_service;  // completes in dispatch order: every job takes kService
   std::array<creditloop::Dispatch, kSlots> decided;
+  // [readme]
   while (core.waiting() > 0 || !in_service.empty()) {
     // Decide while there is room: one call fills the free slots (fewer if the queues run dry).
     const std::size_t room = kSlots - in_service.size();

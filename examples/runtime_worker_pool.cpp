@@ -13,13 +13,13 @@ namespace {
 
 constexpr int kPerTenant = 2000;
 
-// [readme]
 struct Job : creditloop::RequestHook {  // your request: the runtime links it, never copies it
   int work = 0;
   std::atomic<int> served{0};
 };
 
 int run() {
+  // [readme]
   creditloop::RuntimeOptions options;
   options.config = creditloop::reference_config();  // pro: P1+P2, lite: P2
   options.slots = 8;                                // room: at most 8 requests in flight
@@ -33,15 +33,18 @@ int run() {
 
   const creditloop::ParticipantId alice = runtime.add("alice", "pro", /*shares=*/4).value();
   const creditloop::ParticipantId bob = runtime.add("bob", "lite", /*shares=*/1).value();
+  // [/readme]
 
   std::vector<Job> jobs(2 * kPerTenant);
   auto produce = [&](creditloop::ParticipantId tenant, std::size_t first) {
     for (std::size_t i = first; i < first + kPerTenant; ++i) {
       jobs[i].work = static_cast<int>(i % 7);
-      // Lock-free and allocation-free; on error the job is still the caller's.
+      // [readme]
+      // Any thread: lock-free and allocation-free; on error the job is still the caller's.
       if (const creditloop::Status s = runtime.submit(tenant, jobs[i]); !s) {
         std::fprintf(stderr, "submit: %s\n", creditloop::describe(s.error()).data());
       }
+      // [/readme]
     }
   };
   std::thread alice_producer(produce, alice, 0);
@@ -49,6 +52,7 @@ int run() {
   alice_producer.join();
   bob_producer.join();
 
+  // [readme]
   // Dispatch everything queued, wait for everything in flight, join the threads.
   const creditloop::RequestList left = runtime.shutdown(creditloop::ShutdownMode::drain);
   // [/readme]
