@@ -30,6 +30,9 @@ std::string_view describe(Errc e) noexcept {
       return "too many participants registered";
     case Errc::shut_down:
       return "shut down";
+    case Errc::unsupported_address:
+      return "the request's address has a bit above bit 47 set (a pointer tag: MTE, HWASan or "
+             "LAM); the runtime holds 48-bit addresses";
   }
   return "unknown error";
 }
@@ -62,6 +65,8 @@ std::string_view name(Errc e) noexcept {
       return "too_many_participants";
     case Errc::shut_down:
       return "shut_down";
+    case Errc::unsupported_address:
+      return "unsupported_address";
   }
   return "?";
 }

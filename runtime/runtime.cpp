@@ -148,6 +148,20 @@ void check_options(const RuntimeOptions& o) {
   }
 }
 
+// The inboxes hold a request's address in 48 bits (inbox.hpp). Where this process's pointers
+// carry a tag above bit 47 (AArch64 MTE or HWASan tag heap and stack pointers; x86 LAM
+// pointers may be tagged too), submit would refuse every request: refuse once, here, and say
+// why. `heap` is the runtime's own allocation, made like the embedder's requests usually are.
+void check_addresses(const void* heap) {
+  const int on_stack = 0;
+  if (!Mailbox::Queue::packable(heap) || !Mailbox::Queue::packable(&on_stack)) {
+    throw std::runtime_error(
+        "runtime: this process's pointers have bits above bit 47 set (a pointer tag: AArch64 MTE "
+        "or HWASan, or x86 LAM; or addresses above 2^48), and the runtime's inboxes hold 48-bit "
+        "addresses: run without pointer tagging");
+  }
+}
+
 }  // namespace
 
 class Runtime::Impl {
@@ -314,7 +328,7 @@ class Runtime::Impl {
 // ---- construction -------------------------------------------------------------------------------
 
 Runtime::Impl::Impl(RuntimeOptions options)
-    : options_((check_options(options), std::move(options))),
+    : options_((check_options(options), check_addresses(this), std::move(options))),
       clock_(options_.clock),
       observer_(options_.observer),
       decides_in_one_call_(!options_.room &&
@@ -487,6 +501,9 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
   if (outcome == Mailbox::Submit::refused) {
     // relaxed: the flag only picks the error; the inbox's refusal is what counts.
     return accepting_.load(std::memory_order_relaxed) ? Errc::unknown_participant : Errc::shut_down;
+  }
+  if (outcome == Mailbox::Submit::unsupported) [[unlikely]] {
+    return Errc::unsupported_address;  // a tagged pointer: see inbox.hpp
   }
   CREDITLOOP_PROBE2(submit, p.slot, p.generation);
   if (outcome == Mailbox::Submit::queued_and_listed) {

@@ -25,6 +25,7 @@ enum class Errc : unsigned char {
   stale_ticket,           // a ticket already completed, or from an earlier use of its slot
   too_many_participants,  // kMaxParticipants are registered
   shut_down,              // the runtime no longer accepts this call
+  unsupported_address,    // a request's address has a bit above bit 47 set (a pointer tag)
 };
 
 /// A short English description of the error, for logs and messages.

@@ -125,7 +125,8 @@ enum class ShutdownMode : std::uint8_t {
 class Runtime {
  public:
   /// Validates the options (throws std::invalid_argument naming the problem), reserves, and starts
-  /// the dispatcher thread and the worker pool.
+  /// the dispatcher thread and the worker pool. Throws std::runtime_error where heap or stack
+  /// pointers carry a tag above bit 47 (AArch64 MTE or HWASan, x86 LAM): see submit().
   explicit Runtime(RuntimeOptions options);
   /// Shuts down handing back (the handed-back requests are dropped: they are the caller's
   /// storage) if shutdown() was not called, and waits for everything in flight.
@@ -148,7 +149,9 @@ class Runtime {
 
   // ---- requests: any thread, no allocation --------------------------------------------------
   /// Queues `request` for `p`. On error the request is not linked and stays the caller's:
-  /// unknown_participant (never registered, or removed) or shut_down. Lock-free.
+  /// unknown_participant (never registered, or removed), shut_down, or unsupported_address (its
+  /// address has a bit above bit 47 set, such as a top-byte pointer tag: the runtime holds 48-bit
+  /// addresses). Lock-free.
   Status submit(ParticipantId p, RequestHook& request) noexcept;
 
   /// Completes a dispatched request with its real cost in credits. Errors, in this order: bad_cost,

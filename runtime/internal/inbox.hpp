@@ -16,6 +16,17 @@
 // its compare-and-swap. The 48-bit address is what x86-64 and AArch64 Linux give user space
 // unless a program asks for higher addresses with an mmap hint.
 //
+// A pointer may also carry a tag in its top bits, which the hardware ignores when it loads:
+// AArch64 top-byte-ignore (bits 56-63) with MTE or HWASan, x86 linear address masking (bits
+// 57-62, or 48-62). Masking such a pointer to 48 bits would hand the dispatcher a pointer whose
+// tag no longer matches its memory, which MTE and HWASan fault on at the first access. Keeping the
+// top byte would leave 8 bits of generation (a reused place could take a stale push after 256
+// re-registrations, not 65,536) and still lose LAM's bits 48-55; a double-width compare-and-swap
+// would cost every push. So push() refuses an address with any bit above 47 set (unsupported: one
+// shift and a branch, before it touches the node), and the runtime refuses at construction to run
+// where its own heap and stack pointers carry such bits (runtime.cpp, check_addresses()), naming
+// the cause.
+//
 // Why a compare-and-swap loop (lock-free) and not a wait-free exchange: the push must be refused
 // atomically when the inbox is closed or re-registered, and an exchange cannot refuse. Only the
 // producers of one participant contend on its head.
@@ -29,7 +40,6 @@
 #pragma once
 
 #include <atomic>
-#include <cassert>
 #include <cstdint>
 
 namespace creditloop::detail {
@@ -37,13 +47,22 @@ namespace creditloop::detail {
 template <class Node, template <class> class Atomic, Node* Node::*Link>
 class Inbox {
  public:
-  enum class Push : std::uint8_t { queued, queued_first, refused };
+  enum class Push : std::uint8_t { queued, queued_first, refused, unsupported };
+
+  /// Whether the head word can hold `p`: no bit above bit 47 (see the file comment).
+  [[nodiscard]] static bool packable(const void* p) noexcept {
+    return (reinterpret_cast<std::uintptr_t>(p) >> kTagShift) == 0;
+  }
 
   /// Any thread. Lock-free. Links `node` unless the inbox is closed or belongs to another
   /// registration than `tag`. queued_first: the inbox was empty, the caller must activate it.
+  /// unsupported: `node`'s address has a bit above bit 47 set (a pointer tag); the node is not
+  /// touched, and the inbox is unchanged.
   Push push(Node& node, std::uint16_t tag) noexcept {
+    if (!packable(&node)) [[unlikely]] {
+      return Push::unsupported;  // before the node is touched: it may not be ours to write
+    }
     const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(&node);
-    assert((address >> kTagShift) == 0 && "a user-space address above 2^48");
     std::uint64_t head = head_.load(std::memory_order_relaxed);  // validated by the CAS below
     for (;;) {
       if (tag_of(head) != tag || address_of(head) == kClosed) return Push::refused;

@@ -30,16 +30,19 @@ namespace creditloop::detail {
 template <class Node, template <class> class Atomic, Node* Node::*Link>
 struct alignas(64) Mailbox {
   using Queue = Inbox<Node, Atomic, Link>;
-  enum class Submit : std::uint8_t { queued, queued_and_listed, refused };
+  enum class Submit : std::uint8_t { queued, queued_and_listed, refused, unsupported };
 
   /// Any thread. Lock-free. queued_and_listed: the caller must push this mailbox on the
-  /// activation list and wake the dispatcher.
+  /// activation list and wake the dispatcher. unsupported: the inbox cannot hold `node`'s address
+  /// (Inbox::push).
   Submit submit(Node& node, std::uint32_t registration) noexcept {
     // relaxed: a hint only; the inbox's CAS on a tagged head is what refuses a stale generation.
     if (generation.load(std::memory_order_relaxed) != registration) return Submit::refused;
     switch (inbox.push(node, Queue::tag_for(registration))) {
       case Queue::Push::refused:
         return Submit::refused;
+      case Queue::Push::unsupported:
+        return Submit::unsupported;
       case Queue::Push::queued:
         return Submit::queued;
       case Queue::Push::queued_first:

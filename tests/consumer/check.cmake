@@ -32,7 +32,15 @@ set(flags "")
 if(SANITIZE)
   set(flags "-fsanitize=${SANITIZE}")
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build
+# A cross build (TOOLCHAIN set) builds the consumer with the same toolchain file and runs it
+# through the toolchain's emulator.
+set(toolchain "")
+set(CMAKE_CROSSCOMPILING_EMULATOR "")
+if(TOOLCHAIN)
+  include(${TOOLCHAIN})
+  set(toolchain -DCMAKE_TOOLCHAIN_FILE=${TOOLCHAIN})
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build ${toolchain}
                         -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_CXX_COMPILER=${CXX}
                         -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=${flags}
                 RESULT_VARIABLE rc)
@@ -44,7 +52,8 @@ if(rc)
   message(FATAL_ERROR "consumer build failed: ${rc}")
 endif()
 foreach(consumer IN ITEMS core runtime)
-  execute_process(COMMAND ${WORK_DIR}/build/consumer_${consumer} RESULT_VARIABLE rc
+  execute_process(COMMAND ${CMAKE_CROSSCOMPILING_EMULATOR} ${WORK_DIR}/build/consumer_${consumer}
+                  RESULT_VARIABLE rc
                   OUTPUT_VARIABLE out)
   if(rc OR NOT out MATCHES "${consumer} consumer ok")
     message(FATAL_ERROR "the ${consumer} consumer failed: ${rc} ${out}")
@@ -72,7 +81,8 @@ execute_process(COMMAND ${CXX} ${san_flags} ${CONSUMER_DIR}/core_main.cpp ${pc_f
 if(rc)
   message(FATAL_ERROR "the core consumer does not build with pkg-config's flags: ${err}")
 endif()
-execute_process(COMMAND ${WORK_DIR}/consumer_core_pc RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+execute_process(COMMAND ${CMAKE_CROSSCOMPILING_EMULATOR} ${WORK_DIR}/consumer_core_pc
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out)
 if(rc OR NOT out MATCHES "core consumer ok")
   message(FATAL_ERROR "the pkg-config core consumer failed: ${rc} ${out}")
 endif()

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <limits>
 #include <mutex>
@@ -133,6 +134,32 @@ TEST(Runtime, SubmissionToAnUnknownOrRemovedParticipantIsRefusedAndTheRequestSta
   ASSERT_TRUE(rt.submit(again, r).ok());
   ASSERT_TRUE(recorder.wait_for(1));
   EXPECT_EQ(recorder.seen()[0].participant, again);
+  complete_all(rt, recorder, 1);
+}
+
+// The inboxes hold 48-bit addresses (detail/inbox.hpp). A request whose address carries a tag
+// above bit 47 (the AArch64 top byte of MTE or HWASan, x86 LAM's bits 57-62 or 48-62) is refused
+// with unsupported_address, never masked into another address. The tagged references stand for
+// what a tagging allocator hands out; nothing dereferences them.
+TEST(Runtime, ARequestWhoseAddressCarriesATagIsRefused) {
+  Recorder recorder;
+  Runtime rt(options_with(recorder));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  Req r;
+  r.id = 7;
+  const auto address = reinterpret_cast<std::uintptr_t>(static_cast<RequestHook*>(&r));
+  for (const int bit : {48, 55, 56, 57, 59, 62, 63}) {
+    RequestHook& tagged = *reinterpret_cast<RequestHook*>(address | (std::uintptr_t{1} << bit));
+    const Status s = rt.submit(alice, tagged);
+    ASSERT_FALSE(s.ok()) << "bit " << bit;
+    EXPECT_EQ(s.error(), Errc::unsupported_address) << "bit " << bit;
+  }
+  EXPECT_EQ(r.next_in_queue, nullptr);
+  EXPECT_EQ(rt.snapshot().submitted, 0u);
+  // The same request, untagged, is dispatched.
+  ASSERT_TRUE(rt.submit(alice, r).ok());
+  ASSERT_TRUE(recorder.wait_for(1));
+  EXPECT_EQ(recorder.seen()[0].request, &r);
   complete_all(rt, recorder, 1);
 }
 

@@ -1,0 +1,26 @@
+# Cross-compiles for AArch64 Linux with Debian's cross compiler (g++-aarch64-linux-gnu) and runs
+# what it builds under qemu-user (tools/test-aarch64 installs both). ctest and
+# gtest_discover_tests start every test binary through CMAKE_CROSSCOMPILING_EMULATOR.
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+set(CREDITLOOP_CROSS_TRIPLE aarch64-linux-gnu)
+set(CMAKE_CXX_COMPILER ${CREDITLOOP_CROSS_TRIPLE}-g++)
+set(CMAKE_C_COMPILER ${CREDITLOOP_CROSS_TRIPLE}-gcc)
+
+# Debian's cross packages put the target's libraries and headers under /usr/aarch64-linux-gnu.
+# Libraries come from there only, so that no host (x86-64) library is linked. The cross compiler
+# searches the host's /usr/include after the target's own headers, and the header-only
+# dependencies (nlohmann-json3-dev, libconcurrentqueue-dev) live there: headers and their CMake
+# packages may come from either root. GoogleTest is built from its sources for the target
+# (CREDITLOOP_GTEST_FROM_SOURCE, tests/CMakeLists.txt). Programs (ninja, qemu) are the host's.
+set(CMAKE_FIND_ROOT_PATH /usr/${CREDITLOOP_CROSS_TRIPLE})
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
+
+# qemu-user runs the target's binaries; -L points its dynamic loader at the target's libraries.
+find_program(CREDITLOOP_QEMU NAMES qemu-aarch64 qemu-aarch64-static)
+if(CREDITLOOP_QEMU)
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${CREDITLOOP_QEMU} -L /usr/${CREDITLOOP_CROSS_TRIPLE})
+endif()
