@@ -711,7 +711,7 @@ struct Job {
   creditloop::Ticket ticket;
   creditloop::ParticipantId participant;
 };
-static_assert(sizeof(Job) == 24);
+static_assert(sizeof(Job) == 32);
 
 struct alignas(64) RunCount {
   std::atomic<std::uint64_t> jobs{0};

@@ -49,7 +49,7 @@ struct alignas(64) TicketRecord {
   std::int64_t cost = 0;  // written by the completer that claimed the cell, before publishing it
   Ticket core;            // dispatcher only: the core's ticket for this dispatch
   std::uint32_t index = 0;
-  std::uint32_t generation = 0;  // dispatcher only: the cell's current use
+  std::uint64_t generation = 0;  // dispatcher only: the cell's current use
 };
 static_assert(sizeof(TicketRecord) == 64 && alignof(TicketRecord) == 64,
               "completers of neighbouring tickets never share a line");
@@ -67,9 +67,11 @@ inline void chain(TicketRecord*& first, TicketRecord*& last, TicketRecord& recor
 
 // One completion of a pool worker, as its block carries it (completion_block.hpp).
 struct PoolCompletion {
-  std::uint32_t index = 0;       // the ticket record's
-  std::uint32_t generation = 0;  // the ticket's, checked by the dispatcher in debug builds
-  std::int64_t cost = 0;         // nano-credits
+  std::uint32_t index = 0;  // the ticket record's
+  // The ticket's low 32 bits, checked by the dispatcher in debug builds: a pool ticket cannot be
+  // stale (its worker owns it from issue), so the check needs no more.
+  std::uint32_t generation = 0;
+  std::int64_t cost = 0;  // nano-credits
 };
 // Up to one dequeued bulk of jobs per block.
 inline constexpr std::size_t kWorkerBulk = 32;
@@ -625,7 +627,8 @@ void Runtime::Impl::apply_pool_completions(detail::PoolBlock& block, Nanos t) {
   for (std::uint32_t i = 0; i < block.count; ++i) {
     const detail::PoolCompletion& done = block.entries[i];
     TicketRecord& record = tickets_[done.index];
-    assert(record.generation == done.generation && "a pool ticket completes once");
+    assert(static_cast<std::uint32_t>(record.generation) == done.generation &&
+           "a pool ticket completes once");
     record.cost = done.cost;
     apply_completion(record, t);
   }
@@ -953,8 +956,8 @@ void Runtime::Impl::worker_main(std::size_t index) {
       if (!nano) handler_errors_.fetch_add(1, std::memory_order_relaxed);  // a statistic
       CREDITLOOP_PROBE3(complete, job.ticket.index, job.ticket.generation, nano.value_or(0));
       if (block != nullptr) {
-        block->entries[block->count++] = {job.ticket.index, job.ticket.generation,
-                                          nano.value_or(0)};
+        block->entries[block->count++] = {
+            job.ticket.index, static_cast<std::uint32_t>(job.ticket.generation), nano.value_or(0)};
         continue;
       }
       // The ticket was issued claimed for this pool (hand_out()): the record is this worker's.

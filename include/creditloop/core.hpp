@@ -94,6 +94,12 @@ struct Completion {
   bool charged = false;  // false when the cost went nowhere (unmetered, removed, dropped bucket)
 };
 
+namespace detail {
+// Defined by the tests alone, which move a ticket record to a generation no test could reach by
+// use.
+struct CoreTestAccess;
+}  // namespace detail
+
 class Core {
  public:
   /// Validates `config` once. Throws std::invalid_argument naming the plan and field at fault.
@@ -239,6 +245,8 @@ class Core {
   RequestList take_all_queued() noexcept;
 
  private:
+  friend struct detail::CoreTestAccess;
+
   struct alignas(64) Slot {  // hot per-participant state, one cache line
     RequestHook* head = nullptr;
     RequestHook* tail = nullptr;
@@ -285,7 +293,8 @@ class Core {
     Balance cost_uncharged = 0;
   };
   struct InFlight {
-    std::uint32_t generation = 0;  // odd while in flight
+    // Odd while in flight. 64 bits: 2^63 uses of one record before it wraps (ticket.hpp).
+    std::uint64_t generation = 0;
     std::uint32_t slot = 0;
     std::uint32_t participant_generation = 0;
     std::uint32_t incarnation = 0;
