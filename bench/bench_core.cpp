@@ -129,15 +129,16 @@ class DecisionLoop {
   // The upkeep after decide() returned n; counts the batch's dispatches per class into `per_class`.
   void upkeep(int n, std::uint64_t* per_class) {
     Core& core = fleet_.core;
+    // A request goes back into its queue once completed: before, it is still the core's.
     for (const Dispatch& d : previous_) {
       (void)core.complete(d.ticket, kCosts[cost_index_++ % 3], fleet_.now);
+      auto* r = static_cast<Request*>(d.request);
+      (void)core.submit(r->owner, *r, fleet_.now);
     }
     previous_.clear();
     for (int i = 0; i < n; ++i) {
       const Dispatch& d = batch_[static_cast<std::size_t>(i)];
       ++per_class[d.out];
-      auto* r = static_cast<Request*>(d.request);
-      (void)core.submit(r->owner, *r, fleet_.now);
       previous_.push_back(d);
     }
   }

@@ -50,6 +50,9 @@ struct alignas(64) TicketRecord {
   Ticket core;            // dispatcher only: the core's ticket for this dispatch
   std::uint32_t index = 0;
   std::uint64_t generation = 0;  // dispatcher only: the cell's current use
+  // Written by the dispatcher before issue(), whose release publishes it to the completer that
+  // claims the cell: that completer gives the request back to its caller (request.hpp).
+  RequestHook* request = nullptr;
 };
 static_assert(sizeof(TicketRecord) == 64 && alignof(TicketRecord) == 64,
               "completers of neighbouring tickets never share a line");
@@ -483,6 +486,8 @@ Result<RequestList> Runtime::Impl::remove(ParticipantId p) {
     for (RequestHook* r = mailboxes_[p.slot].inbox.close(); r != nullptr;) {
       RequestHook* const next = r->next_in_queue;
       inbox.push_back(*r);
+      // release: pairs with the acquire of the request's next submit (request.hpp).
+      r->held.store(RequestHook::kIdle, std::memory_order_release);
       r = next;
     }
     result->splice_back(std::move(inbox));
@@ -525,11 +530,21 @@ std::optional<ParticipantId> Runtime::Impl::find(std::string_view name) {
 // ---- submit and complete: any thread ------------------------------------------------------------
 
 Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
+  std::uint8_t idle = RequestHook::kIdle;
+  // acquire on success: pairs with the release that gave the request back (a completion, a
+  // hand-back), so the library's last writes to its link come before this producer's. relaxed on
+  // failure: the request is left alone.
+  if (!request.held.compare_exchange_strong(idle, RequestHook::kInbox, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+    return Errc::already_queued;
+  }
   Mailbox* const mailbox = mailboxes_.find(p.slot);
   const Mailbox::Submit outcome = mailbox == nullptr || p.generation == 0
                                       ? Mailbox::Submit::refused
                                       : mailbox->submit(request, p.generation);
   if (outcome == Mailbox::Submit::refused) {
+    // relaxed: the request never left this thread.
+    request.held.store(RequestHook::kIdle, std::memory_order_relaxed);
     // relaxed: the flag only picks the error; the inbox's refusal is what counts.
     return accepting_.load(std::memory_order_relaxed) ? Errc::unknown_participant : Errc::shut_down;
   }
@@ -554,6 +569,9 @@ Status Runtime::Impl::claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*
       return Errc::stale_ticket;
   }
   r->cost = cost_nano;  // the record is this thread's until published
+  // release: pairs with the acquire of the next submit of this request (request.hpp); the
+  // request is its caller's from here on, and the dispatcher will not touch it (retire_nano()).
+  r->request->held.store(RequestHook::kIdle, std::memory_order_release);
   CREDITLOOP_PROBE3(complete, ticket.index, ticket.generation, cost_nano);
   record = r;
   return {};
@@ -612,7 +630,8 @@ bool Runtime::Impl::service(Nanos t) {
 }
 
 void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t) {
-  const Result<Completion> applied = core_.complete_nano(record.core, record.cost, t);
+  // retire_nano(): the completer gave the request back already, and it may be gone.
+  const Result<Completion> applied = core_.retire_nano(record.core, record.cost, t);
   assert(applied.ok() && "the runtime completes each core ticket once, with a checked cost");
   (void)applied;
   if (observer_ != nullptr) {
@@ -741,6 +760,7 @@ void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
   TicketRecord& record = tickets_[acquire_ticket()];
   record.core = d.ticket;
   record.cost = 0;
+  record.request = d.request;
   // A pool job's ticket is its worker's from the start: the worker completes it without touching
   // the record. Any other ticket is claimed by whoever completes it first.
   record.generation = options_.workers > 0 ? record.cell.issue_claimed() : record.cell.issue();
@@ -945,6 +965,10 @@ void Runtime::Impl::worker_main(std::size_t index) {
         ++stops;
         continue;
       }
+      // The request is the handler's from here on (runtime.hpp): the pool keeps only its ticket,
+      // and the dispatcher never touches it again (retire_nano()). release: pairs with the
+      // acquire of the request's next submit (request.hpp).
+      job.request->held.store(RequestHook::kIdle, std::memory_order_release);
       double cost = 0;
       bool ok = true;
       try {

@@ -153,8 +153,10 @@ class Core {
   [[nodiscard]] std::optional<ParticipantId> at(std::uint32_t slot) const noexcept;
 
   // ---- requests (noexcept, no allocation) --------------------------------------------------
-  /// Appends `request` to `p`'s queue. On error (unknown_participant) the request is not
-  /// linked: the caller still owns it. O(1), or O(k) when the queue was empty.
+  /// Appends `request` to `p`'s queue. On error the request is not linked and nothing changes:
+  /// unknown_participant; already_queued (it is queued, or dispatched and not yet completed: a
+  /// request is the caller's again once completed or handed back). O(1), or O(k) when the queue
+  /// was empty.
   Status submit(ParticipantId p, RequestHook& request, Nanos now) noexcept;
 
   /// Queued requests of `p` (0 for an unknown participant).
@@ -218,6 +220,10 @@ class Core {
   Result<Completion> complete(Ticket t, double cost, Nanos now) noexcept;
   /// The same with a cost already in nano-credits (0 .. kMaxCost * 1e9).
   Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept;
+  /// complete_nano() for an embedder that gives each request back to its owner itself, before
+  /// the core hears of its completion (the runtime's completers do): the request's hook is not
+  /// touched, since by then it may be queued again elsewhere or gone.
+  Result<Completion> retire_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept;
   /// Dispatched and not yet completed.
   [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
 
@@ -242,6 +248,7 @@ class Core {
 
   /// Hands back every queued request of every participant (shutdown), oldest first per
   /// participant and participants in ring order; ends any turn. Participants stay registered.
+  /// O(requests handed back): each is marked the caller's again.
   RequestList take_all_queued() noexcept;
 
  private:
@@ -299,6 +306,7 @@ class Core {
     std::uint32_t participant_generation = 0;
     std::uint32_t incarnation = 0;
     ClassId bucket = 0;
+    RequestHook* request = nullptr;  // given back to its caller at completion
   };
   struct PlanTerms {
     std::array<std::uint64_t, kMaxClasses> rate{};  // nano-credits per second per share
@@ -397,8 +405,12 @@ class Core {
   [[nodiscard]] std::uint32_t next_in_turn(const detail::ReadySet& set) noexcept;
   Nanos observe(Nanos now) noexcept { return now > now_ ? (now_ = now) : now_; }
   void grow_places(std::uint32_t places);
-  Ticket issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
-               std::uint32_t incarnation);
+  Ticket issue(std::uint32_t slot, std::uint32_t generation, ClassId out, std::uint32_t incarnation,
+               RequestHook& request);
+  // Marks every request of `list` the caller's again.
+  static void give_back(const RequestList& list) noexcept;
+  Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now,
+                                   bool give_back_request) noexcept;
   // Out of line and cold, so that issue() (once per dispatch) saves no registers for it.
   [[gnu::cold, gnu::noinline]] void grow_tickets();
 

@@ -25,6 +25,8 @@ enum class Errc : unsigned char {
   stale_ticket,           // a ticket already completed, or from an earlier use of its slot
   too_many_participants,  // kMaxParticipants are registered
   shut_down,              // the runtime no longer accepts this call
+  already_queued,         // the request is queued or in flight already: submitted twice
+  wrong_thread,           // called from a thread the call would deadlock (the dispatcher's own)
 };
 
 /// A short English description of the error, for logs and messages.

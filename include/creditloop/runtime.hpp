@@ -24,12 +24,13 @@
 // complete() and the lifecycle calls, which then run inline.
 //
 // Threads and cost (N participants, per call):
-//  - submit: one load and one CAS on the participant's inbox line; when the queue was empty, one
-//    exchange on a flag and one on the runtime's activation list, and one load of the parking
-//    word. O(1), no allocation.
-//  - complete: one CAS on the ticket, one exchange and one store on the completion list, one load
-//    of the parking word. O(1), wait-free, no allocation. A pool worker writes only its own
-//    completion block, and per bulk of up to 32 jobs one exchange and one store on a block list.
+//  - submit: one CAS on the request's own hook (already_queued), one load and one CAS on the
+//    participant's inbox line; when the queue was empty, one exchange on a flag and one on the
+//    runtime's activation list, and one load of the parking word. O(1), no allocation.
+//  - complete: one CAS on the ticket, one store on the request's hook, one exchange and one store
+//    on the completion list, one load of the parking word. O(1), wait-free, no allocation. A pool
+//    worker writes only its own completion block, and per bulk of up to 32 jobs one exchange and
+//    one store on a block list.
 //  - the dispatcher: per decision, the core's O(log64 N) visit; per activation O(1) plus the
 //    requests moved; per completion O(1). It sleeps when it has nothing to do (no CPU when idle)
 //    and when it has no room, and is woken by the submission or completion that changes that.
@@ -148,6 +149,8 @@ class Runtime {
 
   // ---- requests: any thread, no allocation --------------------------------------------------
   /// Queues `request` for `p`. On error the request is not linked and stays the caller's:
+  /// already_queued (submitted before and not yet completed or handed back, or, with the worker
+  /// pool, not yet given to the handler: it is the library's, and stays where it is),
   /// unknown_participant (never registered, or removed) or shut_down. Lock-free.
   Status submit(ParticipantId p, RequestHook& request) noexcept;
 

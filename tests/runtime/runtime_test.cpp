@@ -136,6 +136,64 @@ TEST(Runtime, SubmissionToAnUnknownOrRemovedParticipantIsRefusedAndTheRequestSta
   complete_all(rt, recorder, 1);
 }
 
+// A second submit before the request is the caller's again is refused whether the request still
+// waits in the inbox, in the core's queue or is in flight, and relinks nothing.
+TEST(Runtime, ARequestSubmittedTwiceBeforeItsCompletionIsRefused) {
+  Recorder recorder;
+  std::atomic<bool> room{false};
+  RuntimeOptions o = options_with(recorder);
+  o.room = [&room] { return room.load(std::memory_order_relaxed); };  // a test flag: no pairing
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  const ParticipantId bob = *rt.add("bob", "lite", 1);
+  Req r;
+  Req s;
+  r.id = 1;
+  s.id = 2;
+  ASSERT_TRUE(rt.submit(alice, r).ok());
+  EXPECT_EQ(rt.submit(alice, r).error(), Errc::already_queued);
+  EXPECT_EQ(rt.submit(bob, r).error(), Errc::already_queued);
+  ASSERT_TRUE(rt.submit(alice, s).ok());
+  EXPECT_EQ(rt.snapshot(alice)->queued, 2u);  // in the core's queue now
+  EXPECT_EQ(rt.submit(alice, r).error(), Errc::already_queued);
+  EXPECT_EQ(rt.snapshot(alice)->queued, 2u);
+  EXPECT_EQ(rt.snapshot(bob)->queued, 0u);
+  room.store(true, std::memory_order_relaxed);
+  rt.wake();
+  ASSERT_TRUE(recorder.wait_for(2));
+  EXPECT_EQ(id_of(recorder.seen()[0].request), 1);
+  EXPECT_EQ(id_of(recorder.seen()[1].request), 2);
+  EXPECT_EQ(rt.submit(bob, r).error(), Errc::already_queued);  // in flight
+  ASSERT_TRUE(rt.complete(recorder.seen()[0].ticket, 0).ok());
+  ASSERT_TRUE(rt.submit(bob, r).ok());  // the caller's again
+  ASSERT_TRUE(recorder.wait_for(3));
+  EXPECT_EQ(recorder.seen()[2].participant, bob);
+  EXPECT_EQ(rt.snapshot().dispatched, 3u);
+  complete_all(rt, recorder, 3);
+}
+
+// Requests handed back by a removal or refused by a submit are the caller's to submit again.
+TEST(Runtime, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
+  Recorder recorder;
+  std::atomic<bool> room{false};
+  RuntimeOptions o = options_with(recorder);
+  o.room = [&room] { return room.load(std::memory_order_relaxed); };  // a test flag: no pairing
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  const ParticipantId bob = *rt.add("bob", "lite", 1);
+  std::deque<Req> requests(3);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  Result<RequestList> back = rt.remove(alice);
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->size(), 3u);
+  EXPECT_EQ(rt.submit(alice, requests[0]).error(), Errc::unknown_participant);
+  while (RequestHook* r = back->pop_front()) ASSERT_TRUE(rt.submit(bob, *r).ok());
+  room.store(true, std::memory_order_relaxed);
+  rt.wake();
+  ASSERT_TRUE(recorder.wait_for(3));
+  complete_all(rt, recorder, 3);
+}
+
 TEST(Runtime, TheSlotModelKeepsAtMostSlotsInFlightAndACompletionReturnsOne) {
   Recorder recorder;
   Runtime rt(options_with(recorder, 2));
