@@ -329,8 +329,8 @@ void BM_Runtime(benchmark::State& state) {
     };
   } else {
     options.workers = workers;
-    options.handler = [gates](RequestHook& r, creditloop::ParticipantId) {
-      return start_request(static_cast<Request&>(r), gates);
+    options.handler = [gates](const creditloop::Dispatched& d) {
+      return start_request(static_cast<Request&>(*d.request), gates);
     };
   }
   options.thread_name = "bench-dispatch";

@@ -361,6 +361,7 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
   }
   request.held.store(RequestHook::kQueued, std::memory_order_relaxed);  // the core's own
   now = observe(now);
+  request.queued_at = now;
   Slot& s = slot_at(p.slot);
   request.next_in_queue = nullptr;
   if (s.tail == nullptr) {
@@ -378,6 +379,12 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
 
 std::size_t Core::queued(ParticipantId p) const noexcept {
   return live(p) ? slot_at(p.slot).queued : 0;
+}
+
+std::optional<Nanos> Core::oldest_queued_at(ParticipantId p) const noexcept {
+  if (!live(p)) return std::nullopt;
+  const RequestHook* const oldest = slot_at(p.slot).head;
+  return oldest == nullptr ? std::nullopt : std::optional<Nanos>(oldest->queued_at);
 }
 
 void Core::give_back(const RequestList& list) noexcept {
@@ -763,6 +770,16 @@ Result<Balance> Core::balance(ParticipantId p, ClassId c, Nanos now) noexcept {
   if (!holds(p, c)) return Errc::unknown_class;
   bring_to(p.slot, observe(now));
   return bucket(p.slot, c).balance;
+}
+
+std::optional<Nanos> Core::next_credit(ParticipantId p, ClassId c, Nanos now) noexcept {
+  if (!holds(p, c)) return std::nullopt;
+  now = observe(now);
+  bring_to(p.slot, now);
+  const BucketRec& b = bucket(p.slot, c);
+  // The same exact arithmetic that files the bucket's timer: at the instant minus 1 ns the
+  // refilled balance is still short of a credit.
+  return credit_instant(BucketState{b.balance, b.remainder}, b.rate, now);
 }
 
 bool Core::qualifies(ParticipantId p, ClassId c, Nanos now) noexcept {

@@ -150,6 +150,99 @@ class ChunkedTable {
   std::size_t chunks_ = 0;  // owner only
 };
 
+// Counters with one writer, the dispatcher, and readers on any thread, under a sequence count: the
+// dispatcher makes the count odd, updates the values, and makes it even again; a reader copies
+// the values between two reads of an equal, even count, and retries otherwise. So a metrics scrape
+// never waits for the dispatcher (it retries only across an update of the same line, a few
+// nanoseconds), and the dispatcher never waits for anyone: two plain stores and a fence more than
+// bare counters. Every value is an atomic, so a reader that races an update reads no torn word; the
+// count rejects its copy.
+struct alignas(kCacheLine) CounterLine {
+  static constexpr std::size_t kQueued = 0;
+  static constexpr std::size_t kDispatched = 1;  // kMaxClasses + 1 of them
+  static constexpr std::size_t kCompleted = kDispatched + kMaxClasses + 1;
+  static constexpr std::size_t kCostLow = kCompleted + 1;  // the 128-bit cost, in two halves
+  static constexpr std::size_t kCostHigh = kCostLow + 1;
+  static constexpr std::size_t kValues = kCostHigh + 1;
+
+  std::atomic<std::uint64_t> sequence{0};    // odd while the dispatcher writes
+  std::atomic<std::uint32_t> generation{0};  // the participant counted here; 0: none
+  std::array<std::atomic<std::uint64_t>, kValues> values{};
+};
+
+// The dispatcher's side: one update of a line, from construction to destruction.
+class CounterWrite {
+ public:
+  explicit CounterWrite(CounterLine& line) noexcept
+      : line_(line), sequence_(line.sequence.load(std::memory_order_relaxed)) {  // its own
+    line_.sequence.store(sequence_ + 1, std::memory_order_relaxed);
+    // release: pairs with the acquire fence in read_counters(); a reader that copies any value
+    // stored below also sees the odd count above in its second read, and retries.
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  ~CounterWrite() {
+    // release: pairs with the acquire load in read_counters(); the values are complete.
+    line_.sequence.store(sequence_ + 2, std::memory_order_release);
+  }
+  CounterWrite(const CounterWrite&) = delete;
+  CounterWrite& operator=(const CounterWrite&) = delete;
+
+  void add(std::size_t i, std::uint64_t delta) noexcept {
+    std::atomic<std::uint64_t>& v = line_.values[i];
+    v.store(v.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);  // one writer
+  }
+  void set(std::size_t i, std::uint64_t value) noexcept {
+    line_.values[i].store(value, std::memory_order_relaxed);  // ordered by the sequence count
+  }
+  void add_cost(Balance cost) noexcept {
+    const Balance sum = cost_of(line_) + cost;
+    set(CounterLine::kCostLow, static_cast<std::uint64_t>(sum));
+    set(CounterLine::kCostHigh, static_cast<std::uint64_t>(sum >> 64));
+  }
+  void reset(std::uint32_t generation) noexcept {
+    for (std::atomic<std::uint64_t>& v : line_.values) v.store(0, std::memory_order_relaxed);
+    line_.generation.store(generation, std::memory_order_relaxed);  // ordered by the count
+  }
+  void forget() noexcept { line_.generation.store(0, std::memory_order_relaxed); }
+
+  static Balance cost_of(const CounterLine& line) noexcept {
+    // relaxed: the writer's own values, or a reader's copy validated by the count.
+    const auto low = line.values[CounterLine::kCostLow].load(std::memory_order_relaxed);
+    const auto high = line.values[CounterLine::kCostHigh].load(std::memory_order_relaxed);
+    return (static_cast<Balance>(static_cast<std::int64_t>(high)) << 64) |
+           static_cast<Balance>(low);
+  }
+
+ private:
+  CounterLine& line_;
+  const std::uint64_t sequence_;
+};
+
+// Any thread: a consistent copy of `line`, and the generation it was counted for.
+template <class Counters>
+std::uint32_t read_counters(const CounterLine& line, Counters& out) noexcept {
+  for (;;) {
+    // acquire: pairs with ~CounterWrite()'s release; the values of that update are visible.
+    const std::uint64_t before = line.sequence.load(std::memory_order_acquire);
+    if ((before & 1) != 0) {
+      detail::cpu_relax();
+      continue;
+    }
+    // relaxed, all of them: validated by the count below.
+    const std::uint32_t generation = line.generation.load(std::memory_order_relaxed);
+    out.queued = line.values[CounterLine::kQueued].load(std::memory_order_relaxed);
+    for (std::size_t c = 0; c < out.dispatched.size(); ++c) {
+      out.dispatched[c] = line.values[CounterLine::kDispatched + c].load(std::memory_order_relaxed);
+    }
+    out.completed = line.values[CounterLine::kCompleted].load(std::memory_order_relaxed);
+    out.cost_charged = CounterWrite::cost_of(line);
+    // acquire: pairs with CounterWrite's release fence; an update whose values were copied above
+    // has made the count odd before this second read.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (line.sequence.load(std::memory_order_relaxed) == before) return generation;
+  }
+}
+
 // CPU time of the calling thread.
 Nanos thread_cpu_now() noexcept {
   timespec ts{};
@@ -223,6 +316,18 @@ class Runtime::Impl {
   [[nodiscard]] std::uint64_t handler_errors() const noexcept {
     return handler_errors_.load(std::memory_order_relaxed);  // a statistic: no pairing
   }
+  [[nodiscard]] std::optional<ParticipantCounters> counters(ParticipantId p) const noexcept {
+    const CounterLine* const line = counters_.find(p.slot);
+    if (line == nullptr || p.generation == 0) return std::nullopt;
+    ParticipantCounters out;
+    if (read_counters(*line, out) != p.generation) return std::nullopt;
+    return out;
+  }
+  [[nodiscard]] RuntimeCounters counters() const noexcept {
+    RuntimeCounters out;
+    (void)read_counters(totals_, out);
+    return out;
+  }
   [[nodiscard]] const Core& core() const noexcept { return core_; }
   [[nodiscard]] bool sleeping() const noexcept { return parker_.sleeping(); }
 
@@ -237,11 +342,7 @@ class Runtime::Impl {
     std::function<void()> work;
     std::binary_semaphore done{0};
   };
-  struct Job {
-    RequestHook* request = nullptr;  // nullptr: the worker stops
-    Ticket ticket;
-    ParticipantId participant;
-  };
+  using Job = Dispatched;  // a null request: the worker stops
   struct DispatcherDone {};
 
   // ---- the dispatcher thread
@@ -293,6 +394,9 @@ class Runtime::Impl {
   // Shared with producers and completers.
   ChunkedTable<Mailbox> mailboxes_;
   ChunkedTable<TicketRecord> tickets_;
+  // Written by the dispatcher alone, read by any thread (counters()).
+  ChunkedTable<CounterLine> counters_;
+  CounterLine totals_;
   // Each written by different threads: producers, completers, the dispatcher going to sleep.
   OwnLine<detail::WaitFreeBag<Mailbox, std::atomic, &Mailbox::next_listed>> activations_;
   OwnLine<detail::WaitFreeBag<TicketRecord, std::atomic, &TicketRecord::next_completed>>
@@ -407,6 +511,7 @@ void Runtime::Impl::ensure_places(std::uint32_t places) {
       chunk[i].slot = static_cast<std::uint32_t>(first + i);
     }
   });
+  counters_.grow_to(places, [](CounterLine*, std::size_t) {});
   places_ =
       static_cast<std::uint32_t>(std::min<std::size_t>(mailboxes_.capacity(), kMaxParticipants));
 }
@@ -464,6 +569,7 @@ Result<ParticipantId> Runtime::Impl::add(std::string_view name, std::string_view
     local.generation = id.generation;
     local.open = true;
     mailboxes_[id.slot].open(id.generation);
+    CounterWrite(counters_[id.slot]).reset(id.generation);
     if (observer_ != nullptr) {
       observer_->on_add(id, name, core_.plan(id), shares, t);
     }
@@ -482,6 +588,8 @@ Result<RequestList> Runtime::Impl::remove(ParticipantId p) {
     // Requests still in the inbox are newer than every one the core held.
     Local& local = locals_[p.slot];
     local.open = false;
+    CounterWrite(counters_[p.slot]).forget();
+    CounterWrite(totals_).add(CounterLine::kQueued, -static_cast<std::uint64_t>(result->size()));
     RequestList inbox;
     for (RequestHook* r = mailboxes_[p.slot].inbox.close(); r != nullptr;) {
       RequestHook* const next = r->next_in_queue;
@@ -633,7 +741,17 @@ void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t) {
   // retire_nano(): the completer gave the request back already, and it may be gone.
   const Result<Completion> applied = core_.retire_nano(record.core, record.cost, t);
   assert(applied.ok() && "the runtime completes each core ticket once, with a checked cost");
-  (void)applied;
+  const bool charged = applied.ok() && applied->charged;
+  if (applied.ok() && core_.contains(applied->participant)) {
+    CounterWrite w(counters_[applied->participant.slot]);
+    w.add(CounterLine::kCompleted, 1);
+    if (charged) w.add_cost(record.cost);
+  }
+  {
+    CounterWrite w(totals_);
+    w.add(CounterLine::kCompleted, 1);
+    if (charged) w.add_cost(record.cost);
+  }
   if (observer_ != nullptr) {
     observer_->on_complete(Ticket{record.index, record.generation}, record.cost, t);
   }
@@ -661,7 +779,9 @@ void Runtime::Impl::take_inbox(Mailbox& mailbox, Nanos t) {
 }
 
 void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t) {
-  for (RequestHook* r = oldest; r != nullptr;) {
+  if (oldest == nullptr) return;
+  std::uint64_t moved = 0;
+  for (RequestHook* r = oldest; r != nullptr; ++moved) {
     RequestHook* const next = r->next_in_queue;
     const Status queued = core_.submit(id, *r, t);
     assert(queued.ok() && "an open inbox belongs to a live participant");
@@ -670,6 +790,8 @@ void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t)
     ++submitted_;
     r = next;
   }
+  CounterWrite(counters_[id.slot]).add(CounterLine::kQueued, moved);
+  CounterWrite(totals_).add(CounterLine::kQueued, moved);
 }
 
 bool Runtime::Impl::has_room() const {
@@ -767,12 +889,17 @@ void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
   const Ticket ticket{record.index, record.generation};
   ++dispatched_;
   ++per_class_[d.out].dispatched;
+  for (CounterLine* line : {&counters_[d.participant.slot], &totals_}) {
+    CounterWrite w(*line);
+    w.add(CounterLine::kQueued, ~std::uint64_t{0});  // minus one
+    w.add(CounterLine::kDispatched + d.out, 1);
+  }
   Local& local = locals_[d.participant.slot];
   local.last_class = d.out;
   if (observer_ != nullptr) observer_->on_visit(&d, ticket, t);
   CREDITLOOP_PROBE4(dispatch, d.participant.slot, d.out, ticket.index, ticket.generation);
   if (options_.workers > 0) {
-    batch_jobs_.push_back(Job{d.request, ticket, d.participant});
+    batch_jobs_.push_back(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
   } else {
     options_.sink(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
   }
@@ -842,6 +969,10 @@ void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
     move_to_core(mailboxes_[slot].inbox.close(), ParticipantId{slot, local.generation}, t);
   }
   if (mode == ShutdownMode::hand_back) {
+    for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
+      if (core_.at(slot)) CounterWrite(counters_[slot]).set(CounterLine::kQueued, 0);
+    }
+    CounterWrite(totals_).set(CounterLine::kQueued, 0);
     handed_back_ = core_.take_all_queued();
     if (observer_ != nullptr) observer_->on_take_all();
     phase_ = Phase::finishing;
@@ -880,6 +1011,14 @@ ParticipantSnapshot Runtime::Impl::describe(ParticipantId p, Nanos t) {
   s.stats = core_.stats(p);
   const Local& local = locals_[p.slot];
   s.last_class = local.last_class;
+  for (int c = 0; c < core_.classes(); ++c) {
+    const auto cls = static_cast<ClassId>(c);
+    const std::optional<Nanos> next = core_.next_credit(p, cls, t);
+    if (next && *next > t) s.next_credit[static_cast<std::size_t>(c)] = next;
+  }
+  if (const std::optional<Nanos> oldest = core_.oldest_queued_at(p)) {
+    s.oldest_queued_age = t - *oldest;
+  }
   return s;
 }
 
@@ -972,7 +1111,7 @@ void Runtime::Impl::worker_main(std::size_t index) {
       double cost = 0;
       bool ok = true;
       try {
-        cost = options_.handler(*job.request, job.participant);
+        cost = options_.handler(job);
       } catch (...) {
         ok = false;
       }
@@ -1042,6 +1181,10 @@ std::vector<ParticipantSnapshot> Runtime::snapshot_participants() {
 RuntimeSnapshot Runtime::snapshot() { return impl_->snapshot(); }
 std::uint64_t Runtime::handler_errors() const noexcept { return impl_->handler_errors(); }
 bool Runtime::dispatcher_sleeping() const noexcept { return impl_->sleeping(); }
+std::optional<ParticipantCounters> Runtime::counters(ParticipantId p) const noexcept {
+  return impl_->counters(p);
+}
+RuntimeCounters Runtime::counters() const noexcept { return impl_->counters(); }
 
 RequestList Runtime::shutdown(ShutdownMode mode) { return impl_->shutdown(mode); }
 

@@ -161,6 +161,9 @@ class Core {
 
   /// Queued requests of `p` (0 for an unknown participant).
   [[nodiscard]] std::size_t queued(ParticipantId p) const noexcept;
+  /// When `p`'s oldest queued request was queued (its RequestHook::queued_at); nothing when its
+  /// queue is empty or `p` is unknown. O(1).
+  [[nodiscard]] std::optional<Nanos> oldest_queued_at(ParticipantId p) const noexcept;
   /// Participants with a non-empty queue.
   [[nodiscard]] std::size_t waiting() const noexcept { return waiting_.count(); }
 
@@ -232,6 +235,11 @@ class Core {
   /// `p`'s balance in class c in nano-credits. Errors: unknown_participant, unknown_class (c not
   /// metered, or not held by p's plan).
   Result<Balance> balance(ParticipantId p, ClassId c, Nanos now) noexcept;
+  /// The first instant, at or after `now`, at which `p`'s class-c bucket has a credit: `now` when
+  /// it has one, otherwise the exact nanosecond its refill reaches one (the instant its timer is
+  /// filed at). Nothing for an unknown participant, a class `p`'s plan does not hold, or an instant
+  /// beyond the clock's end. O(k) (refills the buckets to `now`).
+  std::optional<Nanos> next_credit(ParticipantId p, ClassId c, Nanos now) noexcept;
   /// Whether `p` qualifies for class c at `now`: a queued request and, for a metered class, a
   /// credit in its c bucket. False for an unknown participant.
   bool qualifies(ParticipantId p, ClassId c, Nanos now) noexcept;

@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "creditloop/units.hpp"
+
 namespace creditloop {
 
 struct RequestHook {
@@ -40,6 +42,10 @@ struct RequestHook {
   [[nodiscard]] bool idle() const noexcept { return held.load(std::memory_order_relaxed) == kIdle; }
 
   RequestHook* next_in_queue = nullptr;
+  /// The instant the core queued it (Core::submit's `now`; in the runtime, the dispatcher's clock
+  /// when it moved the request from the inbox into the core): what the oldest queued request's
+  /// age in a snapshot is measured from.
+  Nanos queued_at = 0;
   std::atomic<std::uint8_t> held{kIdle};
 };
 

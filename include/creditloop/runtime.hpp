@@ -86,12 +86,13 @@ struct RuntimeOptions {
 
   /// Sink, your callback: called on the dispatcher thread for each dispatch. Must not block.
   std::function<void(const Dispatched&)> sink;
-  /// Sink, the built-in worker pool: used when `workers` > 0. Each worker runs `handler` and
-  /// completes the request with the cost it returns (credits, SPEC section 2). A handler that
-  /// throws or returns a cost the runtime refuses completes with cost 0, counted in
-  /// handler_errors().
+  /// Sink, the built-in worker pool: used when `workers` > 0. Each worker runs `handler` on the
+  /// dispatch (its request, participant, class out and ticket; the ticket is the pool's own, for
+  /// logs: completing it yourself is refused as stale) and completes the request with the cost
+  /// it returns (credits, SPEC section 2). A handler that throws or returns a cost the runtime
+  /// refuses completes with cost 0, counted in handler_errors().
   unsigned workers = 0;
-  std::function<double(RequestHook&, ParticipantId)> handler;
+  std::function<double(const Dispatched&)> handler;
 
   /// The dispatcher thread's name (at most 15 characters are kept) and the CPU to pin it to
   /// (negative: not pinned).
@@ -168,6 +169,12 @@ class Runtime {
   [[nodiscard]] std::optional<ParticipantSnapshot> snapshot(ParticipantId p);
   [[nodiscard]] std::vector<ParticipantSnapshot> snapshot_participants();
   [[nodiscard]] RuntimeSnapshot snapshot();
+  /// `p`'s counters (snapshot.hpp), without a round trip: lock-free, no allocation; it retries
+  /// only while the dispatcher updates that same participant (nanoseconds). Nothing for a
+  /// participant never registered or removed.
+  [[nodiscard]] std::optional<ParticipantCounters> counters(ParticipantId p) const noexcept;
+  /// The runtime's totals, on the same terms.
+  [[nodiscard]] RuntimeCounters counters() const noexcept;
   /// Whether the dispatcher is asleep (or about to be). Unlike a snapshot it does not wake it.
   [[nodiscard]] bool dispatcher_sleeping() const noexcept;
   /// Completions by the worker pool whose handler threw or returned a refused cost.

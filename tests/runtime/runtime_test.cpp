@@ -194,6 +194,130 @@ TEST(Runtime, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
   complete_all(rt, recorder, 3);
 }
 
+// A snapshot says when each held bucket without a credit gets its next one, and how long the
+// oldest queued request has waited; counters say the same as the snapshot without a round trip.
+TEST(Runtime, SnapshotsGiveTheNextCreditAndTheOldestWaitAndCountersNeedNoRoundTrip) {
+  Recorder recorder;
+  std::atomic<Nanos> clock{0};
+  RuntimeOptions o = options_with(recorder, 4);
+  o.clock = [&clock] { return clock.load(std::memory_order_relaxed); };  // a test knob: no pairing
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);  // P1 {2/s, 4}, P2 {5/s, 10}
+  std::deque<Req> requests(6);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  ASSERT_TRUE(recorder.wait_for(4));
+  ASSERT_TRUE(rt.snapshot(alice).has_value());  // every request is in the core, queued at 0
+  clock.store(100'000'000, std::memory_order_relaxed);
+  const ParticipantSnapshot s = *rt.snapshot(alice);
+  EXPECT_EQ(s.queued, 2u);
+  ASSERT_TRUE(s.next_credit[0].has_value());
+  EXPECT_EQ(*s.next_credit[0], 500'000'000);   // 4 spent at 0, 2 a second: 0.5 s for one
+  EXPECT_FALSE(s.next_credit[1].has_value());  // P2 has its credits
+  ASSERT_TRUE(s.oldest_queued_age.has_value());
+  EXPECT_EQ(*s.oldest_queued_age, 100'000'000);
+
+  std::optional<ParticipantCounters> c = rt.counters(alice);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->queued, 2u);
+  EXPECT_EQ(c->dispatched[0], 4u);
+  EXPECT_EQ(c->dispatched[1], 0u);
+  EXPECT_EQ(c->completed, 0u);
+  ASSERT_TRUE(rt.complete(recorder.seen()[0].ticket, 1.5).ok());
+  ASSERT_TRUE(recorder.wait_for(5));
+  (void)rt.snapshot();  // the completion and the fifth dispatch are applied before it returns
+  c = rt.counters(alice);
+  EXPECT_EQ(c->queued, 1u);
+  EXPECT_EQ(c->completed, 1u);
+  EXPECT_EQ(c->cost_charged, static_cast<Balance>(1'500'000'000));
+  EXPECT_EQ(c->dispatched[0] + c->dispatched[1], 5u);
+  const RuntimeCounters totals = rt.counters();
+  EXPECT_EQ(totals.queued, 1u);
+  EXPECT_EQ(totals.completed, 1u);
+  EXPECT_EQ(totals.dispatched, c->dispatched);
+  EXPECT_EQ(totals.cost_charged, c->cost_charged);
+  Result<RequestList> back = rt.remove(alice);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->size(), 1u);
+  EXPECT_FALSE(rt.counters(alice).has_value());
+  EXPECT_EQ(rt.counters().queued, 0u);
+  EXPECT_FALSE(rt.counters(ParticipantId{12345, 1}).has_value());
+  for (std::size_t i = 1; i < 5; ++i) ASSERT_TRUE(rt.complete(recorder.seen()[i].ticket, 0).ok());
+}
+
+// A scrape on another thread reads counters while the dispatcher writes them: each read is a
+// consistent cut of one participant, never goes backwards, and ends at the exact totals.
+TEST(Runtime, CountersReadFromAnotherThreadAreMonotonicAndEndExact) {
+  constexpr int kRequests = 3000;
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.slots = 8;
+  CompletingSink sink{nullptr, 0.25, nullptr};
+  o.sink = [&sink](const Dispatched& d) { sink(d); };
+  Runtime rt(std::move(o));
+  sink.runtime = &rt;
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::atomic<bool> done{false};
+  std::thread scraper([&] {
+    std::uint64_t last_dispatched = 0;
+    std::uint64_t last_completed = 0;
+    // acquire: pairs with the release store below; a last read after it sees the final values.
+    while (!done.load(std::memory_order_acquire)) {
+      const std::optional<ParticipantCounters> c = rt.counters(alice);
+      ASSERT_TRUE(c.has_value());
+      const std::uint64_t dispatched = c->dispatched[0] + c->dispatched[1] + c->dispatched[2];
+      EXPECT_GE(dispatched, last_dispatched);
+      EXPECT_GE(c->completed, last_completed);
+      EXPECT_LE(c->completed, dispatched);
+      // One cut: every completion so far was charged 0.25 credit, unless the bucket was P3's.
+      EXPECT_LE(c->cost_charged, static_cast<Balance>(c->completed) * 250'000'000);
+      last_dispatched = dispatched;
+      last_completed = c->completed;
+    }
+  });
+  std::deque<Req> requests(kRequests);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain).empty());
+  done.store(true, std::memory_order_release);
+  scraper.join();
+  const ParticipantCounters c = *rt.counters(alice);
+  EXPECT_EQ(c.dispatched[0] + c.dispatched[1] + c.dispatched[2], std::uint64_t{kRequests});
+  EXPECT_EQ(c.completed, std::uint64_t{kRequests});
+  EXPECT_EQ(c.queued, 0u);
+  EXPECT_EQ(c.cost_charged, rt.snapshot(alice)->stats.cost_charged);
+  EXPECT_EQ(rt.counters().completed, std::uint64_t{kRequests});
+}
+
+// The pool's handler learns the class its request went out under and its ticket.
+TEST(Runtime, ThePoolHandlerSeesTheClassOutAndTheTicket) {
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.slots = 1;
+  o.workers = 1;
+  o.clock = [] { return Nanos{0}; };  // frozen: pro's 4 P1 credits, then P2
+  std::mutex mutex;
+  std::vector<Dispatched> seen;
+  o.handler = [&](const Dispatched& d) {
+    std::lock_guard lock(mutex);
+    seen.push_back(d);
+    return 0.0;
+  };
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(6);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain).empty());
+  ASSERT_EQ(seen.size(), 6u);
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].request, &requests[i]);
+    EXPECT_EQ(seen[i].participant, alice);
+    EXPECT_EQ(seen[i].out, i < 4 ? 0 : 1) << i;
+    EXPECT_NE(seen[i].ticket.generation, 0u);
+    if (i > 0) {
+      EXPECT_NE(seen[i].ticket, seen[i - 1].ticket);  // one slot: one record, reused
+    }
+  }
+}
+
 TEST(Runtime, TheSlotModelKeepsAtMostSlotsInFlightAndACompletionReturnsOne) {
   Recorder recorder;
   Runtime rt(options_with(recorder, 2));
@@ -340,9 +464,9 @@ TEST(Runtime, TheWorkerPoolCompletesEachRequestWithTheCostItsHandlerReturns) {
   o.slots = 16;
   o.workers = 2;
   std::atomic<int> handled{0};
-  o.handler = [&handled](RequestHook& r, ParticipantId) {
+  o.handler = [&handled](const Dispatched& d) {
     handled.fetch_add(1, std::memory_order_relaxed);  // a count read after shutdown joins
-    const int id = id_of(&r);
+    const int id = id_of(d.request);
     if (id % 10 == 7) return std::nan("");  // refused: completes at 0, counted as an error
     if (id % 10 == 8) throw std::runtime_error("handler failure");
     return 0.5;
@@ -443,8 +567,8 @@ TEST(Runtime, PoolTicketsAreTheirWorkersAndNoCompletionIsLostWhileTheDispatcherL
   o.slots = 1024;  // every request is dispatched while the worker is held in its first
   o.workers = 1;
   o.observer = &watch;
-  o.handler = [&](RequestHook& r, ParticipantId) {
-    if (id_of(&r) == 0) handle.wait();
+  o.handler = [&](const Dispatched& d) {
+    if (id_of(d.request) == 0) handle.wait();
     handled.add();
     return 0.25;
   };
@@ -545,7 +669,7 @@ TEST(Runtime, DestructionWithoutShutdownIsSafe) {
     o.config = reference_config();
     o.slots = 4;
     o.workers = 2;
-    o.handler = [](RequestHook&, ParticipantId) { return 1.0; };
+    o.handler = [](const Dispatched&) { return 1.0; };
     Runtime rt(std::move(o));
     const ParticipantId alice = *rt.add("alice", "pro", 1);
     for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
@@ -778,7 +902,7 @@ void replay_what_the_observer_saw(bool batches) {
   o.config = reference_config();
   o.slots = 3;
   o.workers = 2;
-  o.handler = [](RequestHook& r, ParticipantId) { return (id_of(&r) % 5) * 0.7; };
+  o.handler = [](const Dispatched& d) { return (id_of(d.request) % 5) * 0.7; };
   o.observer = &journal;
   Runtime rt(std::move(o));
   std::vector<ParticipantId> ids;

@@ -186,6 +186,41 @@ TEST(Completion, OldTicketStaysStaleAcrossWhereA32BitGenerationWrapped) {
   EXPECT_TRUE(rig.core.complete(live, 0, 0).ok());
 }
 
+// The next credit's instant is exact: the nanosecond before it, the bucket has none.
+TEST(Completion, NextCreditIsTheExactInstantTheBucketReachesOne) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "pro1");  // P1 {1/s, 1}, P2 {1/s, 10}
+  rig.submit(a, 3, 0);
+  EXPECT_EQ(rig.core.next_credit(a, 0, 0), std::optional<Nanos>(0));  // has one now
+  EXPECT_EQ(rig.turn(0), "P1: A");
+  ASSERT_TRUE(rig.core.complete(rig.log[0].ticket, 0.25, 0).ok());  // P1 at -0.25
+  const std::optional<Nanos> at = rig.core.next_credit(a, 0, kSec / 10);
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(*at, kSec + kSec / 4);
+  EXPECT_FALSE(rig.core.qualifies(a, 0, *at - 1));
+  EXPECT_TRUE(rig.core.qualifies(a, 0, *at));
+  EXPECT_FALSE(rig.core.next_credit(a, 2, 0).has_value());  // unmetered: no bucket
+  const ParticipantId f = rig.add("F", "free");
+  EXPECT_FALSE(rig.core.next_credit(f, 0, 0).has_value());  // not held
+}
+
+// The oldest queued request's arrival is the `now` it was submitted at.
+TEST(Completion, OldestQueuedAtIsTheOldestRequestsSubmitInstant) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "ten");
+  EXPECT_FALSE(rig.core.oldest_queued_at(a).has_value());
+  rig.submit(a, 1, 5);
+  rig.submit(a, 1, 7);
+  EXPECT_EQ(rig.core.oldest_queued_at(a), std::optional<Nanos>(5));
+  EXPECT_EQ(rig.turn(8), "P1: A");
+  EXPECT_EQ(rig.core.oldest_queued_at(a), std::optional<Nanos>(7));
+  rig.submit(a, 1, 9);
+  EXPECT_EQ(rig.turn(10), "P1: A");
+  EXPECT_EQ(rig.core.oldest_queued_at(a), std::optional<Nanos>(9));
+  EXPECT_EQ(rig.turn(10), "P1: A");
+  EXPECT_FALSE(rig.core.oldest_queued_at(a).has_value());
+}
+
 TEST(Completion, ForRemovedParticipantAcceptedAndChargedNowhere) {
   Rig rig(plans());
   const ParticipantId a = rig.add("A", "ten");
