@@ -20,6 +20,7 @@
 #include <array>
 #include <atomic>
 #include <cassert>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -312,7 +313,7 @@ class Runtime::Impl {
   std::optional<ParticipantSnapshot> snapshot(ParticipantId p);
   std::vector<ParticipantSnapshot> snapshot_participants();
   RuntimeSnapshot snapshot();
-  RequestList shutdown(ShutdownMode mode);
+  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline);
   [[nodiscard]] std::uint64_t handler_errors() const noexcept {
     return handler_errors_.load(std::memory_order_relaxed);  // a statistic: no pairing
   }
@@ -409,7 +410,8 @@ class Runtime::Impl {
                 alignof(decltype(pool_completions_)) == kCacheLine &&
                 alignof(decltype(parker_)) == kCacheLine);
   // Read on every refused call and by monitoring; written once, or on a handler error.
-  alignas(kCacheLine) std::atomic<bool> accepting_{true};  // relaxed: chooses an error code only
+  // Only picks the error code of a refused submit (see begin_shutdown() and submit()).
+  alignas(kCacheLine) std::atomic<bool> accepting_{true};
   std::atomic<std::uint64_t> handler_errors_{0};
 
   // Commands: any thread posts, the dispatcher runs.
@@ -456,8 +458,15 @@ class Runtime::Impl {
 
   std::thread dispatcher_;
   std::thread::id dispatcher_id_;  // written before any other thread can read it
+  // The pool's threads, recorded before any of them can run a handler: shutdown() refuses them.
+  std::vector<std::thread::id> worker_ids_;
+  std::condition_variable exited_;  // dispatcher_exited_ became true (commands_mutex_)
   std::mutex shutdown_mutex_;
-  bool shut_down_ = false;  // guarded by shutdown_mutex_
+  bool shutdown_begun_ = false;  // guarded by shutdown_mutex_
+  bool joined_ = false;          // guarded by shutdown_mutex_
+  [[nodiscard]] bool on_runtime_thread() const noexcept;
+  // Dispatcher only: every ticket issued and not yet applied.
+  [[nodiscard]] std::vector<Ticket> tickets_in_flight() const;
 };
 
 // ---- construction -------------------------------------------------------------------------------
@@ -489,8 +498,11 @@ Runtime::Impl::Impl(RuntimeOptions options)
   for (unsigned i = 0; i < options_.workers; ++i) {
     worker_blocks_.push_back(std::make_unique<std::array<detail::PoolBlock, kBlocksPerWorker>>());
   }
+  // A worker reads worker_ids_ only in a handler, which needs a submit, which needs the
+  // constructor to have returned: the ids are all recorded by then.
   for (std::size_t i = 0; i < options_.workers; ++i) {
     workers_.emplace_back([this, i] { worker_main(i); });
+    worker_ids_.push_back(workers_.back().get_id());
   }
   std::binary_semaphore started{0};
   dispatcher_ = std::thread([this, &started] {
@@ -501,7 +513,7 @@ Runtime::Impl::Impl(RuntimeOptions options)
   started.acquire();
 }
 
-Runtime::Impl::~Impl() { shutdown(ShutdownMode::hand_back); }
+Runtime::Impl::~Impl() { (void)shutdown(ShutdownMode::hand_back, std::nullopt); }
 
 void Runtime::Impl::ensure_places(std::uint32_t places) {
   if (places <= places_) return;
@@ -653,7 +665,9 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
   if (outcome == Mailbox::Submit::refused) {
     // relaxed: the request never left this thread.
     request.held.store(RequestHook::kIdle, std::memory_order_relaxed);
-    // relaxed: the flag only picks the error; the inbox's refusal is what counts.
+    // relaxed: an inbox refused because shutdown closed it was read by an acquire load that
+    // synchronizes with close()'s release exchange, which begin_shutdown() makes after clearing
+    // the flag: the flag reads false here, on any machine (tests/relacy/shutdown_flag_model).
     return accepting_.load(std::memory_order_relaxed) ? Errc::unknown_participant : Errc::shut_down;
   }
   CREDITLOOP_PROBE2(submit, p.slot, p.generation);
@@ -724,6 +738,7 @@ void Runtime::Impl::dispatcher_main() {
     c->done.release();
   }
   commands_.clear();
+  exited_.notify_all();
 }
 
 bool Runtime::Impl::service(Nanos t) {
@@ -959,7 +974,9 @@ void Runtime::Impl::idle() {
 // ---- shutdown -----------------------------------------------------------------------------------
 
 void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
-  accepting_.store(false, std::memory_order_relaxed);  // picks the error code only
+  // relaxed: published by each inbox's close() below (release), which every producer refused by
+  // it reads with acquire (inbox.hpp): that producer then reads false and reports shut_down.
+  accepting_.store(false, std::memory_order_relaxed);
   // Close every inbox: a push from now on is refused. What the inboxes held joins the core's
   // queues behind what they already hold, so each participant's order is kept.
   for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
@@ -981,18 +998,68 @@ void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
   }
 }
 
-RequestList Runtime::Impl::shutdown(ShutdownMode mode) {
+bool Runtime::Impl::on_runtime_thread() const noexcept {
+  const std::thread::id me = std::this_thread::get_id();
+  return me == dispatcher_id_ ||
+         std::find(worker_ids_.begin(), worker_ids_.end(), me) != worker_ids_.end();
+}
+
+std::vector<Ticket> Runtime::Impl::tickets_in_flight() const {
+  std::vector<bool> free(tickets_used_, false);
+  for (const std::uint32_t index : free_tickets_) free[index] = true;
+  std::vector<Ticket> out;
+  for (std::uint32_t i = 0; i < tickets_used_; ++i) {
+    if (!free[i]) out.push_back(Ticket{i, tickets_[i].generation});
+  }
+  return out;
+}
+
+ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
+                                       std::optional<std::chrono::nanoseconds> deadline) {
+  ShutdownReport report;
+  // Checked before anything waits: the dispatcher or a worker waiting for the runtime to finish
+  // would wait for itself.
+  if (on_runtime_thread()) {
+    report.status = Errc::wrong_thread;
+    return report;
+  }
+  const auto until = deadline ? std::chrono::steady_clock::now() + *deadline
+                              : std::chrono::steady_clock::time_point::max();
   std::lock_guard lock(shutdown_mutex_);
-  if (shut_down_) return {};
-  shut_down_ = true;
-  assert(std::this_thread::get_id() != dispatcher_id_ && "shutdown from the dispatcher thread");
-  Command c;
-  c.work = [&] { begin_shutdown(mode, loop_now_); };
-  run_on_dispatcher(c);
+  if (joined_) {
+    report.finished = true;
+    return report;
+  }
+  if (!shutdown_begun_) {
+    shutdown_begun_ = true;
+    Command c;
+    c.work = [&] {
+      begin_shutdown(mode, loop_now_);
+      report.handed_back = std::move(handed_back_);
+    };
+    run_on_dispatcher(c);
+  }
+  bool exited = false;
+  {
+    std::unique_lock wait(commands_mutex_);
+    exited = deadline ? exited_.wait_until(wait, until, [&] { return dispatcher_exited_; })
+                      : (exited_.wait(wait, [&] { return dispatcher_exited_; }), true);
+  }
+  if (!exited) {
+    Command c;
+    c.work = [&] {
+      report.in_flight = tickets_in_flight();
+      report.still_queued = counters().queued;
+    };
+    run_on_dispatcher(c);
+    return report;
+  }
   dispatcher_.join();
   for (std::size_t i = 0; i < workers_.size(); ++i) jobs_.enqueue(Job{});
   for (std::thread& w : workers_) w.join();
-  return std::move(handed_back_);
+  joined_ = true;
+  report.finished = true;
+  return report;
 }
 
 // ---- snapshots ----------------------------------------------------------------------------------
@@ -1186,7 +1253,13 @@ std::optional<ParticipantCounters> Runtime::counters(ParticipantId p) const noex
 }
 RuntimeCounters Runtime::counters() const noexcept { return impl_->counters(); }
 
-RequestList Runtime::shutdown(ShutdownMode mode) { return impl_->shutdown(mode); }
+ShutdownReport Runtime::shutdown(ShutdownMode mode,
+                                 std::optional<std::chrono::nanoseconds> deadline) {
+  return impl_->shutdown(mode, deadline);
+}
+RequestList Runtime::shutdown(ShutdownMode mode) {
+  return std::move(impl_->shutdown(mode, std::nullopt).handed_back);
+}
 
 // ---- CompletionBatch ----------------------------------------------------------------------------
 

@@ -124,13 +124,32 @@ enum class ShutdownMode : std::uint8_t {
   drain,      // refuse new submissions; dispatch everything queued first
 };
 
+/// What shutdown(mode, deadline) did.
+struct ShutdownReport {
+  /// wrong_thread: called from the dispatcher thread (a sink, an observer, a room test, the
+  /// clock) or a worker of the pool (a handler), where waiting would deadlock; nothing was done.
+  Status status;
+  /// The requests handed back (hand_back mode, first call only), oldest first per participant.
+  RequestList handed_back;
+  /// True when everything queued was dispatched (drain) and every request in flight completed
+  /// before the deadline: the runtime's threads are joined.
+  bool finished = false;
+  /// When not finished: the tickets still in flight as the deadline passed (pool tickets
+  /// included), and the requests still queued (drain mode). The runtime goes on accepting their
+  /// completions; call shutdown() again to wait for them.
+  std::vector<Ticket> in_flight;
+  std::uint64_t still_queued = 0;
+};
+
 class Runtime {
  public:
   /// Validates the options (throws std::invalid_argument naming the problem), reserves, and starts
   /// the dispatcher thread and the worker pool.
   explicit Runtime(RuntimeOptions options);
   /// Shuts down handing back (the handed-back requests are dropped: they are the caller's
-  /// storage) if shutdown() was not called, and waits for everything in flight.
+  /// storage) if shutdown() was not called, and waits without limit for everything in flight:
+  /// call shutdown() with a deadline first to learn what is outstanding. Must not run on the
+  /// dispatcher thread or a pool worker (it would wait for itself).
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -182,8 +201,15 @@ class Runtime {
 
   // ---- shutdown -----------------------------------------------------------------------------
   /// Stops accepting submissions, hands back (or first dispatches) everything queued, waits until
-  /// every request in flight is completed, and joins the runtime's threads. The first call does the
-  /// work; later ones return an empty list. Must not be called from the dispatcher thread.
+  /// every request in flight is completed or `deadline` (from the call; empty: no limit) has
+  /// passed, and, once everything is completed, joins the runtime's threads. Always returns: at
+  /// the deadline it reports what is still in flight; a later call waits again (with its own
+  /// deadline) and reports anew. Only the first call hands back. A submit that races shutdown is
+  /// refused with shut_down. From the dispatcher thread or a pool worker it does nothing and
+  /// reports wrong_thread. Any other thread; blocks up to the deadline; allocates.
+  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline);
+  /// The same without a deadline, returning only the handed-back requests (empty when called
+  /// from the dispatcher thread or a pool worker: use the form above to see that error).
   RequestList shutdown(ShutdownMode mode = ShutdownMode::hand_back);
 
   class Impl;

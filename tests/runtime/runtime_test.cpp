@@ -644,6 +644,127 @@ TEST(Runtime, ShutdownHandsBackWhatIsQueuedRefusesSubmissionsAndWaitsForWhatIsIn
   EXPECT_TRUE(rt.shutdown().empty());  // a second shutdown has nothing left to do
 }
 
+// Shutdown returns at its deadline with what is still in flight, goes on accepting those
+// completions, and finishes on a later call once they came.
+TEST(Runtime, ShutdownWithADeadlineReturnsAndReportsWhatIsStillInFlight) {
+  Recorder recorder;
+  Runtime rt(options_with(recorder, 2));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(3);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  ASSERT_TRUE(recorder.wait_for(2));
+  const std::vector<Dispatched> seen = recorder.seen();
+  ShutdownReport first = rt.shutdown(ShutdownMode::hand_back, std::chrono::milliseconds(20));
+  ASSERT_TRUE(first.status.ok());
+  EXPECT_FALSE(first.finished);
+  EXPECT_EQ(first.handed_back.size(), 1u);
+  ASSERT_EQ(first.in_flight.size(), 2u);
+  EXPECT_TRUE((first.in_flight[0] == seen[0].ticket && first.in_flight[1] == seen[1].ticket) ||
+              (first.in_flight[0] == seen[1].ticket && first.in_flight[1] == seen[0].ticket));
+  EXPECT_EQ(rt.submit(alice, requests[2]).error(), Errc::shut_down);
+  ASSERT_TRUE(rt.complete(seen[0].ticket, 0).ok());
+  ShutdownReport second = rt.shutdown(ShutdownMode::hand_back, std::chrono::milliseconds(0));
+  EXPECT_FALSE(second.finished);
+  EXPECT_TRUE(second.handed_back.empty());  // only the first call hands back
+  // The completion may still be on its way to the dispatcher: one or both tickets remain.
+  ASSERT_FALSE(second.in_flight.empty());
+  EXPECT_EQ(second.in_flight.back(), seen[1].ticket);
+  ASSERT_TRUE(rt.complete(seen[1].ticket, 0).ok());
+  const ShutdownReport last = rt.shutdown(ShutdownMode::hand_back, std::nullopt);
+  EXPECT_TRUE(last.finished);
+  EXPECT_TRUE(last.in_flight.empty());
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::hand_back, std::chrono::milliseconds(0)).finished);
+  EXPECT_EQ(rt.snapshot().completed, 2u);
+}
+
+// From the dispatcher thread (a sink) or a pool worker (a handler), shutdown would wait for its
+// own thread: it reports wrong_thread and does nothing, and the runtime runs on.
+TEST(Runtime, ShutdownFromASinkOrAHandlerIsRefusedNotADeadlock) {
+  std::atomic<int> refused{0};
+  Runtime* self = nullptr;
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.sink = [&](const Dispatched& d) {
+    if (self->shutdown().empty() &&
+        self->shutdown(ShutdownMode::drain, std::nullopt).status == Status{Errc::wrong_thread}) {
+      refused.fetch_add(1, std::memory_order_relaxed);  // read after the join below
+    }
+    ASSERT_TRUE(self->complete(d.ticket, 0).ok());
+  };
+  Runtime rt(std::move(o));
+  self = &rt;
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  Req r;
+  ASSERT_TRUE(rt.submit(alice, r).ok());
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain, std::nullopt).finished);
+  EXPECT_EQ(refused.load(std::memory_order_relaxed), 1);
+
+  std::atomic<int> handler_refused{0};
+  Runtime* pool_self = nullptr;
+  RuntimeOptions p;
+  p.config = reference_config();
+  p.workers = 2;
+  p.handler = [&](const Dispatched&) {
+    if (pool_self->shutdown(ShutdownMode::hand_back, std::chrono::seconds(0)).status ==
+        Status{Errc::wrong_thread}) {
+      handler_refused.fetch_add(1, std::memory_order_relaxed);  // read after the join below
+    }
+    return 0.0;
+  };
+  Runtime pool(std::move(p));
+  pool_self = &pool;
+  const ParticipantId bob = *pool.add("bob", "pro", 1);
+  std::deque<Req> requests(4);
+  for (Req& q : requests) ASSERT_TRUE(pool.submit(bob, q).ok());
+  EXPECT_TRUE(pool.shutdown(ShutdownMode::drain, std::nullopt).finished);
+  EXPECT_EQ(handler_refused.load(std::memory_order_relaxed), 4);
+}
+
+// Producers racing shutdown: a refused submit always says shut_down (the participant is never
+// removed), and every accepted request is dispatched or handed back exactly once.
+TEST(Runtime, ASubmitThatRacesShutdownIsRefusedWithShutDown) {
+  constexpr int kProducers = 3;
+  constexpr int kEach = 2000;
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.slots = 1'000'000;
+  std::atomic<int> dispatched{0};
+  Runtime* self = nullptr;
+  o.sink = [&](const Dispatched& d) {
+    dispatched.fetch_add(1, std::memory_order_relaxed);  // read after the join below
+    ASSERT_TRUE(self->complete(d.ticket, 0).ok());
+  };
+  Runtime rt(std::move(o));
+  self = &rt;
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(kProducers * kEach);
+  std::atomic<int> accepted{0};
+  std::atomic<int> wrong{0};
+  std::atomic<int> started{0};
+  std::vector<std::thread> producers;
+  for (int t = 0; t < kProducers; ++t) {
+    producers.emplace_back([&, t] {
+      started.fetch_add(1, std::memory_order_relaxed);  // a start gate: no pairing
+      for (int i = 0; i < kEach; ++i) {
+        const Status s = rt.submit(alice, requests[static_cast<std::size_t>(t * kEach + i)]);
+        if (s.ok()) {
+          accepted.fetch_add(1, std::memory_order_relaxed);
+        } else if (s.error() != Errc::shut_down) {
+          wrong.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    });
+  }
+  while (started.load(std::memory_order_relaxed) < kProducers) std::this_thread::yield();
+  ShutdownReport report = rt.shutdown(ShutdownMode::hand_back, std::nullopt);
+  for (std::thread& p : producers) p.join();
+  EXPECT_TRUE(report.finished);
+  EXPECT_EQ(wrong.load(std::memory_order_relaxed), 0);
+  EXPECT_EQ(static_cast<std::size_t>(dispatched.load(std::memory_order_relaxed)) +
+                report.handed_back.size(),
+            static_cast<std::size_t>(accepted.load(std::memory_order_relaxed)));
+}
+
 TEST(Runtime, ShutdownCanDrainEverythingQueuedFirst) {
   Recorder recorder;
   RuntimeOptions o = options_with(recorder, 4);
