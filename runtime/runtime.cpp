@@ -21,6 +21,8 @@
 #include <atomic>
 #include <cassert>
 #include <condition_variable>
+#include <cstdio>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -382,7 +384,66 @@ class Runtime::Impl {
   // ---------------------------------------------------------------------------------
   void run_on_dispatcher(Command& command);
   void worker_main(std::size_t index);
-  Nanos now() const { return clock_ ? clock_() : detail::monotonic_now(); }
+  // The embedder's clock; if it throws, the last instant read (time stands still) and a report.
+  Nanos now() {
+    if (!clock_) return detail::monotonic_now();
+    try {
+      return clock_();
+    } catch (...) {
+      report(CallbackKind::clock, std::current_exception());
+      return loop_now_;
+    }
+  }
+  // The embedder's room test; if it throws, no room this time (it is re-tested within a
+  // millisecond) and a report.
+  bool room_test() const {
+    try {
+      return options_.room();
+    } catch (...) {
+      report(CallbackKind::room, std::current_exception());
+      return false;
+    }
+  }
+  // Hands a callback's exception to on_error (or standard error without one). Never throws: an
+  // on_error that throws is reported to standard error.
+  void report(CallbackKind kind, std::exception_ptr error, RequestHook* request = nullptr,
+              Ticket ticket = {}, ParticipantId participant = {}) const noexcept;
+  // The observer, behind a wrapper that reports what its calls throw: the input it was told of
+  // has happened whatever it does.
+  class GuardedObserver {
+   public:
+    explicit GuardedObserver(const Impl& impl) noexcept : impl_(impl) {}
+    template <class... A>
+    void call(void (RuntimeObserver::*f)(A...), auto&&... args) const noexcept {
+      try {
+        (impl_.observer_->*f)(std::forward<decltype(args)>(args)...);
+      } catch (...) {
+        impl_.report(CallbackKind::observer, std::current_exception());
+      }
+    }
+#define CREDITLOOP_GUARDED(name)                            \
+  template <class... A>                                     \
+  void name(A&&... args) const noexcept {                   \
+    call(&RuntimeObserver::name, std::forward<A>(args)...); \
+  }
+    CREDITLOOP_GUARDED(on_add)
+    CREDITLOOP_GUARDED(on_remove)
+    CREDITLOOP_GUARDED(on_replan)
+    CREDITLOOP_GUARDED(on_complete)
+    CREDITLOOP_GUARDED(on_submit)
+    CREDITLOOP_GUARDED(on_dispatch)
+    CREDITLOOP_GUARDED(on_end_turn)
+    CREDITLOOP_GUARDED(on_begin_turn)
+    CREDITLOOP_GUARDED(on_visit)
+    CREDITLOOP_GUARDED(on_take_all)
+#undef CREDITLOOP_GUARDED
+
+   private:
+    const Impl& impl_;
+  };
+  [[nodiscard]] GuardedObserver observe() const noexcept { return GuardedObserver(*this); }
+  // The sink threw for `record`'s dispatch: see RuntimeOptions::sink.
+  void sink_failed(TicketRecord& record, const Dispatch& d, std::exception_ptr error, Nanos t);
 
   RuntimeOptions options_;
   std::function<Nanos()> clock_;
@@ -583,7 +644,7 @@ Result<ParticipantId> Runtime::Impl::add(std::string_view name, std::string_view
     mailboxes_[id.slot].open(id.generation);
     CounterWrite(counters_[id.slot]).reset(id.generation);
     if (observer_ != nullptr) {
-      observer_->on_add(id, name, core_.plan(id), shares, t);
+      observe().on_add(id, name, core_.plan(id), shares, t);
     }
   };
   run_on_dispatcher(c);
@@ -611,7 +672,7 @@ Result<RequestList> Runtime::Impl::remove(ParticipantId p) {
       r = next;
     }
     result->splice_back(std::move(inbox));
-    if (observer_ != nullptr) observer_->on_remove(p);
+    if (observer_ != nullptr) observe().on_remove(p);
   };
   run_on_dispatcher(c);
   return result;
@@ -633,7 +694,7 @@ Status Runtime::Impl::replan(ParticipantId p, std::string_view plan, std::uint32
     }
     const Nanos t = loop_now_;
     result = core_.replan(p, *id, shares, t);
-    if (result && observer_ != nullptr) observer_->on_replan(p, *id, shares, t);
+    if (result && observer_ != nullptr) observe().on_replan(p, *id, shares, t);
   };
   run_on_dispatcher(c);
   return result;
@@ -768,7 +829,7 @@ void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t) {
     if (charged) w.add_cost(record.cost);
   }
   if (observer_ != nullptr) {
-    observer_->on_complete(Ticket{record.index, record.generation}, record.cost, t);
+    observe().on_complete(Ticket{record.index, record.generation}, record.cost, t);
   }
   record.cell.release();
   free_tickets_.push_back(record.index);  // within the capacity reserved when it was created
@@ -801,7 +862,7 @@ void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t)
     const Status queued = core_.submit(id, *r, t);
     assert(queued.ok() && "an open inbox belongs to a live participant");
     (void)queued;
-    if (observer_ != nullptr) observer_->on_submit(id, *r, t);
+    if (observer_ != nullptr) observe().on_submit(id, *r, t);
     ++submitted_;
     r = next;
   }
@@ -811,7 +872,7 @@ void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t)
 
 bool Runtime::Impl::has_room() const {
   if (tickets_left() == 0) return false;
-  return options_.room ? options_.room() : in_flight() < options_.slots;
+  return options_.room ? room_test() : in_flight() < options_.slots;
 }
 
 bool Runtime::Impl::dispatch_batch(Nanos t) {
@@ -838,12 +899,12 @@ std::uint32_t Runtime::Impl::dispatch_in_one_call(Nanos t) {
     sent = static_cast<std::uint32_t>(
         core_.dispatch(t, std::span<Dispatch>(batch_dispatches_.data(), want)));
     // Before the hand-outs: their on_visit() calls carry the batch's dispatches.
-    if (observer_ != nullptr) observer_->on_dispatch(want, sent, t);
+    if (observer_ != nullptr) observe().on_dispatch(want, sent, t);
     for (std::uint32_t i = 0; i < sent; ++i) hand_out(batch_dispatches_[i], t);
   }
   if (sent == room && core_.in_turn()) {  // no room left ends the turn, as in the loop below
     core_.end_turn();
-    if (observer_ != nullptr) observer_->on_end_turn();
+    if (observer_ != nullptr) observe().on_end_turn();
   }
   return sent;
 }
@@ -856,18 +917,18 @@ std::uint32_t Runtime::Impl::dispatch_one_by_one(Nanos t) {
     if (!has_room()) {
       if (core_.in_turn()) {
         core_.end_turn();
-        if (observer_ != nullptr) observer_->on_end_turn();
+        if (observer_ != nullptr) observe().on_end_turn();
       }
       break;
     }
     if (!core_.in_turn()) {
       const std::optional<ClassId> pass = core_.begin_turn(t);
-      if (observer_ != nullptr) observer_->on_begin_turn(pass, t);
+      if (observer_ != nullptr) observe().on_begin_turn(pass, t);
       if (!pass) break;
     }
     const std::optional<Dispatch> d = core_.visit(t);
     if (!d) {
-      if (observer_ != nullptr) observer_->on_visit(nullptr, Ticket{}, t);
+      if (observer_ != nullptr) observe().on_visit(nullptr, Ticket{}, t);
       continue;
     }
     hand_out(*d, t);
@@ -911,13 +972,53 @@ void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
   }
   Local& local = locals_[d.participant.slot];
   local.last_class = d.out;
-  if (observer_ != nullptr) observer_->on_visit(&d, ticket, t);
+  if (observer_ != nullptr) observe().on_visit(&d, ticket, t);
   CREDITLOOP_PROBE4(dispatch, d.participant.slot, d.out, ticket.index, ticket.generation);
   if (options_.workers > 0) {
     batch_jobs_.push_back(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
   } else {
-    options_.sink(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
+    try {
+      options_.sink(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
+    } catch (...) {
+      sink_failed(record, d, std::current_exception(), t);
+    }
   }
+}
+
+void Runtime::Impl::sink_failed(TicketRecord& record, const Dispatch& d, std::exception_ptr error,
+                                Nanos t) {
+  // The sink did not take the request: the runtime completes it at cost 0 (the credit taken at
+  // dispatch stays spent, as for any dispatch) and gives it back to its caller in the report.
+  // If the sink completed it before throwing, the claim fails and the request is the caller's
+  // already.
+  TicketRecord* claimed = nullptr;
+  const Ticket ticket{record.index, record.generation};
+  const bool ours = claim(ticket, 0, claimed).ok();
+  if (ours) apply_completion(*claimed, t);  // on the dispatcher: applied at once, not published
+  report(CallbackKind::sink, std::move(error), ours ? d.request : nullptr, ticket, d.participant);
+}
+
+void Runtime::Impl::report(CallbackKind kind, std::exception_ptr error, RequestHook* request,
+                           Ticket ticket, ParticipantId participant) const noexcept {
+  const CallbackError e{std::move(error), kind, request, ticket, participant};
+  try {
+    if (options_.on_error) {
+      options_.on_error(e);
+      return;
+    }
+  } catch (...) {
+    std::fputs("creditloop: the on_error callback threw\n", stderr);
+  }
+  static constexpr const char* kNames[] = {"sink", "room test", "clock", "observer", "handler"};
+  std::string what = "unknown exception";
+  try {
+    std::rethrow_exception(e.error);
+  } catch (const std::exception& x) {
+    what = x.what();
+  } catch (...) {
+  }
+  std::fprintf(stderr, "creditloop: the %s threw: %s\n", kNames[static_cast<int>(kind)],
+               what.c_str());
 }
 
 bool Runtime::Impl::work_visible(std::uint32_t reasons) const {
@@ -945,7 +1046,7 @@ void Runtime::Impl::idle() {
   const Nanos spin_until = spin_.count() > 0 ? detail::monotonic_now() + spin_.count() : 0;
   for (std::uint32_t i = 1;; ++i) {
     if (work_visible(reasons)) return;
-    if (options_.room && (reasons & detail::kWakeOnRoom) != 0 && options_.room()) return;
+    if (options_.room && (reasons & detail::kWakeOnRoom) != 0 && room_test()) return;
     if (spin_.count() == 0 || ((i & 63) == 0 && detail::monotonic_now() >= spin_until)) break;
     detail::cpu_relax();
   }
@@ -955,7 +1056,7 @@ void Runtime::Impl::idle() {
   }
   const std::uint32_t token = parker_.prepare(reasons);
   if (work_visible(reasons) ||
-      (options_.room && (reasons & detail::kWakeOnRoom) != 0 && options_.room())) {
+      (options_.room && (reasons & detail::kWakeOnRoom) != 0 && room_test())) {
     parker_.cancel();
     return;
   }
@@ -991,7 +1092,7 @@ void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
     }
     CounterWrite(totals_).set(CounterLine::kQueued, 0);
     handed_back_ = core_.take_all_queued();
-    if (observer_ != nullptr) observer_->on_take_all();
+    if (observer_ != nullptr) observe().on_take_all();
     phase_ = Phase::finishing;
   } else {
     phase_ = Phase::draining;
@@ -1181,6 +1282,8 @@ void Runtime::Impl::worker_main(std::size_t index) {
         cost = options_.handler(job);
       } catch (...) {
         ok = false;
+        report(CallbackKind::handler, std::current_exception(), job.request, job.ticket,
+               job.participant);
       }
       const std::optional<std::int64_t> nano = ok ? to_nano_credits(cost, kMaxCost) : std::nullopt;
       if (!nano) handler_errors_.fetch_add(1, std::memory_order_relaxed);  // a statistic

@@ -41,6 +41,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -72,6 +73,30 @@ struct Dispatched {
   ClassId out = 0;   // the class it went out under (k: unmetered)
   ClassId turn = 0;  // the class of the turn that visited it
   Nanos at = 0;      // the dispatcher's clock at the decision
+};
+
+/// The embedder's callbacks, as an error report names them.
+enum class CallbackKind : std::uint8_t { sink, room, clock, observer, handler };
+
+/// A callback threw. What became of the request in question, per callback:
+///  - sink: the sink did not take the request. The runtime completes it at cost 0 (the credit
+///    taken at dispatch stays spent) and gives it back here in `request`, the caller's again (to
+///    submit again, or drop). If the sink completed it before throwing, `request` is null: the
+///    completion stands and the request is the caller's already.
+///  - handler: the request is completed at cost 0 and counted in handler_errors(); `request` is
+///    the handler's, as it always is once the handler was called.
+///  - room: no room this time; the test is asked again within a millisecond. No request is
+///    concerned.
+///  - clock: the dispatcher keeps the last instant it read (time stands still until the clock
+///    works again).
+///  - observer: the input it was told of has happened; the runtime carries on.
+/// Nothing is lost and the runtime keeps running in every case.
+struct CallbackError {
+  std::exception_ptr error;
+  CallbackKind kind = CallbackKind::sink;
+  RequestHook* request = nullptr;  // sink and handler: see above
+  Ticket ticket;                   // sink and handler: the dispatch's ticket
+  ParticipantId participant;       // sink and handler
 };
 
 struct RuntimeOptions {
@@ -117,6 +142,12 @@ struct RuntimeOptions {
   /// Sees every core input the dispatcher makes (observer.hpp). Not owned; must outlive the
   /// runtime.
   RuntimeObserver* observer = nullptr;
+
+  /// Told when a callback above throws (CallbackError says what became of the request). Called
+  /// on the thread whose callback threw: the dispatcher, or a pool worker for the handler, so it
+  /// must be thread-safe with workers, and must not block. Empty: one line on standard error.
+  /// If it throws itself, that is written to standard error and otherwise ignored.
+  std::function<void(const CallbackError&)> on_error;
 };
 
 enum class ShutdownMode : std::uint8_t {

@@ -14,6 +14,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -316,6 +317,155 @@ TEST(Runtime, ThePoolHandlerSeesTheClassOutAndTheTicket) {
       EXPECT_NE(seen[i].ticket, seen[i - 1].ticket);  // one slot: one record, reused
     }
   }
+}
+
+// Collects what on_error is told, from whichever thread.
+class Errors {
+ public:
+  void operator()(const CallbackError& e) {
+    std::lock_guard lock(mutex_);
+    seen_.push_back(e);
+  }
+  std::vector<CallbackError> seen() {
+    std::lock_guard lock(mutex_);
+    return seen_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<CallbackError> seen_;
+};
+
+std::string what(const CallbackError& e) {
+  try {
+    std::rethrow_exception(e.error);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+}
+
+// A sink that throws did not take its request: it is completed at cost 0 and handed back
+// through on_error, the caller's again; the runtime runs on.
+TEST(Runtime, ASinkThatThrowsHandsItsRequestBackThroughOnError) {
+  Recorder recorder;
+  Errors errors;
+  RuntimeOptions o = options_with(recorder);
+  o.sink = [&](const Dispatched& d) {
+    if (id_of(d.request) == 0) throw std::runtime_error("sink failure");
+    recorder(d);
+  };
+  o.on_error = [&errors](const CallbackError& e) { errors(e); };
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(3);
+  for (int i = 0; i < 3; ++i) {
+    requests[static_cast<std::size_t>(i)].id = i;
+    ASSERT_TRUE(rt.submit(alice, requests[static_cast<std::size_t>(i)]).ok());
+  }
+  ASSERT_TRUE(recorder.wait_for(2));
+  const RuntimeSnapshot s = rt.snapshot();
+  EXPECT_EQ(s.dispatched, 3u);
+  EXPECT_EQ(s.in_flight, 2u);  // the refused one was completed at once
+  const std::vector<CallbackError> seen = errors.seen();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].kind, CallbackKind::sink);
+  EXPECT_EQ(seen[0].request, &requests[0]);
+  EXPECT_EQ(seen[0].participant, alice);
+  EXPECT_EQ(what(seen[0]), "sink failure");
+  EXPECT_TRUE(requests[0].idle());
+  EXPECT_EQ(rt.complete(seen[0].ticket, 0).error(), Errc::stale_ticket);
+  requests[0].id = 10;  // the caller's again: it can go out once more
+  ASSERT_TRUE(rt.submit(alice, requests[0]).ok());
+  ASSERT_TRUE(recorder.wait_for(3));
+  complete_all(rt, recorder, 3);
+}
+
+// A room test, a clock and an observer that throw are reported and change nothing else: every
+// request still goes out and comes back.
+TEST(Runtime, ARoomTestClockOrObserverThatThrowsIsReportedAndTheRuntimeRunsOn) {
+  struct ThrowingObserver : RuntimeObserver {
+    std::atomic<int> submits{0};
+    void on_submit(ParticipantId, const RequestHook&, Nanos) override {
+      // relaxed: a count on the dispatcher thread, read after shutdown joins it.
+      if (submits.fetch_add(1, std::memory_order_relaxed) % 2 == 0) {
+        throw std::runtime_error("observer failure");
+      }
+    }
+  } observer;
+  Recorder recorder;
+  Errors errors;
+  std::atomic<int> room_calls{0};
+  std::atomic<int> clock_calls{0};
+  std::atomic<Runtime*> self{nullptr};
+  RuntimeOptions o = options_with(recorder);
+  o.room = [&] {
+    // relaxed: counts on the dispatcher thread alone.
+    if (room_calls.fetch_add(1, std::memory_order_relaxed) % 3 == 0) {
+      throw std::runtime_error("room failure");
+    }
+    // acquire: pairs with the release store below; the runtime is constructed.
+    Runtime* const rt = self.load(std::memory_order_acquire);
+    return rt != nullptr && rt->snapshot().in_flight < 64;  // inline on the dispatcher
+  };
+  o.clock = [&] {
+    const int n = clock_calls.fetch_add(1, std::memory_order_relaxed);
+    if (n % 5 == 4) throw std::runtime_error("clock failure");
+    return Nanos{n} * 1000;
+  };
+  o.observer = &observer;
+  o.on_error = [&errors](const CallbackError& e) { errors(e); };
+  Runtime rt(std::move(o));
+  self.store(&rt, std::memory_order_release);
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(20);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  rt.wake();
+  ASSERT_TRUE(recorder.wait_for(20));
+  complete_all(rt, recorder, 20);
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::hand_back, std::nullopt).finished);
+  int room = 0, clock = 0, observed = 0;
+  for (const CallbackError& e : errors.seen()) {
+    EXPECT_EQ(e.request, nullptr);
+    room += e.kind == CallbackKind::room ? 1 : 0;
+    clock += e.kind == CallbackKind::clock ? 1 : 0;
+    observed += e.kind == CallbackKind::observer ? 1 : 0;
+  }
+  EXPECT_GT(room, 0);
+  EXPECT_GT(clock, 0);
+  EXPECT_EQ(observed, 10);  // every other of the 20 submits
+}
+
+// A handler that throws: its request is completed at cost 0, and on_error hears of it, with the
+// request and its ticket.
+TEST(Runtime, AHandlerThatThrowsIsReportedThroughOnError) {
+  Errors errors;
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.workers = 2;
+  o.handler = [](const Dispatched& d) -> double {
+    if (id_of(d.request) % 2 == 1) throw std::runtime_error("handler failure");
+    return 0.5;
+  };
+  o.on_error = [&errors](const CallbackError& e) { errors(e); };
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(10);
+  for (int i = 0; i < 10; ++i) {
+    requests[static_cast<std::size_t>(i)].id = i;
+    ASSERT_TRUE(rt.submit(alice, requests[static_cast<std::size_t>(i)]).ok());
+  }
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain, std::nullopt).finished);
+  EXPECT_EQ(rt.handler_errors(), 5u);
+  const std::vector<CallbackError> seen = errors.seen();
+  ASSERT_EQ(seen.size(), 5u);
+  for (const CallbackError& e : seen) {
+    EXPECT_EQ(e.kind, CallbackKind::handler);
+    ASSERT_NE(e.request, nullptr);
+    EXPECT_EQ(id_of(e.request) % 2, 1);
+    EXPECT_NE(e.ticket.generation, 0u);
+    EXPECT_EQ(what(e), "handler failure");
+  }
+  EXPECT_EQ(rt.snapshot().completed, 10u);
 }
 
 TEST(Runtime, TheSlotModelKeepsAtMostSlotsInFlightAndACompletionReturnsOne) {
