@@ -73,6 +73,7 @@
 
 #include "creditloop/participant.hpp"
 #include "creditloop/request.hpp"
+#include "creditloop/runtime.hpp"
 #include "creditloop/ticket.hpp"
 #include "internal/mailbox.hpp"
 #include "internal/spin.hpp"
@@ -705,26 +706,22 @@ BENCHMARK(BM_Queue<BoostSharedDesign>)->Name("BM_Queue/boost_shared")->Apply(Que
 
 // ---- the worker-pool hand-off -------------------------------------------------------------------
 
-// The runtime's worker job, field for field.
-struct Job {
-  RequestHook* request = nullptr;  // nullptr: the worker stops
-  creditloop::Ticket ticket;
-  creditloop::ParticipantId participant;
-};
-static_assert(sizeof(Job) == 24);
+// The runtime's worker job: the dispatch itself (a null request: the worker stops).
+using Job = creditloop::Dispatched;
+static_assert(sizeof(Job) == 48);
 
 struct alignas(64) RunCount {
   std::atomic<std::uint64_t> jobs{0};
 };
 
-using Handler = std::function<double(RequestHook&, creditloop::ParticipantId)>;
+using Handler = std::function<double(const Job&)>;
 
 struct PoolFixture {
   static constexpr std::size_t kRequests = 4096;
   std::vector<RequestHook> requests = std::vector<RequestHook>(kRequests);
   std::array<RunCount, 4> counts{};
-  Handler handler = [](RequestHook& r, creditloop::ParticipantId) {
-    benchmark::DoNotOptimize(&r);
+  Handler handler = [](const Job& j) {
+    benchmark::DoNotOptimize(j.request);
     return 0.0;
   };
 
@@ -742,7 +739,7 @@ struct PoolFixture {
     while (ran() < target) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   void run(const Job& job) {
-    (void)handler(*job.request, job.participant);
+    (void)handler(job);
     const auto slot = static_cast<std::size_t>(tbb::this_task_arena::current_thread_index());
     counts[slot & 3].jobs.fetch_add(1, std::memory_order_release);
   }
@@ -785,7 +782,7 @@ void BM_PoolMoodycamel(benchmark::State& state) {
             ++stops;
             continue;
           }
-          (void)fixture.handler(*batch[i].request, batch[i].participant);
+          (void)fixture.handler(batch[i]);
           ++ran;
         }
         fixture.counts[w].jobs.fetch_add(ran, std::memory_order_release);

@@ -114,9 +114,11 @@ struct alignas(64) Gate {
 // What every design runs when a request starts: the delay stamp and the producer's bookkeeping.
 // The request is marked done here, before the handler returns: nothing reads it after that (the
 // runtime's worker and the baselines keep only the ticket), so its producer may reuse it.
+double request_cost(const Request& r) noexcept { return (r.seq & 1U) != 0 ? kSmallCost : 0.0; }
+
 double start_request(Request& r, Gate* gates) noexcept {
   r.delay = creditloop::detail::monotonic_now() - r.submitted;
-  const double cost = (r.seq & 1U) != 0 ? kSmallCost : 0.0;
+  const double cost = request_cost(r);
   Gate& gate = gates[r.producer];  // read before `done`: from then on the producer may reuse r
   r.done.store(1, std::memory_order_release);
   // seq_cst, here and in wait_finished(): a store-then-load pair on `finished` and `wake_at`.
@@ -319,13 +321,16 @@ void BM_Runtime(benchmark::State& state) {
   creditloop::Runtime* self = nullptr;  // the sink's way back to complete()
   if constexpr (kInlineSink) {
     options.sink = [gates, &self](const creditloop::Dispatched& d) {
-      const double cost = start_request(static_cast<Request&>(*d.request), gates);
-      if (!self->complete(d.ticket, cost)) std::abort();  // the ticket was issued once
+      auto& r = static_cast<Request&>(*d.request);
+      // Completed before it is marked done: until its completion the request is the runtime's,
+      // and its producer's next submit of it would be refused.
+      if (!self->complete(d.ticket, request_cost(r))) std::abort();  // the ticket was issued once
+      (void)start_request(r, gates);
     };
   } else {
     options.workers = workers;
-    options.handler = [gates](RequestHook& r, creditloop::ParticipantId) {
-      return start_request(static_cast<Request&>(r), gates);
+    options.handler = [gates](const creditloop::Dispatched& d) {
+      return start_request(static_cast<Request&>(*d.request), gates);
     };
   }
   options.thread_name = "bench-dispatch";

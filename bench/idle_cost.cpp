@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   options.config = creditloop::reference_config();
   if (workers > 0) {
     options.workers = static_cast<unsigned>(workers);
-    options.handler = [](creditloop::RequestHook&, creditloop::ParticipantId) { return 0.0; };
+    options.handler = [](const creditloop::Dispatched&) { return 0.0; };
   } else {
     options.sink = [](const creditloop::Dispatched&) {};
   }

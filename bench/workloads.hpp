@@ -4,8 +4,8 @@
 // A decision is what the dispatcher does per request: class selection when a turn begins, one
 // visit, the debit. DecisionLoop makes kBatch decisions at a time on a virtual clock that advances
 // between decisions, so buckets refill and classes change; between batches (the upkeep) the
-// dispatched requests are submitted again, so queues stay at their depth, and the requests
-// dispatched two batches ago complete with their costs, charged back to their admitting buckets.
+// requests dispatched one batch earlier complete with their costs, charged back to their
+// admitting buckets, and are submitted again, so queues stay near their depth.
 // ShallowLoop is the other common life of a queue: one request deep, submitted, dispatched and
 // completed. Nothing allocates in either once constructed: capacity is reserved up front.
 #pragma once
@@ -157,20 +157,21 @@ class DecisionLoop {
     return n;
   }
 
-  /// The upkeep after decide() returned n: the requests dispatched one batch earlier complete,
-  /// those just dispatched are submitted again. Counts the batch's dispatches per class into
+  /// The upkeep after decide() returned n: the requests dispatched one batch earlier complete
+  /// and go back into their queues (a request is the core's until its completion); those just
+  /// dispatched wait for the next upkeep. Counts the batch's dispatches per class into
   /// `per_class`.
   void upkeep(int n, std::uint64_t* per_class) {
     Core& core = fleet_.core;
     for (const Dispatch& d : previous_) {
       (void)core.complete(d.ticket, kCosts[cost_index_++ % 3], fleet_.now);
+      auto* r = static_cast<Request*>(d.request);
+      (void)core.submit(r->owner, *r, fleet_.now);
     }
     previous_.clear();
     for (int i = 0; i < n; ++i) {
       const Dispatch& d = batch_[static_cast<std::size_t>(i)];
       ++per_class[d.out];
-      auto* r = static_cast<Request*>(d.request);
-      (void)core.submit(r->owner, *r, fleet_.now);
       previous_.push_back(d);
     }
   }

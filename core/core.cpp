@@ -151,6 +151,7 @@ Result<RequestList> Core::remove(ParticipantId p) {
   if (s.queued != 0) leave_waiting(p.slot);
   forget_timers(p.slot, s.held);
   RequestList handed_back(s.head, s.tail, s.queued);
+  give_back(handed_back);
   s.head = s.tail = nullptr;
   s.queued = 0;
   s.live = false;
@@ -351,7 +352,15 @@ void Core::expire_due_timers(ClassId c, Nanos now) noexcept {
 
 Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
   if (!live(p)) return Errc::unknown_participant;
+  // relaxed: the core runs on one thread; a runtime's producer marked the request kInbox before
+  // the inbox's hand-off, which orders that store before this load.
+  const std::uint8_t state = request.held.load(std::memory_order_relaxed);
+  if (state == RequestHook::kQueued || state == RequestHook::kInFlight) {
+    return Errc::already_queued;
+  }
+  request.held.store(RequestHook::kQueued, std::memory_order_relaxed);  // the core's own
   now = observe(now);
+  request.queued_at = now;
   Slot& s = slot_at(p.slot);
   request.next_in_queue = nullptr;
   if (s.tail == nullptr) {
@@ -371,13 +380,29 @@ std::size_t Core::queued(ParticipantId p) const noexcept {
   return live(p) ? slot_at(p.slot).queued : 0;
 }
 
+std::optional<Nanos> Core::oldest_queued_at(ParticipantId p) const noexcept {
+  if (!live(p)) return std::nullopt;
+  const RequestHook* const oldest = slot_at(p.slot).head;
+  return oldest == nullptr ? std::nullopt : std::optional<Nanos>(oldest->queued_at);
+}
+
+void Core::give_back(const RequestList& list) noexcept {
+  for (RequestHook* r = list.front(); r != nullptr; r = r->next_in_queue) {
+    // release: pairs with the acquire of a runtime's submit, which may run on another thread once
+    // the caller has the list; the link written before is then the submitter's to overwrite.
+    r->held.store(RequestHook::kIdle, std::memory_order_release);
+  }
+}
+
 RequestList Core::take_all_queued() noexcept {
   RequestList all;
   for (std::uint32_t s = waiting_.find_next(0); s != detail::ReadySet::npos;
        s = waiting_.find_next(s + 1)) {
     Slot& slot = slot_at(s);
     leave_waiting(s);
-    all.splice_back(RequestList(slot.head, slot.tail, slot.queued));
+    RequestList queue(slot.head, slot.tail, slot.queued);
+    give_back(queue);
+    all.splice_back(std::move(queue));
     slot.head = slot.tail = nullptr;
     slot.queued = 0;
   }
@@ -431,7 +456,7 @@ void Core::grow_tickets() {
 }
 
 Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
-                   std::uint32_t incarnation) {
+                   std::uint32_t incarnation, RequestHook& request) {
   std::uint32_t index = 0;
   if (!free_tickets_.empty()) {
     index = free_tickets_.back();
@@ -446,6 +471,7 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
   f.participant_generation = generation;
   f.bucket = out;
   f.incarnation = incarnation;
+  f.request = &request;
   ++in_flight_;
   return Ticket{index, f.generation};
 }
@@ -517,10 +543,13 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
   s.head = request->next_in_queue;
   if (s.head == nullptr) s.tail = nullptr;
   request->next_in_queue = nullptr;
+  // relaxed: a completer that clears it hears of the dispatch through the embedder's own hand-off
+  // (or the runtime's job queue), which orders this store first.
+  request->held.store(RequestHook::kInFlight, std::memory_order_relaxed);
   --s.queued;
   cursor_[turn] = slot;
   d.request = request;
-  d.ticket = issue(slot, s.generation, out, incarnation);
+  d.ticket = issue(slot, s.generation, out, incarnation, *request);
   d.participant = ParticipantId{slot, s.generation};
   d.out = out;
   d.turn = turn;
@@ -675,6 +704,15 @@ Result<Completion> Core::complete(Ticket t, double cost, Nanos now) noexcept {
 }
 
 Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
+  return complete_nano(t, cost_nano, now, true);
+}
+
+Result<Completion> Core::retire_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
+  return complete_nano(t, cost_nano, now, false);
+}
+
+Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos now,
+                                       bool give_back_request) noexcept {
   if (cost_nano < 0 || cost_nano > kMaxCostNano) return Errc::bad_cost;
   if (t.index >= tickets_ || (t.generation & 1u) == 0) return Errc::unknown_ticket;
   InFlight& f = in_flight_records_[t.index];
@@ -685,6 +723,10 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   ++f.generation;                    // even: retired; a repeat of this ticket is now stale
   free_tickets_.push_back(t.index);  // never allocates: capacity covers every record
   --in_flight_;
+  if (give_back_request) {
+    // release: pairs with the acquire of a runtime's submit (see give_back()).
+    f.request->held.store(RequestHook::kIdle, std::memory_order_release);
+  }
 
   const ParticipantId p{f.slot, f.participant_generation};
   Completion done{p, f.bucket, false};
@@ -727,6 +769,16 @@ Result<Balance> Core::balance(ParticipantId p, ClassId c, Nanos now) noexcept {
   if (!holds(p, c)) return Errc::unknown_class;
   bring_to(p.slot, observe(now));
   return bucket(p.slot, c).balance;
+}
+
+std::optional<Nanos> Core::next_credit(ParticipantId p, ClassId c, Nanos now) noexcept {
+  if (!holds(p, c)) return std::nullopt;
+  now = observe(now);
+  bring_to(p.slot, now);
+  const BucketRec& b = bucket(p.slot, c);
+  // The same exact arithmetic that files the bucket's timer: at the instant minus 1 ns the
+  // refilled balance is still short of a credit.
+  return credit_instant(BucketState{b.balance, b.remainder}, b.rate, now);
 }
 
 bool Core::qualifies(ParticipantId p, ClassId c, Nanos now) noexcept {

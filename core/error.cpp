@@ -28,6 +28,10 @@ std::string_view describe(Errc e) noexcept {
       return "ticket already completed or stale";
     case Errc::too_many_participants:
       return "too many participants registered";
+    case Errc::already_queued:
+      return "request already queued or in flight";
+    case Errc::wrong_thread:
+      return "not allowed from the dispatcher thread or a worker of its pool";
     case Errc::shut_down:
       return "shut down";
     case Errc::unsupported_address:
@@ -67,6 +71,10 @@ std::string_view name(Errc e) noexcept {
       return "shut_down";
     case Errc::unsupported_address:
       return "unsupported_address";
+    case Errc::already_queued:
+      return "already_queued";
+    case Errc::wrong_thread:
+      return "wrong_thread";
   }
   return "?";
 }

@@ -24,8 +24,9 @@ int run() {
   options.config = creditloop::reference_config();  // pro: P1+P2, lite: P2
   options.slots = 8;                                // room: at most 8 requests in flight
   options.workers = 2;                              // the pool runs the handler...
-  options.handler = [](creditloop::RequestHook& request, creditloop::ParticipantId) {
-    Job& job = static_cast<Job&>(request);
+  // d.out is the class the request went out under, d.ticket the one the pool completes it with.
+  options.handler = [](const creditloop::Dispatched& d) {
+    Job& job = static_cast<Job&>(*d.request);
     job.served.fetch_add(1, std::memory_order_relaxed);  // read after shutdown() joined the pool
     return job.work * 0.001;  // ...and charges back the cost it returns, in credits
   };

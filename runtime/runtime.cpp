@@ -20,6 +20,9 @@
 #include <array>
 #include <atomic>
 #include <cassert>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -49,7 +52,10 @@ struct alignas(64) TicketRecord {
   std::int64_t cost = 0;  // written by the completer that claimed the cell, before publishing it
   Ticket core;            // dispatcher only: the core's ticket for this dispatch
   std::uint32_t index = 0;
-  std::uint32_t generation = 0;  // dispatcher only: the cell's current use
+  std::uint64_t generation = 0;  // dispatcher only: the cell's current use
+  // Written by the dispatcher before issue(), whose release publishes it to the completer that
+  // claims the cell: that completer gives the request back to its caller (request.hpp).
+  RequestHook* request = nullptr;
 };
 static_assert(sizeof(TicketRecord) == 64 && alignof(TicketRecord) == 64,
               "completers of neighbouring tickets never share a line");
@@ -67,9 +73,11 @@ inline void chain(TicketRecord*& first, TicketRecord*& last, TicketRecord& recor
 
 // One completion of a pool worker, as its block carries it (completion_block.hpp).
 struct PoolCompletion {
-  std::uint32_t index = 0;       // the ticket record's
-  std::uint32_t generation = 0;  // the ticket's, checked by the dispatcher in debug builds
-  std::int64_t cost = 0;         // nano-credits
+  std::uint32_t index = 0;  // the ticket record's
+  // The ticket's low 32 bits, checked by the dispatcher in debug builds: a pool ticket cannot be
+  // stale (its worker owns it from issue), so the check needs no more.
+  std::uint32_t generation = 0;
+  std::int64_t cost = 0;  // nano-credits
 };
 // Up to one dequeued bulk of jobs per block.
 inline constexpr std::size_t kWorkerBulk = 32;
@@ -102,6 +110,99 @@ static_assert(detail::ChunkedTable<TicketRecord>::kMax >= kMaxInFlight);
 void number_tickets(TicketRecord* chunk, std::size_t first) noexcept {
   for (std::size_t i = 0; i < detail::ChunkedTable<TicketRecord>::kChunk; ++i) {
     chunk[i].index = static_cast<std::uint32_t>(first + i);
+  }
+}
+
+// Counters with one writer, the dispatcher, and readers on any thread, under a sequence count: the
+// dispatcher makes the count odd, updates the values, and makes it even again; a reader copies
+// the values between two reads of an equal, even count, and retries otherwise. So a metrics scrape
+// never waits for the dispatcher (it retries only across an update of the same line, a few
+// nanoseconds), and the dispatcher never waits for anyone: two plain stores and a fence more than
+// bare counters. Every value is an atomic, so a reader that races an update reads no torn word; the
+// count rejects its copy.
+struct alignas(kCacheLine) CounterLine {
+  static constexpr std::size_t kQueued = 0;
+  static constexpr std::size_t kDispatched = 1;  // kMaxClasses + 1 of them
+  static constexpr std::size_t kCompleted = kDispatched + kMaxClasses + 1;
+  static constexpr std::size_t kCostLow = kCompleted + 1;  // the 128-bit cost, in two halves
+  static constexpr std::size_t kCostHigh = kCostLow + 1;
+  static constexpr std::size_t kValues = kCostHigh + 1;
+
+  std::atomic<std::uint64_t> sequence{0};    // odd while the dispatcher writes
+  std::atomic<std::uint32_t> generation{0};  // the participant counted here; 0: none
+  std::array<std::atomic<std::uint64_t>, kValues> values{};
+};
+
+// The dispatcher's side: one update of a line, from construction to destruction.
+class CounterWrite {
+ public:
+  explicit CounterWrite(CounterLine& line) noexcept
+      : line_(line), sequence_(line.sequence.load(std::memory_order_relaxed)) {  // its own
+    line_.sequence.store(sequence_ + 1, std::memory_order_relaxed);
+    // release: pairs with the acquire fence in read_counters(); a reader that copies any value
+    // stored below also sees the odd count above in its second read, and retries.
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  ~CounterWrite() {
+    // release: pairs with the acquire load in read_counters(); the values are complete.
+    line_.sequence.store(sequence_ + 2, std::memory_order_release);
+  }
+  CounterWrite(const CounterWrite&) = delete;
+  CounterWrite& operator=(const CounterWrite&) = delete;
+
+  void add(std::size_t i, std::uint64_t delta) noexcept {
+    std::atomic<std::uint64_t>& v = line_.values[i];
+    v.store(v.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);  // one writer
+  }
+  void set(std::size_t i, std::uint64_t value) noexcept {
+    line_.values[i].store(value, std::memory_order_relaxed);  // ordered by the sequence count
+  }
+  void add_cost(Balance cost) noexcept {
+    const Balance sum = cost_of(line_) + cost;
+    set(CounterLine::kCostLow, static_cast<std::uint64_t>(sum));
+    set(CounterLine::kCostHigh, static_cast<std::uint64_t>(sum >> 64));
+  }
+  void reset(std::uint32_t generation) noexcept {
+    for (std::atomic<std::uint64_t>& v : line_.values) v.store(0, std::memory_order_relaxed);
+    line_.generation.store(generation, std::memory_order_relaxed);  // ordered by the count
+  }
+  void forget() noexcept { line_.generation.store(0, std::memory_order_relaxed); }
+
+  static Balance cost_of(const CounterLine& line) noexcept {
+    // relaxed: the writer's own values, or a reader's copy validated by the count.
+    const auto low = line.values[CounterLine::kCostLow].load(std::memory_order_relaxed);
+    const auto high = line.values[CounterLine::kCostHigh].load(std::memory_order_relaxed);
+    return (static_cast<Balance>(static_cast<std::int64_t>(high)) << 64) |
+           static_cast<Balance>(low);
+  }
+
+ private:
+  CounterLine& line_;
+  const std::uint64_t sequence_;
+};
+
+// Any thread: a consistent copy of `line`, and the generation it was counted for.
+template <class Counters>
+std::uint32_t read_counters(const CounterLine& line, Counters& out) noexcept {
+  for (;;) {
+    // acquire: pairs with ~CounterWrite()'s release; the values of that update are visible.
+    const std::uint64_t before = line.sequence.load(std::memory_order_acquire);
+    if ((before & 1) != 0) {
+      detail::cpu_relax();
+      continue;
+    }
+    // relaxed, all of them: validated by the count below.
+    const std::uint32_t generation = line.generation.load(std::memory_order_relaxed);
+    out.queued = line.values[CounterLine::kQueued].load(std::memory_order_relaxed);
+    for (std::size_t c = 0; c < out.dispatched.size(); ++c) {
+      out.dispatched[c] = line.values[CounterLine::kDispatched + c].load(std::memory_order_relaxed);
+    }
+    out.completed = line.values[CounterLine::kCompleted].load(std::memory_order_relaxed);
+    out.cost_charged = CounterWrite::cost_of(line);
+    // acquire: pairs with CounterWrite's release fence; an update whose values were copied above
+    // has made the count odd before this second read.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (line.sequence.load(std::memory_order_relaxed) == before) return generation;
   }
 }
 
@@ -188,9 +289,21 @@ class Runtime::Impl {
   std::optional<ParticipantSnapshot> snapshot(ParticipantId p);
   std::vector<ParticipantSnapshot> snapshot_participants();
   RuntimeSnapshot snapshot();
-  RequestList shutdown(ShutdownMode mode);
+  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline);
   [[nodiscard]] std::uint64_t handler_errors() const noexcept {
     return handler_errors_.load(std::memory_order_relaxed);  // a statistic: no pairing
+  }
+  [[nodiscard]] std::optional<ParticipantCounters> counters(ParticipantId p) const noexcept {
+    const CounterLine* const line = counters_.find(p.slot);
+    if (line == nullptr || p.generation == 0) return std::nullopt;
+    ParticipantCounters out;
+    if (read_counters(*line, out) != p.generation) return std::nullopt;
+    return out;
+  }
+  [[nodiscard]] RuntimeCounters counters() const noexcept {
+    RuntimeCounters out;
+    (void)read_counters(totals_, out);
+    return out;
   }
   [[nodiscard]] const Core& core() const noexcept { return core_; }
   [[nodiscard]] bool sleeping() const noexcept { return parker_.sleeping(); }
@@ -206,11 +319,7 @@ class Runtime::Impl {
     std::function<void()> work;
     std::binary_semaphore done{0};
   };
-  struct Job {
-    RequestHook* request = nullptr;  // nullptr: the worker stops
-    Ticket ticket;
-    ParticipantId participant;
-  };
+  using Job = Dispatched;  // a null request: the worker stops
   struct DispatcherDone {};
 
   // ---- the dispatcher thread
@@ -249,7 +358,66 @@ class Runtime::Impl {
   // ---------------------------------------------------------------------------------
   void run_on_dispatcher(Command& command);
   void worker_main(std::size_t index);
-  Nanos now() const { return clock_ ? clock_() : detail::monotonic_now(); }
+  // The embedder's clock; if it throws, the last instant read (time stands still) and a report.
+  Nanos now() {
+    if (!clock_) return detail::monotonic_now();
+    try {
+      return clock_();
+    } catch (...) {
+      report(CallbackKind::clock, std::current_exception());
+      return loop_now_;
+    }
+  }
+  // The embedder's room test; if it throws, no room this time (it is re-tested within a
+  // millisecond) and a report.
+  bool room_test() const {
+    try {
+      return options_.room();
+    } catch (...) {
+      report(CallbackKind::room, std::current_exception());
+      return false;
+    }
+  }
+  // Hands a callback's exception to on_error (or standard error without one). Never throws: an
+  // on_error that throws is reported to standard error.
+  void report(CallbackKind kind, std::exception_ptr error, RequestHook* request = nullptr,
+              Ticket ticket = {}, ParticipantId participant = {}) const noexcept;
+  // The observer, behind a wrapper that reports what its calls throw: the input it was told of
+  // has happened whatever it does.
+  class GuardedObserver {
+   public:
+    explicit GuardedObserver(const Impl& impl) noexcept : impl_(impl) {}
+    template <class... A>
+    void call(void (RuntimeObserver::*f)(A...), auto&&... args) const noexcept {
+      try {
+        (impl_.observer_->*f)(std::forward<decltype(args)>(args)...);
+      } catch (...) {
+        impl_.report(CallbackKind::observer, std::current_exception());
+      }
+    }
+#define CREDITLOOP_GUARDED(name)                            \
+  template <class... A>                                     \
+  void name(A&&... args) const noexcept {                   \
+    call(&RuntimeObserver::name, std::forward<A>(args)...); \
+  }
+    CREDITLOOP_GUARDED(on_add)
+    CREDITLOOP_GUARDED(on_remove)
+    CREDITLOOP_GUARDED(on_replan)
+    CREDITLOOP_GUARDED(on_complete)
+    CREDITLOOP_GUARDED(on_submit)
+    CREDITLOOP_GUARDED(on_dispatch)
+    CREDITLOOP_GUARDED(on_end_turn)
+    CREDITLOOP_GUARDED(on_begin_turn)
+    CREDITLOOP_GUARDED(on_visit)
+    CREDITLOOP_GUARDED(on_take_all)
+#undef CREDITLOOP_GUARDED
+
+   private:
+    const Impl& impl_;
+  };
+  [[nodiscard]] GuardedObserver observe() const noexcept { return GuardedObserver(*this); }
+  // The sink threw for `record`'s dispatch: see RuntimeOptions::sink.
+  void sink_failed(TicketRecord& record, const Dispatch& d, std::exception_ptr error, Nanos t);
 
   RuntimeOptions options_;
   std::function<Nanos()> clock_;
@@ -262,6 +430,9 @@ class Runtime::Impl {
   // Shared with producers and completers.
   detail::ChunkedTable<Mailbox> mailboxes_;
   detail::ChunkedTable<TicketRecord> tickets_;
+  // Written by the dispatcher alone, read by any thread (counters()).
+  detail::ChunkedTable<CounterLine> counters_;
+  CounterLine totals_;
   // Each written by different threads: producers, completers, the dispatcher going to sleep.
   OwnLine<detail::WaitFreeBag<Mailbox, std::atomic, &Mailbox::next_listed>> activations_;
   OwnLine<detail::WaitFreeBag<TicketRecord, std::atomic, &TicketRecord::next_completed>>
@@ -274,7 +445,8 @@ class Runtime::Impl {
                 alignof(decltype(pool_completions_)) == kCacheLine &&
                 alignof(decltype(parker_)) == kCacheLine);
   // Read on every refused call and by monitoring; written once, or on a handler error.
-  alignas(kCacheLine) std::atomic<bool> accepting_{true};  // relaxed: chooses an error code only
+  // Only picks the error code of a refused submit (see begin_shutdown() and submit()).
+  alignas(kCacheLine) std::atomic<bool> accepting_{true};
   std::atomic<std::uint64_t> handler_errors_{0};
 
   // Commands: any thread posts, the dispatcher runs.
@@ -321,8 +493,15 @@ class Runtime::Impl {
 
   std::thread dispatcher_;
   std::thread::id dispatcher_id_;  // written before any other thread can read it
+  // The pool's threads, recorded before any of them can run a handler: shutdown() refuses them.
+  std::vector<std::thread::id> worker_ids_;
+  std::condition_variable exited_;  // dispatcher_exited_ became true (commands_mutex_)
   std::mutex shutdown_mutex_;
-  bool shut_down_ = false;  // guarded by shutdown_mutex_
+  bool shutdown_begun_ = false;  // guarded by shutdown_mutex_
+  bool joined_ = false;          // guarded by shutdown_mutex_
+  [[nodiscard]] bool on_runtime_thread() const noexcept;
+  // Dispatcher only: every ticket issued and not yet applied.
+  [[nodiscard]] std::vector<Ticket> tickets_in_flight() const;
 };
 
 // ---- construction -------------------------------------------------------------------------------
@@ -351,8 +530,11 @@ Runtime::Impl::Impl(RuntimeOptions options)
   for (unsigned i = 0; i < options_.workers; ++i) {
     worker_blocks_.push_back(std::make_unique<std::array<detail::PoolBlock, kBlocksPerWorker>>());
   }
+  // A worker reads worker_ids_ only in a handler, which needs a submit, which needs the
+  // constructor to have returned: the ids are all recorded by then.
   for (std::size_t i = 0; i < options_.workers; ++i) {
     workers_.emplace_back([this, i] { worker_main(i); });
+    worker_ids_.push_back(workers_.back().get_id());
   }
   std::binary_semaphore started{0};
   dispatcher_ = std::thread([this, &started] {
@@ -363,7 +545,7 @@ Runtime::Impl::Impl(RuntimeOptions options)
   started.acquire();
 }
 
-Runtime::Impl::~Impl() { shutdown(ShutdownMode::hand_back); }
+Runtime::Impl::~Impl() { (void)shutdown(ShutdownMode::hand_back, std::nullopt); }
 
 void Runtime::Impl::ensure_places(std::uint32_t places) {
   if (places <= places_) return;
@@ -373,6 +555,7 @@ void Runtime::Impl::ensure_places(std::uint32_t places) {
       chunk[i].slot = static_cast<std::uint32_t>(first + i);
     }
   });
+  counters_.grow_to(places, [](CounterLine*, std::size_t) {});
   places_ =
       static_cast<std::uint32_t>(std::min<std::size_t>(mailboxes_.capacity(), kMaxParticipants));
 }
@@ -430,8 +613,9 @@ Result<ParticipantId> Runtime::Impl::add(std::string_view name, std::string_view
     local.generation = id.generation;
     local.open = true;
     mailboxes_[id.slot].open(id.generation);
+    CounterWrite(counters_[id.slot]).reset(id.generation);
     if (observer_ != nullptr) {
-      observer_->on_add(id, name, core_.plan(id), shares, t);
+      observe().on_add(id, name, core_.plan(id), shares, t);
     }
   };
   run_on_dispatcher(c);
@@ -448,14 +632,18 @@ Result<RequestList> Runtime::Impl::remove(ParticipantId p) {
     // Requests still in the inbox are newer than every one the core held.
     Local& local = locals_[p.slot];
     local.open = false;
+    CounterWrite(counters_[p.slot]).forget();
+    CounterWrite(totals_).add(CounterLine::kQueued, -static_cast<std::uint64_t>(result->size()));
     RequestList inbox;
     for (RequestHook* r = mailboxes_[p.slot].inbox.close(); r != nullptr;) {
       RequestHook* const next = r->next_in_queue;
       inbox.push_back(*r);
+      // release: pairs with the acquire of the request's next submit (request.hpp).
+      r->held.store(RequestHook::kIdle, std::memory_order_release);
       r = next;
     }
     result->splice_back(std::move(inbox));
-    if (observer_ != nullptr) observer_->on_remove(p);
+    if (observer_ != nullptr) observe().on_remove(p);
   };
   run_on_dispatcher(c);
   return result;
@@ -477,7 +665,7 @@ Status Runtime::Impl::replan(ParticipantId p, std::string_view plan, std::uint32
     }
     const Nanos t = loop_now_;
     result = core_.replan(p, *id, shares, t);
-    if (result && observer_ != nullptr) observer_->on_replan(p, *id, shares, t);
+    if (result && observer_ != nullptr) observe().on_replan(p, *id, shares, t);
   };
   run_on_dispatcher(c);
   return result;
@@ -494,16 +682,31 @@ std::optional<ParticipantId> Runtime::Impl::find(std::string_view name) {
 // ---- submit and complete: any thread ------------------------------------------------------------
 
 Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
+  // Before anything touches the hook: a tagged address may not be ours to write (inbox.hpp).
+  if (!Mailbox::Queue::packable(&request)) [[unlikely]]
+    return Errc::unsupported_address;
+  std::uint8_t idle = RequestHook::kIdle;
+  // acquire on success: pairs with the release that gave the request back (a completion, a
+  // hand-back), so the library's last writes to its link come before this producer's. relaxed on
+  // failure: the request is left alone.
+  if (!request.held.compare_exchange_strong(idle, RequestHook::kInbox, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+    return Errc::already_queued;
+  }
   Mailbox* const mailbox = mailboxes_.find(p.slot);
   const Mailbox::Submit outcome = mailbox == nullptr || p.generation == 0
                                       ? Mailbox::Submit::refused
                                       : mailbox->submit(request, p.generation);
   if (outcome == Mailbox::Submit::refused) {
-    // relaxed: the flag only picks the error; the inbox's refusal is what counts.
+    // relaxed: the request never left this thread.
+    request.held.store(RequestHook::kIdle, std::memory_order_relaxed);
+    // relaxed: an inbox refused because shutdown closed it was read by an acquire load that
+    // synchronizes with close()'s release exchange, which begin_shutdown() makes after clearing
+    // the flag: the flag reads false here, on any machine (tests/relacy/shutdown_flag_model).
     return accepting_.load(std::memory_order_relaxed) ? Errc::unknown_participant : Errc::shut_down;
   }
   if (outcome == Mailbox::Submit::unsupported) [[unlikely]] {
-    return Errc::unsupported_address;  // a tagged pointer: see inbox.hpp
+    return Errc::unsupported_address;  // checked above already; the inbox keeps its own guard
   }
   CREDITLOOP_PROBE2(submit, p.slot, p.generation);
   if (outcome == Mailbox::Submit::queued_and_listed) {
@@ -526,6 +729,9 @@ Status Runtime::Impl::claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*
       return Errc::stale_ticket;
   }
   r->cost = cost_nano;  // the record is this thread's until published
+  // release: pairs with the acquire of the next submit of this request (request.hpp); the
+  // request is its caller's from here on, and the dispatcher will not touch it (retire_nano()).
+  r->request->held.store(RequestHook::kIdle, std::memory_order_release);
   CREDITLOOP_PROBE3(complete, ticket.index, ticket.generation, cost_nano);
   record = r;
   return {};
@@ -570,6 +776,7 @@ void Runtime::Impl::dispatcher_main() {
     c->done.release();
   }
   commands_.clear();
+  exited_.notify_all();
 }
 
 bool Runtime::Impl::service(Nanos t) {
@@ -584,11 +791,22 @@ bool Runtime::Impl::service(Nanos t) {
 }
 
 void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t) {
-  const Result<Completion> applied = core_.complete_nano(record.core, record.cost, t);
+  // retire_nano(): the completer gave the request back already, and it may be gone.
+  const Result<Completion> applied = core_.retire_nano(record.core, record.cost, t);
   assert(applied.ok() && "the runtime completes each core ticket once, with a checked cost");
-  (void)applied;
+  const bool charged = applied.ok() && applied->charged;
+  if (applied.ok() && core_.contains(applied->participant)) {
+    CounterWrite w(counters_[applied->participant.slot]);
+    w.add(CounterLine::kCompleted, 1);
+    if (charged) w.add_cost(record.cost);
+  }
+  {
+    CounterWrite w(totals_);
+    w.add(CounterLine::kCompleted, 1);
+    if (charged) w.add_cost(record.cost);
+  }
   if (observer_ != nullptr) {
-    observer_->on_complete(Ticket{record.index, record.generation}, record.cost, t);
+    observe().on_complete(Ticket{record.index, record.generation}, record.cost, t);
   }
   record.cell.release();
   free_tickets_.push_back(record.index);  // within the capacity reserved when it was created
@@ -599,7 +817,8 @@ void Runtime::Impl::apply_pool_completions(detail::PoolBlock& block, Nanos t) {
   for (std::uint32_t i = 0; i < block.count; ++i) {
     const detail::PoolCompletion& done = block.entries[i];
     TicketRecord& record = tickets_[done.index];
-    assert(record.generation == done.generation && "a pool ticket completes once");
+    assert(static_cast<std::uint32_t>(record.generation) == done.generation &&
+           "a pool ticket completes once");
     record.cost = done.cost;
     apply_completion(record, t);
   }
@@ -613,20 +832,24 @@ void Runtime::Impl::take_inbox(Mailbox& mailbox, Nanos t) {
 }
 
 void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t) {
-  for (RequestHook* r = oldest; r != nullptr;) {
+  if (oldest == nullptr) return;
+  std::uint64_t moved = 0;
+  for (RequestHook* r = oldest; r != nullptr; ++moved) {
     RequestHook* const next = r->next_in_queue;
     const Status queued = core_.submit(id, *r, t);
     assert(queued.ok() && "an open inbox belongs to a live participant");
     (void)queued;
-    if (observer_ != nullptr) observer_->on_submit(id, *r, t);
+    if (observer_ != nullptr) observe().on_submit(id, *r, t);
     ++submitted_;
     r = next;
   }
+  CounterWrite(counters_[id.slot]).add(CounterLine::kQueued, moved);
+  CounterWrite(totals_).add(CounterLine::kQueued, moved);
 }
 
 bool Runtime::Impl::has_room() const {
   if (tickets_left() == 0) return false;
-  return options_.room ? options_.room() : in_flight() < options_.slots;
+  return options_.room ? room_test() : in_flight() < options_.slots;
 }
 
 bool Runtime::Impl::dispatch_batch(Nanos t) {
@@ -653,12 +876,12 @@ std::uint32_t Runtime::Impl::dispatch_in_one_call(Nanos t) {
     sent = static_cast<std::uint32_t>(
         core_.dispatch(t, std::span<Dispatch>(batch_dispatches_.data(), want)));
     // Before the hand-outs: their on_visit() calls carry the batch's dispatches.
-    if (observer_ != nullptr) observer_->on_dispatch(want, sent, t);
+    if (observer_ != nullptr) observe().on_dispatch(want, sent, t);
     for (std::uint32_t i = 0; i < sent; ++i) hand_out(batch_dispatches_[i], t);
   }
   if (sent == room && core_.in_turn()) {  // no room left ends the turn, as in the loop below
     core_.end_turn();
-    if (observer_ != nullptr) observer_->on_end_turn();
+    if (observer_ != nullptr) observe().on_end_turn();
   }
   return sent;
 }
@@ -671,18 +894,18 @@ std::uint32_t Runtime::Impl::dispatch_one_by_one(Nanos t) {
     if (!has_room()) {
       if (core_.in_turn()) {
         core_.end_turn();
-        if (observer_ != nullptr) observer_->on_end_turn();
+        if (observer_ != nullptr) observe().on_end_turn();
       }
       break;
     }
     if (!core_.in_turn()) {
       const std::optional<ClassId> pass = core_.begin_turn(t);
-      if (observer_ != nullptr) observer_->on_begin_turn(pass, t);
+      if (observer_ != nullptr) observe().on_begin_turn(pass, t);
       if (!pass) break;
     }
     const std::optional<Dispatch> d = core_.visit(t);
     if (!d) {
-      if (observer_ != nullptr) observer_->on_visit(nullptr, Ticket{}, t);
+      if (observer_ != nullptr) observe().on_visit(nullptr, Ticket{}, t);
       continue;
     }
     hand_out(*d, t);
@@ -708,21 +931,67 @@ void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
   TicketRecord& record = tickets_[acquire_ticket()];
   record.core = d.ticket;
   record.cost = 0;
+  record.request = d.request;
   // A pool job's ticket is its worker's from the start: the worker completes it without touching
   // the record. Any other ticket is claimed by whoever completes it first.
   record.generation = options_.workers > 0 ? record.cell.issue_claimed() : record.cell.issue();
   const Ticket ticket{record.index, record.generation};
   ++dispatched_;
   ++per_class_[d.out].dispatched;
+  for (CounterLine* line : {&counters_[d.participant.slot], &totals_}) {
+    CounterWrite w(*line);
+    w.add(CounterLine::kQueued, ~std::uint64_t{0});  // minus one
+    w.add(CounterLine::kDispatched + d.out, 1);
+  }
   Local& local = locals_[d.participant.slot];
   local.last_class = d.out;
-  if (observer_ != nullptr) observer_->on_visit(&d, ticket, t);
+  if (observer_ != nullptr) observe().on_visit(&d, ticket, t);
   CREDITLOOP_PROBE4(dispatch, d.participant.slot, d.out, ticket.index, ticket.generation);
   if (options_.workers > 0) {
-    batch_jobs_.push_back(Job{d.request, ticket, d.participant});
+    batch_jobs_.push_back(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
   } else {
-    options_.sink(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
+    try {
+      options_.sink(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
+    } catch (...) {
+      sink_failed(record, d, std::current_exception(), t);
+    }
   }
+}
+
+void Runtime::Impl::sink_failed(TicketRecord& record, const Dispatch& d, std::exception_ptr error,
+                                Nanos t) {
+  // The sink did not take the request: the runtime completes it at cost 0 (the credit taken at
+  // dispatch stays spent, as for any dispatch) and gives it back to its caller in the report.
+  // If the sink completed it before throwing, the claim fails and the request is the caller's
+  // already.
+  TicketRecord* claimed = nullptr;
+  const Ticket ticket{record.index, record.generation};
+  const bool ours = claim(ticket, 0, claimed).ok();
+  if (ours) apply_completion(*claimed, t);  // on the dispatcher: applied at once, not published
+  report(CallbackKind::sink, std::move(error), ours ? d.request : nullptr, ticket, d.participant);
+}
+
+void Runtime::Impl::report(CallbackKind kind, std::exception_ptr error, RequestHook* request,
+                           Ticket ticket, ParticipantId participant) const noexcept {
+  const CallbackError e{std::move(error), kind, request, ticket, participant};
+  try {
+    if (options_.on_error) {
+      options_.on_error(e);
+      return;
+    }
+  } catch (...) {
+    std::fputs("creditloop: the on_error callback threw\n", stderr);
+  }
+  static constexpr const char* kNames[] = {"sink", "room test", "clock", "observer", "handler"};
+  std::string what = "unknown exception";
+  try {
+    std::rethrow_exception(e.error);
+  } catch (const std::exception& x) {
+    what = x.what();
+  } catch (...) {
+  }
+  std::fprintf(stderr, "creditloop: the %s threw: %s\n", kNames[static_cast<int>(kind)],
+               what.c_str());
 }
 
 bool Runtime::Impl::work_visible(std::uint32_t reasons) const {
@@ -750,7 +1019,7 @@ void Runtime::Impl::idle() {
   const Nanos spin_until = spin_.count() > 0 ? detail::monotonic_now() + spin_.count() : 0;
   for (std::uint32_t i = 1;; ++i) {
     if (work_visible(reasons)) return;
-    if (options_.room && (reasons & detail::kWakeOnRoom) != 0 && options_.room()) return;
+    if (options_.room && (reasons & detail::kWakeOnRoom) != 0 && room_test()) return;
     if (spin_.count() == 0 || ((i & 63) == 0 && detail::monotonic_now() >= spin_until)) break;
     detail::cpu_relax();
   }
@@ -760,7 +1029,7 @@ void Runtime::Impl::idle() {
   }
   const std::uint32_t token = parker_.prepare(reasons);
   if (work_visible(reasons) ||
-      (options_.room && (reasons & detail::kWakeOnRoom) != 0 && options_.room())) {
+      (options_.room && (reasons & detail::kWakeOnRoom) != 0 && room_test())) {
     parker_.cancel();
     return;
   }
@@ -779,7 +1048,9 @@ void Runtime::Impl::idle() {
 // ---- shutdown -----------------------------------------------------------------------------------
 
 void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
-  accepting_.store(false, std::memory_order_relaxed);  // picks the error code only
+  // relaxed: published by each inbox's close() below (release), which every producer refused by
+  // it reads with acquire (inbox.hpp): that producer then reads false and reports shut_down.
+  accepting_.store(false, std::memory_order_relaxed);
   // Close every inbox: a push from now on is refused. What the inboxes held joins the core's
   // queues behind what they already hold, so each participant's order is kept.
   for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
@@ -789,26 +1060,80 @@ void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
     move_to_core(mailboxes_[slot].inbox.close(), ParticipantId{slot, local.generation}, t);
   }
   if (mode == ShutdownMode::hand_back) {
+    for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
+      if (core_.at(slot)) CounterWrite(counters_[slot]).set(CounterLine::kQueued, 0);
+    }
+    CounterWrite(totals_).set(CounterLine::kQueued, 0);
     handed_back_ = core_.take_all_queued();
-    if (observer_ != nullptr) observer_->on_take_all();
+    if (observer_ != nullptr) observe().on_take_all();
     phase_ = Phase::finishing;
   } else {
     phase_ = Phase::draining;
   }
 }
 
-RequestList Runtime::Impl::shutdown(ShutdownMode mode) {
+bool Runtime::Impl::on_runtime_thread() const noexcept {
+  const std::thread::id me = std::this_thread::get_id();
+  return me == dispatcher_id_ ||
+         std::find(worker_ids_.begin(), worker_ids_.end(), me) != worker_ids_.end();
+}
+
+std::vector<Ticket> Runtime::Impl::tickets_in_flight() const {
+  std::vector<bool> free(tickets_used_, false);
+  for (const std::uint32_t index : free_tickets_) free[index] = true;
+  std::vector<Ticket> out;
+  for (std::uint32_t i = 0; i < tickets_used_; ++i) {
+    if (!free[i]) out.push_back(Ticket{i, tickets_[i].generation});
+  }
+  return out;
+}
+
+ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
+                                       std::optional<std::chrono::nanoseconds> deadline) {
+  ShutdownReport report;
+  // Checked before anything waits: the dispatcher or a worker waiting for the runtime to finish
+  // would wait for itself.
+  if (on_runtime_thread()) {
+    report.status = Errc::wrong_thread;
+    return report;
+  }
+  const auto until = deadline ? std::chrono::steady_clock::now() + *deadline
+                              : std::chrono::steady_clock::time_point::max();
   std::lock_guard lock(shutdown_mutex_);
-  if (shut_down_) return {};
-  shut_down_ = true;
-  assert(std::this_thread::get_id() != dispatcher_id_ && "shutdown from the dispatcher thread");
-  Command c;
-  c.work = [&] { begin_shutdown(mode, loop_now_); };
-  run_on_dispatcher(c);
+  if (joined_) {
+    report.finished = true;
+    return report;
+  }
+  if (!shutdown_begun_) {
+    shutdown_begun_ = true;
+    Command c;
+    c.work = [&] {
+      begin_shutdown(mode, loop_now_);
+      report.handed_back = std::move(handed_back_);
+    };
+    run_on_dispatcher(c);
+  }
+  bool exited = false;
+  {
+    std::unique_lock wait(commands_mutex_);
+    exited = deadline ? exited_.wait_until(wait, until, [&] { return dispatcher_exited_; })
+                      : (exited_.wait(wait, [&] { return dispatcher_exited_; }), true);
+  }
+  if (!exited) {
+    Command c;
+    c.work = [&] {
+      report.in_flight = tickets_in_flight();
+      report.still_queued = counters().queued;
+    };
+    run_on_dispatcher(c);
+    return report;
+  }
   dispatcher_.join();
   for (std::size_t i = 0; i < workers_.size(); ++i) jobs_.enqueue(Job{});
   for (std::thread& w : workers_) w.join();
-  return std::move(handed_back_);
+  joined_ = true;
+  report.finished = true;
+  return report;
 }
 
 // ---- snapshots ----------------------------------------------------------------------------------
@@ -827,6 +1152,14 @@ ParticipantSnapshot Runtime::Impl::describe(ParticipantId p, Nanos t) {
   s.stats = core_.stats(p);
   const Local& local = locals_[p.slot];
   s.last_class = local.last_class;
+  for (int c = 0; c < core_.classes(); ++c) {
+    const auto cls = static_cast<ClassId>(c);
+    const std::optional<Nanos> next = core_.next_credit(p, cls, t);
+    if (next && *next > t) s.next_credit[static_cast<std::size_t>(c)] = next;
+  }
+  if (const std::optional<Nanos> oldest = core_.oldest_queued_at(p)) {
+    s.oldest_queued_age = t - *oldest;
+  }
   return s;
 }
 
@@ -912,19 +1245,25 @@ void Runtime::Impl::worker_main(std::size_t index) {
         ++stops;
         continue;
       }
+      // The request is the handler's from here on (runtime.hpp): the pool keeps only its ticket,
+      // and the dispatcher never touches it again (retire_nano()). release: pairs with the
+      // acquire of the request's next submit (request.hpp).
+      job.request->held.store(RequestHook::kIdle, std::memory_order_release);
       double cost = 0;
       bool ok = true;
       try {
-        cost = options_.handler(*job.request, job.participant);
+        cost = options_.handler(job);
       } catch (...) {
         ok = false;
+        report(CallbackKind::handler, std::current_exception(), job.request, job.ticket,
+               job.participant);
       }
       const std::optional<std::int64_t> nano = ok ? to_nano_credits(cost, kMaxCost) : std::nullopt;
       if (!nano) handler_errors_.fetch_add(1, std::memory_order_relaxed);  // a statistic
       CREDITLOOP_PROBE3(complete, job.ticket.index, job.ticket.generation, nano.value_or(0));
       if (block != nullptr) {
-        block->entries[block->count++] = {job.ticket.index, job.ticket.generation,
-                                          nano.value_or(0)};
+        block->entries[block->count++] = {
+            job.ticket.index, static_cast<std::uint32_t>(job.ticket.generation), nano.value_or(0)};
         continue;
       }
       // The ticket was issued claimed for this pool (hand_out()): the record is this worker's.
@@ -985,8 +1324,18 @@ std::vector<ParticipantSnapshot> Runtime::snapshot_participants() {
 RuntimeSnapshot Runtime::snapshot() { return impl_->snapshot(); }
 std::uint64_t Runtime::handler_errors() const noexcept { return impl_->handler_errors(); }
 bool Runtime::dispatcher_sleeping() const noexcept { return impl_->sleeping(); }
+std::optional<ParticipantCounters> Runtime::counters(ParticipantId p) const noexcept {
+  return impl_->counters(p);
+}
+RuntimeCounters Runtime::counters() const noexcept { return impl_->counters(); }
 
-RequestList Runtime::shutdown(ShutdownMode mode) { return impl_->shutdown(mode); }
+ShutdownReport Runtime::shutdown(ShutdownMode mode,
+                                 std::optional<std::chrono::nanoseconds> deadline) {
+  return impl_->shutdown(mode, deadline);
+}
+RequestList Runtime::shutdown(ShutdownMode mode) {
+  return std::move(impl_->shutdown(mode, std::nullopt).handed_back);
+}
 
 // ---- CompletionBatch ----------------------------------------------------------------------------
 

@@ -331,7 +331,9 @@ int main(int argc, char** argv) {
   };
   if (*o.mode == SinkMode::pool) {
     ro.workers = o.workers;
-    ro.handler = [&run](creditloop::RequestHook& r, ParticipantId p) { return handle(run, r, p); };
+    ro.handler = [&run](const creditloop::Dispatched& d) {
+      return handle(run, *d.request, d.participant);
+    };
   } else {
     ro.sink = [&run](const creditloop::Dispatched& d) { sink(run, d); };
   }

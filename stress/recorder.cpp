@@ -5,8 +5,12 @@
 namespace stress {
 namespace {
 
+// The sample and the event log keep a generation's low 32 bits: a stress run reuses a ticket
+// record far fewer than 2^32 times.
+std::uint32_t low_generation(Ticket t) noexcept { return static_cast<std::uint32_t>(t.generation); }
+
 std::uint64_t pack_ticket(Ticket t) noexcept {
-  return (std::uint64_t{t.index} << 32) | t.generation;
+  return (std::uint64_t{t.index} << 32) | low_generation(t);
 }
 
 }  // namespace
@@ -192,7 +196,7 @@ void Recorder::on_visit(const creditloop::Dispatch* d, Ticket ticket, Nanos now)
   max_queue_wait_ = std::max(max_queue_wait_, now - r.submitted_at);
   bump(dispatches_);
   record(Event{now, r.id, d->participant.slot, d->participant.generation, ticket.index,
-               ticket.generation, EventKind::visit, d->out, d->turn});
+               low_generation(ticket), EventKind::visit, d->out, d->turn});
   if (recording_ && ++recorded_dispatches_ == replay_limit_) stop_recording(Cut::limit);
 }
 
@@ -234,8 +238,8 @@ void Recorder::on_complete(Ticket ticket, std::int64_t cost_nano, Nanos now) {
   }
   samples_[sample_next_++ % kSamples].store(pack_ticket(ticket), kRelaxed);
   bump(completions_);
-  record(Event{now, static_cast<std::uint64_t>(cost_nano), 0, 0, ticket.index, ticket.generation,
-               EventKind::complete, 0, 0});
+  record(Event{now, static_cast<std::uint64_t>(cost_nano), 0, 0, ticket.index,
+               low_generation(ticket), EventKind::complete, 0, 0});
 }
 
 void Recorder::on_take_all() { record(Event{last_now_, 0, 0, 0, 0, 0, EventKind::take_all, 0, 0}); }

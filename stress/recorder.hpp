@@ -106,7 +106,7 @@ class Recorder final : public creditloop::RuntimeObserver {
  private:
   static constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
   struct InFlight {
-    std::uint32_t generation = 0;
+    std::uint64_t generation = 0;
     std::uint32_t slot = 0;
     std::uint32_t participant_generation = 0;
     std::uint32_t incarnation = 0;
@@ -114,7 +114,7 @@ class Recorder final : public creditloop::RuntimeObserver {
     bool in_flight = false;
   };
   struct Expected {  // written by a completer, read by on_complete after the runtime's hand-off
-    std::uint32_t generation = 0;
+    std::uint64_t generation = 0;
     std::int64_t cost_nano = 0;
   };
 

@@ -351,6 +351,7 @@ void completer_main(Run& run, std::uint32_t index) {
   struct Held {
     Ticket ticket;
     double credits;
+    Req* request;  // given back once completed: until then it is the runtime's
   };
   std::vector<Held> held;
   held.reserve(8);
@@ -367,6 +368,7 @@ void completer_main(Run& run, std::uint32_t index) {
       const Held h = held.back();
       held.pop_back();
       complete_ok(rt.complete(h.ticket, h.credits), h.ticket, "complete() (held back)");
+      give_back(run, *h.request);
     }
   };
   auto settle = [&] {
@@ -396,7 +398,6 @@ void completer_main(Run& run, std::uint32_t index) {
     run.recorder.expect_cost(t, c.applied);
     run.cost_reported.fetch_add(static_cast<std::uint64_t>(c.applied), kRelaxed);
     serve(run.o.service_us);
-    give_back(run, r);  // the runtime no longer touches it
 
     if (rng.one_in(50)) {  // a refused cost first changes nothing
       switch (rng.below(4)) {
@@ -421,7 +422,7 @@ void completer_main(Run& run, std::uint32_t index) {
     }
     const std::uint64_t how = rng.below(100);
     if (how < 15) {
-      held.push_back(Held{t, c.credits});
+      held.push_back(Held{t, c.credits, &r});
       if (held.size() == 8) settle_held();
       continue;
     }
@@ -435,6 +436,7 @@ void completer_main(Run& run, std::uint32_t index) {
                   "CompletionBatch::add()");
       in_batch = true;
     }
+    give_back(run, r);     // completed (claimed): the request is its producer's again
     if (rng.one_in(40)) {  // again: claimed already (published or not), so stale
       expect_refused(rt.complete(t, 0.25), Errc::stale_ticket, kCompletionErrors,
                      std::string("a second completion of ticket ") + str(t) +

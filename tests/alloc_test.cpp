@@ -83,8 +83,13 @@ constexpr int kParticipants = 3000;
 constexpr int kDepth = 3;
 constexpr std::size_t kInFlight = 32;
 
+struct Flight {
+  Ticket ticket;
+  Job* job = nullptr;
+};
+
 // A fleet (both plans, varied shares) with every queue kDepth deep, whose dispatched requests go
-// straight back into their queues.
+// back into their queues as soon as they are completed (a request is the caller's again only then).
 class MixedRun : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -102,13 +107,17 @@ class MixedRun : public ::testing::Test {
     }
   }
 
-  // Counts a dispatch, keeps its ticket, and submits its request again.
-  bool take(const Dispatch& d, Nanos now) {
+  // Counts a dispatch and keeps its ticket.
+  void take(const Dispatch& d) {
     ++dispatched;
     metered += d.out != core.unmetered() ? 1 : 0;
-    in_flight.push_back(d.ticket);
-    auto& job = static_cast<Job&>(*d.request);
-    return core.submit(job.owner, job, now).ok();
+    in_flight.push_back(Flight{d.ticket, static_cast<Job*>(d.request)});
+  }
+  // Completes the oldest request in flight and submits it again.
+  bool complete_oldest(double cost, Nanos now) {
+    const Flight f = in_flight.front();
+    in_flight.erase(in_flight.begin());
+    return core.complete(f.ticket, cost, now).ok() && core.submit(f.job->owner, *f.job, now).ok();
   }
 
   void expect_no_allocation_in_a_mixed_run() const {
@@ -120,7 +129,7 @@ class MixedRun : public ::testing::Test {
 
   Core core{reference_config()};
   std::vector<Job> jobs;
-  std::vector<Ticket> in_flight;
+  std::vector<Flight> in_flight;
   long dispatched = 0;
   long metered = 0;
 };
@@ -129,15 +138,9 @@ TEST_F(MixedRun, SteadyStateDispatchAllocatesNothing) {
   Nanos now = 0;
   g_counting.store(true, std::memory_order_relaxed);
   for (int round = 0; round < 200'000; ++round) {
-    if (in_flight.size() == kInFlight) {
-      const auto done = core.complete(in_flight.front(), (round % 4) * 0.5, now);
-      if (!done.ok()) break;
-      in_flight.erase(in_flight.begin());
-    }
+    if (in_flight.size() == kInFlight && !complete_oldest((round % 4) * 0.5, now)) break;
     if (!core.in_turn() && !core.begin_turn(now)) break;
-    if (const auto d = core.visit(now)) {
-      if (!take(*d, now)) break;
-    }
+    if (const auto d = core.visit(now)) take(*d);
     now += 20'000;  // 20 us per step: credits land, classes change
   }
   g_counting.store(false, std::memory_order_relaxed);
@@ -151,14 +154,11 @@ TEST_F(MixedRun, SteadyStateBatchesAllocateNothing) {
   for (int round = 0; round < 50'000; ++round) {
     // Half the slots come back each round, so batches of 1 to 8 alternate with full rounds.
     while (in_flight.size() > kInFlight / 2) {
-      if (!core.complete(in_flight.front(), (round % 4) * 0.5, now).ok()) break;
-      in_flight.erase(in_flight.begin());
+      if (!complete_oldest((round % 4) * 0.5, now)) break;
     }
     const std::size_t room = std::min(batch.size(), kInFlight - in_flight.size());
     const std::size_t n = core.dispatch(now, std::span<Dispatch>(batch).first(room));
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!take(batch[i], now)) break;
-    }
+    for (std::size_t i = 0; i < n; ++i) take(batch[i]);
     now += 80'000;
   }
   g_counting.store(false, std::memory_order_relaxed);

@@ -94,6 +94,12 @@ struct Completion {
   bool charged = false;  // false when the cost went nowhere (unmetered, removed, dropped bucket)
 };
 
+namespace detail {
+// Defined by the tests alone, which move a ticket record to a generation no test could reach by
+// use.
+struct CoreTestAccess;
+}  // namespace detail
+
 class Core {
  public:
   /// Validates `config` once. Throws std::invalid_argument naming the plan and field at fault.
@@ -147,12 +153,17 @@ class Core {
   [[nodiscard]] std::optional<ParticipantId> at(std::uint32_t slot) const noexcept;
 
   // ---- requests (noexcept, no allocation) --------------------------------------------------
-  /// Appends `request` to `p`'s queue. On error (unknown_participant) the request is not
-  /// linked: the caller still owns it. O(1), or O(k) when the queue was empty.
+  /// Appends `request` to `p`'s queue. On error the request is not linked and nothing changes:
+  /// unknown_participant; already_queued (it is queued, or dispatched and not yet completed: a
+  /// request is the caller's again once completed or handed back). O(1), or O(k) when the queue
+  /// was empty.
   Status submit(ParticipantId p, RequestHook& request, Nanos now) noexcept;
 
   /// Queued requests of `p` (0 for an unknown participant).
   [[nodiscard]] std::size_t queued(ParticipantId p) const noexcept;
+  /// When `p`'s oldest queued request was queued (its RequestHook::queued_at); nothing when its
+  /// queue is empty or `p` is unknown. O(1).
+  [[nodiscard]] std::optional<Nanos> oldest_queued_at(ParticipantId p) const noexcept;
   /// Participants with a non-empty queue.
   [[nodiscard]] std::size_t waiting() const noexcept { return waiting_.count(); }
 
@@ -212,6 +223,10 @@ class Core {
   Result<Completion> complete(Ticket t, double cost, Nanos now) noexcept;
   /// The same with a cost already in nano-credits (0 .. kMaxCost * 1e9).
   Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept;
+  /// complete_nano() for an embedder that gives each request back to its owner itself, before
+  /// the core hears of its completion (the runtime's completers do): the request's hook is not
+  /// touched, since by then it may be queued again elsewhere or gone.
+  Result<Completion> retire_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept;
   /// Dispatched and not yet completed.
   [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
 
@@ -220,6 +235,11 @@ class Core {
   /// `p`'s balance in class c in nano-credits. Errors: unknown_participant, unknown_class (c not
   /// metered, or not held by p's plan).
   Result<Balance> balance(ParticipantId p, ClassId c, Nanos now) noexcept;
+  /// The first instant, at or after `now`, at which `p`'s class-c bucket has a credit: `now` when
+  /// it has one, otherwise the exact nanosecond its refill reaches one (the instant its timer is
+  /// filed at). Nothing for an unknown participant, a class `p`'s plan does not hold, or an instant
+  /// beyond the clock's end. O(k) (refills the buckets to `now`).
+  std::optional<Nanos> next_credit(ParticipantId p, ClassId c, Nanos now) noexcept;
   /// Whether `p` qualifies for class c at `now`: a queued request and, for a metered class, a
   /// credit in its c bucket. False for an unknown participant.
   bool qualifies(ParticipantId p, ClassId c, Nanos now) noexcept;
@@ -236,9 +256,12 @@ class Core {
 
   /// Hands back every queued request of every participant (shutdown), oldest first per
   /// participant and participants in ring order; ends any turn. Participants stay registered.
+  /// O(requests handed back): each is marked the caller's again.
   RequestList take_all_queued() noexcept;
 
  private:
+  friend struct detail::CoreTestAccess;
+
   struct alignas(64) Slot {  // hot per-participant state, one cache line
     RequestHook* head = nullptr;
     RequestHook* tail = nullptr;
@@ -285,11 +308,13 @@ class Core {
     Balance cost_uncharged = 0;
   };
   struct InFlight {
-    std::uint32_t generation = 0;  // odd while in flight
+    // Odd while in flight. 64 bits: 2^63 uses of one record before it wraps (ticket.hpp).
+    std::uint64_t generation = 0;
     std::uint32_t slot = 0;
     std::uint32_t participant_generation = 0;
     std::uint32_t incarnation = 0;
     ClassId bucket = 0;
+    RequestHook* request = nullptr;  // given back to its caller at completion
   };
   struct PlanTerms {
     std::array<std::uint64_t, kMaxClasses> rate{};  // nano-credits per second per share
@@ -388,8 +413,12 @@ class Core {
   [[nodiscard]] std::uint32_t next_in_turn(const detail::ReadySet& set) noexcept;
   Nanos observe(Nanos now) noexcept { return now > now_ ? (now_ = now) : now_; }
   void grow_places(std::uint32_t places);
-  Ticket issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
-               std::uint32_t incarnation);
+  Ticket issue(std::uint32_t slot, std::uint32_t generation, ClassId out, std::uint32_t incarnation,
+               RequestHook& request);
+  // Marks every request of `list` the caller's again.
+  static void give_back(const RequestList& list) noexcept;
+  Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now,
+                                   bool give_back_request) noexcept;
   // Out of line and cold, so that issue() (once per dispatch) saves no registers for it.
   [[gnu::cold, gnu::noinline]] void grow_tickets();
 

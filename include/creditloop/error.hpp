@@ -26,6 +26,8 @@ enum class Errc : unsigned char {
   too_many_participants,  // kMaxParticipants are registered
   shut_down,              // the runtime no longer accepts this call
   unsupported_address,    // a request's address has a bit above bit 47 set (a pointer tag)
+  already_queued,         // the request is queued or in flight already: submitted twice
+  wrong_thread,           // called from a thread the call would deadlock (the dispatcher's own)
 };
 
 /// A short English description of the error, for logs and messages.

@@ -5,14 +5,48 @@
 // through a hook that lives inside the embedder's own request object (derive from RequestHook).
 // The embedder owns the storage; the core only links and unlinks. While a request is queued its
 // hook belongs to the core; it comes back in a Dispatch or in a RequestList.
+//
+// A request submitted again while it is still queued or in flight would be relinked into a second
+// place of a queue and corrupt it, so the hook also says whose the request is: the caller's, or
+// the library's from submit until its completion or its hand-back. A second submit in between is
+// refused with Errc::already_queued. The state is an atomic byte on the hook's own line, which
+// the submitter writes anyway: one uncontended compare-and-swap for the runtime's submit, a plain
+// load and store for the core's.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
+
+#include "creditloop/units.hpp"
 
 namespace creditloop {
 
 struct RequestHook {
+  /// Whose the request is (detail: the library sets it; the embedder only reads it).
+  enum State : std::uint8_t {
+    kIdle = 0,      // the caller's: it may be submitted
+    kInbox = 1,     // submitted to a runtime, not yet in its core's queue
+    kQueued = 2,    // in a core's queue
+    kInFlight = 3,  // dispatched, not yet completed
+  };
+
+  RequestHook() noexcept = default;
+  // A copy is a new request, never submitted: it takes neither the link nor the state.
+  RequestHook(const RequestHook& /*other*/) noexcept {}
+  RequestHook& operator=(const RequestHook& /*other*/) noexcept { return *this; }
+  ~RequestHook() = default;
+
+  /// Whether the request is the caller's now (submitting it is allowed). Any thread; relaxed, a
+  /// gauge for assertions and tests.
+  [[nodiscard]] bool idle() const noexcept { return held.load(std::memory_order_relaxed) == kIdle; }
+
   RequestHook* next_in_queue = nullptr;
+  /// The instant the core queued it (Core::submit's `now`; in the runtime, the dispatcher's clock
+  /// when it moved the request from the inbox into the core): what the oldest queued request's
+  /// age in a snapshot is measured from.
+  Nanos queued_at = 0;
+  std::atomic<std::uint8_t> held{kIdle};
 };
 
 /// Requests handed back to the caller (by a removal or a shutdown), oldest first.

@@ -24,12 +24,13 @@
 // complete() and the lifecycle calls, which then run inline.
 //
 // Threads and cost (N participants, per call):
-//  - submit: one load and one CAS on the participant's inbox line; when the queue was empty, one
-//    exchange on a flag and one on the runtime's activation list, and one load of the parking
-//    word. O(1), no allocation.
-//  - complete: one CAS on the ticket, one exchange and one store on the completion list, one load
-//    of the parking word. O(1), wait-free, no allocation. A pool worker writes only its own
-//    completion block, and per bulk of up to 32 jobs one exchange and one store on a block list.
+//  - submit: one CAS on the request's own hook (already_queued), one load and one CAS on the
+//    participant's inbox line; when the queue was empty, one exchange on a flag and one on the
+//    runtime's activation list, and one load of the parking word. O(1), no allocation.
+//  - complete: one CAS on the ticket, one store on the request's hook, one exchange and one store
+//    on the completion list, one load of the parking word. O(1), wait-free, no allocation. A pool
+//    worker writes only its own completion block, and per bulk of up to 32 jobs one exchange and
+//    one store on a block list.
 //  - the dispatcher: per decision, the core's O(log64 N) visit; per activation O(1) plus the
 //    requests moved; per completion O(1). It sleeps when it has nothing to do (no CPU when idle)
 //    and when it has no room, and is woken by the submission or completion that changes that.
@@ -40,6 +41,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -73,6 +75,30 @@ struct Dispatched {
   Nanos at = 0;      // the dispatcher's clock at the decision
 };
 
+/// The embedder's callbacks, as an error report names them.
+enum class CallbackKind : std::uint8_t { sink, room, clock, observer, handler };
+
+/// A callback threw. What became of the request in question, per callback:
+///  - sink: the sink did not take the request. The runtime completes it at cost 0 (the credit
+///    taken at dispatch stays spent) and gives it back here in `request`, the caller's again (to
+///    submit again, or drop). If the sink completed it before throwing, `request` is null: the
+///    completion stands and the request is the caller's already.
+///  - handler: the request is completed at cost 0 and counted in handler_errors(); `request` is
+///    the handler's, as it always is once the handler was called.
+///  - room: no room this time; the test is asked again within a millisecond. No request is
+///    concerned.
+///  - clock: the dispatcher keeps the last instant it read (time stands still until the clock
+///    works again).
+///  - observer: the input it was told of has happened; the runtime carries on.
+/// Nothing is lost and the runtime keeps running in every case.
+struct CallbackError {
+  std::exception_ptr error;
+  CallbackKind kind = CallbackKind::sink;
+  RequestHook* request = nullptr;  // sink and handler: see above
+  Ticket ticket;                   // sink and handler: the dispatch's ticket
+  ParticipantId participant;       // sink and handler
+};
+
 struct RuntimeOptions {
   /// Classes and plans. Validated once by the constructor.
   Config config;
@@ -85,12 +111,13 @@ struct RuntimeOptions {
 
   /// Sink, your callback: called on the dispatcher thread for each dispatch. Must not block.
   std::function<void(const Dispatched&)> sink;
-  /// Sink, the built-in worker pool: used when `workers` > 0. Each worker runs `handler` and
-  /// completes the request with the cost it returns (credits, SPEC section 2). A handler that
-  /// throws or returns a cost the runtime refuses completes with cost 0, counted in
-  /// handler_errors().
+  /// Sink, the built-in worker pool: used when `workers` > 0. Each worker runs `handler` on the
+  /// dispatch (its request, participant, class out and ticket; the ticket is the pool's own, for
+  /// logs: completing it yourself is refused as stale) and completes the request with the cost
+  /// it returns (credits, SPEC section 2). A handler that throws or returns a cost the runtime
+  /// refuses completes with cost 0, counted in handler_errors().
   unsigned workers = 0;
-  std::function<double(RequestHook&, ParticipantId)> handler;
+  std::function<double(const Dispatched&)> handler;
 
   /// The dispatcher thread's name (at most 15 characters are kept) and the CPU to pin it to
   /// (negative: not pinned).
@@ -115,11 +142,34 @@ struct RuntimeOptions {
   /// Sees every core input the dispatcher makes (observer.hpp). Not owned; must outlive the
   /// runtime.
   RuntimeObserver* observer = nullptr;
+
+  /// Told when a callback above throws (CallbackError says what became of the request). Called
+  /// on the thread whose callback threw: the dispatcher, or a pool worker for the handler, so it
+  /// must be thread-safe with workers, and must not block. Empty: one line on standard error.
+  /// If it throws itself, that is written to standard error and otherwise ignored.
+  std::function<void(const CallbackError&)> on_error;
 };
 
 enum class ShutdownMode : std::uint8_t {
   hand_back,  // stop dispatching; hand every queued request back
   drain,      // refuse new submissions; dispatch everything queued first
+};
+
+/// What shutdown(mode, deadline) did.
+struct ShutdownReport {
+  /// wrong_thread: called from the dispatcher thread (a sink, an observer, a room test, the
+  /// clock) or a worker of the pool (a handler), where waiting would deadlock; nothing was done.
+  Status status;
+  /// The requests handed back (hand_back mode, first call only), oldest first per participant.
+  RequestList handed_back;
+  /// True when everything queued was dispatched (drain) and every request in flight completed
+  /// before the deadline: the runtime's threads are joined.
+  bool finished = false;
+  /// When not finished: the tickets still in flight as the deadline passed (pool tickets
+  /// included), and the requests still queued (drain mode). The runtime goes on accepting their
+  /// completions; call shutdown() again to wait for them.
+  std::vector<Ticket> in_flight;
+  std::uint64_t still_queued = 0;
 };
 
 class Runtime {
@@ -129,7 +179,9 @@ class Runtime {
   /// pointers carry a tag above bit 47 (AArch64 MTE or HWASan, x86 LAM): see submit().
   explicit Runtime(RuntimeOptions options);
   /// Shuts down handing back (the handed-back requests are dropped: they are the caller's
-  /// storage) if shutdown() was not called, and waits for everything in flight.
+  /// storage) if shutdown() was not called, and waits without limit for everything in flight:
+  /// call shutdown() with a deadline first to learn what is outstanding. Must not run on the
+  /// dispatcher thread or a pool worker (it would wait for itself).
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -149,6 +201,8 @@ class Runtime {
 
   // ---- requests: any thread, no allocation --------------------------------------------------
   /// Queues `request` for `p`. On error the request is not linked and stays the caller's:
+  /// already_queued (submitted before and not yet completed or handed back, or, with the worker
+  /// pool, not yet given to the handler: it is the library's, and stays where it is),
   /// unknown_participant (never registered, or removed), shut_down, or unsupported_address (its
   /// address has a bit above bit 47 set, such as a top-byte pointer tag: the runtime holds 48-bit
   /// addresses). Lock-free.
@@ -168,6 +222,12 @@ class Runtime {
   [[nodiscard]] std::optional<ParticipantSnapshot> snapshot(ParticipantId p);
   [[nodiscard]] std::vector<ParticipantSnapshot> snapshot_participants();
   [[nodiscard]] RuntimeSnapshot snapshot();
+  /// `p`'s counters (snapshot.hpp), without a round trip: lock-free, no allocation; it retries
+  /// only while the dispatcher updates that same participant (nanoseconds). Nothing for a
+  /// participant never registered or removed.
+  [[nodiscard]] std::optional<ParticipantCounters> counters(ParticipantId p) const noexcept;
+  /// The runtime's totals, on the same terms.
+  [[nodiscard]] RuntimeCounters counters() const noexcept;
   /// Whether the dispatcher is asleep (or about to be). Unlike a snapshot it does not wake it.
   [[nodiscard]] bool dispatcher_sleeping() const noexcept;
   /// Completions by the worker pool whose handler threw or returned a refused cost.
@@ -175,8 +235,15 @@ class Runtime {
 
   // ---- shutdown -----------------------------------------------------------------------------
   /// Stops accepting submissions, hands back (or first dispatches) everything queued, waits until
-  /// every request in flight is completed, and joins the runtime's threads. The first call does the
-  /// work; later ones return an empty list. Must not be called from the dispatcher thread.
+  /// every request in flight is completed or `deadline` (from the call; empty: no limit) has
+  /// passed, and, once everything is completed, joins the runtime's threads. Always returns: at
+  /// the deadline it reports what is still in flight; a later call waits again (with its own
+  /// deadline) and reports anew. Only the first call hands back. A submit that races shutdown is
+  /// refused with shut_down. From the dispatcher thread or a pool worker it does nothing and
+  /// reports wrong_thread. Any other thread; blocks up to the deadline; allocates.
+  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline);
+  /// The same without a deadline, returning only the handed-back requests (empty when called
+  /// from the dispatcher thread or a pool worker: use the form above to see that error).
   RequestList shutdown(ShutdownMode mode = ShutdownMode::hand_back);
 
   class Impl;

@@ -3,6 +3,12 @@
 // Snapshots are taken by the dispatcher between two decisions, so each one is consistent: the
 // balances, queue depths and counters of one instant. Taking one costs the caller a round trip to
 // the dispatcher (a few microseconds) and the dispatcher O(1) per participant reported.
+//
+// Counters (ParticipantCounters, RuntimeCounters) are for a metrics scrape under full load: any
+// thread reads them at any time without a round trip and without slowing the dispatcher, which
+// alone writes them, as it decides. Each counter is exact and monotonic (queued is a gauge);
+// one participant's counters are a consistent cut (read under a sequence count), but different
+// participants' counters and the totals are not a consistent cut with each other.
 #pragma once
 
 #include <array>
@@ -31,6 +37,32 @@ struct ParticipantSnapshot {
   ParticipantStats stats;
   /// The class the latest dispatch went out under, if any.
   std::optional<ClassId> last_class;
+  /// Per metered class the plan holds whose bucket has no credit at the snapshot's instant: the
+  /// exact instant its next credit lands (Core::next_credit()), on the dispatcher's clock. Nothing
+  /// for a class not held, one with a credit now, or one whose credit lies beyond the clock.
+  std::array<std::optional<Nanos>, kMaxClasses> next_credit{};
+  /// How long the oldest queued request has waited at the snapshot's instant, measured from when
+  /// the dispatcher moved it from the inbox into the core (RequestHook::queued_at); nothing when
+  /// nothing is queued.
+  std::optional<Nanos> oldest_queued_age;
+};
+
+/// One participant's counters, readable from any thread without a round trip
+/// (Runtime::counters(ParticipantId)). See the file comment for their consistency.
+struct ParticipantCounters {
+  std::uint64_t queued = 0;  // in the core's queue (not the requests still in its inbox)
+  /// Per class the request went out under (0..k-1 metered, k unmetered).
+  std::array<std::uint64_t, kMaxClasses + 1> dispatched{};
+  std::uint64_t completed = 0;  // completions applied
+  Balance cost_charged = 0;     // nano-credits charged back to its buckets
+};
+
+/// The runtime's totals, over every participant ever registered (Runtime::counters()).
+struct RuntimeCounters {
+  std::uint64_t queued = 0;
+  std::array<std::uint64_t, kMaxClasses + 1> dispatched{};
+  std::uint64_t completed = 0;  // completions applied, removed participants' included
+  Balance cost_charged = 0;
 };
 
 struct ClassSnapshot {

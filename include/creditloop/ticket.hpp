@@ -3,6 +3,13 @@
 // A ticket names one in-flight record of the core and the generation of that record's use. The
 // record is reused after completion with the next generation, so a repeated, stale or forged
 // ticket never matches a live record: completing it is refused and changes nothing.
+//
+// Why 64 bits of generation: records are reused last in first out, so one busy record takes
+// nearly every use. With 32 bits it wrapped after 2^32 uses (about a minute at full speed), and a
+// completion delayed that long then matched a live use of its record. The runtime keeps 62 bits
+// of it beside a 2-bit phase in one atomic word, the core 63 (it counts two steps per use): 2^62
+// uses of one record, at a billion uses a second (more than the dispatcher can make), take 146
+// years, so a stale ticket is refused however long it was delayed.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +18,7 @@ namespace creditloop {
 
 struct Ticket {
   std::uint32_t index = 0;
-  std::uint32_t generation = 0;  // never 0 for an issued ticket
+  std::uint64_t generation = 0;  // never 0 for an issued ticket
 
   friend constexpr bool operator==(Ticket, Ticket) noexcept = default;
 };

@@ -33,8 +33,12 @@
 //
 // Memory orders: push's successful CAS (release) / take's and close's exchange (acquire) publish
 // the request's contents and its link; push and take are seq_cst for the runtime's activation
-// protocol (runtime.cpp). Everything else is relaxed: a producer reads nothing but
-// the head word itself, and its CAS re-validates what it read.
+// protocol (runtime.cpp). close()'s exchange is also a release, and push reads the head with
+// acquire (its first load and a failed CAS): a producer refused by a close() sees everything the
+// dispatcher wrote before closing, so the runtime's shutdown flag, cleared before the inboxes are
+// closed, reads false for it and the refusal says shut_down (tests/relacy/shutdown_flag_model).
+// open() is relaxed: a producer reads nothing but the head word itself, and its CAS re-validates
+// what it read.
 //
 // `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
 #pragma once
@@ -63,15 +67,18 @@ class Inbox {
       return Push::unsupported;  // before the node is touched: it may not be ours to write
     }
     const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(&node);
-    std::uint64_t head = head_.load(std::memory_order_relaxed);  // validated by the CAS below
+    // acquire: pairs with close()'s release, for a producer it refuses (see the file comment);
+    // otherwise validated by the CAS below.
+    std::uint64_t head = head_.load(std::memory_order_acquire);
     for (;;) {
       if (tag_of(head) != tag || address_of(head) == kClosed) return Push::refused;
       node.*Link = reinterpret_cast<Node*>(address_of(head));
       // seq_cst on success: release pairs with the exchange in take()/close() and publishes the
       // node and its link; seq_cst because the runtime's activation flag is the other half of a
       // Dekker pair with this push (runtime.cpp, activate()).
+      // acquire on failure: the head it reads may be close()'s (see the first load).
       if (head_.compare_exchange_weak(head, pack(tag, address), std::memory_order_seq_cst,
-                                      std::memory_order_relaxed)) {
+                                      std::memory_order_acquire)) {
         return address_of(head) == kEmpty ? Push::queued_first : Push::queued;
       }
     }
@@ -88,8 +95,9 @@ class Inbox {
   /// Dispatcher only. Takes everything queued, oldest first, and refuses every later push until
   /// open() is called.
   Node* close() noexcept {
-    // acquire: pairs with the release CAS of every push.
-    return reversed(head_.exchange(pack(0, kClosed), std::memory_order_acquire));
+    // acquire: pairs with the release CAS of every push. release: pairs with the acquire of a push
+    // this close refuses (see the file comment).
+    return reversed(head_.exchange(pack(0, kClosed), std::memory_order_acq_rel));
   }
 
   /// Dispatcher only. Opens an empty inbox for the registration with generation tag `tag`. The

@@ -75,7 +75,8 @@ std::string str(Ticket t) {
 }
 
 std::uint64_t key(ParticipantId p) { return (std::uint64_t{p.slot} << 32) | p.generation; }
-std::uint64_t key(Ticket t) { return (std::uint64_t{t.index} << 32) | t.generation; }
+// Unique while generations stay below 2^32, which no run of this harness approaches.
+std::uint64_t key(Ticket t) { return (std::uint64_t{t.index} << 32) ^ t.generation; }
 
 struct Req : RequestHook {
   RequestId id = 0;
@@ -198,7 +199,8 @@ class Harness {
   std::vector<Flight> flights_;
   std::vector<Flight> done_;  // a sample of completed tickets, to replay
   std::unordered_set<std::uint64_t> issued_;
-  std::unordered_map<std::uint32_t, std::uint32_t> top_generation_;  // per ticket index
+  std::unordered_map<std::uint32_t, decltype(Ticket::generation)>
+      top_generation_;  // per ticket index
 
   std::deque<std::string> history_;
 };
@@ -606,7 +608,7 @@ bool Harness::check_dispatch(const std::optional<CoreDispatch>& cd,
                        " out " + pc(cd->out) + " turn " + pc(cd->turn) + " ticket " +
                        str(cd->ticket);
   }
-  std::uint32_t& top = top_generation_[cd->ticket.index];
+  auto& top = top_generation_[cd->ticket.index];
   top = std::max(top, cd->ticket.generation);
   flights_.push_back(Flight{cd->ticket, md->ticket});
   touch(who->second);

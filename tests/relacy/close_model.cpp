@@ -12,8 +12,9 @@
 // of every request the dispatcher gets are visible to it (a Relacy var).
 //
 // The orders that matter: push's CAS releases the request, close()'s exchange acquires it. The
-// twin makes close()'s exchange relaxed: a request pushed after the last take() and handed back by
-// close() is read without being handed over, a data race.
+// twin drops the acquire half of close()'s exchange (acq_rel to release): a request pushed after
+// the last take() and handed back by close() is read without being handed over, a data race.
+// (The release half is shutdown_flag_model's.)
 #include <array>
 
 #include "internal/inbox.hpp"
@@ -71,9 +72,9 @@ struct CloseModel : rl::test_suite<CloseModel<Policy>, 3> {
   }
 };
 
-// The head is the model's only 64-bit atomic; its only acquire RMW is close()'s exchange.
+// The head is the model's only 64-bit atomic; its only acq_rel RMW is close()'s exchange.
 using Twin =
-    Weaken<Holding<std::uint64_t>, Op::rmw, std::memory_order_acquire, std::memory_order_relaxed>;
+    Weaken<Holding<std::uint64_t>, Op::rmw, std::memory_order_acq_rel, std::memory_order_release>;
 
 }  // namespace
 

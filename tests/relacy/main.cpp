@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
       {"ticket", ticket_model},
       {"close", close_model},
       {"pool_completion", pool_completion_model},
+      {"shutdown_flag", shutdown_flag_model},
   };
   const std::string_view variant = argc == 3 ? argv[2] : "";
   if (variant != "correct" && variant != "twin") {

@@ -259,6 +259,7 @@ bool charge_back_model(Variant variant);
 bool ticket_model(Variant variant);
 bool close_model(Variant variant);
 bool pool_completion_model(Variant variant);
+bool shutdown_flag_model(Variant variant);
 
 // A ticket's record as the completion models use it: the cell, the completion list's link, and
 // the cost a completer writes (a Relacy var: the dispatcher reading it unordered is a data race).
@@ -267,7 +268,7 @@ struct CostRecord {
   detail::TicketCell<With<Policy>::template Atomic> cell;
   ModelAtomic<CostRecord*, Policy> next_completed{nullptr};
   rl::var<std::int64_t> cost{-1};  // the completer's until it publishes the record
-  std::uint32_t generation = 0;    // the dispatcher's: the cell's current use
+  std::uint64_t generation = 0;    // the dispatcher's: the cell's current use
 };
 
 // A request as the queue models push it: the intrusive link, and a payload whose reads Relacy

@@ -43,7 +43,7 @@ struct TicketModel : rl::test_suite<TicketModel<Policy>, 3> {
   bool reissued = false;                         // the dispatcher's
 
   void before() {
-    const std::uint32_t first = record.cell.issue();
+    const std::uint64_t first = record.cell.issue();
     RL_ASSERT(first == 1 && record.cell.claim(first) == Claim::claimed);
     record.cell.release();
     record.job(RL_INFO) = 2;

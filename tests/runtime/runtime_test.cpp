@@ -15,6 +15,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -163,6 +164,337 @@ TEST(Runtime, ARequestWhoseAddressCarriesATagIsRefused) {
   complete_all(rt, recorder, 1);
 }
 
+// A second submit before the request is the caller's again is refused whether the request still
+// waits in the inbox, in the core's queue or is in flight, and relinks nothing.
+TEST(Runtime, ARequestSubmittedTwiceBeforeItsCompletionIsRefused) {
+  Recorder recorder;
+  std::atomic<bool> room{false};
+  RuntimeOptions o = options_with(recorder);
+  o.room = [&room] { return room.load(std::memory_order_relaxed); };  // a test flag: no pairing
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  const ParticipantId bob = *rt.add("bob", "lite", 1);
+  Req r;
+  Req s;
+  r.id = 1;
+  s.id = 2;
+  ASSERT_TRUE(rt.submit(alice, r).ok());
+  EXPECT_EQ(rt.submit(alice, r).error(), Errc::already_queued);
+  EXPECT_EQ(rt.submit(bob, r).error(), Errc::already_queued);
+  ASSERT_TRUE(rt.submit(alice, s).ok());
+  EXPECT_EQ(rt.snapshot(alice)->queued, 2u);  // in the core's queue now
+  EXPECT_EQ(rt.submit(alice, r).error(), Errc::already_queued);
+  EXPECT_EQ(rt.snapshot(alice)->queued, 2u);
+  EXPECT_EQ(rt.snapshot(bob)->queued, 0u);
+  room.store(true, std::memory_order_relaxed);
+  rt.wake();
+  ASSERT_TRUE(recorder.wait_for(2));
+  EXPECT_EQ(id_of(recorder.seen()[0].request), 1);
+  EXPECT_EQ(id_of(recorder.seen()[1].request), 2);
+  EXPECT_EQ(rt.submit(bob, r).error(), Errc::already_queued);  // in flight
+  ASSERT_TRUE(rt.complete(recorder.seen()[0].ticket, 0).ok());
+  ASSERT_TRUE(rt.submit(bob, r).ok());  // the caller's again
+  ASSERT_TRUE(recorder.wait_for(3));
+  EXPECT_EQ(recorder.seen()[2].participant, bob);
+  EXPECT_EQ(rt.snapshot().dispatched, 3u);
+  complete_all(rt, recorder, 3);
+}
+
+// Requests handed back by a removal or refused by a submit are the caller's to submit again.
+TEST(Runtime, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
+  Recorder recorder;
+  std::atomic<bool> room{false};
+  RuntimeOptions o = options_with(recorder);
+  o.room = [&room] { return room.load(std::memory_order_relaxed); };  // a test flag: no pairing
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  const ParticipantId bob = *rt.add("bob", "lite", 1);
+  std::deque<Req> requests(3);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  Result<RequestList> back = rt.remove(alice);
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->size(), 3u);
+  EXPECT_EQ(rt.submit(alice, requests[0]).error(), Errc::unknown_participant);
+  while (RequestHook* r = back->pop_front()) ASSERT_TRUE(rt.submit(bob, *r).ok());
+  room.store(true, std::memory_order_relaxed);
+  rt.wake();
+  ASSERT_TRUE(recorder.wait_for(3));
+  complete_all(rt, recorder, 3);
+}
+
+// A snapshot says when each held bucket without a credit gets its next one, and how long the
+// oldest queued request has waited; counters say the same as the snapshot without a round trip.
+TEST(Runtime, SnapshotsGiveTheNextCreditAndTheOldestWaitAndCountersNeedNoRoundTrip) {
+  Recorder recorder;
+  std::atomic<Nanos> clock{0};
+  RuntimeOptions o = options_with(recorder, 4);
+  o.clock = [&clock] { return clock.load(std::memory_order_relaxed); };  // a test knob: no pairing
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);  // P1 {2/s, 4}, P2 {5/s, 10}
+  std::deque<Req> requests(6);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  ASSERT_TRUE(recorder.wait_for(4));
+  ASSERT_TRUE(rt.snapshot(alice).has_value());  // every request is in the core, queued at 0
+  clock.store(100'000'000, std::memory_order_relaxed);
+  const ParticipantSnapshot s = *rt.snapshot(alice);
+  EXPECT_EQ(s.queued, 2u);
+  ASSERT_TRUE(s.next_credit[0].has_value());
+  EXPECT_EQ(*s.next_credit[0], 500'000'000);   // 4 spent at 0, 2 a second: 0.5 s for one
+  EXPECT_FALSE(s.next_credit[1].has_value());  // P2 has its credits
+  ASSERT_TRUE(s.oldest_queued_age.has_value());
+  EXPECT_EQ(*s.oldest_queued_age, 100'000'000);
+
+  std::optional<ParticipantCounters> c = rt.counters(alice);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->queued, 2u);
+  EXPECT_EQ(c->dispatched[0], 4u);
+  EXPECT_EQ(c->dispatched[1], 0u);
+  EXPECT_EQ(c->completed, 0u);
+  ASSERT_TRUE(rt.complete(recorder.seen()[0].ticket, 1.5).ok());
+  ASSERT_TRUE(recorder.wait_for(5));
+  (void)rt.snapshot();  // the completion and the fifth dispatch are applied before it returns
+  c = rt.counters(alice);
+  EXPECT_EQ(c->queued, 1u);
+  EXPECT_EQ(c->completed, 1u);
+  EXPECT_EQ(c->cost_charged, static_cast<Balance>(1'500'000'000));
+  EXPECT_EQ(c->dispatched[0] + c->dispatched[1], 5u);
+  const RuntimeCounters totals = rt.counters();
+  EXPECT_EQ(totals.queued, 1u);
+  EXPECT_EQ(totals.completed, 1u);
+  EXPECT_EQ(totals.dispatched, c->dispatched);
+  EXPECT_EQ(totals.cost_charged, c->cost_charged);
+  Result<RequestList> back = rt.remove(alice);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->size(), 1u);
+  EXPECT_FALSE(rt.counters(alice).has_value());
+  EXPECT_EQ(rt.counters().queued, 0u);
+  EXPECT_FALSE(rt.counters(ParticipantId{12345, 1}).has_value());
+  for (std::size_t i = 1; i < 5; ++i) ASSERT_TRUE(rt.complete(recorder.seen()[i].ticket, 0).ok());
+}
+
+// A scrape on another thread reads counters while the dispatcher writes them: each read is a
+// consistent cut of one participant, never goes backwards, and ends at the exact totals.
+TEST(Runtime, CountersReadFromAnotherThreadAreMonotonicAndEndExact) {
+  constexpr int kRequests = 3000;
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.slots = 8;
+  CompletingSink sink{nullptr, 0.25, nullptr};
+  o.sink = [&sink](const Dispatched& d) { sink(d); };
+  Runtime rt(std::move(o));
+  sink.runtime = &rt;
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::atomic<bool> done{false};
+  std::thread scraper([&] {
+    std::uint64_t last_dispatched = 0;
+    std::uint64_t last_completed = 0;
+    // acquire: pairs with the release store below; a last read after it sees the final values.
+    while (!done.load(std::memory_order_acquire)) {
+      const std::optional<ParticipantCounters> c = rt.counters(alice);
+      ASSERT_TRUE(c.has_value());
+      const std::uint64_t dispatched = c->dispatched[0] + c->dispatched[1] + c->dispatched[2];
+      EXPECT_GE(dispatched, last_dispatched);
+      EXPECT_GE(c->completed, last_completed);
+      EXPECT_LE(c->completed, dispatched);
+      // One cut: every completion so far was charged 0.25 credit, unless the bucket was P3's.
+      EXPECT_LE(c->cost_charged, static_cast<Balance>(c->completed) * 250'000'000);
+      last_dispatched = dispatched;
+      last_completed = c->completed;
+    }
+  });
+  std::deque<Req> requests(kRequests);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain).empty());
+  done.store(true, std::memory_order_release);
+  scraper.join();
+  const ParticipantCounters c = *rt.counters(alice);
+  EXPECT_EQ(c.dispatched[0] + c.dispatched[1] + c.dispatched[2], std::uint64_t{kRequests});
+  EXPECT_EQ(c.completed, std::uint64_t{kRequests});
+  EXPECT_EQ(c.queued, 0u);
+  EXPECT_EQ(c.cost_charged, rt.snapshot(alice)->stats.cost_charged);
+  EXPECT_EQ(rt.counters().completed, std::uint64_t{kRequests});
+}
+
+// The pool's handler learns the class its request went out under and its ticket.
+TEST(Runtime, ThePoolHandlerSeesTheClassOutAndTheTicket) {
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.slots = 1;
+  o.workers = 1;
+  o.clock = [] { return Nanos{0}; };  // frozen: pro's 4 P1 credits, then P2
+  std::mutex mutex;
+  std::vector<Dispatched> seen;
+  o.handler = [&](const Dispatched& d) {
+    std::lock_guard lock(mutex);
+    seen.push_back(d);
+    return 0.0;
+  };
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(6);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain).empty());
+  ASSERT_EQ(seen.size(), 6u);
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].request, &requests[i]);
+    EXPECT_EQ(seen[i].participant, alice);
+    EXPECT_EQ(seen[i].out, i < 4 ? 0 : 1) << i;
+    EXPECT_NE(seen[i].ticket.generation, 0u);
+    if (i > 0) {
+      EXPECT_NE(seen[i].ticket, seen[i - 1].ticket);  // one slot: one record, reused
+    }
+  }
+}
+
+// Collects what on_error is told, from whichever thread.
+class Errors {
+ public:
+  void operator()(const CallbackError& e) {
+    std::lock_guard lock(mutex_);
+    seen_.push_back(e);
+  }
+  std::vector<CallbackError> seen() {
+    std::lock_guard lock(mutex_);
+    return seen_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<CallbackError> seen_;
+};
+
+std::string what(const CallbackError& e) {
+  try {
+    std::rethrow_exception(e.error);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+}
+
+// A sink that throws did not take its request: it is completed at cost 0 and handed back
+// through on_error, the caller's again; the runtime runs on.
+TEST(Runtime, ASinkThatThrowsHandsItsRequestBackThroughOnError) {
+  Recorder recorder;
+  Errors errors;
+  RuntimeOptions o = options_with(recorder);
+  o.sink = [&](const Dispatched& d) {
+    if (id_of(d.request) == 0) throw std::runtime_error("sink failure");
+    recorder(d);
+  };
+  o.on_error = [&errors](const CallbackError& e) { errors(e); };
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(3);
+  for (int i = 0; i < 3; ++i) {
+    requests[static_cast<std::size_t>(i)].id = i;
+    ASSERT_TRUE(rt.submit(alice, requests[static_cast<std::size_t>(i)]).ok());
+  }
+  ASSERT_TRUE(recorder.wait_for(2));
+  const RuntimeSnapshot s = rt.snapshot();
+  EXPECT_EQ(s.dispatched, 3u);
+  EXPECT_EQ(s.in_flight, 2u);  // the refused one was completed at once
+  const std::vector<CallbackError> seen = errors.seen();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].kind, CallbackKind::sink);
+  EXPECT_EQ(seen[0].request, &requests[0]);
+  EXPECT_EQ(seen[0].participant, alice);
+  EXPECT_EQ(what(seen[0]), "sink failure");
+  EXPECT_TRUE(requests[0].idle());
+  EXPECT_EQ(rt.complete(seen[0].ticket, 0).error(), Errc::stale_ticket);
+  requests[0].id = 10;  // the caller's again: it can go out once more
+  ASSERT_TRUE(rt.submit(alice, requests[0]).ok());
+  ASSERT_TRUE(recorder.wait_for(3));
+  complete_all(rt, recorder, 3);
+}
+
+// A room test, a clock and an observer that throw are reported and change nothing else: every
+// request still goes out and comes back.
+TEST(Runtime, ARoomTestClockOrObserverThatThrowsIsReportedAndTheRuntimeRunsOn) {
+  struct ThrowingObserver : RuntimeObserver {
+    std::atomic<int> submits{0};
+    void on_submit(ParticipantId, const RequestHook&, Nanos) override {
+      // relaxed: a count on the dispatcher thread, read after shutdown joins it.
+      if (submits.fetch_add(1, std::memory_order_relaxed) % 2 == 0) {
+        throw std::runtime_error("observer failure");
+      }
+    }
+  } observer;
+  Recorder recorder;
+  Errors errors;
+  std::atomic<int> room_calls{0};
+  std::atomic<int> clock_calls{0};
+  std::atomic<Runtime*> self{nullptr};
+  RuntimeOptions o = options_with(recorder);
+  o.room = [&] {
+    // relaxed: counts on the dispatcher thread alone.
+    if (room_calls.fetch_add(1, std::memory_order_relaxed) % 3 == 0) {
+      throw std::runtime_error("room failure");
+    }
+    // acquire: pairs with the release store below; the runtime is constructed.
+    Runtime* const rt = self.load(std::memory_order_acquire);
+    return rt != nullptr && rt->snapshot().in_flight < 64;  // inline on the dispatcher
+  };
+  o.clock = [&] {
+    const int n = clock_calls.fetch_add(1, std::memory_order_relaxed);
+    if (n % 5 == 4) throw std::runtime_error("clock failure");
+    return Nanos{n} * 1000;
+  };
+  o.observer = &observer;
+  o.on_error = [&errors](const CallbackError& e) { errors(e); };
+  Runtime rt(std::move(o));
+  self.store(&rt, std::memory_order_release);
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(20);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  rt.wake();
+  ASSERT_TRUE(recorder.wait_for(20));
+  complete_all(rt, recorder, 20);
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::hand_back, std::nullopt).finished);
+  int room = 0, clock = 0, observed = 0;
+  for (const CallbackError& e : errors.seen()) {
+    EXPECT_EQ(e.request, nullptr);
+    room += e.kind == CallbackKind::room ? 1 : 0;
+    clock += e.kind == CallbackKind::clock ? 1 : 0;
+    observed += e.kind == CallbackKind::observer ? 1 : 0;
+  }
+  EXPECT_GT(room, 0);
+  EXPECT_GT(clock, 0);
+  EXPECT_EQ(observed, 10);  // every other of the 20 submits
+}
+
+// A handler that throws: its request is completed at cost 0, and on_error hears of it, with the
+// request and its ticket.
+TEST(Runtime, AHandlerThatThrowsIsReportedThroughOnError) {
+  Errors errors;
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.workers = 2;
+  o.handler = [](const Dispatched& d) -> double {
+    if (id_of(d.request) % 2 == 1) throw std::runtime_error("handler failure");
+    return 0.5;
+  };
+  o.on_error = [&errors](const CallbackError& e) { errors(e); };
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(10);
+  for (int i = 0; i < 10; ++i) {
+    requests[static_cast<std::size_t>(i)].id = i;
+    ASSERT_TRUE(rt.submit(alice, requests[static_cast<std::size_t>(i)]).ok());
+  }
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain, std::nullopt).finished);
+  EXPECT_EQ(rt.handler_errors(), 5u);
+  const std::vector<CallbackError> seen = errors.seen();
+  ASSERT_EQ(seen.size(), 5u);
+  for (const CallbackError& e : seen) {
+    EXPECT_EQ(e.kind, CallbackKind::handler);
+    ASSERT_NE(e.request, nullptr);
+    EXPECT_EQ(id_of(e.request) % 2, 1);
+    EXPECT_NE(e.ticket.generation, 0u);
+    EXPECT_EQ(what(e), "handler failure");
+  }
+  EXPECT_EQ(rt.snapshot().completed, 10u);
+}
+
 TEST(Runtime, TheSlotModelKeepsAtMostSlotsInFlightAndACompletionReturnsOne) {
   Recorder recorder;
   Runtime rt(options_with(recorder, 2));
@@ -309,9 +641,9 @@ TEST(Runtime, TheWorkerPoolCompletesEachRequestWithTheCostItsHandlerReturns) {
   o.slots = 16;
   o.workers = 2;
   std::atomic<int> handled{0};
-  o.handler = [&handled](RequestHook& r, ParticipantId) {
+  o.handler = [&handled](const Dispatched& d) {
     handled.fetch_add(1, std::memory_order_relaxed);  // a count read after shutdown joins
-    const int id = id_of(&r);
+    const int id = id_of(d.request);
     if (id % 10 == 7) return std::nan("");  // refused: completes at 0, counted as an error
     if (id % 10 == 8) throw std::runtime_error("handler failure");
     return 0.5;
@@ -412,8 +744,8 @@ TEST(Runtime, PoolTicketsAreTheirWorkersAndNoCompletionIsLostWhileTheDispatcherL
   o.slots = 1024;  // every request is dispatched while the worker is held in its first
   o.workers = 1;
   o.observer = &watch;
-  o.handler = [&](RequestHook& r, ParticipantId) {
-    if (id_of(&r) == 0) handle.wait();
+  o.handler = [&](const Dispatched& d) {
+    if (id_of(d.request) == 0) handle.wait();
     handled.add();
     return 0.25;
   };
@@ -489,6 +821,127 @@ TEST(Runtime, ShutdownHandsBackWhatIsQueuedRefusesSubmissionsAndWaitsForWhatIsIn
   EXPECT_TRUE(rt.shutdown().empty());  // a second shutdown has nothing left to do
 }
 
+// Shutdown returns at its deadline with what is still in flight, goes on accepting those
+// completions, and finishes on a later call once they came.
+TEST(Runtime, ShutdownWithADeadlineReturnsAndReportsWhatIsStillInFlight) {
+  Recorder recorder;
+  Runtime rt(options_with(recorder, 2));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(3);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  ASSERT_TRUE(recorder.wait_for(2));
+  const std::vector<Dispatched> seen = recorder.seen();
+  ShutdownReport first = rt.shutdown(ShutdownMode::hand_back, std::chrono::milliseconds(20));
+  ASSERT_TRUE(first.status.ok());
+  EXPECT_FALSE(first.finished);
+  EXPECT_EQ(first.handed_back.size(), 1u);
+  ASSERT_EQ(first.in_flight.size(), 2u);
+  EXPECT_TRUE((first.in_flight[0] == seen[0].ticket && first.in_flight[1] == seen[1].ticket) ||
+              (first.in_flight[0] == seen[1].ticket && first.in_flight[1] == seen[0].ticket));
+  EXPECT_EQ(rt.submit(alice, requests[2]).error(), Errc::shut_down);
+  ASSERT_TRUE(rt.complete(seen[0].ticket, 0).ok());
+  ShutdownReport second = rt.shutdown(ShutdownMode::hand_back, std::chrono::milliseconds(0));
+  EXPECT_FALSE(second.finished);
+  EXPECT_TRUE(second.handed_back.empty());  // only the first call hands back
+  // The completion may still be on its way to the dispatcher: one or both tickets remain.
+  ASSERT_FALSE(second.in_flight.empty());
+  EXPECT_EQ(second.in_flight.back(), seen[1].ticket);
+  ASSERT_TRUE(rt.complete(seen[1].ticket, 0).ok());
+  const ShutdownReport last = rt.shutdown(ShutdownMode::hand_back, std::nullopt);
+  EXPECT_TRUE(last.finished);
+  EXPECT_TRUE(last.in_flight.empty());
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::hand_back, std::chrono::milliseconds(0)).finished);
+  EXPECT_EQ(rt.snapshot().completed, 2u);
+}
+
+// From the dispatcher thread (a sink) or a pool worker (a handler), shutdown would wait for its
+// own thread: it reports wrong_thread and does nothing, and the runtime runs on.
+TEST(Runtime, ShutdownFromASinkOrAHandlerIsRefusedNotADeadlock) {
+  std::atomic<int> refused{0};
+  Runtime* self = nullptr;
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.sink = [&](const Dispatched& d) {
+    if (self->shutdown().empty() &&
+        self->shutdown(ShutdownMode::drain, std::nullopt).status == Status{Errc::wrong_thread}) {
+      refused.fetch_add(1, std::memory_order_relaxed);  // read after the join below
+    }
+    ASSERT_TRUE(self->complete(d.ticket, 0).ok());
+  };
+  Runtime rt(std::move(o));
+  self = &rt;
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  Req r;
+  ASSERT_TRUE(rt.submit(alice, r).ok());
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain, std::nullopt).finished);
+  EXPECT_EQ(refused.load(std::memory_order_relaxed), 1);
+
+  std::atomic<int> handler_refused{0};
+  Runtime* pool_self = nullptr;
+  RuntimeOptions p;
+  p.config = reference_config();
+  p.workers = 2;
+  p.handler = [&](const Dispatched&) {
+    if (pool_self->shutdown(ShutdownMode::hand_back, std::chrono::seconds(0)).status ==
+        Status{Errc::wrong_thread}) {
+      handler_refused.fetch_add(1, std::memory_order_relaxed);  // read after the join below
+    }
+    return 0.0;
+  };
+  Runtime pool(std::move(p));
+  pool_self = &pool;
+  const ParticipantId bob = *pool.add("bob", "pro", 1);
+  std::deque<Req> requests(4);
+  for (Req& q : requests) ASSERT_TRUE(pool.submit(bob, q).ok());
+  EXPECT_TRUE(pool.shutdown(ShutdownMode::drain, std::nullopt).finished);
+  EXPECT_EQ(handler_refused.load(std::memory_order_relaxed), 4);
+}
+
+// Producers racing shutdown: a refused submit always says shut_down (the participant is never
+// removed), and every accepted request is dispatched or handed back exactly once.
+TEST(Runtime, ASubmitThatRacesShutdownIsRefusedWithShutDown) {
+  constexpr int kProducers = 3;
+  constexpr int kEach = 2000;
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.slots = 1'000'000;
+  std::atomic<int> dispatched{0};
+  Runtime* self = nullptr;
+  o.sink = [&](const Dispatched& d) {
+    dispatched.fetch_add(1, std::memory_order_relaxed);  // read after the join below
+    ASSERT_TRUE(self->complete(d.ticket, 0).ok());
+  };
+  Runtime rt(std::move(o));
+  self = &rt;
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(kProducers * kEach);
+  std::atomic<int> accepted{0};
+  std::atomic<int> wrong{0};
+  std::atomic<int> started{0};
+  std::vector<std::thread> producers;
+  for (int t = 0; t < kProducers; ++t) {
+    producers.emplace_back([&, t] {
+      started.fetch_add(1, std::memory_order_relaxed);  // a start gate: no pairing
+      for (int i = 0; i < kEach; ++i) {
+        const Status s = rt.submit(alice, requests[static_cast<std::size_t>(t * kEach + i)]);
+        if (s.ok()) {
+          accepted.fetch_add(1, std::memory_order_relaxed);
+        } else if (s.error() != Errc::shut_down) {
+          wrong.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    });
+  }
+  while (started.load(std::memory_order_relaxed) < kProducers) std::this_thread::yield();
+  ShutdownReport report = rt.shutdown(ShutdownMode::hand_back, std::nullopt);
+  for (std::thread& p : producers) p.join();
+  EXPECT_TRUE(report.finished);
+  EXPECT_EQ(wrong.load(std::memory_order_relaxed), 0);
+  EXPECT_EQ(static_cast<std::size_t>(dispatched.load(std::memory_order_relaxed)) +
+                report.handed_back.size(),
+            static_cast<std::size_t>(accepted.load(std::memory_order_relaxed)));
+}
+
 TEST(Runtime, ShutdownCanDrainEverythingQueuedFirst) {
   Recorder recorder;
   RuntimeOptions o = options_with(recorder, 4);
@@ -520,7 +973,7 @@ TEST(Runtime, DestructionWithoutShutdownIsSafe) {
     o.config = reference_config();
     o.slots = 4;
     o.workers = 2;
-    o.handler = [&](RequestHook&, ParticipantId) {
+    o.handler = [&](const Dispatched&) {
       // relaxed counters: read after the destructor joined the workers, which orders them.
       if (started.fetch_add(1, std::memory_order_relaxed) == 0) {
         first_started.release();
@@ -780,7 +1233,7 @@ void replay_what_the_observer_saw(bool batches) {
   o.config = reference_config();
   o.slots = 3;
   o.workers = 2;
-  o.handler = [](RequestHook& r, ParticipantId) { return (id_of(&r) % 5) * 0.7; };
+  o.handler = [](const Dispatched& d) { return (id_of(d.request) % 5) * 0.7; };
   o.observer = &journal;
   Runtime rt(std::move(o));
   std::vector<ParticipantId> ids;

@@ -280,5 +280,50 @@ TEST(BadInput, SubmissionToARemovedParticipantHandsTheRequestBack) {
   EXPECT_EQ(future, twin.future());
 }
 
+TEST(BadInput, ARequestSubmittedTwiceWhileQueuedIsRefusedAndNotRelinked) {
+  World bad, twin;
+  Req& r = bad.rig.make();
+  Req& twin_r = twin.rig.make();
+  ASSERT_TRUE(bad.rig.core.submit(bad.a, r, kT).ok());
+  ASSERT_TRUE(twin.rig.core.submit(twin.a, twin_r, kT).ok());
+  expect_error(bad.rig.core.submit(bad.a, r, kT), Errc::already_queued);
+  expect_error(bad.rig.core.submit(bad.b, r, kT), Errc::already_queued);
+  EXPECT_EQ(bad.rig.core.queued(bad.a), twin.rig.core.queued(twin.a));
+  EXPECT_EQ(bad.rig.core.queued(bad.b), twin.rig.core.queued(twin.b));
+  expect_unchanged(bad, twin);
+}
+
+// A request is the core's from submit until its completion or hand-back, and the caller's again
+// after either.
+TEST(BadInput, ARequestInFlightIsRefusedUntilCompletedAndAHandedBackOneIsTheCallersAgain) {
+  Rig rig(world_config());
+  const ParticipantId a = rig.add("a", "pro");
+  const ParticipantId b = rig.add("b", "lite");
+  Req& r = rig.make();
+  Req& s = rig.make();
+  ASSERT_TRUE(rig.core.submit(a, r, 0).ok());
+  ASSERT_TRUE(rig.core.submit(a, s, 0).ok());
+  EXPECT_FALSE(r.idle());
+  ASSERT_TRUE(rig.core.begin_turn(0).has_value());
+  const std::optional<Seen> first = rig.visit(0);
+  ASSERT_TRUE(first.has_value());
+  ASSERT_EQ(first->req, r.id);
+  expect_error(rig.core.submit(b, r, 0), Errc::already_queued);  // in flight
+  EXPECT_EQ(rig.core.queued(b), 0u);
+  ASSERT_TRUE(rig.core.complete(first->ticket, 0, 0).ok());
+  EXPECT_TRUE(r.idle());
+  ASSERT_TRUE(rig.core.submit(b, r, 0).ok());
+  Result<RequestList> back = rig.core.remove(a);
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->front(), &s);
+  EXPECT_TRUE(s.idle());
+  ASSERT_TRUE(rig.core.submit(b, s, 0).ok());
+  RequestList all = rig.core.take_all_queued();
+  EXPECT_EQ(all.size(), 2u);
+  EXPECT_TRUE(r.idle());
+  EXPECT_TRUE(s.idle());
+  ASSERT_TRUE(rig.core.submit(b, r, 0).ok());
+}
+
 }  // namespace
 }  // namespace creditloop::test

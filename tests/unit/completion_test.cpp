@@ -4,7 +4,19 @@
 
 #include "harness.hpp"
 
-namespace creditloop::test {
+namespace creditloop {
+namespace detail {
+// The test-only door of core.hpp: moves a ticket record to a generation that billions of uses
+// would reach.
+struct CoreTestAccess {
+  static void set_ticket_generation(Core& core, std::uint32_t index, std::uint64_t generation) {
+    auto& record = core.in_flight_records_[index];
+    record.generation = static_cast<decltype(record.generation)>(generation);
+  }
+};
+}  // namespace detail
+
+namespace test {
 namespace {
 
 // pro1: P1 {1/s, 1}, P2 {1/s, 10}; ten: P1 {1/s, 10}; one: P1 and P2 {1/s, 1}; free: nothing.
@@ -147,6 +159,68 @@ TEST(Completion, OldTicketStaysStaleWhenItsRecordIsReused) {
   EXPECT_EQ(rig.bal(a, 0, 0), credits(7));
 }
 
+// A completion delayed across 2^31 reuses of its record (where a 32-bit generation wrapped back
+// to the delayed ticket's own) is still refused as stale, and charges nothing.
+TEST(Completion, OldTicketStaysStaleAcrossWhereA32BitGenerationWrapped) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "ten");
+  rig.submit(a, 3);
+  EXPECT_EQ(rig.turn(0), "P1: A");
+  const Ticket delayed = rig.log[0].ticket;
+  ASSERT_EQ(delayed.generation, 1u);
+  ASSERT_TRUE(rig.core.complete(delayed, 0, 0).ok());
+  // As if the record had been used 2^31 - 1 more times: retired, one use short of 2^32.
+  detail::CoreTestAccess::set_ticket_generation(rig.core, delayed.index, 0xFFFF'FFFEu);
+  EXPECT_EQ(rig.turn(0), "P1: A");
+  ASSERT_EQ(rig.log[1].ticket.index, delayed.index);
+  ASSERT_TRUE(rig.core.complete(rig.log[1].ticket, 0, 0).ok());
+  EXPECT_EQ(rig.turn(0), "P1: A");
+  const Ticket live = rig.log[2].ticket;
+  ASSERT_EQ(live.index, delayed.index);
+  EXPECT_NE(live, delayed);
+  const Result<Completion> stale = rig.core.complete(delayed, 5, 0);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error(), Errc::stale_ticket);
+  EXPECT_EQ(rig.core.in_flight(), 1u);
+  EXPECT_EQ(rig.bal(a, 0, 0), credits(7));
+  EXPECT_TRUE(rig.core.complete(live, 0, 0).ok());
+}
+
+// The next credit's instant is exact: the nanosecond before it, the bucket has none.
+TEST(Completion, NextCreditIsTheExactInstantTheBucketReachesOne) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "pro1");  // P1 {1/s, 1}, P2 {1/s, 10}
+  rig.submit(a, 3, 0);
+  EXPECT_EQ(rig.core.next_credit(a, 0, 0), std::optional<Nanos>(0));  // has one now
+  EXPECT_EQ(rig.turn(0), "P1: A");
+  ASSERT_TRUE(rig.core.complete(rig.log[0].ticket, 0.25, 0).ok());  // P1 at -0.25
+  const std::optional<Nanos> at = rig.core.next_credit(a, 0, kSec / 10);
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(*at, kSec + kSec / 4);
+  EXPECT_FALSE(rig.core.qualifies(a, 0, *at - 1));
+  EXPECT_TRUE(rig.core.qualifies(a, 0, *at));
+  EXPECT_FALSE(rig.core.next_credit(a, 2, 0).has_value());  // unmetered: no bucket
+  const ParticipantId f = rig.add("F", "free");
+  EXPECT_FALSE(rig.core.next_credit(f, 0, 0).has_value());  // not held
+}
+
+// The oldest queued request's arrival is the `now` it was submitted at.
+TEST(Completion, OldestQueuedAtIsTheOldestRequestsSubmitInstant) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "ten");
+  EXPECT_FALSE(rig.core.oldest_queued_at(a).has_value());
+  rig.submit(a, 1, 5);
+  rig.submit(a, 1, 7);
+  EXPECT_EQ(rig.core.oldest_queued_at(a), std::optional<Nanos>(5));
+  EXPECT_EQ(rig.turn(8), "P1: A");
+  EXPECT_EQ(rig.core.oldest_queued_at(a), std::optional<Nanos>(7));
+  rig.submit(a, 1, 9);
+  EXPECT_EQ(rig.turn(10), "P1: A");
+  EXPECT_EQ(rig.core.oldest_queued_at(a), std::optional<Nanos>(9));
+  EXPECT_EQ(rig.turn(10), "P1: A");
+  EXPECT_FALSE(rig.core.oldest_queued_at(a).has_value());
+}
+
 TEST(Completion, ForRemovedParticipantAcceptedAndChargedNowhere) {
   Rig rig(plans());
   const ParticipantId a = rig.add("A", "ten");
@@ -189,4 +263,5 @@ TEST(Completion, CompleteNanoChargesExactUnits) {
 }
 
 }  // namespace
-}  // namespace creditloop::test
+}  // namespace test
+}  // namespace creditloop
