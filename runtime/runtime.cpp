@@ -103,6 +103,8 @@ struct alignas(kCacheLine) OwnLine : T {
 };
 
 constexpr std::int64_t kRoomRecheckNs = 1'000'000;  // SPEC 5a: re-test a custom room every ms
+// The first timed sleep while a push stays half-way; each next one doubles, up to kRoomRecheckNs.
+constexpr std::int64_t kHalfPushFirstWaitNs = 16'000;
 
 static_assert(detail::ChunkedTable<TicketRecord>::kMax >= kMaxInFlight);
 
@@ -471,6 +473,8 @@ class Runtime::Impl {
   Phase phase_ = Phase::running;
   RequestList handed_back_;
   std::uint64_t submitted_ = 0, dispatched_ = 0, completed_ = 0, parks_ = 0, wakeups_ = 0;
+  std::uint64_t half_push_waits_ = 0;
+  std::int64_t half_push_wait_ns_ = kHalfPushFirstWaitNs;  // the next timed sleep's length
   std::array<ClassSnapshot, kMaxClasses + 1> per_class_{};
 
   // The worker pool. moodycamel rather than oneTBB tasks, fed once per batch: bench_queues'
@@ -1014,35 +1018,52 @@ void Runtime::Impl::idle() {
   if (!finishing && has_room()) reasons |= detail::kWakeOnWork;
   if (reasons == 0) return;
 
+  // A half-finished push that was already waited for once: its producer is not running, and
+  // spinning or yielding would only take the CPU it needs. Straight to a timed sleep.
+  const bool half_pushed = activations_.has_half_pushed() || completions_.has_half_pushed() ||
+                           pool_completions_.has_half_pushed();
+  if (!half_pushed) half_push_wait_ns_ = kHalfPushFirstWaitNs;
+  const bool spin = !half_pushed || half_push_wait_ns_ == kHalfPushFirstWaitNs;
+
   // Spin, then yield, then sleep: a hand-off that comes within the spin costs no system call.
   // Without a spin (no CPU to spare) the clock is not read at all.
-  const Nanos spin_until = spin_.count() > 0 ? detail::monotonic_now() + spin_.count() : 0;
+  const Nanos spin_until = spin && spin_.count() > 0 ? detail::monotonic_now() + spin_.count() : 0;
   for (std::uint32_t i = 1;; ++i) {
-    if (work_visible(reasons)) return;
+    if (work_visible(reasons)) {
+      half_push_wait_ns_ = kHalfPushFirstWaitNs;
+      return;
+    }
     if (options_.room && (reasons & detail::kWakeOnRoom) != 0 && room_test()) return;
-    if (spin_.count() == 0 || ((i & 63) == 0 && detail::monotonic_now() >= spin_until)) break;
+    if (spin_until == 0 || ((i & 63) == 0 && detail::monotonic_now() >= spin_until)) break;
     detail::cpu_relax();
   }
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; spin && i < 4; ++i) {
     std::this_thread::yield();
     if (work_visible(reasons)) return;
   }
-  const std::uint32_t token = parker_.prepare(reasons);
-  if (work_visible(reasons) ||
-      (options_.room && (reasons & detail::kWakeOnRoom) != 0 && room_test())) {
-    parker_.cancel();
-    return;
+  const bool room_poll = options_.room && (reasons & detail::kWakeOnRoom) != 0;
+  // The sleep itself is Parker::park(), which the Relacy parking model runs as well.
+  const bool slept = parker_.park(
+      reasons, [&] { return work_visible(reasons) || (room_poll && room_test()); },
+      [&] {
+        // A custom room test is re-tested every millisecond (SPEC 5a). A producer or completer
+        // that was preempted half-way through a push finishes it when the scheduler runs it
+        // again, and its wake-up may be lost (wait_free_bag.hpp): sleep, but with a timeout that
+        // starts short and doubles up to a millisecond while the push stays half-way.
+        std::int64_t timeout = room_poll ? kRoomRecheckNs : -1;
+        if (half_pushed) {
+          timeout = timeout < 0 ? half_push_wait_ns_ : std::min(timeout, half_push_wait_ns_);
+          half_push_wait_ns_ = std::min(2 * half_push_wait_ns_, kRoomRecheckNs);
+          ++half_push_waits_;
+        }
+        CREDITLOOP_PROBE2(park, reasons, in_flight());
+        ++parks_;
+        return timeout;
+      });
+  if (slept) {
+    ++wakeups_;
+    CREDITLOOP_PROBE2(wake, reasons, in_flight());
   }
-  // A custom room test is re-tested every millisecond (SPEC 5a); a producer that is half-way
-  // through a push will finish it within its time slice, so poll until it has.
-  const bool poll = (options_.room && (reasons & detail::kWakeOnRoom) != 0) ||
-                    activations_.has_half_pushed() || completions_.has_half_pushed() ||
-                    pool_completions_.has_half_pushed();
-  CREDITLOOP_PROBE2(park, reasons, in_flight());
-  ++parks_;
-  parker_.wait(token, poll ? kRoomRecheckNs : -1);
-  ++wakeups_;
-  CREDITLOOP_PROBE2(wake, reasons, in_flight());
 }
 
 // ---- shutdown -----------------------------------------------------------------------------------
@@ -1205,6 +1226,7 @@ RuntimeSnapshot Runtime::Impl::snapshot() {
     s.completed = completed_;
     s.parks = parks_;
     s.wakeups = wakeups_;
+    s.half_push_waits = half_push_waits_;
     s.dispatcher_cpu = dispatcher_exited_cpu_ >= 0 ? dispatcher_exited_cpu_ : thread_cpu_now();
     s.classes = core_.classes();
     s.per_class = per_class_;

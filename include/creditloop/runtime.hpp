@@ -208,9 +208,11 @@ class Runtime {
   /// addresses). Lock-free.
   Status submit(ParticipantId p, RequestHook& request) noexcept;
 
-  /// Completes a dispatched request with its real cost in credits. Errors, in this order: bad_cost,
-  /// unknown_ticket, stale_ticket (also for a ticket of the worker pool, which completes its own);
-  /// on error nothing changes. Wait-free.
+  /// Completes a dispatched request with its real cost in credits, and makes the request its
+  /// caller's again (it may be submitted anew once this returns): the request must stay alive
+  /// until its completion. Errors, in this order: bad_cost, unknown_ticket, stale_ticket (also
+  /// for a ticket of the worker pool, which completes its own); on error nothing changes.
+  /// Wait-free.
   Status complete(Ticket ticket, double cost) noexcept;
   /// The same with the cost in nano-credits (0 .. kMaxCost * 1e9).
   Status complete_nano(Ticket ticket, std::int64_t cost_nano) noexcept;

@@ -59,6 +59,21 @@ class Parker {
     cancel();
   }
 
+  /// Dispatcher only. The sleep, as one piece: prepare() for `reasons`, then `visible()`, which
+  /// must re-check every source of work with seq_cst loads; if it finds work, cancel(); otherwise
+  /// wait() for the timeout that `timeout()` returns (negative: no limit). Returns whether it
+  /// slept. The runtime's idle loop and the Relacy parking model both sleep through this.
+  template <class Visible, class Timeout>
+  bool park(std::uint32_t reasons, Visible&& visible, Timeout&& timeout) {
+    const std::uint32_t token = prepare(reasons);
+    if (visible()) {
+      cancel();
+      return false;
+    }
+    wait(token, timeout());
+    return true;
+  }
+
   /// Any thread, after publishing work with a seq_cst RMW. Wakes the dispatcher if it sleeps
   /// (or is about to) for `reason`. Wait-free: one load, at most one CAS and one futex wake.
   void notify(std::uint32_t reason) noexcept {

@@ -11,8 +11,11 @@
 // Between the two a node is "half-pushed": its successor is unknown. The consumer takes the whole
 // bag with one exchange and walks it; when it meets a half-pushed node it keeps that node, and the
 // rest of the chain behind it, for its next drain instead of waiting for the producer. So neither
-// side ever waits for the other. A node that is still deferred is not handed to the consumer's
-// callback, because the callback may recycle it while its producer's link store is pending.
+// side ever waits for the other. A kept node whose push is still half-way is not work the consumer
+// can do: maybe_nonempty() ignores it, so that a consumer deciding whether to sleep does not spin
+// while the producer is preempted (it sleeps with a timeout instead, has_half_pushed()). A node
+// that is still deferred is not handed to the consumer's callback, because the callback may recycle
+// it while its producer's link store is pending.
 //
 // Memory orders, in pairs:
 //  - push's exchange (release) / drain's exchange (acquire): the node's contents, written before
@@ -33,6 +36,9 @@
 #include <vector>
 
 namespace creditloop::detail {
+
+// Defined by the tests alone, which stop a push half-way, as a preempted producer does.
+struct WaitFreeBagTestAccess;
 
 template <class Node, template <class> class Atomic, Atomic<Node*> Node::*Link>
 class WaitFreeBag {
@@ -70,15 +76,25 @@ class WaitFreeBag {
     return n;
   }
 
-  /// Consumer only. Whether a drain could find something now. seq_cst: the dispatcher's re-check
-  /// after announcing sleep (see parker.hpp).
+  /// Consumer only. Whether a drain could find something now: a pushed node, or a kept one whose
+  /// push has been finished since. seq_cst: the dispatcher's re-check after announcing sleep (see
+  /// parker.hpp). The finishing link store is a release, outside the seq_cst order (a seq_cst
+  /// store would cost every push a full barrier), so a push finished while the consumer goes to
+  /// sleep may not wake it: has_half_pushed() tells it to sleep with a timeout.
   [[nodiscard]] bool maybe_nonempty() const noexcept {
-    return !deferred_.empty() || head_.load(std::memory_order_seq_cst) != nullptr;
+    if (head_.load(std::memory_order_seq_cst) != nullptr) return true;
+    for (Node* const node : deferred_) {
+      // seq_cst: as the head's load; pairs with the release link store in push_chain().
+      if ((node->*Link).load(std::memory_order_seq_cst) != half_pushed()) return true;
+    }
+    return false;
   }
-  /// Consumer only. Whether a producer is half-way through a push whose node was taken.
+  /// Consumer only. Whether a producer is half-way through a push whose node was taken (or was,
+  /// at the last drain).
   [[nodiscard]] bool has_half_pushed() const noexcept { return !deferred_.empty(); }
 
  private:
+  friend struct WaitFreeBagTestAccess;
   static constexpr std::size_t kDeferredReserve = 64;
   // Never a node's address: nodes are at least pointer-aligned.
   static Node* half_pushed() noexcept { return reinterpret_cast<Node*>(std::uintptr_t{1}); }

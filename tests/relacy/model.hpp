@@ -184,12 +184,13 @@ struct With {
 
 /// The futex under the Parker in a model. wait() sleeps only while the word still holds
 /// `expected`, checked and slept on with no wake in between (what the kernel's hash-bucket lock
-/// gives), and returns only when woken: no timeout and no spurious return, even when asked for a
-/// timeout. A sleep that no notify() will end therefore blocks the dispatcher for good, and
-/// Relacy reports the run as a deadlock.
+/// gives). Without a timeout it returns only when woken (no spurious return): a sleep that no
+/// notify() will end blocks the dispatcher for good, and Relacy reports the run as a deadlock.
+/// With a timeout (the dispatcher's wait for a half-finished push) it may also return unwoken,
+/// at any point Relacy chooses.
 struct ModelFutex {
   template <class Word>
-  static void wait(Word& word, std::uint32_t expected, std::int64_t /*timeout_ns*/,
+  static void wait(Word& word, std::uint32_t expected, std::int64_t timeout_ns,
                    Here at = Here::current()) noexcept {
     rl::context& c = rl::ctx();
     c.sched();
@@ -198,7 +199,8 @@ struct ModelFutex {
       rl::preemption_disabler no_wake_in_between(c);
       if (word.relacy().load(rl::mo_seq_cst, where(at)) != expected) return;
     }
-    word.relacy().wait(c, /*is_timed=*/false, /*allow_spurious_wakeup=*/false, where(at));
+    const bool timed = timeout_ns >= 0;
+    word.relacy().wait(c, /*is_timed=*/timed, /*allow_spurious_wakeup=*/false, where(at));
   }
 
   template <class Word>

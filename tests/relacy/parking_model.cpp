@@ -3,7 +3,11 @@
 // (an activation pushed on one bag, kWakeOnWork) and one a completion (a record pushed on
 // another, kWakeOnRoom). The dispatcher does what idle() does once its spinning is over: drain,
 // prepare() for both reasons, re-check both bags with their seq_cst loads, then cancel() or
-// wait(); it stops once it has drained both items.
+// wait(): without a timeout, or with one while a push it took is still half-way (a waker
+// preempted between its two steps: the finishing link store is not in the seq_cst order, so its
+// notify() may miss the announcement, and only the timeout ends that sleep). It stops once it
+// has drained both items. The sleep is Parker::park(), the one idle() runs; the re-check and the
+// timeout are idle()'s, written out here (idle() itself is a member of the runtime).
 //
 // The futex is modelled (ModelFutex) so that a wait returns only if the word no longer holds the
 // token or a wake comes: a dispatcher asleep with work pending and no notify still to come stays
@@ -63,13 +67,10 @@ struct ParkingModel : rl::test_suite<ParkingModel<Policy>, 3> {
     for (;;) {
       seen += activations.drain(take) + completions.drain(take);
       if (seen == items.size()) return;
-      const std::uint32_t token = parker.prepare(kReasons);
-      if (activations.maybe_nonempty() || completions.maybe_nonempty()) {
-        parker.cancel();
-        pause();  // what is there may be half-pushed: let its producer finish
-        continue;
-      }
-      parker.wait(token, -1);
+      const bool half_pushed = activations.has_half_pushed() || completions.has_half_pushed();
+      parker.park(
+          kReasons, [&] { return activations.maybe_nonempty() || completions.maybe_nonempty(); },
+          [&] { return half_pushed ? std::int64_t{16'000} : std::int64_t{-1}; });
     }
   }
 };
