@@ -102,9 +102,9 @@ struct alignas(kCacheLine) OwnLine : T {
   using T::T;
 };
 
-constexpr std::int64_t kRoomRecheckNs = 1'000'000;  // SPEC 5a: re-test a custom room every ms
-// The first timed sleep while a push stays half-way; each next one doubles, up to kRoomRecheckNs.
+// The first timed sleep while a push stays half-way; each next one doubles, up to the last.
 constexpr std::int64_t kHalfPushFirstWaitNs = 16'000;
+constexpr std::int64_t kHalfPushLastWaitNs = 1'000'000;
 
 static_assert(detail::ChunkedTable<TicketRecord>::kMax >= kMaxInFlight);
 
@@ -240,6 +240,9 @@ void check_options(const RuntimeOptions& o) {
     throw std::invalid_argument("runtime options: a sink callback or workers with a handler");
   }
   if (o.batch == 0) throw std::invalid_argument("runtime options: batch must be at least 1");
+  if (o.room_recheck.count() <= 0) {
+    throw std::invalid_argument("runtime options: room_recheck must be at least 1 ns");
+  }
   if (o.spin && o.spin->count() < 0)
     throw std::invalid_argument("runtime options: spin must not be negative");
   if (o.cpu >= 0) {
@@ -1050,10 +1053,10 @@ void Runtime::Impl::idle() {
         // that was preempted half-way through a push finishes it when the scheduler runs it
         // again, and its wake-up may be lost (wait_free_bag.hpp): sleep, but with a timeout that
         // starts short and doubles up to a millisecond while the push stays half-way.
-        std::int64_t timeout = room_poll ? kRoomRecheckNs : -1;
+        std::int64_t timeout = room_poll ? options_.room_recheck.count() : -1;
         if (half_pushed) {
           timeout = timeout < 0 ? half_push_wait_ns_ : std::min(timeout, half_push_wait_ns_);
-          half_push_wait_ns_ = std::min(2 * half_push_wait_ns_, kRoomRecheckNs);
+          half_push_wait_ns_ = std::min(2 * half_push_wait_ns_, kHalfPushLastWaitNs);
           ++half_push_waits_;
         }
         CREDITLOOP_PROBE2(park, reasons, in_flight());

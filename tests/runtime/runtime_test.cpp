@@ -521,11 +521,16 @@ TEST(Runtime, ACustomRoomTestIsObeyedAndWakeReTestsIt) {
   std::atomic<bool> room{false};
   RuntimeOptions o = options_with(recorder);
   o.room = [&room] { return room.load(std::memory_order_relaxed); };  // a test flag: no pairing
+  // No re-test on a timer within the test's deadline: only wake() can make the dispatcher see
+  // the room, so the test fails if wake() does nothing.
+  o.room_recheck = std::chrono::hours(1);
+  o.spin = std::chrono::nanoseconds{0};  // asleep at once, not spinning on the room test
   Runtime rt(std::move(o));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
   std::deque<Req> requests(3);
   for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
   EXPECT_EQ(rt.snapshot().dispatched, 0u);
+  while (!rt.dispatcher_sleeping()) std::this_thread::yield();  // it sleeps until woken
   room.store(true, std::memory_order_relaxed);
   rt.wake();
   ASSERT_TRUE(recorder.wait_for(3));
@@ -1100,6 +1105,9 @@ TEST(Runtime, BadOptionsAreRefusedAtConstruction) {
   EXPECT_THROW(Runtime(make([](RuntimeOptions& o) { o.sink = nullptr; })), std::invalid_argument);
   EXPECT_THROW(Runtime(make([](RuntimeOptions& o) { o.workers = 2; })), std::invalid_argument);
   EXPECT_THROW(Runtime(make([](RuntimeOptions& o) { o.batch = 0; })), std::invalid_argument);
+  EXPECT_THROW(
+      Runtime(make([](RuntimeOptions& o) { o.room_recheck = std::chrono::nanoseconds{0}; })),
+      std::invalid_argument);
   EXPECT_THROW(Runtime(make([](RuntimeOptions& o) { o.cpu = CPU_SETSIZE + 1; })),
                std::invalid_argument);
   EXPECT_THROW(Runtime(make([](RuntimeOptions& o) { o.config.classes = 0; })),
