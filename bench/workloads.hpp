@@ -71,7 +71,9 @@ inline ParticipantId add_participant(Core& core, std::size_t i, Credit credit) {
 }
 
 /// `registered` participants of which `waiting_count`, spread evenly over the ring, have queues of
-/// a few requests (at least `min_depth`).
+/// at least 8 requests (or `min_depth`): deep enough that a participant visited in several turns
+/// of one batch, whose requests come back only at the next upkeep, never runs dry. A queue going
+/// empty and back is ShallowLoop's work, not a decision's.
 struct Fleet {
   Core core;
   std::vector<ParticipantId> waiting;
@@ -82,7 +84,7 @@ struct Fleet {
   Fleet(std::size_t registered, std::size_t waiting_count, Credit credit, std::size_t min_depth = 4)
       : core(plans_for(credit)) {
     const std::size_t depth =
-        std::max(min_depth, waiting_count >= kBatch ? 4 : (4 * kBatch) / waiting_count);
+        std::max(min_depth, waiting_count >= kBatch ? 8 : (8 * kBatch) / waiting_count);
     core.reserve(registered, 4 * kBatch);
     const std::size_t spacing = registered / waiting_count;
     requests.resize(waiting_count * depth);
