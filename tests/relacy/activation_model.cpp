@@ -1,4 +1,4 @@
-// The activation of a queue (detail/mailbox.hpp, detail/wait_free_bag.hpp, runtime.cpp submit()
+// The activation of a queue (internal/mailbox.hpp, internal/wait_free_bag.hpp, runtime.cpp submit()
 // and take_inbox()): producers submit to two participants' mailboxes; a submit that finds the
 // inbox empty and wins the `listed` flag pushes the mailbox on the activation list, and the
 // dispatcher drains the list and takes each listed mailbox's inbox. Producer 0 submits to

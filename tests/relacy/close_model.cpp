@@ -1,9 +1,9 @@
-// Closing an inbox while producers push (detail/inbox.hpp close() and open(), runtime.cpp remove()
-// and begin_shutdown()): two producers push two requests each while the dispatcher takes once and
-// then closes the inbox, handing back what it held, and opens it again for a new registration of
-// the place. The producers push with the old registration's tag throughout, as a producer that
-// has not yet heard of the removal does. (The runtime's shutdown flag only picks the error code a
-// refused submit reports; closing the inboxes is what refuses it.)
+// Closing an inbox while producers push (internal/inbox.hpp close() and open(), runtime.cpp
+// remove() and begin_shutdown()): two producers push two requests each while the dispatcher takes
+// once and then closes the inbox, handing back what it held, and opens it again for a new
+// registration of the place. The producers push with the old registration's tag throughout, as a
+// producer that has not yet heard of the removal does. (The runtime's shutdown flag only picks the
+// error code a refused submit reports; closing the inboxes is what refuses it.)
 //
 // Checked: every request is either taken (by take() or handed back by close()) or refused to its
 // producer, never both and never neither; a refusal is final for the old registration (a producer

@@ -1,4 +1,4 @@
-// The per-participant push and take (detail/inbox.hpp): two producers push two requests each onto
+// The per-participant push and take (internal/inbox.hpp): two producers push two requests each onto
 // one inbox while the dispatcher takes twice; after() takes what is left.
 //
 // Checked: every request is taken exactly once; each producer's requests come out of take() in

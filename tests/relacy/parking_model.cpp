@@ -1,4 +1,4 @@
-// Parking and waking (detail/parker.hpp, runtime.cpp idle(), submit() and publish()): the
+// Parking and waking (internal/parker.hpp, runtime.cpp idle(), submit() and publish()): the
 // dispatcher sleeps on the Parker while two wakers publish work and notify it, one a submission
 // (an activation pushed on one bag, kWakeOnWork) and one a completion (a record pushed on
 // another, kWakeOnRoom). The dispatcher does what idle() does once its spinning is over: drain,

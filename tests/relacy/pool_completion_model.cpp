@@ -1,4 +1,4 @@
-// A pool worker's completions (detail/completion_block.hpp, runtime.cpp worker_main(),
+// A pool worker's completions (internal/completion_block.hpp, runtime.cpp worker_main(),
 // hand_out(), apply_pool_completions()). Two tickets were issued claimed for the pool
 // (issue_claimed()). The worker completes the first into its block and lends the block to the
 // dispatcher; for the second it writes the block again if the dispatcher has given it back by

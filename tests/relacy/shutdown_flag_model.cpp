@@ -1,7 +1,7 @@
 // A submit that races shutdown reports shut_down (runtime.cpp begin_shutdown() and submit(),
-// detail/inbox.hpp push() and close()): the dispatcher clears the runtime's accepting flag and then
-// closes the inbox, as begin_shutdown() does; two producers each push one request, and a producer
-// whose push is refused reads the flag to pick its error, as submit() does.
+// internal/inbox.hpp push() and close()): the dispatcher clears the runtime's accepting flag and
+// then closes the inbox, as begin_shutdown() does; two producers each push one request, and a
+// producer whose push is refused reads the flag to pick its error, as submit() does.
 //
 // Checked: a push refused by the close reads the flag cleared (the submit reports shut_down, not
 // unknown_participant), and every request is either taken by the close or refused, never both.

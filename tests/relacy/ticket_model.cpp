@@ -1,4 +1,4 @@
-// Ticket completion and its generation check (detail/ticket_cell.hpp, runtime.cpp claim(),
+// Ticket completion and its generation check (internal/ticket_cell.hpp, runtime.cpp claim(),
 // apply_completion() and hand_out()). One cell; before the run it has been issued, completed and
 // released once (generation 1, now stale) and issued again (generation 2). Two completers race to
 // complete generation 2, one also tries the stale generation and the other a forged one, and

@@ -1,6 +1,6 @@
 // The inbox's head word holds a 48-bit address beside a 16-bit registration tag
-// (detail/inbox.hpp). An address with a bit above bit 47 set, such as a pointer tag (AArch64's top
-// byte under MTE or HWASan, x86 LAM's bits 57-62 or 48-62), must be refused before the push
+// (internal/inbox.hpp). An address with a bit above bit 47 set, such as a pointer tag (AArch64's
+// top byte under MTE or HWASan, x86 LAM's bits 57-62 or 48-62), must be refused before the push
 // touches the node, never masked into another address. The tagged references here stand for
 // what a tagging allocator hands out; nothing dereferences them.
 #include <gtest/gtest.h>

@@ -138,7 +138,7 @@ TEST(Runtime, SubmissionToAnUnknownOrRemovedParticipantIsRefusedAndTheRequestSta
   complete_all(rt, recorder, 1);
 }
 
-// The inboxes hold 48-bit addresses (detail/inbox.hpp). A request whose address carries a tag
+// The inboxes hold 48-bit addresses (internal/inbox.hpp). A request whose address carries a tag
 // above bit 47 (the AArch64 top byte of MTE or HWASan, x86 LAM's bits 57-62 or 48-62) is refused
 // with unsupported_address, never masked into another address. The tagged references stand for
 // what a tagging allocator hands out; nothing dereferences them.

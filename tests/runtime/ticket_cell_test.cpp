@@ -1,4 +1,4 @@
-// The runtime's ticket cell (detail/ticket_cell.hpp): a completion delayed across any number of
+// The runtime's ticket cell (internal/ticket_cell.hpp): a completion delayed across any number of
 // reuses of its cell is refused as stale.
 #include <gtest/gtest.h>
 

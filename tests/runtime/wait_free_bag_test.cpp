@@ -1,4 +1,4 @@
-// The runtime's wait-free bag (detail/wait_free_bag.hpp): a push its producer has not finished
+// The runtime's wait-free bag (internal/wait_free_bag.hpp): a push its producer has not finished
 // (preempted between its two steps) is not work the dispatcher can do, so it must not make the
 // dispatcher's "anything to do?" answer yes, which would keep it polling at full speed until the
 // producer runs again.
