@@ -102,10 +102,6 @@ struct alignas(kCacheLine) OwnLine : T {
   using T::T;
 };
 
-// The first timed sleep while a push stays half-way; each next one doubles, up to the last.
-constexpr std::int64_t kHalfPushFirstWaitNs = 16'000;
-constexpr std::int64_t kHalfPushLastWaitNs = 1'000'000;
-
 static_assert(detail::ChunkedTable<TicketRecord>::kMax >= kMaxInFlight);
 
 // Gives each record of a new chunk of the ticket table its index, which completers return.
@@ -476,8 +472,7 @@ class Runtime::Impl {
   Phase phase_ = Phase::running;
   RequestList handed_back_;
   std::uint64_t submitted_ = 0, dispatched_ = 0, completed_ = 0, parks_ = 0, wakeups_ = 0;
-  std::uint64_t half_push_waits_ = 0;
-  std::int64_t half_push_wait_ns_ = kHalfPushFirstWaitNs;  // the next timed sleep's length
+  detail::HalfPushBackoff half_push_backoff_;
   std::array<ClassSnapshot, kMaxClasses + 1> per_class_{};
 
   // The worker pool. moodycamel rather than oneTBB tasks, fed once per batch: bench_queues'
@@ -1021,49 +1016,38 @@ void Runtime::Impl::idle() {
   if (!finishing && has_room()) reasons |= detail::kWakeOnWork;
   if (reasons == 0) return;
 
-  // A half-finished push that was already waited for once: its producer is not running, and
-  // spinning or yielding would only take the CPU it needs. Straight to a timed sleep.
-  const bool half_pushed = activations_.has_half_pushed() || completions_.has_half_pushed() ||
-                           pool_completions_.has_half_pushed();
-  if (!half_pushed) half_push_wait_ns_ = kHalfPushFirstWaitNs;
-  const bool spin = !half_pushed || half_push_wait_ns_ == kHalfPushFirstWaitNs;
+  // Where work comes from, for detail::idle_wait(), which the Relacy parking model runs too.
+  struct Env {
+    Impl& rt;
+    const std::uint32_t reasons;
+    const bool room_poll = rt.options_.room && (reasons & detail::kWakeOnRoom) != 0;
+    Nanos spin_until = 0;
 
-  // Spin, then yield, then sleep: a hand-off that comes within the spin costs no system call.
-  // Without a spin (no CPU to spare) the clock is not read at all.
-  const Nanos spin_until = spin && spin_.count() > 0 ? detail::monotonic_now() + spin_.count() : 0;
-  for (std::uint32_t i = 1;; ++i) {
-    if (work_visible(reasons)) {
-      half_push_wait_ns_ = kHalfPushFirstWaitNs;
-      return;
+    bool work_visible() const { return rt.work_visible(reasons); }
+    bool room_polled() const { return room_poll; }
+    bool room_ready() const { return room_poll && rt.room_test(); }
+    std::int64_t room_recheck_ns() const { return rt.options_.room_recheck.count(); }
+    bool half_pushed() const {
+      return rt.activations_.has_half_pushed() || rt.completions_.has_half_pushed() ||
+             rt.pool_completions_.has_half_pushed();
     }
-    if (options_.room && (reasons & detail::kWakeOnRoom) != 0 && room_test()) return;
-    if (spin_until == 0 || ((i & 63) == 0 && detail::monotonic_now() >= spin_until)) break;
-    detail::cpu_relax();
-  }
-  for (int i = 0; spin && i < 4; ++i) {
-    std::this_thread::yield();
-    if (work_visible(reasons)) return;
-  }
-  const bool room_poll = options_.room && (reasons & detail::kWakeOnRoom) != 0;
-  // The sleep itself is Parker::park(), which the Relacy parking model runs as well.
-  const bool slept = parker_.park(
-      reasons, [&] { return work_visible(reasons) || (room_poll && room_test()); },
-      [&] {
-        // A custom room test is re-tested every millisecond (SPEC 5a). A producer or completer
-        // that was preempted half-way through a push finishes it when the scheduler runs it
-        // again, and its wake-up may be lost (wait_free_bag.hpp): sleep, but with a timeout that
-        // starts short and doubles up to a millisecond while the push stays half-way.
-        std::int64_t timeout = room_poll ? options_.room_recheck.count() : -1;
-        if (half_pushed) {
-          timeout = timeout < 0 ? half_push_wait_ns_ : std::min(timeout, half_push_wait_ns_);
-          half_push_wait_ns_ = std::min(2 * half_push_wait_ns_, kHalfPushLastWaitNs);
-          ++half_push_waits_;
-        }
-        CREDITLOOP_PROBE2(park, reasons, in_flight());
-        ++parks_;
-        return timeout;
-      });
-  if (slept) {
+    // Without a spin (no CPU to spare) the clock is not read at all.
+    bool start_spin() {
+      if (rt.spin_.count() <= 0) return false;
+      spin_until = detail::monotonic_now() + rt.spin_.count();
+      return true;
+    }
+    bool spin_more(std::uint32_t i) const {
+      return (i & 63) != 0 || detail::monotonic_now() < spin_until;
+    }
+    static void relax() noexcept { detail::cpu_relax(); }
+    static void yield() noexcept { std::this_thread::yield(); }
+    void parked(std::int64_t /*timeout_ns*/) {
+      CREDITLOOP_PROBE2(park, reasons, rt.in_flight());
+      ++rt.parks_;
+    }
+  } env{*this, reasons};
+  if (detail::idle_wait(parker_, reasons, env, half_push_backoff_)) {
     ++wakeups_;
     CREDITLOOP_PROBE2(wake, reasons, in_flight());
   }
@@ -1229,7 +1213,7 @@ RuntimeSnapshot Runtime::Impl::snapshot() {
     s.completed = completed_;
     s.parks = parks_;
     s.wakeups = wakeups_;
-    s.half_push_waits = half_push_waits_;
+    s.half_push_waits = half_push_backoff_.waits();
     s.dispatcher_cpu = dispatcher_exited_cpu_ >= 0 ? dispatcher_exited_cpu_ : thread_cpu_now();
     s.classes = core_.classes();
     s.per_class = per_class_;

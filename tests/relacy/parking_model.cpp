@@ -1,13 +1,13 @@
-// Parking and waking (internal/parker.hpp, runtime.cpp idle(), submit() and publish()): the
-// dispatcher sleeps on the Parker while two wakers publish work and notify it, one a submission
-// (an activation pushed on one bag, kWakeOnWork) and one a completion (a record pushed on
-// another, kWakeOnRoom). The dispatcher does what idle() does once its spinning is over: drain,
-// prepare() for both reasons, re-check both bags with their seq_cst loads, then cancel() or
-// wait(): without a timeout, or with one while a push it took is still half-way (a waker
-// preempted between its two steps: the finishing link store is not in the seq_cst order, so its
-// notify() may miss the announcement, and only the timeout ends that sleep). It stops once it
-// has drained both items. The sleep is Parker::park(), the one idle() runs; the re-check and the
-// timeout are idle()'s, written out here (idle() itself is a member of the runtime).
+// Parking and waking (internal/parker.hpp idle_wait(), runtime.cpp idle(), submit() and
+// publish()): the dispatcher sleeps on the Parker while two wakers publish work and notify it,
+// one a submission (an activation pushed on one bag, kWakeOnWork) and one a completion (a record
+// pushed on another, kWakeOnRoom). The dispatcher runs the runtime's own idle loop,
+// detail::idle_wait(), between drains: re-check both bags with their seq_cst loads, yield, then
+// park(): prepare() for both reasons, re-check, then cancel() or wait(), without a timeout, or with
+// one while a push it could take is still half-way (a waker preempted between its two steps: the
+// finishing link store is not in the seq_cst order, so its notify() may miss the announcement,
+// and only the timeout ends that sleep). It stops once it has drained both items. Only the spin,
+// which reads the clock and can only end the wait early, is switched off.
 //
 // The futex is modelled (ModelFutex) so that a wait returns only if the word no longer holds the
 // token or a wake comes: a dispatcher asleep with work pending and no notify still to come stays
@@ -61,16 +61,35 @@ struct ParkingModel : rl::test_suite<ParkingModel<Policy>, 3> {
     }
   }
 
+  // idle_wait()'s sources of work, as the runtime's idle() gives them, but for two bags and no
+  // clock: the spin phase, which only returns early, is left out.
+  struct Env {
+    ParkingModel& m;
+    bool work_visible() const {
+      return m.activations.maybe_nonempty() || m.completions.maybe_nonempty();
+    }
+    static bool room_polled() { return false; }
+    static bool room_ready() { return false; }
+    static std::int64_t room_recheck_ns() { return 1'000'000; }
+    bool half_pushed() const {
+      return m.activations.has_half_pushed() || m.completions.has_half_pushed();
+    }
+    static bool start_spin() { return false; }
+    static bool spin_more(std::uint32_t) { return false; }
+    static void relax() {}
+    static void yield() {}
+    static void parked(std::int64_t) {}
+  };
+
   void dispatch() {
     std::size_t seen = 0;
     auto take = [](Item<Policy>&) {};
+    detail::HalfPushBackoff backoff;
+    Env env{*this};
     for (;;) {
       seen += activations.drain(take) + completions.drain(take);
       if (seen == items.size()) return;
-      const bool half_pushed = activations.has_half_pushed() || completions.has_half_pushed();
-      parker.park(
-          kReasons, [&] { return activations.maybe_nonempty() || completions.maybe_nonempty(); },
-          [&] { return half_pushed ? std::int64_t{16'000} : std::int64_t{-1}; });
+      detail::idle_wait(parker, kReasons, env, backoff);
     }
   }
 };
