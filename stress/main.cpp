@@ -176,6 +176,12 @@ void check_accounts(Run& run) {
                                  "; handlers threw or returned refused costs " +
                                  std::to_string(run.handler_refusals.load(kRelaxed)) + " times");
   }
+  if (run.throws_reported.load(kRelaxed) != run.handler_throws.load(kRelaxed)) {
+    fail("check 3 (ledger)", "on_error reported " +
+                                 std::to_string(run.throws_reported.load(kRelaxed)) +
+                                 " handler failures; handlers threw " +
+                                 std::to_string(run.handler_throws.load(kRelaxed)) + " times");
+  }
   if (static_cast<std::uint64_t>(run.recorder.cost_applied()) != run.cost_reported.load(kRelaxed)) {
     fail("check 3 (ledger)", "costs applied (" + str(run.recorder.cost_applied()) +
                                  " nano-credits) differ from the costs completers reported");
@@ -333,6 +339,10 @@ int main(int argc, char** argv) {
     ro.workers = o.workers;
     ro.handler = [&run](const creditloop::Dispatched& d) {
       return handle(run, *d.request, d.participant);
+    };
+    // Every throw the workload asks for must be reported once, on a worker's thread.
+    ro.on_error = [&run](const creditloop::CallbackError& e) {
+      if (e.kind == creditloop::CallbackKind::handler) run.throws_reported.fetch_add(1, kRelaxed);
     };
   } else {
     ro.sink = [&run](const creditloop::Dispatched& d) { sink(run, d); };

@@ -108,6 +108,8 @@ struct Run {
   alignas(64) std::atomic<std::uint64_t> dispatched_seen{0};  // by handlers and completers
   alignas(64) std::atomic<std::uint64_t> cost_reported{0};    // nano-credits, modulo 2^64
   std::atomic<std::uint64_t> handler_refusals{0};  // handler costs the runtime must refuse
+  std::atomic<std::uint64_t> handler_throws{0};    // handlers that threw, as asked
+  std::atomic<std::uint64_t> throws_reported{0};   // on_error's reports of them
   std::atomic<std::uint64_t> handed_back_remove{0};
   std::atomic<std::uint64_t> handed_back_shutdown{0};
   std::atomic<std::uint64_t> completer_calls{0};   // complete / complete_nano / batch adds

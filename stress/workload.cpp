@@ -326,6 +326,7 @@ double handle(Run& run, creditloop::RequestHook& request, ParticipantId p) {
   run.recorder.expect_cost(ticket, c.applied);
   run.cost_reported.fetch_add(static_cast<std::uint64_t>(c.applied), kRelaxed);
   if (c.refused || c.throws) run.handler_refusals.fetch_add(1, kRelaxed);
+  if (c.throws) run.handler_throws.fetch_add(1, kRelaxed);
   serve(run.o.service_us);
   give_back(run, r);  // the runtime no longer touches it
   if (c.throws) throw std::runtime_error("a handler failure the stress run asked for");
