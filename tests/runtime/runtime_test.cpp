@@ -82,6 +82,13 @@ RuntimeOptions options_with(Recorder& recorder, std::uint32_t slots = 64) {
   return o;
 }
 
+// The same, with room only once the test sets `room` (and calls wake()).
+RuntimeOptions options_with_room_flag(Recorder& recorder, std::atomic<bool>& room) {
+  RuntimeOptions o = options_with(recorder);
+  o.room = [&room] { return room.load(std::memory_order_relaxed); };  // a test flag: no pairing
+  return o;
+}
+
 // A sink that completes every request at once with `cost`, from the dispatcher thread.
 struct CompletingSink {
   Runtime* runtime = nullptr;
@@ -169,9 +176,7 @@ TEST(Runtime, ARequestWhoseAddressCarriesATagIsRefused) {
 TEST(Runtime, ARequestSubmittedTwiceBeforeItsCompletionIsRefused) {
   Recorder recorder;
   std::atomic<bool> room{false};
-  RuntimeOptions o = options_with(recorder);
-  o.room = [&room] { return room.load(std::memory_order_relaxed); };  // a test flag: no pairing
-  Runtime rt(std::move(o));
+  Runtime rt(options_with_room_flag(recorder, room));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
   const ParticipantId bob = *rt.add("bob", "lite", 1);
   Req r;
@@ -204,9 +209,7 @@ TEST(Runtime, ARequestSubmittedTwiceBeforeItsCompletionIsRefused) {
 TEST(Runtime, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
   Recorder recorder;
   std::atomic<bool> room{false};
-  RuntimeOptions o = options_with(recorder);
-  o.room = [&room] { return room.load(std::memory_order_relaxed); };  // a test flag: no pairing
-  Runtime rt(std::move(o));
+  Runtime rt(options_with_room_flag(recorder, room));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
   const ParticipantId bob = *rt.add("bob", "lite", 1);
   std::deque<Req> requests(3);
@@ -519,8 +522,7 @@ TEST(Runtime, TheSlotModelKeepsAtMostSlotsInFlightAndACompletionReturnsOne) {
 TEST(Runtime, ACustomRoomTestIsObeyedAndWakeReTestsIt) {
   Recorder recorder;
   std::atomic<bool> room{false};
-  RuntimeOptions o = options_with(recorder);
-  o.room = [&room] { return room.load(std::memory_order_relaxed); };  // a test flag: no pairing
+  RuntimeOptions o = options_with_room_flag(recorder, room);
   // No re-test on a timer within the test's deadline: only wake() can make the dispatcher see
   // the room, so the test fails if wake() does nothing.
   o.room_recheck = std::chrono::hours(1);
