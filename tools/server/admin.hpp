@@ -1,0 +1,30 @@
+// The admin listener's endpoints: /metrics (Prometheus text format), /debug/participants (JSON),
+// /health. Both reports read the runtime's lock-free counters and take one snapshot round trip
+// to the dispatcher, O(tenants): cheap enough to scrape every second under full load.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "session.hpp"
+
+namespace prometheus {
+class Histogram;
+}
+
+namespace creditloop::server {
+
+class Server;
+
+[[nodiscard]] Response admin_response(Server& server, const Request& request);
+
+[[nodiscard]] std::string metrics_text(Server& server);
+[[nodiscard]] std::string participants_json(Server& server);
+
+/// The queueing-delay histogram's upper bounds, in seconds.
+[[nodiscard]] const std::vector<double>& wait_buckets();
+
+/// The q-quantile (0..1) of a histogram, interpolated within its bucket; 0 when it is empty.
+[[nodiscard]] double quantile(const prometheus::Histogram& h, double q);
+
+}  // namespace creditloop::server

@@ -1,0 +1,313 @@
+#include "config.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace creditloop::server {
+namespace {
+
+using nlohmann::json;
+
+// Carries the path of the field being read, so that every refusal names it.
+struct BadField : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void fail(const std::string& path, const std::string& why) {
+  throw BadField(path + ": " + why);
+}
+
+std::string join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+// An object whose every key must be read: whatever is left is a misspelling.
+class Fields {
+ public:
+  Fields(const json& object, std::string path) : object_(object), path_(std::move(path)) {
+    if (!object_.is_object()) fail(path_.empty() ? "(top level)" : path_, "must be an object");
+  }
+
+  const json* find(std::string_view key) {
+    read_.emplace(key);
+    const auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  [[nodiscard]] std::string path(std::string_view key) const { return join(path_, key); }
+
+  double number(std::string_view key, double fallback, double min, double max) {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number()) fail(path(key), "must be a number");
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < min || x > max) {
+      std::ostringstream why;
+      why << "must be between " << min << " and " << max << ", got " << x;
+      fail(path(key), why.str());
+    }
+    return x;
+  }
+
+  std::uint64_t integer(std::string_view key, std::uint64_t fallback, std::uint64_t min,
+                        std::uint64_t max) {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number_integer() || (v->is_number_integer() && !v->is_number_unsigned() &&
+                                    v->get<std::int64_t>() < 0)) {
+      fail(path(key), "must be a whole number from " + std::to_string(min) + " to " +
+                          std::to_string(max));
+    }
+    const std::uint64_t x = v->get<std::uint64_t>();
+    if (x < min || x > max) {
+      fail(path(key), "must be from " + std::to_string(min) + " to " + std::to_string(max) +
+                          ", got " + std::to_string(x));
+    }
+    return x;
+  }
+
+  std::string text(std::string_view key, std::string fallback, bool required = false) {
+    const json* v = find(key);
+    if (v == nullptr) {
+      if (required) fail(path(key), "is required");
+      return fallback;
+    }
+    if (!v->is_string()) fail(path(key), "must be a string");
+    return v->get<std::string>();
+  }
+
+  void finish() const {
+    for (const auto& [key, value] : object_.items()) {
+      if (read_.count(key) == 0) fail(join(path_, key), "unknown field");
+    }
+  }
+
+ private:
+  const json& object_;
+  std::string path_;
+  std::set<std::string, std::less<>> read_;
+};
+
+Endpoint endpoint(Fields& f, std::string_view key, Endpoint fallback) {
+  const std::string text = f.text(key, fallback.text());
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    fail(f.path(key), "must be HOST:PORT, got \"" + text + "\"");
+  }
+  Endpoint e;
+  e.host = text.substr(0, colon);
+  if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') {
+    e.host = e.host.substr(1, e.host.size() - 2);
+  }
+  unsigned long port = 0;
+  try {
+    std::size_t used = 0;
+    port = std::stoul(text.substr(colon + 1), &used);
+    if (used != text.size() - colon - 1) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    fail(f.path(key), "port must be a number, got \"" + text + "\"");
+  }
+  if (port > 65535) fail(f.path(key), "port must be at most 65535");
+  e.port = static_cast<std::uint16_t>(port);
+  return e;
+}
+
+std::chrono::milliseconds millis(Fields& f, std::string_view key, std::chrono::milliseconds d,
+                                 std::uint64_t min = 1) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(
+      f.integer(key, static_cast<std::uint64_t>(d.count()), min, 24ull * 3600 * 1000)));
+}
+
+bool valid_name(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (const char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Config plans(const json& root, Fields& top) {
+  Config config;
+  config.classes = static_cast<int>(top.integer("classes", 2, 1, kMaxClasses));
+  const json* p = top.find("plans");
+  if (p == nullptr) fail("plans", "is required");
+  if (!p->is_object() || p->empty()) fail("plans", "must be an object naming at least one plan");
+  (void)root;
+  for (const auto& [name, body] : p->items()) {
+    const std::string path = "plans." + name;
+    if (!valid_name(name)) fail(path, "a plan's name is 1 to 64 of [A-Za-z0-9._-]");
+    Fields f(body, path);
+    Plan plan;
+    plan.name = name;
+    for (int c = 0; c < config.classes; ++c) {
+      const std::string cls = class_name(static_cast<ClassId>(c));
+      const json* t = f.find(cls);
+      if (t == nullptr) continue;
+      Fields ct(*t, f.path(cls));
+      ClassTerms terms;
+      terms.rate = ct.number("rate", 0, 0, 1e9);
+      terms.burst = ct.number("burst", 0, 0, 1e9);
+      if (ct.find("rate") == nullptr) fail(ct.path("rate"), "is required");
+      if (ct.find("burst") == nullptr) fail(ct.path("burst"), "is required");
+      ct.finish();
+      plan.terms[static_cast<std::size_t>(c)] = terms;
+    }
+    f.finish();
+    config.plans.push_back(std::move(plan));
+  }
+  if (const auto problem = check(config)) fail("plans", problem->message);
+  return config;
+}
+
+ServerConfig parse(const json& root) {
+  Fields top(root, "");
+  ServerConfig s;
+  const std::string mode = top.text("mode", "work");
+  if (mode == "work") {
+    s.mode = ServeMode::work;
+  } else if (mode == "proxy") {
+    s.mode = ServeMode::proxy;
+  } else {
+    fail("mode", "must be \"work\" or \"proxy\", got \"" + mode + "\"");
+  }
+  s.listen = endpoint(top, "listen", s.listen);
+  if (const json* a = top.find("admin")) {
+    Fields f(*a, "admin");
+    s.admin_listen = endpoint(f, "listen", s.admin_listen);
+    s.admin_key = f.text("key", "");
+    f.finish();
+  }
+  s.io_threads = static_cast<unsigned>(top.integer("io_threads", s.io_threads, 1, 256));
+  s.workers = static_cast<unsigned>(top.integer("workers", s.workers, 1, 1024));
+  s.slots = static_cast<std::uint32_t>(top.integer("slots", s.slots, 1, 1'000'000));
+  s.cost_unit_ms = top.number("cost_unit_ms", s.cost_unit_ms, 1e-6, 1e9);
+  if (s.cost_unit_ms <= 0) fail("cost_unit_ms", "must be above 0");
+  s.shutdown_deadline = millis(top, "shutdown_deadline_ms", s.shutdown_deadline, 0);
+  s.plans = plans(root, top);
+
+  const json* tenants = top.find("tenants");
+  if (tenants != nullptr && !tenants->is_array()) fail("tenants", "must be an array");
+  std::set<std::string, std::less<>> names;
+  std::set<std::string, std::less<>> keys;
+  if (tenants != nullptr) {
+    for (std::size_t i = 0; i < tenants->size(); ++i) {
+      Fields f((*tenants)[i], "tenants[" + std::to_string(i) + "]");
+      TenantConfig t;
+      t.name = f.text("name", "", true);
+      if (!valid_name(t.name)) fail(f.path("name"), "a tenant's name is 1 to 64 of [A-Za-z0-9._-]");
+      if (!names.insert(t.name).second) fail(f.path("name"), "\"" + t.name + "\" is named twice");
+      t.key = f.text("key", "", true);
+      // The key itself is never echoed: error messages end up in logs.
+      if (t.key.size() < 8) fail(f.path("key"), "must be at least 8 characters");
+      if (t.key.find_first_of(" \t\r\n") != std::string::npos) {
+        fail(f.path("key"), "must not contain white space");
+      }
+      if (!keys.insert(t.key).second) fail(f.path("key"), "is the key of another tenant too");
+      t.plan = f.text("plan", "", true);
+      bool known = false;
+      for (const Plan& p : s.plans.plans) known = known || p.name == t.plan;
+      if (!known) fail(f.path("plan"), "unknown plan \"" + t.plan + "\"");
+      t.shares = static_cast<std::uint32_t>(f.integer("shares", 1, 1, 1'000'000));
+      t.queue_limit = static_cast<std::uint32_t>(f.integer("queue_limit", 0, 0, 1u << 30));
+      f.finish();
+      s.tenants.push_back(std::move(t));
+    }
+  }
+
+  if (const json* w = top.find("work")) {
+    Fields f(*w, "work");
+    s.work.max_cpu_ms = f.number("max_cpu_ms", s.work.max_cpu_ms, 0, 3.6e6);
+    s.work.max_wait_ms = f.number("max_wait_ms", s.work.max_wait_ms, 0, 3.6e6);
+    f.finish();
+  }
+  if (const json* p = top.find("proxy")) {
+    Fields f(*p, "proxy");
+    if (f.find("backend") == nullptr) fail("proxy.backend", "is required");
+    s.proxy.backend = endpoint(f, "backend", {});
+    s.proxy.cost_header = f.text("cost_header", s.proxy.cost_header);
+    s.proxy.timeout = millis(f, "timeout_ms", s.proxy.timeout);
+    f.finish();
+  } else if (s.mode == ServeMode::proxy) {
+    fail("proxy", "is required in proxy mode");
+  }
+  if (const json* l = top.find("limits")) {
+    Fields f(*l, "limits");
+    s.limits.header_bytes =
+        static_cast<std::uint32_t>(f.integer("header_bytes", s.limits.header_bytes, 256, 1 << 20));
+    s.limits.body_bytes = f.integer("body_bytes", s.limits.body_bytes, 0, 1ull << 30);
+    s.limits.read_timeout = millis(f, "read_timeout_ms", s.limits.read_timeout);
+    s.limits.idle_timeout = millis(f, "idle_timeout_ms", s.limits.idle_timeout);
+    f.finish();
+  }
+  top.finish();
+  return s;
+}
+
+}  // namespace
+
+ConfigResult parse_config(std::string_view json_text) {
+  json root;
+  try {
+    root = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::parse_error& e) {
+    return std::string("not valid JSON: ") + e.what();
+  }
+  try {
+    return parse(root);
+  } catch (const BadField& e) {
+    return std::string(e.what());
+  }
+}
+
+ConfigResult load_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return path + ": cannot be read";
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return path + ": cannot be read";
+  return parse_config(text.str());
+}
+
+std::optional<std::string> reload_problem(const ServerConfig& current, const ServerConfig& next) {
+  const auto differ = [](const std::optional<ClassTerms>& a, const std::optional<ClassTerms>& b) {
+    return a.has_value() != b.has_value() ||
+           (a.has_value() && (a->rate != b->rate || a->burst != b->burst));
+  };
+  if (next.mode != current.mode) return "mode: changes only at restart";
+  if (next.listen.text() != current.listen.text()) return "listen: changes only at restart";
+  if (next.admin_listen.text() != current.admin_listen.text()) {
+    return "admin.listen: changes only at restart";
+  }
+  if (next.io_threads != current.io_threads) return "io_threads: changes only at restart";
+  if (next.workers != current.workers) return "workers: changes only at restart";
+  if (next.slots != current.slots) return "slots: changes only at restart";
+  if (next.plans.classes != current.plans.classes) return "classes: changes only at restart";
+  if (next.plans.plans.size() != current.plans.plans.size()) {
+    return "plans: plans are added or removed only at restart";
+  }
+  for (std::size_t i = 0; i < next.plans.plans.size(); ++i) {
+    const Plan& a = current.plans.plans[i];
+    const Plan& b = next.plans.plans[i];
+    if (a.name != b.name) return "plans: plans are added or removed only at restart";
+    for (std::size_t c = 0; c < kMaxClasses; ++c) {
+      if (differ(a.terms[c], b.terms[c])) {
+        return "plans." + a.name + "." + class_name(static_cast<ClassId>(c)) +
+               ": a plan's terms change only at restart";
+      }
+    }
+  }
+  if (next.proxy.backend.text() != current.proxy.backend.text()) {
+    return "proxy.backend: changes only at restart";
+  }
+  return std::nullopt;
+}
+
+}  // namespace creditloop::server

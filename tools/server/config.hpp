@@ -1,0 +1,93 @@
+// The server's configuration file: tenants, plans, room, threads, and how requests are served.
+//
+// A file is validated whole before anything of it is used: the first problem is reported with
+// the path of the field at fault (`tenants[2].plan: unknown plan "gold"`), and nothing changes.
+// Unknown fields are refused too, so that a misspelt limit is never silently ignored.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <creditloop/plan.hpp>
+
+namespace creditloop::server {
+
+enum class ServeMode : std::uint8_t { work, proxy };
+
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+  [[nodiscard]] std::string text() const { return host + ":" + std::to_string(port); }
+};
+
+struct TenantConfig {
+  std::string name;
+  std::string key;  // the bearer token; never logged
+  std::string plan;
+  std::uint32_t shares = 1;
+  /// Most requests queued at once before 429 (0: no limit, the scheduler's own way).
+  std::uint32_t queue_limit = 0;
+};
+
+struct WorkConfig {
+  double max_cpu_ms = 100;    // most CPU a request may ask for
+  double max_wait_ms = 1000;  // most wall-clock wait (a modelled device) it may ask for
+};
+
+struct ProxyConfig {
+  Endpoint backend;
+  /// Header the backend may set with the request's cost in credits; empty: always time it.
+  std::string cost_header = "X-Cost";
+  std::chrono::milliseconds timeout{10'000};
+};
+
+struct Limits {
+  std::uint32_t header_bytes = 8 * 1024;
+  std::uint64_t body_bytes = 1024 * 1024;
+  /// The whole request (headers and body) must arrive within this, or the connection is closed:
+  /// a client that trickles bytes holds a connection no longer than this.
+  std::chrono::milliseconds read_timeout{10'000};
+  /// A kept-alive connection with no request in progress is closed after this.
+  std::chrono::milliseconds idle_timeout{30'000};
+};
+
+struct ServerConfig {
+  ServeMode mode = ServeMode::work;
+  Endpoint listen{"127.0.0.1", 8080};
+  Endpoint admin_listen{"127.0.0.1", 9090};
+  /// When set, the admin endpoints also demand `Authorization: Bearer ADMIN_KEY`.
+  std::string admin_key;
+  unsigned io_threads = 2;
+  unsigned workers = 4;  // work mode: threads running requests
+  /// Room: requests in flight at once (work: on the workers; proxy: the backend's concurrency
+  /// limit, and the size of the kept-alive connection pool).
+  std::uint32_t slots = 8;
+  /// One credit is this many milliseconds of a request's CPU (work), of a modelled wait, or of
+  /// the backend's response time (proxy, when the backend names no cost).
+  double cost_unit_ms = 1;
+  std::chrono::milliseconds shutdown_deadline{10'000};
+  Config plans;  // classes and plans, as the runtime takes them
+  std::vector<TenantConfig> tenants;
+  WorkConfig work;
+  ProxyConfig proxy;
+  Limits limits;
+};
+
+/// A configuration, or the reason it was refused (one line, naming the field).
+using ConfigResult = std::variant<ServerConfig, std::string>;
+
+[[nodiscard]] ConfigResult parse_config(std::string_view json_text);
+[[nodiscard]] ConfigResult load_config(const std::string& path);
+
+/// Nothing when `next` can replace `current` in a running server (SIGHUP); otherwise why not.
+/// Tenants, their plans, shares, keys and queue limits may change; plans' terms, classes, room,
+/// threads, listeners and the mode need a restart.
+[[nodiscard]] std::optional<std::string> reload_problem(const ServerConfig& current,
+                                                        const ServerConfig& next);
+
+}  // namespace creditloop::server

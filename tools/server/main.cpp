@@ -1,0 +1,53 @@
+// creditloop-server: an HTTP server and scheduling proxy whose every request goes through a
+// creditloop runtime. See docs/server.md.
+//
+// Exit status: 0 stopped cleanly; 1 the deadline passed with requests unanswered; 2 a bad
+// command line; 3 a bad configuration or a listener that could not be opened.
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <variant>
+
+#include <CLI/CLI.hpp>
+
+#include "server.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"creditloop-server: tenants' requests, scheduled by creditloop"};
+  creditloop::server::ServerOptions options;
+  bool check_only = false;
+  app.add_option("-c,--config", options.config_path, "JSON configuration file")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_flag("--fifo", options.fifo,
+               "serve in arrival order with the same room (a baseline for load tests)");
+  app.add_flag("--check", check_only, "validate the configuration and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  if (check_only) {
+    const creditloop::server::ConfigResult r = creditloop::server::load_config(options.config_path);
+    if (const auto* why = std::get_if<std::string>(&r)) {
+      std::fprintf(stderr, "creditloop-server: %s\n", why->c_str());
+      return 3;
+    }
+    return 0;
+  }
+  // Signals are taken by the server's own handler; before it is set up (and in every thread it
+  // starts) they must not kill the process.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  try {
+    creditloop::server::Server server(std::move(options));
+    return server.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "creditloop-server: %s\n", e.what());
+    return 3;
+  }
+}

@@ -1,0 +1,142 @@
+// creditloop-server: HTTP/1.1 in front of a creditloop runtime.
+//
+// Threads: `io_threads` run Asio (accepting, parsing, answering, and in proxy mode talking to the
+// backend); the runtime's dispatcher decides; in work mode `workers` threads run the requests.
+// A request's life: parsed and authenticated on an I/O thread, submitted to the scheduler, started
+// by the dispatcher (posted to a worker, or to the backend connection pool), completed with its
+// cost by whoever finished it, answered on its connection's strand.
+//
+// Tenants' listener: every request needs `Authorization: Bearer KEY`. Admin listener (loopback by
+// default; with `admin.key`, that key too): /metrics, /debug/participants, /health. A tenant's
+// key is never accepted there.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include "config.hpp"
+#include "scheduler.hpp"
+#include "session.hpp"
+
+namespace creditloop::server {
+
+class Backend;
+struct Exchange;
+
+using KeyDigest = std::array<unsigned char, 32>;
+
+struct KeyDigestHash {
+  std::size_t operator()(const KeyDigest& d) const noexcept;
+};
+
+struct KeyDigestEqual {
+  bool operator()(const KeyDigest& a, const KeyDigest& b) const noexcept;  // constant time
+};
+
+/// A tenant as one configuration has it.
+struct TenantEntry {
+  std::shared_ptr<Tenant> tenant;
+  std::string plan;
+  std::uint32_t shares = 1;
+  std::uint32_t queue_limit = 0;
+};
+
+/// The tenants in force and the configuration they came with; replaced whole by a reload, so a
+/// request sees one or the other, never a mix.
+struct Directory {
+  std::shared_ptr<const ServerConfig> config;
+  std::unordered_map<KeyDigest, TenantEntry, KeyDigestHash, KeyDigestEqual> by_key;
+  std::map<std::string, TenantEntry, std::less<>> by_name;
+};
+
+struct ServerOptions {
+  std::string config_path;
+  bool fifo = false;  // pass-through FIFO instead of creditloop: the baseline for load tests
+};
+
+class Server {
+ public:
+  /// Throws std::runtime_error with the reason when the configuration is bad or a listener
+  /// cannot be opened.
+  explicit Server(ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  /// Serves until SIGTERM or SIGINT, then stops as the configuration says. Returns the exit
+  /// status.
+  int run();
+
+  // ---- for the admin endpoints and the sessions -----------------------------------------
+  [[nodiscard]] std::shared_ptr<const Directory> directory() const;
+  [[nodiscard]] Scheduler& scheduler() noexcept { return *scheduler_; }
+  [[nodiscard]] bool stopping() const noexcept {
+    return stopping_.load(std::memory_order_relaxed);  // advisory: a stale answer costs one 503
+  }
+  [[nodiscard]] const ServerOptions& options() const noexcept { return options_; }
+  [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
+  [[nodiscard]] std::uint16_t admin_port() const noexcept { return admin_port_; }
+
+  /// Authenticates and queues a tenant's request, or answers it at once.
+  void accept_request(std::unique_ptr<Exchange> exchange);
+  /// Answers `exchange` with `status` and `why`, and a Retry-After when `retry_after_s` > 0.
+  void refuse(std::unique_ptr<Exchange> exchange, unsigned status, const std::string& why,
+              long retry_after_s = 0);
+
+  std::atomic<std::uint64_t> connections_open{0};
+  std::atomic<std::uint64_t> bad_requests{0};
+
+ private:
+  void start_request(Pending& p);
+  void run_work(Exchange& e);
+  void finish(Exchange& e, double cost, Response response);
+  void answer(std::unique_ptr<Exchange> e, Response response);
+  void reload();
+  void begin_stop();
+  void listen();
+  /// Registers new tenants and re-plans changed ones; the removed ones are the caller's to take
+  /// out once the new directory is in force.
+  std::shared_ptr<Directory> build_directory(std::shared_ptr<const ServerConfig> config,
+                                             const Directory* previous);
+  void retire(const std::shared_ptr<Tenant>& tenant);
+
+  ServerOptions options_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::ip::tcp::acceptor admin_acceptor_;
+  boost::asio::signal_set signals_;
+  std::unique_ptr<boost::asio::thread_pool> workers_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::uint16_t port_ = 0;
+  std::uint16_t admin_port_ = 0;
+
+  mutable std::mutex directory_mutex_;
+  std::shared_ptr<const Directory> directory_;
+  std::mutex reload_mutex_;  // one reload at a time
+
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::int64_t> outstanding_{0};  // exchanges accepted and not yet answered
+  std::mutex outstanding_mutex_;
+  std::condition_variable outstanding_done_;
+  std::thread stopper_;
+  std::thread reloader_;
+  int exit_status_ = 0;
+};
+
+}  // namespace creditloop::server
