@@ -431,25 +431,22 @@ void Server::begin_stop() {
   });
 }
 
+void Server::accept(tcp::acceptor& acceptor, bool admin) {
+  acceptor.async_accept(asio::make_strand(io_), [this, &acceptor, admin](
+                                                    boost::system::error_code ec, tcp::socket s) {
+    if (ec == asio::error::operation_aborted) return;  // closed: the server is stopping
+    if (!ec) {
+      boost::system::error_code ignored;
+      s.set_option(tcp::no_delay(true), ignored);
+      std::make_shared<Session>(std::move(s), *this, admin)->start();
+    }
+    accept(acceptor, admin);
+  });
+}
+
 int Server::run() {
-  const auto accept_loop = [this](tcp::acceptor& a, bool admin) {
-    auto loop = std::make_shared<std::function<void()>>();
-    *loop = [this, &a, admin, loop] {
-      a.async_accept(asio::make_strand(io_), [this, admin, loop](boost::system::error_code ec,
-                                                                   tcp::socket socket) {
-        if (ec == asio::error::operation_aborted) return;
-        if (!ec) {
-          boost::system::error_code ignored;
-          socket.set_option(tcp::no_delay(true), ignored);
-          std::make_shared<Session>(std::move(socket), *this, admin)->start();
-        }
-        (*loop)();
-      });
-    };
-    (*loop)();
-  };
-  accept_loop(acceptor_, false);
-  accept_loop(admin_acceptor_, true);
+  accept(acceptor_, false);
+  accept(admin_acceptor_, true);
   std::function<void()> wait_signal = [this, &wait_signal] {
     signals_.async_wait([this, &wait_signal](boost::system::error_code ec, int sig) {
       if (ec) return;

@@ -109,6 +109,7 @@ class Server {
   void reload();
   void begin_stop();
   void listen();
+  void accept(boost::asio::ip::tcp::acceptor& acceptor, bool admin);
   /// Registers new tenants and re-plans changed ones; the removed ones are the caller's to take
   /// out once the new directory is in force.
   std::shared_ptr<Directory> build_directory(std::shared_ptr<const ServerConfig> config,

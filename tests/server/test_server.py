@@ -1,0 +1,547 @@
+#!/usr/bin/env python3
+"""creditloop-server end to end: the real binary on loopback, real sockets, real signals.
+
+Usage: test_server.py --server PATH [unittest args]
+
+Every wait is a poll with a deadline on something observable (a response, the participants
+snapshot, the process's exit, a log line), never a fixed sleep.
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SERVER = None
+
+PLANS = {
+    "pro": {"P1": {"rate": 20, "burst": 4}, "P2": {"rate": 50, "burst": 10}},
+    "lite": {"P2": {"rate": 50, "burst": 10}},
+}
+
+
+def base_config(**overrides):
+    config = {
+        "mode": "work",
+        "listen": "127.0.0.1:0",
+        "admin": {"listen": "127.0.0.1:0"},
+        "io_threads": 2,
+        "workers": 2,
+        "slots": 4,
+        "cost_unit_ms": 1,
+        "classes": 2,
+        "plans": PLANS,
+        "tenants": [
+            {"name": "alice", "key": "alice-key-0001", "plan": "pro", "shares": 2},
+            {"name": "bob", "key": "bob-key-00001", "plan": "lite", "shares": 1},
+        ],
+        "work": {"max_cpu_ms": 50, "max_wait_ms": 5000},
+        "limits": {"header_bytes": 4096, "body_bytes": 1024, "read_timeout_ms": 1000,
+                   "idle_timeout_ms": 2000},
+        "shutdown_deadline_ms": 5000,
+    }
+    config.update(overrides)
+    return config
+
+
+def wait_for(what, predicate, timeout=10.0, interval=0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+class Server:
+    """One creditloop-server process with a config of our own; ports are the kernel's choice."""
+
+    def __init__(self, config, *args):
+        self.dir = tempfile.TemporaryDirectory()
+        self.config_path = os.path.join(self.dir.name, "config.json")
+        self.write_config(config)
+        self.stderr_path = os.path.join(self.dir.name, "stderr.log")
+        self.stderr = open(self.stderr_path, "w")
+        self.final_log = None
+        self.proc = subprocess.Popen([SERVER, "-c", self.config_path, *args],
+                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True)
+        line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            self.proc.kill()
+            raise AssertionError(f"server did not start: {line!r} {self.log()}")
+        words = line.replace(",", " ").split()
+        self.port = int(words[words.index("on") + 1].rsplit(":", 1)[1])
+        self.admin_port = int(words[words.index("admin") + 1].rsplit(":", 1)[1])
+
+    def write_config(self, config):
+        tmp = self.config_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(config, f)
+        os.replace(tmp, self.config_path)
+
+    def log(self):
+        if self.final_log is not None:
+            return self.final_log
+        self.stderr.flush()
+        with open(self.stderr_path) as f:
+            return f.read()
+
+    def request(self, key, path="/work", method="GET", timeout=30, port=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", port or self.port, timeout=timeout)
+        h = dict(headers or {})
+        if key is not None:
+            h["Authorization"] = f"Bearer {key}"
+        conn.request(method, path, headers=h)
+        res = conn.getresponse()
+        body = res.read()
+        conn.close()
+        return res, body
+
+    def admin(self, path="/debug/participants", key=None):
+        return self.request(key, path, port=self.admin_port)
+
+    def participants(self):
+        res, body = self.admin()
+        assert res.status == 200, (res.status, body)
+        return json.loads(body)
+
+    def tenant(self, name):
+        for t in self.participants()["tenants"]:
+            if t["name"] == name:
+                return t
+        return None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.final_log is None:
+            self.final_log = self.log()
+            self.proc.stdout.close()
+            self.stderr.close()
+            self.dir.cleanup()
+        return self.proc.returncode
+
+
+class Async:
+    """A request on its own thread, for requests that must wait their turn."""
+
+    def __init__(self, server, key, path, port=None):
+        self.result = None
+        self.error = None
+
+        def run():
+            try:
+                res, body = server.request(key, path, port=port)
+                self.result = (res.status, dict(res.getheaders()), body)
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                self.error = e
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def get(self, timeout=30):
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise AssertionError("request did not finish")
+        if self.error:
+            raise self.error
+        return self.result
+
+
+def raw_exchange(port, payload, timeout=5.0):
+    """Sends bytes, returns whatever the server answers before closing."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(payload)
+        chunks = []
+        try:
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                chunks.append(data)
+        except (socket.timeout, ConnectionResetError):
+            pass
+        return b"".join(chunks)
+
+
+def status_of(raw):
+    first = raw.split(b"\r\n", 1)[0].split()
+    return int(first[1]) if len(first) >= 2 else None
+
+
+class WorkMode(unittest.TestCase):
+    def setUp(self):
+        self.server = Server(base_config())
+
+    def tearDown(self):
+        self.assertEqual(self.server.stop(), 0, self.server.log())
+
+    def test_a_request_says_its_class_wait_and_cost(self):
+        res, body = self.server.request("alice-key-0001", "/work?cpu_ms=2&wait_ms=3")
+        self.assertEqual(res.status, 200)
+        self.assertEqual(res.getheader("X-Creditloop-Class"), "P1")
+        self.assertGreaterEqual(float(res.getheader("X-Creditloop-Wait-Ms")), 0)
+        reply = json.loads(body)
+        self.assertGreaterEqual(reply["cpu_ms"], 2)
+        self.assertGreaterEqual(reply["device_wait_ms"], 3)
+        # The cost is what the request really used, in credits of 1 ms.
+        self.assertAlmostEqual(reply["cost"], reply["cpu_ms"] + reply["device_wait_ms"], places=3)
+        self.assertAlmostEqual(float(res.getheader("X-Creditloop-Cost")), reply["cost"], places=3)
+        alice = self.server.tenant("alice")
+        self.assertEqual(alice["served"], [1, 0, 0])
+        self.assertAlmostEqual(alice["cost_charged"], reply["cost"], places=3)
+        # lite holds only P2.
+        res, _ = self.server.request("bob-key-00001", "/work")
+        self.assertEqual(res.getheader("X-Creditloop-Class"), "P2")
+
+    def test_keys_are_checked(self):
+        res, _ = self.server.request(None, "/work")
+        self.assertEqual(res.status, 401)
+        self.assertEqual(res.getheader("WWW-Authenticate"), "Bearer")
+        res, _ = self.server.request("alice-key-0002", "/work")
+        self.assertEqual(res.status, 401)
+        res, _ = self.server.request(None, "/work", headers={"Authorization": "Basic YWxpY2U6eA=="})
+        self.assertEqual(res.status, 401)
+        # The tenants' listener has no admin endpoints, whatever the key.
+        res, _ = self.server.request("alice-key-0001", "/metrics")
+        self.assertEqual(res.status, 404)
+        self.assertNotIn("alice-key-0001", self.server.log())
+
+    def test_bad_work_parameters(self):
+        for query, word in [("cpu_ms=abc", "cpu_ms"), ("cpu_ms=51", "at most"),
+                            ("wait_ms=-1", "wait_ms"), ("sleep=3", "unknown parameter")]:
+            res, body = self.server.request("alice-key-0001", "/work?" + query)
+            self.assertEqual(res.status, 400, query)
+            self.assertIn(word, body.decode())
+        res, _ = self.server.request("alice-key-0001", "/elsewhere")
+        self.assertEqual(res.status, 404)
+
+    def test_malformed_oversized_and_slow_requests(self):
+        port = self.server.port
+        self.assertEqual(status_of(raw_exchange(port, b"NONSENSE\r\n\r\n")), 400)
+        self.assertEqual(status_of(raw_exchange(port, b"GET /work HTTP/1.1\r\nBad Header\r\n\r\n")),
+                         400)
+        big = b"GET /work HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 8000 + b"\r\n\r\n"
+        self.assertEqual(status_of(raw_exchange(port, big)), 431)
+        body = (b"POST /work HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key-0001\r\n"
+                b"Content-Length: 5000\r\n\r\n" + b"x" * 5000)
+        self.assertEqual(status_of(raw_exchange(port, body)), 413)
+        # A client that trickles its request is cut off at the read timeout (1 s here).
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            start = time.monotonic()
+            closed = False
+            for ch in b"GET /work HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"z" * 100:
+                try:
+                    s.sendall(bytes([ch]))
+                    s.settimeout(0.1)
+                    if s.recv(1) == b"":
+                        closed = True
+                        break
+                except socket.timeout:
+                    continue
+                except (BrokenPipeError, ConnectionResetError):
+                    closed = True
+                    break
+            self.assertTrue(closed, "a trickling client kept its connection")
+            self.assertLess(time.monotonic() - start, 4)
+        # An idle kept-alive connection is closed after the idle timeout (2 s here).
+        with socket.create_connection(("127.0.0.1", port), timeout=6) as s:
+            start = time.monotonic()
+            self.assertEqual(s.recv(1), b"")
+            self.assertGreater(time.monotonic() - start, 1.5)
+        self.assertGreaterEqual(self.server.participants()["loop"]["completed"], 0)
+
+    def test_random_and_truncated_requests_never_disturb_a_good_tenant(self):
+        rng = random.Random(int(os.environ.get("SEED", "1")))
+        print(f"seed {rng.random()}", file=sys.stderr)
+        stop = threading.Event()
+        sent = [0]
+
+        def garbage():
+            while not stop.is_set():
+                kind = rng.randrange(4)
+                if kind == 0:
+                    payload = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300)))
+                elif kind == 1:
+                    full = b"GET /work?cpu_ms=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer bob-key-00001\r\n\r\n"
+                    payload = full[: rng.randrange(1, len(full))]
+                elif kind == 2:
+                    payload = b"GET /work HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc"
+                else:
+                    payload = b"GET /" + bytes(rng.choice(b"abc%\x00\xff") for _ in range(50)) + b" HTTP/1.1\r\n\r\n"
+                try:
+                    with socket.create_connection(("127.0.0.1", self.server.port), timeout=2) as s:
+                        s.sendall(payload)
+                        s.shutdown(socket.SHUT_WR)
+                        s.recv(4096)
+                except OSError:
+                    pass
+                sent[0] += 1
+
+        threads = [threading.Thread(target=garbage) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            # alice asks less than her P1 refill (20/s, 1 ms each): every request goes out at P1
+            # and its wait stays within one credit's refill (50 ms) plus a turn.
+            waits = []
+            for _ in range(40):
+                res, _ = self.server.request("alice-key-0001", "/work?cpu_ms=1")
+                self.assertEqual(res.status, 200)
+                self.assertEqual(res.getheader("X-Creditloop-Class"), "P1")
+                waits.append(float(res.getheader("X-Creditloop-Wait-Ms")))
+                time.sleep(0.06)  # pacing the client below its refill, not synchronisation
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        self.assertGreater(sent[0], 20)
+        self.assertLess(max(waits), 250, waits)
+        self.assertEqual(self.server.proc.poll(), None)
+
+    def test_queue_limit_answers_429_with_retry_after(self):
+        self.server.stop()
+        config = base_config(slots=1)
+        config["tenants"][1]["queue_limit"] = 1
+        self.server = Server(config)
+        hold = Async(self.server, "alice-key-0001", "/work?wait_ms=1500")
+        wait_for("alice in flight", lambda: self.server.participants()["loop"]["in_flight"] == 1)
+        queued = Async(self.server, "bob-key-00001", "/work")
+        wait_for("bob queued", lambda: self.server.tenant("bob")["queued"] == 1)
+        res, body = self.server.request("bob-key-00001", "/work")
+        self.assertEqual(res.status, 429, body)
+        self.assertGreaterEqual(int(res.getheader("Retry-After")), 1)
+        self.assertEqual(hold.get()[0], 200)
+        self.assertEqual(queued.get()[0], 200)
+
+    def test_fifo_flag_serves_in_arrival_order_without_classes(self):
+        self.server.stop()
+        self.server = Server(base_config(), "--fifo")
+        res, _ = self.server.request("alice-key-0001", "/work?cpu_ms=1")
+        self.assertEqual(res.status, 200)
+        self.assertEqual(res.getheader("X-Creditloop-Class"), "fifo")
+        self.assertEqual(self.server.participants()["scheduler"], "fifo")
+
+
+class AdminListener(unittest.TestCase):
+    def test_admin_key_and_formats(self):
+        config = base_config()
+        config["admin"]["key"] = "admin-secret-1"
+        server = Server(config)
+        try:
+            server.request("alice-key-0001", "/work?cpu_ms=1")
+            res, _ = server.admin("/metrics")
+            self.assertEqual(res.status, 401)
+            res, _ = server.admin("/metrics", key="alice-key-0001")
+            self.assertEqual(res.status, 401)  # a tenant's key never opens the admin endpoints
+            res, body = server.admin("/metrics", key="admin-secret-1")
+            self.assertEqual(res.status, 200)
+            text = body.decode()
+            self.assertIn('creditloop_tenant_requests_total{tenant="alice",class="P1"} 1', text)
+            self.assertIn('creditloop_tenant_balance_credits{tenant="bob",class="P2"}', text)
+            self.assertIn("creditloop_loop_passes_total", text)
+            res, body = server.admin("/debug/participants", key="admin-secret-1")
+            snapshot = json.loads(body)
+            alice = [t for t in snapshot["tenants"] if t["name"] == "alice"][0]
+            self.assertEqual(alice["plan"], "pro")
+            self.assertIn("P1", alice["balance"])
+            self.assertEqual(snapshot["loop"]["dispatched"], 1)
+            self.assertNotIn("alice-key-0001", body.decode())
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
+class Reload(unittest.TestCase):
+    def test_sighup_adds_removes_replans_and_refuses_bad_files(self):
+        config = base_config(slots=1)
+        server = Server(config)
+        try:
+            hold = Async(server, "alice-key-0001", "/work?wait_ms=1500")
+            wait_for("alice in flight", lambda: server.participants()["loop"]["in_flight"] == 1)
+            bobs = [Async(server, "bob-key-00001", "/work") for _ in range(3)]
+            wait_for("bob queued", lambda: server.tenant("bob")["queued"] == 3)
+
+            config["tenants"] = [
+                {"name": "alice", "key": "alice-key-0001", "plan": "lite", "shares": 3},
+                {"name": "carol", "key": "carol-key-001", "plan": "pro", "shares": 1},
+            ]
+            server.write_config(config)
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for("carol", lambda: server.tenant("carol") is not None)
+            for b in bobs:
+                status, headers, _ = b.get()
+                self.assertEqual(status, 503)
+                self.assertEqual(headers.get("Retry-After"), "1")
+            self.assertEqual(hold.get()[0], 200)  # in flight across the reload: not dropped
+            alice = wait_for("alice re-planned", lambda: (lambda t: t if t["plan"] == "lite" else None)(server.tenant("alice")))
+            self.assertEqual(alice["shares"], 3)
+            self.assertEqual(list(alice["balance"].keys()), ["P2"])
+            res, _ = server.request("carol-key-001", "/work")
+            self.assertEqual(res.getheader("X-Creditloop-Class"), "P1")
+            res, _ = server.request("bob-key-00001", "/work")
+            self.assertEqual(res.status, 401)
+
+            bad = json.loads(json.dumps(config))
+            bad["tenants"][1]["plan"] = "gold"
+            server.write_config(bad)
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for("refusal logged", lambda: "tenants[1].plan" in server.log())
+            self.assertIn('unknown plan "gold"', server.log())
+            res, _ = server.request("carol-key-001", "/work")
+            self.assertEqual(res.status, 200)  # the old configuration stays
+            self.assertEqual(server.tenant("carol")["plan"], "pro")
+
+            server.write_config(dict(config, slots=2))
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for("restart-only change refused", lambda: "slots: changes only at restart" in server.log())
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_a_bad_file_at_start_names_the_field(self):
+        config = base_config()
+        config["tenants"][0]["sharez"] = 3
+        d = tempfile.TemporaryDirectory()
+        path = os.path.join(d.name, "c.json")
+        with open(path, "w") as f:
+            json.dump(config, f)
+        r = subprocess.run([SERVER, "-c", path], capture_output=True, text=True, timeout=20)
+        self.assertEqual(r.returncode, 3)
+        self.assertIn("tenants[0].sharez: unknown field", r.stderr)
+        r = subprocess.run([SERVER, "-c", path, "--check"], capture_output=True, text=True, timeout=20)
+        self.assertEqual(r.returncode, 3)
+        r = subprocess.run([SERVER, "--bogus"], capture_output=True, text=True, timeout=20)
+        self.assertEqual(r.returncode, 2)
+        d.cleanup()
+
+
+class Shutdown(unittest.TestCase):
+    def test_sigterm_answers_queued_503_finishes_in_flight_and_exits_0(self):
+        server = Server(base_config(slots=1))
+        hold = Async(server, "alice-key-0001", "/work?wait_ms=800")
+        wait_for("alice in flight", lambda: server.participants()["loop"]["in_flight"] == 1)
+        queued = [Async(server, "bob-key-00001", "/work") for _ in range(4)]
+        wait_for("bob queued", lambda: server.tenant("bob")["queued"] == 4)
+        server.proc.send_signal(signal.SIGTERM)
+        for q in queued:
+            status, headers, _ = q.get()
+            self.assertEqual(status, 503)
+            self.assertIn("Retry-After", headers)
+        status, _, body = hold.get()
+        self.assertEqual(status, 200)
+        self.assertGreaterEqual(json.loads(body)["device_wait_ms"], 800)
+        self.assertEqual(server.proc.wait(timeout=10), 0)
+        with self.assertRaises(OSError):
+            socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+        server.stop()
+
+
+class Backend:
+    """A real HTTP backend on loopback: answers with an X-Cost, or hangs, as asked."""
+
+    def __init__(self):
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):  # noqa: N802 - the stdlib's name
+                if "hang" in self.path:
+                    time.sleep(3)  # longer than the proxy's timeout: the 504 path
+                    return
+                body = json.dumps({"path": self.path,
+                                   "tenant": self.headers.get("X-Creditloop-Tenant"),
+                                   "authorization": self.headers.get("Authorization")}).encode()
+                self.send_response(200)
+                if "nocost" not in self.path:
+                    self.send_header("X-Cost", "7.5")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ProxyMode(unittest.TestCase):
+    def test_forwards_charges_the_backends_cost_and_maps_failures(self):
+        backend = Backend()
+        config = base_config(mode="proxy", slots=2,
+                             proxy={"backend": f"127.0.0.1:{backend.port}", "cost_header": "X-Cost",
+                                    "timeout_ms": 500})
+        server = Server(config)
+        try:
+            res, body = server.request("alice-key-0001", "/some/path?x=1")
+            self.assertEqual(res.status, 200)
+            reply = json.loads(body)
+            self.assertEqual(reply["path"], "/some/path?x=1")
+            self.assertEqual(reply["tenant"], "alice")
+            self.assertIsNone(reply["authorization"])  # the key stays with the proxy
+            self.assertEqual(res.getheader("X-Creditloop-Class"), "P1")
+            self.assertAlmostEqual(float(res.getheader("X-Creditloop-Cost")), 7.5)
+            # Without the header the response time is charged.
+            res, _ = server.request("alice-key-0001", "/nocost")
+            self.assertLess(float(res.getheader("X-Creditloop-Cost")), 500)
+            # A backend that never answers: 504 at the timeout, and the cost is still settled.
+            res, _ = server.request("bob-key-00001", "/hang")
+            self.assertEqual(res.status, 504)
+            self.assertGreaterEqual(float(res.getheader("X-Creditloop-Cost")), 500)
+            loop = wait_for("settled", lambda: (lambda l: l if l["in_flight"] == 0 else None)(server.participants()["loop"]))
+            self.assertEqual(loop["completed"], loop["dispatched"])
+            # Keep-alive pooling survives many requests.
+            for _ in range(30):
+                res, _ = server.request("alice-key-0001", "/again")
+                self.assertEqual(res.status, 200)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+            backend.close()
+
+    def test_unreachable_backend_is_502(self):
+        config = base_config(mode="proxy", slots=2,
+                             proxy={"backend": f"127.0.0.1:{free_port()}", "timeout_ms": 500})
+        server = Server(config)
+        try:
+            res, body = server.request("alice-key-0001", "/x")
+            self.assertEqual(res.status, 502, body)
+            self.assertIsNotNone(res.getheader("X-Creditloop-Cost"))
+            alice = server.tenant("alice")
+            self.assertEqual(sum(alice["served"]), 1)
+            self.assertEqual(server.participants()["loop"]["in_flight"], 0)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    args, rest = parser.parse_known_args()
+    SERVER = os.path.abspath(args.server)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
