@@ -6,10 +6,10 @@
 #include <cmath>
 #include <map>
 
-#include <nlohmann/json.hpp>
 #include <prometheus/histogram.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
+#include <nlohmann/json.hpp>
 
 #include "server.hpp"
 
@@ -101,22 +101,22 @@ std::string metrics_text(Server& server) {
   const auto snaps = snapshots_by_name(server);
   const bool fifo = server.scheduler().runtime() == nullptr;
 
-  MetricFamily served = family("creditloop_tenant_requests_total",
-                               "Requests answered, by the class they went out under",
-                               MetricType::Counter);
+  MetricFamily served =
+      family("creditloop_tenant_requests_total",
+             "Requests answered, by the class they went out under", MetricType::Counter);
   MetricFamily queued = family("creditloop_tenant_queue_depth",
                                "Requests accepted and waiting for their turn", MetricType::Gauge);
   MetricFamily balance = family("creditloop_tenant_balance_credits",
                                 "Bucket balance per metered class", MetricType::Gauge);
-  MetricFamily next = family("creditloop_tenant_next_credit_seconds",
-                             "Time until the next credit lands in an empty bucket",
-                             MetricType::Gauge);
+  MetricFamily next =
+      family("creditloop_tenant_next_credit_seconds",
+             "Time until the next credit lands in an empty bucket", MetricType::Gauge);
   MetricFamily cost = family("creditloop_tenant_cost_charged_credits_total",
                              "Cost charged back to the tenant's buckets", MetricType::Counter);
   MetricFamily oldest = family("creditloop_tenant_oldest_queued_seconds",
                                "Age of the tenant's oldest queued request", MetricType::Gauge);
-  MetricFamily wait = family("creditloop_tenant_queue_wait_seconds",
-                             "Time from arrival to start", MetricType::Histogram);
+  MetricFamily wait = family("creditloop_tenant_queue_wait_seconds", "Time from arrival to start",
+                             MetricType::Histogram);
 
   for (const auto& [name, entry] : dir->by_name) {
     const Tenant& t = *entry.tenant;
@@ -126,8 +126,9 @@ std::string metrics_text(Server& server) {
                   static_cast<double>(
                       t.served[static_cast<std::size_t>(c)].load(std::memory_order_relaxed)));
     }
-    add_gauge(queued, labelled({{"tenant", name}}),
-              static_cast<double>(std::max<std::int64_t>(0, t.queued.load(std::memory_order_relaxed))));
+    add_gauge(
+        queued, labelled({{"tenant", name}}),
+        static_cast<double>(std::max<std::int64_t>(0, t.queued.load(std::memory_order_relaxed))));
     add_counter(cost, labelled({{"tenant", name}}),
                 credits(static_cast<Balance>(t.cost_charged_nano.load(std::memory_order_relaxed))));
     ClientMetric h = t.wait_seconds->Collect();
@@ -141,9 +142,10 @@ std::string metrics_text(Server& server) {
       const std::string cls = class_name(static_cast<ClassId>(c));
       add_gauge(balance, labelled({{"tenant", name}, {"class", cls}}), credits(*b));
       const auto& n = s->second.next_credit[static_cast<std::size_t>(c)];
-      add_gauge(next, labelled({{"tenant", name}, {"class", cls}}),
-                n ? std::max(0.0, seconds(*n) - seconds(server.scheduler().runtime()->snapshot().at))
-                  : 0.0);
+      add_gauge(
+          next, labelled({{"tenant", name}, {"class", cls}}),
+          n ? std::max(0.0, seconds(*n) - seconds(server.scheduler().runtime()->snapshot().at))
+            : 0.0);
     }
     add_gauge(oldest, labelled({{"tenant", name}}),
               s->second.oldest_queued_age ? seconds(*s->second.oldest_queued_age) : 0.0);
@@ -168,14 +170,14 @@ std::string metrics_text(Server& server) {
     }
     families.push_back(std::move(passes));
     families.push_back(std::move(dispatched));
-    MetricFamily parks = family("creditloop_loop_parks_total",
-                                "Times the dispatcher slept for want of work or room",
-                                MetricType::Counter);
+    MetricFamily parks =
+        family("creditloop_loop_parks_total", "Times the dispatcher slept for want of work or room",
+               MetricType::Counter);
     add_counter(parks, {}, static_cast<double>(loop.parks));
     families.push_back(std::move(parks));
-    MetricFamily wakeups = family("creditloop_loop_wakeups_total",
-                                  "Times a submission or completion woke the dispatcher",
-                                  MetricType::Counter);
+    MetricFamily wakeups =
+        family("creditloop_loop_wakeups_total",
+               "Times a submission or completion woke the dispatcher", MetricType::Counter);
     add_counter(wakeups, {}, static_cast<double>(loop.wakeups));
     families.push_back(std::move(wakeups));
     MetricFamily cpu = family("creditloop_loop_cpu_seconds_total",
@@ -187,9 +189,10 @@ std::string metrics_text(Server& server) {
     add_gauge(in_flight, {}, static_cast<double>(loop.in_flight));
     families.push_back(std::move(in_flight));
   }
-  MetricFamily conns = family("creditloop_server_connections", "Open client connections",
-                              MetricType::Gauge);
-  add_gauge(conns, {}, static_cast<double>(server.connections_open.load(std::memory_order_relaxed)));
+  MetricFamily conns =
+      family("creditloop_server_connections", "Open client connections", MetricType::Gauge);
+  add_gauge(conns, {},
+            static_cast<double>(server.connections_open.load(std::memory_order_relaxed)));
   families.push_back(std::move(conns));
   MetricFamily bad = family("creditloop_server_bad_requests_total",
                             "Requests refused as malformed or too large", MetricType::Counter);
@@ -296,8 +299,7 @@ Response admin_response(Server& server, const Request& request) {
                          "text/plain; version=0.0.4; charset=utf-8");
   }
   if (path == "/debug/participants") {
-    return make_response(request, http::status::ok, participants_json(server),
-                         "application/json");
+    return make_response(request, http::status::ok, participants_json(server), "application/json");
   }
   if (path == "/health") {
     return make_response(request, http::status::ok, server.stopping() ? "stopping\n" : "ok\n");

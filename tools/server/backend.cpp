@@ -34,8 +34,8 @@ Backend::Backend(asio::io_context& io, const ServerConfig& config)
       body_limit_(64ull * 1024 * 1024) {
   asio::ip::tcp::resolver resolver(io);
   beast::error_code ec;
-  const auto results = resolver.resolve(config.proxy.backend.host,
-                                        std::to_string(config.proxy.backend.port), ec);
+  const auto results =
+      resolver.resolve(config.proxy.backend.host, std::to_string(config.proxy.backend.port), ec);
   if (ec || results.empty()) {
     throw std::runtime_error("proxy.backend: cannot resolve \"" + config.proxy.backend.host +
                              "\": " + ec.message());
@@ -169,16 +169,16 @@ void Backend::attempt(std::unique_ptr<Connection> c, std::shared_ptr<Request> re
     return;
   }
   conn.stream.expires_after(timeout_);
-  conn.stream.async_connect(endpoints_, [flight, send](beast::error_code ec,
-                                                       const asio::ip::tcp::endpoint&) {
-    if (ec) {
-      flight->conn->used = false;
-      flight->fail(ec, false);
-      return;
-    }
-    flight->conn->connected = true;
-    send();
-  });
+  conn.stream.async_connect(endpoints_,
+                            [flight, send](beast::error_code ec, const asio::ip::tcp::endpoint&) {
+                              if (ec) {
+                                flight->conn->used = false;
+                                flight->fail(ec, false);
+                                return;
+                              }
+                              flight->conn->connected = true;
+                              send();
+                            });
 }
 
 }  // namespace creditloop::server

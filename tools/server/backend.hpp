@@ -51,8 +51,8 @@ class Backend {
   std::unique_ptr<Connection> take();
   void give_back(std::unique_ptr<Connection> c);
   void attempt(std::unique_ptr<Connection> c, std::shared_ptr<Request> request,
-               std::function<void(BackendResult)> done,
-               std::chrono::steady_clock::time_point began, bool may_retry);
+               std::function<void(BackendResult)> done, std::chrono::steady_clock::time_point began,
+               bool may_retry);
 
   boost::asio::io_context& io_;
   std::vector<boost::asio::ip::tcp::endpoint> endpoints_;

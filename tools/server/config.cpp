@@ -59,10 +59,10 @@ class Fields {
                         std::uint64_t max) {
     const json* v = find(key);
     if (v == nullptr) return fallback;
-    if (!v->is_number_integer() || (v->is_number_integer() && !v->is_number_unsigned() &&
-                                    v->get<std::int64_t>() < 0)) {
-      fail(path(key), "must be a whole number from " + std::to_string(min) + " to " +
-                          std::to_string(max));
+    if (!v->is_number_integer() ||
+        (v->is_number_integer() && !v->is_number_unsigned() && v->get<std::int64_t>() < 0)) {
+      fail(path(key),
+           "must be a whole number from " + std::to_string(min) + " to " + std::to_string(max));
     }
     const std::uint64_t x = v->get<std::uint64_t>();
     if (x < min || x > max) {

@@ -1,8 +1,8 @@
 #include "scheduler.hpp"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <limits>
@@ -215,8 +215,7 @@ std::unique_ptr<Scheduler> make_creditloop_scheduler(const ServerConfig& config,
   return std::make_unique<CreditloopScheduler>(config, std::move(start));
 }
 
-std::unique_ptr<Scheduler> make_fifo_scheduler(const ServerConfig& config,
-                                               Scheduler::Start start) {
+std::unique_ptr<Scheduler> make_fifo_scheduler(const ServerConfig& config, Scheduler::Start start) {
   return std::make_unique<FifoScheduler>(config, std::move(start));
 }
 

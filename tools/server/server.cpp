@@ -9,11 +9,11 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <prometheus/histogram.h>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <nlohmann/json.hpp>
-#include <prometheus/histogram.h>
 
 #include "admin.hpp"
 #include "backend.hpp"
@@ -175,14 +175,15 @@ std::shared_ptr<Directory> Server::build_directory(std::shared_ptr<const ServerC
     entry.plan = t.plan;
     entry.shares = t.shares;
     entry.queue_limit = t.queue_limit;
-    const auto old = previous ? previous->by_name.find(t.name) : decltype(previous->by_name.end()){};
+    const auto old =
+        previous ? previous->by_name.find(t.name) : decltype(previous->by_name.end()){};
     if (previous != nullptr && old != previous->by_name.end()) {
       entry.tenant = old->second.tenant;
       if (old->second.plan != t.plan || old->second.shares != t.shares) {
         const Status s = scheduler_->replan(*entry.tenant, t);
         if (!s) {
-          throw std::runtime_error("tenants." + t.name + ": cannot re-plan: " +
-                                   std::string(describe(s.error())));
+          throw std::runtime_error("tenants." + t.name +
+                                   ": cannot re-plan: " + std::string(describe(s.error())));
         }
         log("tenant " + t.name + " re-planned: " + t.plan + " x" + std::to_string(t.shares));
       }
@@ -192,8 +193,8 @@ std::shared_ptr<Directory> Server::build_directory(std::shared_ptr<const ServerC
       tenant->wait_seconds = std::make_shared<prometheus::Histogram>(wait_buckets());
       const Result<ParticipantId> id = scheduler_->add(t);
       if (!id) {
-        throw std::runtime_error("tenants." + t.name + ": cannot add: " +
-                                 std::string(describe(id.error())));
+        throw std::runtime_error("tenants." + t.name +
+                                 ": cannot add: " + std::string(describe(id.error())));
       }
       tenant->participant = id.value();
       entry.tenant = std::move(tenant);
@@ -250,13 +251,16 @@ void Server::listen() {
   const auto open = [this](tcp::acceptor& a, const Endpoint& at, const char* what) {
     boost::system::error_code ec;
     const auto address = asio::ip::make_address(at.host, ec);
-    if (ec) throw std::runtime_error(std::string(what) + ": \"" + at.host + "\" is not an IP address");
+    if (ec)
+      throw std::runtime_error(std::string(what) + ": \"" + at.host + "\" is not an IP address");
     const tcp::endpoint ep(address, at.port);
     a.open(ep.protocol(), ec);
     if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec) a.bind(ep, ec);
     if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) throw std::runtime_error(std::string(what) + ": cannot listen on " + at.text() + ": " + ec.message());
+    if (ec)
+      throw std::runtime_error(std::string(what) + ": cannot listen on " + at.text() + ": " +
+                               ec.message());
     return a.local_endpoint().port();
   };
   const ServerConfig& c = *directory_->config;
@@ -296,20 +300,20 @@ void Server::accept_request(std::unique_ptr<Exchange> e) {
     e->wait_ms = std::get<WorkArgs>(args).wait_ms;
   }
   Tenant& tenant = *e->tenant;
-  if (entry.queue_limit > 0 &&
-      tenant.queued.load(std::memory_order_relaxed) >= entry.queue_limit) {
+  if (entry.queue_limit > 0 && tenant.queued.load(std::memory_order_relaxed) >= entry.queue_limit) {
     const auto next = scheduler_->next_credit(tenant);
-    const long retry = next ? std::max<long>(1, static_cast<long>(std::ceil(
-                                                    std::chrono::duration<double>(*next).count())))
-                            : 1;
+    const long retry =
+        next ? std::max<long>(
+                   1, static_cast<long>(std::ceil(std::chrono::duration<double>(*next).count())))
+             : 1;
     refuse(std::move(e), 429, "queue limit reached\n", retry);
     return;
   }
   e->arrived = Clock::now();
   const Status s = scheduler_->submit(tenant, *e);
   if (!s) {
-    refuse(std::move(e), 503,
-           s.error() == Errc::shut_down ? "shutting down\n" : "tenant removed\n", 1);
+    refuse(std::move(e), 503, s.error() == Errc::shut_down ? "shutting down\n" : "tenant removed\n",
+           1);
     return;
   }
   (void)e.release();  // the scheduler's until start_request(), then the request's own path's
@@ -362,9 +366,8 @@ void Server::run_work(Exchange& e) {
   const auto began = Clock::now();
   timer->expires_after(std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(e.wait_ms)));
-  timer->async_wait([timer, began, done](boost::system::error_code) {
-    done(ms_between(began, Clock::now()));
-  });
+  timer->async_wait(
+      [timer, began, done](boost::system::error_code) { done(ms_between(began, Clock::now())); });
 }
 
 void Server::finish(Exchange& e, double cost, Response response) {
@@ -416,9 +419,8 @@ void Server::begin_stop() {
       refuse(std::unique_ptr<Exchange>(static_cast<Exchange*>(p)), 503, "shutting down\n", 1);
     }
     std::unique_lock lock(outstanding_mutex_);
-    const bool drained = outstanding_done_.wait_until(lock, until, [this] {
-      return outstanding_.load(std::memory_order_relaxed) == 0;
-    });
+    const bool drained = outstanding_done_.wait_until(
+        lock, until, [this] { return outstanding_.load(std::memory_order_relaxed) == 0; });
     lock.unlock();
     if (!drained) {
       log("deadline passed with " + std::to_string(outstanding_.load(std::memory_order_relaxed)) +
@@ -432,16 +434,17 @@ void Server::begin_stop() {
 }
 
 void Server::accept(tcp::acceptor& acceptor, bool admin) {
-  acceptor.async_accept(asio::make_strand(io_), [this, &acceptor, admin](
-                                                    boost::system::error_code ec, tcp::socket s) {
-    if (ec == asio::error::operation_aborted) return;  // closed: the server is stopping
-    if (!ec) {
-      boost::system::error_code ignored;
-      s.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<Session>(std::move(s), *this, admin)->start();
-    }
-    accept(acceptor, admin);
-  });
+  acceptor.async_accept(asio::make_strand(io_),
+                        [this, &acceptor, admin](boost::system::error_code ec, tcp::socket s) {
+                          if (ec == asio::error::operation_aborted)
+                            return;  // closed: the server is stopping
+                          if (!ec) {
+                            boost::system::error_code ignored;
+                            s.set_option(tcp::no_delay(true), ignored);
+                            std::make_shared<Session>(std::move(s), *this, admin)->start();
+                          }
+                          accept(acceptor, admin);
+                        });
 }
 
 int Server::run() {
@@ -462,9 +465,10 @@ int Server::run() {
   };
   wait_signal();
   const ServerConfig& c = *directory()->config;
-  std::printf("creditloop-server: %s mode, %s scheduler, %zu tenants; listening on %s:%u, admin %s:%u\n",
-              c.mode == ServeMode::work ? "work" : "proxy", scheduler_->name(), c.tenants.size(),
-              c.listen.host.c_str(), port_, c.admin_listen.host.c_str(), admin_port_);
+  std::printf(
+      "creditloop-server: %s mode, %s scheduler, %zu tenants; listening on %s:%u, admin %s:%u\n",
+      c.mode == ServeMode::work ? "work" : "proxy", scheduler_->name(), c.tenants.size(),
+      c.listen.host.c_str(), port_, c.admin_listen.host.c_str(), admin_port_);
   std::fflush(stdout);
   std::vector<std::thread> threads;
   for (unsigned i = 1; i < c.io_threads; ++i) threads.emplace_back([this] { io_.run(); });

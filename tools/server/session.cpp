@@ -49,29 +49,27 @@ void Session::read_next() {
   // Between requests a kept-alive connection may idle this long; once a byte arrives, the whole
   // request must follow within the read timeout, however slowly it trickles.
   stream_.expires_after(limits.idle_timeout);
-  stream_.async_read_some(
-      buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
-        if (ec) {
-          self->stream_.socket().close(ec);
-          return;
-        }
-        self->buffer_.commit(n);
-        self->read_request();
-      });
+  stream_.async_read_some(buffer_.prepare(4096),
+                          [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                            if (ec) {
+                              self->stream_.socket().close(ec);
+                              return;
+                            }
+                            self->buffer_.commit(n);
+                            self->read_request();
+                          });
 }
 
 void Session::read_request() {
   stream_.expires_after(server_.directory()->config->limits.read_timeout);
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, std::size_t /*n*/) {
-                     self->on_read(ec);
-                   });
+  http::async_read(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, std::size_t /*n*/) { self->on_read(ec); });
 }
 
 void Session::on_read(beast::error_code ec) {
-  if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
-      ec == asio::error::eof || ec == asio::error::connection_reset ||
-      ec == asio::error::operation_aborted) {
+  if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
+      ec == asio::error::connection_reset || ec == asio::error::operation_aborted) {
     beast::error_code ignored;
     stream_.socket().close(ignored);
     return;

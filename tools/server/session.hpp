@@ -31,8 +31,7 @@ struct Exchange : Pending {
 };
 
 /// A response with the server's usual headers.
-[[nodiscard]] Response make_response(const Request& request, http::status status,
-                                     std::string body,
+[[nodiscard]] Response make_response(const Request& request, http::status status, std::string body,
                                      const char* content_type = "text/plain; charset=utf-8");
 
 class Session : public std::enable_shared_from_this<Session> {
