@@ -927,3 +927,63 @@ TEST_F(SimTest, LargeScenarioRuns) {
 }
 
 }  // namespace
+
+// ---- --reasons: why each ignored participant was passed over -----------------------------------
+
+TEST_F(SimTest, ReasonsExplainEveryIgnoredParticipantAndChangeNothingElse) {
+  std::size_t below = 0;
+  std::size_t no_bucket = 0;
+  for (const char* name : {"quickstart.json", "shares.json", "heavy_work.json",
+                           "descend_climb.json", "bounded_wait.json", "interleave.json"}) {
+    const json scenario = json::parse(std::ifstream(example(name)));
+    const Trace plain = trace_of(example(name));
+    const Trace explained = trace_of(example(name), {"--reasons"});
+    ASSERT_EQ(plain.lines.size(), explained.lines.size()) << name;
+    // participant -> class -> the earliest instant it may qualify again, from its last reason
+    std::map<std::string, std::map<std::string, double>> not_before;
+    for (std::size_t i = 0; i < plain.lines.size(); ++i) {
+      json line = explained.lines[i];
+      if (line.value("ev", "") != "pass") {
+        EXPECT_EQ(line, plain.lines[i]) << name;
+        continue;
+      }
+      const json reasons = line["reasons"];
+      line.erase("reasons");
+      EXPECT_EQ(line, plain.lines[i]) << name;  // the spec's keys are untouched
+      const std::string cls = line["class"];
+      const double t = line["t"];
+      for (const json& p : line["eligible"]) {
+        const auto it = not_before[p.get<std::string>()].find(cls);
+        if (it != not_before[p.get<std::string>()].end()) {
+          // Only refill raises a balance, so nobody qualifies before its stated next credit.
+          EXPECT_GE(t + kEps, it->second) << name << ": " << p << " eligible for " << cls;
+        }
+      }
+      ASSERT_EQ(reasons.size(), line["ignored"].size()) << line;
+      for (const json& p : line["ignored"]) {
+        const std::string who = p;
+        ASSERT_TRUE(reasons.contains(who)) << line;
+        const json& r = reasons[who];
+        std::string plan;
+        for (const json& q : scenario["participants"]) {
+          if (q["name"] == who) plan = q["plan"];
+        }
+        const bool holds = scenario["plans"][plan].contains(cls);
+        if (r["why"] == "no_bucket") {
+          ++no_bucket;
+          EXPECT_FALSE(holds) << line;
+        } else {
+          ++below;
+          EXPECT_EQ(r["why"], "below_one_credit") << line;
+          EXPECT_TRUE(holds) << line;
+          EXPECT_LT(r["balance"].get<double>(), 1.0) << line;
+          EXPECT_GT(r["next_credit"].get<double>(), t) << line;
+          not_before[who][cls] = r["next_credit"].get<double>() - 1e-6;  // 6-decimal rounding
+        }
+      }
+    }
+  }
+  // The examples exercise both reasons.
+  EXPECT_GT(below, 0u);
+  EXPECT_GT(no_bucket, 0u);
+}

@@ -18,7 +18,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: creditloop-sim [--table | --summary | --check] SCENARIO.json\n"
+    "usage: creditloop-sim [--table | --summary | --check] [--reasons] SCENARIO.json\n"
     "\n"
     "Runs SCENARIO.json (\"-\" reads standard input) through the creditloop dispatcher core on a\n"
     "virtual clock against a slot-model server. By default writes the JSON Lines trace of every\n"
@@ -30,6 +30,9 @@ constexpr const char* kUsage =
     "              completed, waiting, longest wait and balances when the run stopped\n"
     "  --summary   print only the summary line\n"
     "  --check     validate the scenario and print nothing (exit status says whether it is good)\n"
+    "  --reasons   each pass line also says why each ignored participant was passed over:\n"
+    "              {\"why\": \"no_bucket\"} or {\"why\": \"below_one_credit\", \"balance\": B,\n"
+    "              \"next_credit\": T} (an extension of the trace format, off by default)\n"
     "  -h, --help  print this help\n"
     "\n"
     "A bad scenario exits with status 1 and one line on standard error naming the field at\n"
@@ -60,6 +63,7 @@ enum class Mode { trace, table, summary, check };
 
 int main(int argc, char** argv) {
   Mode mode = Mode::trace;
+  bool reasons = false;
   std::vector<std::string> files;
   bool options_done = false;
   for (int i = 1; i < argc; ++i) {
@@ -70,6 +74,8 @@ int main(int argc, char** argv) {
     }
     if (!options_done && arg == "--") {
       options_done = true;
+    } else if (!options_done && arg == "--reasons") {
+      reasons = true;
     } else if (!options_done && (arg == "--table" || arg == "--summary" || arg == "--check")) {
       const Mode m = arg == "--table"     ? Mode::table
                      : arg == "--summary" ? Mode::summary
@@ -129,6 +135,7 @@ int main(int argc, char** argv) {
     if (mode == Mode::check) return 0;
     sim::Simulator& simulator = *std::get<0>(built);
 
+    simulator.explain_passes(reasons);
     sim::LineWriter out(stdout);
     const sim::RunReport report = simulator.run(mode == Mode::trace ? &out : nullptr);
     if (mode == Mode::table) {

@@ -268,6 +268,36 @@ void Simulator::on_pass(ClassId c) {
     }
     b += ']';
   }
+  if (explain_passes_) {
+    // An ignored participant either holds no bucket of the pass's class, or holds one with less
+    // than a credit: then its balance and the instant its next credit lands say when it will
+    // qualify again (nothing when that lies beyond the clock's range).
+    b += ", \"reasons\": {";
+    bool first = true;
+    for (std::size_t i = 0; i < scratch_.size(); ++i) {
+      if (scratch_flags_[i] != 0) continue;
+      if (!first) b += ", ";
+      first = false;
+      const ParticipantId id = scratch_[i];
+      b += participants_[by_slot_[id.slot]].json_name;
+      const creditloop::Result<creditloop::Balance> balance = core_.balance(id, c, now_);
+      if (!balance) {
+        b += ": {\"why\": \"no_bucket\"}";
+        continue;
+      }
+      b += ": {\"why\": \"below_one_credit\", \"balance\": ";
+      append_micro(b, balance.value());
+      b += ", \"next_credit\": ";
+      const std::optional<Nanos> next = core_.next_credit(id, c, now_);
+      if (next) {
+        append_micro(b, *next);
+      } else {
+        b += "null";
+      }
+      b += '}';
+    }
+    b += '}';
+  }
   b += '}';
   trace_->end_line();
 }

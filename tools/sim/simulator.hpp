@@ -96,6 +96,10 @@ class Simulator {
   /// simulator makes correctly, or its counters disagree with what it dispatched: a core bug.
   RunReport run(LineWriter* trace);
 
+  /// Each pass line also says why each ignored participant was passed over (`--reasons`): an
+  /// extension of SPEC section 6's trace, off by default so that the trace stays as defined.
+  void explain_passes(bool on) noexcept { explain_passes_ = on; }
+
  private:
   struct Request;
   struct Participant;
@@ -133,6 +137,7 @@ class Simulator {
   std::vector<Due> completions_;       // min-heap on (t, seq)
 
   LineWriter* trace_ = nullptr;
+  bool explain_passes_ = false;
   creditloop::Nanos now_ = 0;
   std::uint64_t free_slots_ = 0;
   std::uint64_t next_req_ = 0;
