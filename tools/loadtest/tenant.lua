@@ -13,8 +13,8 @@
 -- A result line is `key=value` pairs: tenant, requests (answered 200 with the scheduler's
 -- headers), bad (anything else), seconds, rps, work (the sum of X-Creditloop-Cost), the count per
 -- class (P1..P3, fifo), and the queueing delay's p50, p99, p999 and max in milliseconds, from
--- X-Creditloop-Wait-Ms; then the cost's p50 and max (X-Creditloop-Cost: the time a request held its
--- slot, in credits). The queueing delay is the server's own measure (arrival to start), so it
+-- X-Creditloop-Wait-Ms; then the cost's p50, p99, p99.9 and max (X-Creditloop-Cost: the time a
+-- request held its slot, in credits). The queueing delay is the server's own measure (arrival to start), so it
 -- leaves out the connection's and wrk's time, which belong to no scheduler.
 
 local path = os.getenv("LOADTEST_PATH") or "/"
@@ -54,7 +54,8 @@ local function describe(name, r, seconds)
   line = line .. string.format(" p50=%.3f p99=%.3f p999=%.3f max=%.3f",
     percentile(r.waits, 0.50), percentile(r.waits, 0.99), percentile(r.waits, 0.999),
     r.waits[#r.waits] or 0)
-  return line .. string.format(" cost_p50=%.6f cost_max=%.6f", percentile(r.costs, 0.50),
+  return line .. string.format(" cost_p50=%.6f cost_p99=%.6f cost_p999=%.6f cost_max=%.6f",
+    percentile(r.costs, 0.50), percentile(r.costs, 0.99), percentile(r.costs, 0.999),
     r.costs[#r.costs] or 0)
 end
 
