@@ -100,6 +100,9 @@ std::string metrics_text(Server& server) {
   const int k = dir->config->plans.classes;
   const auto snaps = snapshots_by_name(server);
   const bool fifo = server.scheduler().runtime() == nullptr;
+  // One round trip for the loop's counters and clock, one for the participants: never one per
+  // tenant.
+  const RuntimeSnapshot loop = fifo ? RuntimeSnapshot{} : server.scheduler().runtime()->snapshot();
 
   MetricFamily served =
       family("creditloop_tenant_requests_total",
@@ -142,10 +145,8 @@ std::string metrics_text(Server& server) {
       const std::string cls = class_name(static_cast<ClassId>(c));
       add_gauge(balance, labelled({{"tenant", name}, {"class", cls}}), credits(*b));
       const auto& n = s->second.next_credit[static_cast<std::size_t>(c)];
-      add_gauge(
-          next, labelled({{"tenant", name}, {"class", cls}}),
-          n ? std::max(0.0, seconds(*n) - seconds(server.scheduler().runtime()->snapshot().at))
-            : 0.0);
+      add_gauge(next, labelled({{"tenant", name}, {"class", cls}}),
+                n ? std::max(0.0, seconds(*n - loop.at)) : 0.0);
     }
     add_gauge(oldest, labelled({{"tenant", name}}),
               s->second.oldest_queued_age ? seconds(*s->second.oldest_queued_age) : 0.0);
@@ -157,7 +158,6 @@ std::string metrics_text(Server& server) {
     families.push_back(std::move(balance));
     families.push_back(std::move(next));
     families.push_back(std::move(oldest));
-    const RuntimeSnapshot loop = server.scheduler().runtime()->snapshot();
     MetricFamily passes = family("creditloop_loop_passes_total",
                                  "Turns the dispatcher settled on each class", MetricType::Counter);
     MetricFamily dispatched = family("creditloop_loop_dispatched_total",
