@@ -13,6 +13,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -32,6 +33,7 @@ using creditloop::bench::Api;
 using creditloop::bench::Credit;
 using creditloop::bench::DecisionLoop;
 using creditloop::bench::Fleet;
+using creditloop::bench::FreshCores;
 using creditloop::bench::kBatch;
 using creditloop::bench::ShallowLoop;
 
@@ -208,6 +210,34 @@ void BM_RegisterMillion(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * 1000000);
 }
 BENCHMARK(BM_RegisterMillion)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// Registration into a core on which nothing was reserved: the first add sizes the per-place
+// tables (`per_core` 1), and a longer run of adds shows what growing them costs per add. Each
+// iteration times, by the steady clock, the adds into `cores` fresh cores made and destroyed
+// untimed: one core at a time meets memory the allocator has just had back; sixteen at a time
+// need more than it keeps, so their first adds also pay the kernel for fresh pages.
+void BM_AddsIntoFreshCore(benchmark::State& state) {
+  const auto cores = static_cast<std::size_t>(state.range(0));
+  const auto per_core = static_cast<std::size_t>(state.range(1));
+  std::size_t added = 0;
+  double seconds = 0;
+  for (auto _ : state) {
+    FreshCores fresh(cores, per_core);
+    const auto start = std::chrono::steady_clock::now();
+    added += fresh.add_all();
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    state.SetIterationTime(took.count());
+    seconds += took.count();
+  }
+  // By the manual time: a rate counter would divide by the CPU time, setup included.
+  state.counters["ns_per_add"] = seconds * 1e9 / static_cast<double>(added);
+}
+BENCHMARK(BM_AddsIntoFreshCore)
+    ->ArgNames({"cores", "per_core"})
+    ->Args({1, 1})
+    ->Args({16, 1})
+    ->Args({16, 10000})
+    ->UseManualTime();
 
 }  // namespace
 
