@@ -13,6 +13,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -32,6 +33,7 @@ using creditloop::bench::Api;
 using creditloop::bench::Credit;
 using creditloop::bench::DecisionLoop;
 using creditloop::bench::Fleet;
+using creditloop::bench::FreshCores;
 using creditloop::bench::kBatch;
 using creditloop::bench::ShallowLoop;
 
@@ -153,23 +155,36 @@ void BM_MemoryFloor(benchmark::State& state) {
 BENCHMARK(BM_MemoryFloor)->Apply(decision_sizes);
 
 // How fast the CPU ran, in cycles per nanosecond: a chain of dependent one-cycle adds retires at
-// most one add per cycle, so this is the clock times the share of it the virtual machine got. On
-// the build machines it has measured from 1.3 to 3.05 within one day, and every figure above moves
-// with it (though not in proportion: memory does not slow down with the CPU's share). It tells
-// runs on different days apart; within one run, compare the cases side by side.
+// most one add per cycle, so this is the clock times the share of it the virtual machine got, and
+// every figure above moves with it (though not in proportion: memory does not slow down with the
+// CPU's share). It tells runs on different days apart; within one run, compare the cases side by
+// side.
 void BM_ClockCalibration(benchmark::State& state) {
   constexpr int kAdds = 1 << 20;
   std::uint64_t chain = 0;
   for (auto _ : state) {
-    for (int i = 0; i < kAdds; ++i) {
 #if defined(__x86_64__)
-      asm volatile("add $1, %0" : "+r"(chain));
-#elif defined(__aarch64__)
+    // The whole loop in one block aligned to 64 bytes, eight adds per turn: a loop the compiler
+    // placed across a 64-byte boundary ran at half the rate on the build machines (AMD EPYC), so
+    // the same source read 1.0 to 1.6 GHz in one binary and 2.6 to 3.4 in another, in turn.
+    std::uint64_t turns = kAdds / 8;
+    asm volatile(
+        ".p2align 6\n"
+        "1:\n\t"
+        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+        "sub $1, %1\n\t"
+        "jnz 1b"
+        : "+r"(chain), "+r"(turns));
+#else
+    for (int i = 0; i < kAdds; ++i) {
+#if defined(__aarch64__)
       asm volatile("add %0, %0, #1" : "+r"(chain));
 #else
       benchmark::DoNotOptimize(++chain);  // a store and a load too: an upper bound only
 #endif
     }
+#endif
   }
   benchmark::DoNotOptimize(chain);
   state.counters["ghz"] = benchmark::Counter(static_cast<double>(state.iterations()) * kAdds * 1e-9,
@@ -195,6 +210,34 @@ void BM_RegisterMillion(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * 1000000);
 }
 BENCHMARK(BM_RegisterMillion)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// Registration into a core on which nothing was reserved: the first add sizes the per-place
+// tables (`per_core` 1), and a longer run of adds shows what growing them costs per add. Each
+// iteration times, by the steady clock, the adds into `cores` fresh cores made and destroyed
+// untimed: one core at a time meets memory the allocator has just had back; sixteen at a time
+// need more than it keeps, so their first adds also pay the kernel for fresh pages.
+void BM_AddsIntoFreshCore(benchmark::State& state) {
+  const auto cores = static_cast<std::size_t>(state.range(0));
+  const auto per_core = static_cast<std::size_t>(state.range(1));
+  std::size_t added = 0;
+  double seconds = 0;
+  for (auto _ : state) {
+    FreshCores fresh(cores, per_core);
+    const auto start = std::chrono::steady_clock::now();
+    added += fresh.add_all();
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    state.SetIterationTime(took.count());
+    seconds += took.count();
+  }
+  // By the manual time: a rate counter would divide by the CPU time, setup included.
+  state.counters["ns_per_add"] = seconds * 1e9 / static_cast<double>(added);
+}
+BENCHMARK(BM_AddsIntoFreshCore)
+    ->ArgNames({"cores", "per_core"})
+    ->Args({1, 1})
+    ->Args({16, 1})
+    ->Args({16, 10000})
+    ->UseManualTime();
 
 }  // namespace
 

@@ -26,6 +26,7 @@ using creditloop::bench::Api;
 using creditloop::bench::Credit;
 using creditloop::bench::DecisionLoop;
 using creditloop::bench::Fleet;
+using creditloop::bench::FreshCores;
 using creditloop::bench::kBatch;
 using creditloop::bench::ShallowLoop;
 
@@ -33,6 +34,7 @@ enum class Kind {
   decision,  // decisions alone (Core::dispatch in batches of 8, or begin_turn + visit)
   cycle,     // decision, submission and completion with cost, queues kept at their depth
   request,   // one deep: submission, decision, completion with cost
+  add,       // registration into fresh cores, nothing reserved (`registered` adds per core)
 };
 
 struct Case {
@@ -88,6 +90,9 @@ std::vector<Case> all_cases() {
   }
   cases.push_back({"decision/visit/high-rate/1k-all", Kind::decision, 1000, 1000, Api::single,
                    Credit::high_rate, 4});
+  cases.push_back({"add/first/unreserved", Kind::add, 1, 0, Api::single, Credit::plentiful, 0});
+  cases.push_back(
+      {"add/10000/unreserved", Kind::add, 10'000, 0, Api::single, Credit::plentiful, 0});
   return cases;
 }
 
@@ -148,6 +153,14 @@ std::uint64_t run_requests(const Case& c) {
   return ops;
 }
 
+// The first add into a fresh core sizes its tables; ten thousand show the growth per add.
+std::uint64_t run_adds(const Case& c) {
+  FreshCores cores(16, c.registered);
+  CALLGRIND_START_INSTRUMENTATION;
+  const Counted counted;
+  return cores.add_all();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -163,7 +176,9 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     if (c.name != argv[1]) continue;
     std::uint64_t ops = 0;
-    if (c.kind == Kind::request) {
+    if (c.kind == Kind::add) {
+      ops = run_adds(c);
+    } else if (c.kind == Kind::request) {
       ops = run_requests(c);
     } else if (c.api == Api::batch) {
       ops = run_decisions<Api::batch>(c);

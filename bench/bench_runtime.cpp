@@ -44,8 +44,10 @@
 // cores producers and workers have).
 // Iteration counts are fixed, so that every run of a case is a repetition. After the benchmarks, a
 // summary prints the median ns_per_request of each case over the repetitions and the two target
-// ratios: runtime / raw hand-off (target at most 2) and mutex / runtime (target at least 10), then
-// the inline-sink runtime against the raw hand-off.
+// ratios: runtime / raw hand-off (target at most 2) and mutex / runtime (target at least 10); then
+// the median dispatcher_ns_per_req of each runtime case against the raw hand-off's ns per request
+// (target at most 1.5: the dispatcher's serial work per request next to what moving a pointer
+// between two threads costs); then the inline-sink runtime against the raw hand-off.
 //
 // Run: cmake --build build/release --target bench_runtime
 //      build/release/bench/bench_runtime --benchmark_repetitions=5
@@ -373,9 +375,15 @@ void BM_Runtime(benchmark::State& state) {
   class_mix(state, per_class, snapshot.classes);
   state.counters["parks_per_kreq"] =
       static_cast<double>(snapshot.parks) * 1e3 / static_cast<double>(snapshot.dispatched);
-  state.counters["dispatcher_ns_per_req"] =
+  const double dispatcher_ns =
       static_cast<double>(snapshot.dispatcher_cpu - before.dispatcher_cpu) /
       static_cast<double>(snapshot.dispatched - before.dispatched);
+  state.counters["dispatcher_ns_per_req"] = dispatcher_ns;
+  if constexpr (!kInlineSink) {
+    results()[{"dispatcher", static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+               static_cast<int>(state.range(2))}]
+        .push_back(dispatcher_ns);
+  }
   runtime.shutdown();
   producers.report(state);
   finish(state, kInlineSink ? "inline" : "runtime", watch, producer_count + 1 + workers);
@@ -632,13 +640,15 @@ void print_summary() {
   std::printf("\nSummary (%u hardware threads; medians of ns per request over repetitions)\n",
               std::thread::hardware_concurrency());
   if (raw > 0) std::printf("raw moodycamel hand-off, 1 producer -> 1 consumer: %.1f ns\n", raw);
-  std::printf("%-9s %-12s %-7s %12s %12s %16s %17s\n", "producers", "participants", "workers",
-              "runtime ns", "mutex ns", "runtime/raw<=2", "mutex/runtime>=10");
+  std::printf("%-9s %-12s %-7s %12s %12s %16s %17s %13s %19s\n", "producers", "participants",
+              "workers", "runtime ns", "mutex ns", "runtime/raw<=2", "mutex/runtime>=10",
+              "dispatcher ns", "dispatcher/raw<=1.5");
   for (const auto& [key, values] : r) {
     const auto& [design, p, n, w] = key;
     if (design != "runtime") continue;
     const double runtime = median(values);
     const double mutex = find("mutex", p, n, w);
+    const double dispatcher = find("dispatcher", p, n, w);
     const auto verdict = [](bool met) { return met ? "met" : "missed"; };
     std::printf("%-9d %-12d %-7d %12.1f %12.1f", p, n, w, runtime, mutex);
     if (raw > 0) {
@@ -650,6 +660,12 @@ void print_summary() {
       std::printf(" %10.2f %-6s", mutex / runtime, verdict(mutex / runtime >= 10));
     } else {
       std::printf(" %17s", "-");
+    }
+    std::printf(" %13.1f", dispatcher);
+    if (raw > 0) {
+      std::printf(" %12.2f %-6s", dispatcher / raw, verdict(dispatcher / raw <= 1.5));
+    } else {
+      std::printf(" %19s", "-");
     }
     std::printf("\n");
   }

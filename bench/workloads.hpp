@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -249,6 +250,36 @@ class ShallowLoop {
   std::size_t half_ = 0;
   Nanos step_ = 0;
   Nanos now_ = 0;
+};
+
+/// Registration into cores on which nothing was reserved: `count` fresh cores (the reference
+/// plans), and `per_core` names made up front, so that only the adds are measured. The first add
+/// into each core sizes its per-place tables; later adds grow them as they fill.
+class FreshCores {
+ public:
+  FreshCores(std::size_t count, std::size_t per_core) {
+    cores_.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      cores_.push_back(std::make_unique<Core>(reference_config()));
+    }
+    names_.reserve(per_core);
+    for (std::size_t i = 0; i < per_core; ++i) names_.push_back("p" + std::to_string(i));
+  }
+
+  /// Registers every name into every core, core after core; returns the adds accepted.
+  std::size_t add_all() {
+    std::size_t added = 0;
+    for (const auto& core : cores_) {
+      for (std::size_t i = 0; i < names_.size(); ++i) {
+        added += core->add(names_[i], i % 2 == 0 ? "pro" : "lite", 1, 0).ok() ? 1 : 0;
+      }
+    }
+    return added;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Core>> cores_;
+  std::vector<std::string> names_;
 };
 
 }  // namespace creditloop::bench

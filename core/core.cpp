@@ -11,6 +11,10 @@ namespace {
 // ring (192 bytes each at k = 2) outgrow a core's share of L2.
 constexpr std::uint32_t kPrefetchFrom = 8192;
 
+// Places of the first growth of a core with nothing reserved: one word of each ready set, 12 KiB
+// of records at k = 2.
+constexpr std::uint32_t kFirstPlaces = 64;
+
 }  // namespace
 
 Core::Core(Config config) : config_(std::move(config)), places_store_(config_.classes) {
@@ -55,8 +59,8 @@ void Core::grow_places(std::uint32_t places) {
   if (places <= places_) return;
   const std::size_t n = places;
   places_store_.grow_to(n);
-  names_.grow_to(n);
-  cold_.grow_to(n);
+  names_.resize(n);
+  cold_.resize(n);
   waiting_.resize(places);
   for (int c = 0; c < k_; ++c) {
     ready_[static_cast<std::size_t>(c)].resize(places);
@@ -109,8 +113,10 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
     if (ring_size_ == kMaxParticipants) return Errc::too_many_participants;
     slot = ring_size_;
     if (slot >= places_) {
+      // Geometric from a few places, so that a core with nothing reserved pays for those at its
+      // first add and O(1) per add after (reserve() sizes everything up front instead).
       const std::uint32_t doubled = places_ > kMaxParticipants / 2 ? kMaxParticipants : places_ * 2;
-      grow_places(doubled > 4096 ? doubled : 4096);
+      grow_places(doubled > kFirstPlaces ? doubled : kFirstPlaces);
     }
   }
   // Everything that can allocate happens before the first change of state.

@@ -54,6 +54,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -428,8 +429,9 @@ class Core {
   std::unordered_map<std::string, PlanId, NameHash, std::equal_to<>> plan_index_;
 
   Places places_store_;
-  detail::ChunkedTable<std::string> names_;
-  detail::ChunkedTable<Cold> cold_;
+  // A deque, so that growing it moves no name: name() hands out views into them.
+  std::deque<std::string> names_;
+  std::vector<Cold> cold_;
   detail::NameIndex name_index_;           // into names_
   std::vector<std::uint32_t> free_slots_;  // LIFO: the most recently freed place is reused first
   std::uint32_t ring_size_ = 0;

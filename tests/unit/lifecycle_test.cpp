@@ -2,6 +2,9 @@
 // (take_all_queued), and a clock that seems to run backwards. SPEC sections 1, 5 and 5a.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "harness.hpp"
@@ -49,6 +52,41 @@ TEST(Register, JoinsTheRingInRegistrationOrder) {
   EXPECT_EQ(rig.core.shares(b), 7u);
   EXPECT_TRUE(rig.core.contains(c));
   EXPECT_NE(a.generation, 0u);
+}
+
+// With nothing reserved, the per-place tables start at a few places and double, through the place
+// store's first chunk and past it. Nothing registered or queued before a growth is lost by it, and
+// a name's view stays valid.
+TEST(Register, GrowingWithNothingReservedKeepsEveryParticipant) {
+  Rig rig(reference_config());  // pro: P1 {2/s, 4}, P2 {5/s, 10}
+  std::vector<ParticipantId> ids;
+  const ParticipantId first = rig.add("first", "pro", 2);
+  ids.push_back(first);
+  const std::string_view first_name = rig.core.name(first);
+  rig.submit(first, 1);
+  constexpr std::size_t kCount = 2 * 4096 + 1;
+  for (std::size_t i = 1; i < kCount; ++i) {
+    // Long names live on the heap, short ones in the string itself.
+    const std::string name = i % 2 == 0 ? "p" + std::to_string(i)
+                                        : "a participant with a long name " + std::to_string(i);
+    ids.push_back(
+        rig.add(name, i % 2 == 0 ? "pro" : "lite", static_cast<std::uint32_t>(1 + i % 3)));
+  }
+  EXPECT_EQ(rig.core.size(), kCount);
+  EXPECT_EQ(rig.core.name(first).data(), first_name.data());
+  EXPECT_EQ(first_name, "first");
+  for (std::size_t i = 1; i < kCount; ++i) {
+    const ParticipantId p = ids[i];
+    ASSERT_EQ(rig.core.at(static_cast<std::uint32_t>(i)), std::optional<ParticipantId>(p));
+    ASSERT_EQ(rig.core.find(rig.core.name(p)), std::optional<ParticipantId>(p));
+    ASSERT_EQ(rig.core.shares(p), static_cast<std::uint32_t>(1 + i % 3));
+  }
+  // The first participant's bucket and queue came through every growth: one request, out in P1
+  // from a full bucket (2 shares: 8 credits).
+  EXPECT_EQ(rig.bal(first, 0, 0), credits(8));
+  EXPECT_EQ(rig.core.waiting(), 1u);
+  EXPECT_EQ(rig.turn(0), "P1: first");
+  EXPECT_EQ(rig.bal(first, 0, 0), credits(7));
 }
 
 TEST(Remove, HandsBackQueuedRequestsOldestFirst) {

@@ -1,5 +1,6 @@
-// detail::PlaceStore: records that never move while the store grows, from single chunks into
-// huge-page slabs, each record a header followed by its buckets.
+// detail::PlaceStore: records that never move while the store grows, through its first chunk
+// record by record and from single chunks into huge-page slabs, each record a header followed by
+// its buckets.
 #include "creditloop/detail/place_store.hpp"
 
 #include <gtest/gtest.h>
@@ -22,9 +23,32 @@ using Store = PlaceStore<Header, Bucket>;
 
 constexpr std::size_t kSlabStart = Store::kSmallChunks * Store::kChunk;
 
-TEST(PlaceStore, GrowingIntoSlabsKeepsEveryRecordInPlace) {
+TEST(PlaceStore, TheFirstChunkIsConstructedAsTheStoreReachesIt) {
   Store store(3);
   store.grow_to(1);
+  EXPECT_EQ(store.capacity(), 1u);
+  store.header(0).tag = 100;
+  store.bucket(0, 2).value = 300;
+  const Header* first = &store.header(0);
+  store.grow_to(64);
+  EXPECT_EQ(store.capacity(), 64u);
+  store.grow_to(Store::kChunk - 1);
+  EXPECT_EQ(store.capacity(), Store::kChunk - 1);
+  EXPECT_EQ(&store.header(0), first);
+  EXPECT_EQ(store.header(0).tag, 100u);
+  EXPECT_EQ(store.bucket(0, 2).value, 300u);
+  for (std::uint32_t p = 1; p < Store::kChunk - 1; ++p) {
+    ASSERT_EQ(store.header(p).tag, 7u) << "place " << p << " not constructed";
+    ASSERT_EQ(store.bucket(p, 2).value, 11u) << "place " << p;
+  }
+  store.grow_to(Store::kChunk + 1);  // the rest of the first chunk, and a second one
+  EXPECT_EQ(store.capacity(), 2 * Store::kChunk);
+  EXPECT_EQ(store.header(Store::kChunk - 1).tag, 7u);
+}
+
+TEST(PlaceStore, GrowingIntoSlabsKeepsEveryRecordInPlace) {
+  Store store(3);
+  store.grow_to(Store::kChunk);
   std::vector<const Header*> where;
   for (std::uint32_t p = 0; p < Store::kChunk; ++p) {
     store.header(p).tag = p;

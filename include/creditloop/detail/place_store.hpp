@@ -7,6 +7,11 @@
 // time, so the layout is computed here rather than by the compiler. Records live in chunks that
 // never move, so they may hold atomics and other threads may keep pointers into them.
 //
+// The first chunk's records are constructed as the store grows into them, not all at once:
+// constructing the whole chunk (768 KiB at k = 2) made the first registration into a core with
+// nothing reserved cost tens of microseconds. Its memory is allocated whole, so its records never
+// move either, and the store writes no page of it before reaching it.
+//
 // Past the first few chunks, records come in slabs aligned to 2 MiB and offered to the kernel as
 // transparent huge pages: at a million participants the records span hundreds of megabytes, and
 // a visit that lands on a new 4 KiB page each time pays a page walk as well as a cache miss.
@@ -51,7 +56,9 @@ class PlaceStore {
 
   /// Ensures places [0, n) exist, default-constructed. May allocate.
   void grow_to(std::size_t n) {
-    while (chunks_.size() * kChunk < n) {
+    if (n <= capacity_) return;
+    if (capacity_ < kChunk) grow_first_chunk(n < kChunk ? n : kChunk);
+    while (capacity_ < n) {
       const bool slab = chunks_.size() >= kSmallChunks;
       const std::size_t count = slab ? kSlabChunks : 1;
       const std::size_t align = slab ? kHugePage : kAlign;
@@ -59,15 +66,14 @@ class PlaceStore {
       chunks_.reserve(chunks_.size() + count);
       std::byte* raw = allocate_records(stride_ * kChunk * count, align, slab);
       blocks_.emplace_back(raw, Free{align});
-      for (std::size_t i = 0; i < kChunk * count; ++i) {
-        std::byte* at = raw + i * stride_;
-        new (at) Header();
-        for (std::size_t c = 0; c < buckets_; ++c)
-          new (at + sizeof(Header) + c * sizeof(Bucket)) Bucket();
-      }
+      construct(raw, 0, kChunk * count);
       for (std::size_t i = 0; i < count; ++i) chunks_.push_back(raw + i * kChunk * stride_);
+      capacity_ += kChunk * count;
     }
   }
+
+  /// Places that exist.
+  [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
 
   /// The buckets of the record whose header is `h`: they follow it directly.
   static Bucket* buckets_after(Header& h) noexcept {
@@ -110,6 +116,27 @@ class PlaceStore {
   static constexpr std::size_t round_up(std::size_t n, std::size_t a) {
     return (n + a - 1) / a * a;
   }
+  // Default-constructs records [from, to) of the block at `raw`.
+  void construct(std::byte* raw, std::size_t from, std::size_t to) const noexcept {
+    for (std::size_t i = from; i < to; ++i) {
+      std::byte* at = raw + i * stride_;
+      new (at) Header();
+      for (std::size_t c = 0; c < buckets_; ++c)
+        new (at + sizeof(Header) + c * sizeof(Bucket)) Bucket();
+    }
+  }
+  // Constructs the first chunk's records up to `n`, allocating the whole chunk the first time.
+  void grow_first_chunk(std::size_t n) {
+    if (chunks_.empty()) {
+      blocks_.reserve(1);
+      chunks_.reserve(1);
+      std::byte* raw = allocate_records(stride_ * kChunk, kAlign, false);
+      blocks_.emplace_back(raw, Free{kAlign});
+      chunks_.push_back(raw);
+    }
+    construct(chunks_[0], capacity_, n);
+    capacity_ = n;
+  }
   std::byte* at(std::uint32_t place) const noexcept {
     return chunks_[place >> kChunkBits] + (place & (kChunk - 1)) * stride_;
   }
@@ -118,6 +145,7 @@ class PlaceStore {
   std::size_t stride_;
   std::vector<std::byte*> chunks_;                          // by place >> kChunkBits
   std::vector<std::unique_ptr<std::byte[], Free>> blocks_;  // owns the chunks and slabs
+  std::size_t capacity_ = 0;                                // places that exist
 };
 
 }  // namespace creditloop::detail
