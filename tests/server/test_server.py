@@ -439,7 +439,14 @@ class Shutdown(unittest.TestCase):
         wait_for("bob queued", lambda: server.tenant("bob")["queued"] == 4)
         server.proc.send_signal(signal.SIGTERM)
         for q in queued:
-            status, headers, _ = q.get()
+            try:
+                status, headers, _ = q.get()
+            except Exception as e:  # noqa: BLE001 - shown with the server's log
+                if os.environ.get("DEBUG_STACKS"):
+                    subprocess.run(["gdb", "-p", str(server.proc.pid), "-batch", "-ex",
+                                    "thread apply all bt 12"], timeout=60)
+                server.proc.wait(timeout=20)
+                raise AssertionError(f"{e!r}; server log:\n{server.log()}") from e
             self.assertEqual(status, 503)
             self.assertIn("Retry-After", headers)
         status, _, body = hold.get()

@@ -138,6 +138,7 @@ bool KeyDigestEqual::operator()(const KeyDigest& a, const KeyDigest& b) const no
 
 Server::Server(ServerOptions options)
     : options_(std::move(options)),
+      keep_running_(io_.get_executor()),
       acceptor_(io_),
       admin_acceptor_(io_),
       signals_(io_, SIGHUP, SIGTERM, SIGINT) {
@@ -398,9 +399,14 @@ void Server::refuse(std::unique_ptr<Exchange> e, unsigned status, const std::str
 void Server::answer(std::unique_ptr<Exchange> e, Response response) {
   std::shared_ptr<Session> session = std::move(e->session);
   e.reset();
-  session->respond(std::move(response));
+  session->respond(std::move(response));  // calls answered() once written
+}
+
+void Server::answered() {
+  // The last decrement is published by the mutex the notification takes, which the waiter in
+  // begin_stop() holds while it reads the count: relaxed is enough for the count itself.
   if (outstanding_.fetch_sub(1, std::memory_order_relaxed) == 1 && stopping()) {
-    std::lock_guard lock(outstanding_mutex_);  // pairs with the wait in begin_stop()
+    std::lock_guard lock(outstanding_mutex_);
     outstanding_done_.notify_all();
   }
 }
@@ -428,7 +434,7 @@ void Server::begin_stop() {
       std::fflush(nullptr);
       std::_Exit(1);  // what is in flight cannot complete without the threads we now stop
     }
-    // Let the last answers reach their sockets before the I/O threads go.
+    // Every answer has been written (answered() counts at the end of the write).
     asio::post(io_, [this] { io_.stop(); });
   });
 }

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -98,6 +99,9 @@ class Server {
   void refuse(std::unique_ptr<Exchange> exchange, unsigned status, const std::string& why,
               long retry_after_s = 0);
 
+  /// A tenant's answer has been written (or its connection failed): one fewer outstanding.
+  void answered();
+
   std::atomic<std::uint64_t> connections_open{0};
   std::atomic<std::uint64_t> bad_requests{0};
 
@@ -118,6 +122,10 @@ class Server {
 
   ServerOptions options_;
   boost::asio::io_context io_;
+  // A request waiting for its turn has no operation pending on the I/O context; without this,
+  // the context would run out of work while answers are still to be posted to it (at shutdown,
+  // with the acceptors closed), and its threads would return.
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> keep_running_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::ip::tcp::acceptor admin_acceptor_;
   boost::asio::signal_set signals_;

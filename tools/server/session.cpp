@@ -89,7 +89,7 @@ void Session::on_read(beast::error_code ec) {
     }
     Response res = make_response(blank, status, why);
     res.keep_alive(false);
-    write(std::move(res), true);
+    write(std::move(res), true, false);
     return;
   }
   stream_.expires_never();  // the request may now wait its turn as long as it needs
@@ -97,7 +97,7 @@ void Session::on_read(beast::error_code ec) {
   if (admin_) {
     Response res = admin_response(server_, request);
     const bool close = !res.keep_alive();
-    write(std::move(res), close);
+    write(std::move(res), close, false);
     return;
   }
   auto exchange = std::make_unique<Exchange>();
@@ -111,25 +111,28 @@ void Session::respond(Response response) {
              [self = shared_from_this(), res = std::move(response)]() mutable {
                const bool close = !res.keep_alive() || self->server_.stopping();
                if (close) res.keep_alive(false);
-               self->write(std::move(res), close);
+               self->write(std::move(res), close, true);
              });
 }
 
-void Session::write(Response response, bool close_after) {
+void Session::write(Response response, bool close_after, bool tenants_answer) {
   in_write_ = std::make_shared<Response>(std::move(response));
   stream_.expires_after(server_.directory()->config->limits.read_timeout);
-  http::async_write(stream_, *in_write_,
-                    [self = shared_from_this(), close_after](beast::error_code ec, std::size_t) {
-                      self->in_write_.reset();
-                      if (ec || close_after) {
-                        beast::error_code ignored;
-                        self->stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send,
-                                                        ignored);
-                        self->stream_.socket().close(ignored);
-                        return;
-                      }
-                      self->read_next();
-                    });
+  http::async_write(
+      stream_, *in_write_,
+      [self = shared_from_this(), close_after, tenants_answer](beast::error_code ec, std::size_t) {
+        self->in_write_.reset();
+        // Only now is the answer on its way: a shutdown waits for this, not for
+        // the answer to be handed to the session.
+        if (tenants_answer) self->server_.answered();
+        if (ec || close_after) {
+          beast::error_code ignored;
+          self->stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+          self->stream_.socket().close(ignored);
+          return;
+        }
+        self->read_next();
+      });
 }
 
 }  // namespace creditloop::server

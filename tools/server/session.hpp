@@ -39,14 +39,15 @@ class Session : public std::enable_shared_from_this<Session> {
   Session(boost::asio::ip::tcp::socket socket, Server& server, bool admin);
   ~Session();
   void start();
-  /// Writes `response` (any thread), then reads the next request or closes.
+  /// Writes the answer to a tenant's request (any thread), tells the server once it is written
+  /// (Server::answered), then reads the next request or closes.
   void respond(Response response);
 
  private:
   void read_next();
   void read_request();
   void on_read(boost::beast::error_code ec);
-  void write(Response response, bool close_after);
+  void write(Response response, bool close_after, bool tenants_answer);
 
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;
