@@ -647,7 +647,12 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
         leave_waiting(slot);
         return true;
       }
-      if (!buckets[c].has_credit()) file_spent(slot, s, c);
+      if (buckets[c].has_credit()) {
+        // What settle_credit_from would find: a held bucket with a credit makes it "now".
+        s.credit_from = std::numeric_limits<Nanos>::min();
+        return true;
+      }
+      file_spent(slot, s, c);
       settle_credit_from(s);
       return true;
     }
@@ -741,8 +746,9 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   Cold& st = cold_[f.slot];
   ++st.completed;
   const ClassId c = f.bucket;
+  // Reached through the header: the chunked store's lookup is not repeated for each use.
   if (c == unmetered() || ((s.held >> c) & 1u) == 0 ||
-      bucket(f.slot, c).incarnation != f.incarnation) {
+      buckets_of(s)[c].incarnation != f.incarnation) {
     st.cost_uncharged += cost_nano;
     return done;
   }
@@ -752,12 +758,18 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   if (cost_nano == 0) return done;
   // Refill first: a charge must not be absorbed by the cap of a bucket that sat full (that would
   // forgive debt).
-  bring_to(f.slot, now);
-  bucket(f.slot, c).balance -= cost_nano;
+  bring_to(s, now);
+  BucketRec& b = buckets_of(s)[c];
+  b.balance -= cost_nano;
   st.cost_charged += cost_nano;
   if (s.queued != 0) {
     refile(f.slot, s, c);
-    settle_credit_from(s);
+    if (b.has_credit()) {
+      // What settle_credit_from would find: a held bucket with a credit makes it "now".
+      s.credit_from = std::numeric_limits<Nanos>::min();
+    } else {
+      settle_credit_from(s);
+    }
   } else {
     timers_[c].erase(f.slot);  // its instant moved; enter_waiting files it again
   }

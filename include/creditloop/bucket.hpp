@@ -33,6 +33,15 @@ struct BucketState {
 namespace detail {
 void refill_wide(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) noexcept;
 std::optional<Nanos> credit_instant_wide(const BucketState& b, Rate128 rate, Nanos from) noexcept;
+
+/// refill_wide on a copy: the caller's state, whose address is not taken, can stay in registers
+/// on the usual paths instead of being stored for a call that rarely happens.
+inline void refill_out_of_line(BucketState& b, std::uint64_t dt, Rate128 rate,
+                               Balance cap) noexcept {
+  BucketState wide = b;
+  refill_wide(wide, dt, rate, cap);
+  b = wide;
+}
 }  // namespace detail
 
 /// Brings `b` forward by `dt` nanoseconds at `rate` nano-credits per second, capped at `cap`.
@@ -46,7 +55,7 @@ inline void refill(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) 
   if (dt == 0) return;
   constexpr auto kUnit = static_cast<std::uint64_t>(kNanoPerCredit);
   if (rate > ~std::uint64_t{0}) [[unlikely]] {
-    detail::refill_wide(b, dt, rate, cap);
+    detail::refill_out_of_line(b, dt, rate, cap);
     return;
   }
   const auto rate64 = static_cast<std::uint64_t>(rate);
@@ -64,7 +73,7 @@ inline void refill(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) 
     if (__builtin_mul_overflow(dt, whole, &added) || __builtin_mul_overflow(dt, part, &fraction) ||
         __builtin_add_overflow(fraction, b.remainder, &fraction) ||
         __builtin_add_overflow(added, fraction / kUnit, &added)) [[unlikely]] {
-      detail::refill_wide(b, dt, rate, cap);
+      detail::refill_out_of_line(b, dt, rate, cap);
       return;
     }
   }
