@@ -163,8 +163,8 @@ Simulator::Simulator(Scenario scenario) : scenario_(std::move(scenario)), core_(
   for (int c = 0; c <= k; ++c)
     class_json_.push_back(json_string(creditloop::class_name(static_cast<ClassId>(c))));
   pool_.resize(static_cast<std::size_t>(scenario_.requests));
+  scratch_ids_.reserve(scenario_.participants.size());
   scratch_.reserve(scenario_.participants.size());
-  scratch_flags_.reserve(scenario_.participants.size());
   arrivals_.reserve(scenario_.arrivals.size());
   completions_.reserve(
       static_cast<std::size_t>(std::min<std::uint64_t>(scenario_.slots, scenario_.requests)));
@@ -173,14 +173,25 @@ Simulator::Simulator(Scenario scenario) : scenario_(std::move(scenario)), core_(
 
 Simulator::~Simulator() = default;
 
-void Simulator::write_balances(const Participant& p) {
+Balances Simulator::balances_of(const Participant& p) {
+  Balances out{};
+  for (int c = 0; c < core_.classes(); ++c) {
+    const auto cu = static_cast<std::size_t>(c);
+    if (!p.holds[cu]) continue;
+    const auto balance = core_.balance(p.id, static_cast<ClassId>(c), now_);
+    if (!balance) core_bug("balance() refused a bucket the plan holds");
+    out[cu] = *balance;
+  }
+  return out;
+}
+
+void Simulator::write_balances(const Balances& balances) {
   std::string& b = trace_->buffer();
   b += "\"balances\": {";
   bool first = true;
   for (int c = 0; c < core_.classes(); ++c) {
-    if (!p.holds[static_cast<std::size_t>(c)]) continue;
-    const auto balance = core_.balance(p.id, static_cast<ClassId>(c), now_);
-    if (!balance) core_bug("balance() refused a bucket the plan holds");
+    const auto& balance = balances[static_cast<std::size_t>(c)];
+    if (!balance) continue;
     if (!first) b += ", ";
     first = false;
     b += class_json_[static_cast<std::size_t>(c)];
@@ -200,6 +211,7 @@ void Simulator::arrive(std::uint32_t entry) {
   Participant& p = participants_[spec.participant];
   ++p.arrived;
   if (!core_.submit(p.id, r, now_)) core_bug("submit() refused a registered participant");
+  if (observer_ != nullptr) observer_->arrived(now_, r.participant, req);
   if (trace_ == nullptr) return;
   std::string& b = trace_->buffer();
   b += "{\"t\": ";
@@ -225,6 +237,9 @@ void Simulator::complete_due(Nanos now) {
     ++free_slots_;
     Participant& p = participants_[r.participant];
     ++p.completed;
+    if (trace_ == nullptr && observer_ == nullptr) continue;
+    const Balances balances = balances_of(p);
+    if (observer_ != nullptr) observer_->completed(now_, r.participant, due.req, balances);
     if (trace_ == nullptr) continue;
     std::string& b = trace_->buffer();
     b += "{\"t\": ";
@@ -238,59 +253,74 @@ void Simulator::complete_due(Nanos now) {
     b += ", \"bucket\": ";
     b += done->bucket == core_.unmetered() ? std::string("null") : class_json_[done->bucket];
     b += ", ";
-    write_balances(p);
+    write_balances(balances);
     b += '}';
     trace_->end_line();
   }
 }
 
 void Simulator::on_pass(ClassId c) {
-  if (trace_ == nullptr) return;
+  if (trace_ == nullptr && observer_ == nullptr) return;
+  // The waiting set is read whole before qualifies() refills anything.
+  scratch_ids_.clear();
+  core_.for_each_waiting([this](ParticipantId id) { scratch_ids_.push_back(id); });
   scratch_.clear();
-  core_.for_each_waiting([this](ParticipantId id) { scratch_.push_back(id); });
-  scratch_flags_.clear();
-  for (const ParticipantId id : scratch_) {
-    scratch_flags_.push_back(core_.qualifies(id, c, now_) ? 1 : 0);
+  for (const ParticipantId id : scratch_ids_) {
+    PassEntry e;
+    e.participant = by_slot_[id.slot];
+    e.eligible = core_.qualifies(id, c, now_);
+    scratch_.push_back(e);
   }
+  const bool explain = explain_passes_ || observer_ != nullptr;
+  if (explain) {
+    // An ignored participant either holds no bucket of the pass's class, or holds one with less
+    // than a credit: then its balance and the instant its next credit lands say when it will
+    // qualify again (nothing when that lies beyond the clock's range).
+    for (PassEntry& e : scratch_) {
+      if (e.eligible) continue;
+      const ParticipantId id = participants_[e.participant].id;
+      const creditloop::Result<creditloop::Balance> balance = core_.balance(id, c, now_);
+      if (!balance) continue;
+      e.holds = true;
+      e.balance = balance.value();
+      e.next_credit = core_.next_credit(id, c, now_);
+    }
+  }
+  if (observer_ != nullptr) observer_->passed(now_, c, scratch_);
+  if (trace_ == nullptr) return;
   std::string& b = trace_->buffer();
   b += "{\"t\": ";
   append_micro(b, now_);
   b += ", \"ev\": \"pass\", \"class\": ";
   b += class_json_[c];
-  for (const char want : {char{1}, char{0}}) {
-    b += want != 0 ? ", \"eligible\": [" : ", \"ignored\": [";
+  for (const bool want : {true, false}) {
+    b += want ? ", \"eligible\": [" : ", \"ignored\": [";
     bool first = true;
-    for (std::size_t i = 0; i < scratch_.size(); ++i) {
-      if (scratch_flags_[i] != want) continue;
+    for (const PassEntry& e : scratch_) {
+      if (e.eligible != want) continue;
       if (!first) b += ", ";
       first = false;
-      b += participants_[by_slot_[scratch_[i].slot]].json_name;
+      b += participants_[e.participant].json_name;
     }
     b += ']';
   }
   if (explain_passes_) {
-    // An ignored participant either holds no bucket of the pass's class, or holds one with less
-    // than a credit: then its balance and the instant its next credit lands say when it will
-    // qualify again (nothing when that lies beyond the clock's range).
     b += ", \"reasons\": {";
     bool first = true;
-    for (std::size_t i = 0; i < scratch_.size(); ++i) {
-      if (scratch_flags_[i] != 0) continue;
+    for (const PassEntry& e : scratch_) {
+      if (e.eligible) continue;
       if (!first) b += ", ";
       first = false;
-      const ParticipantId id = scratch_[i];
-      b += participants_[by_slot_[id.slot]].json_name;
-      const creditloop::Result<creditloop::Balance> balance = core_.balance(id, c, now_);
-      if (!balance) {
+      b += participants_[e.participant].json_name;
+      if (!e.holds) {
         b += ": {\"why\": \"no_bucket\"}";
         continue;
       }
       b += ": {\"why\": \"below_one_credit\", \"balance\": ";
-      append_micro(b, balance.value());
+      append_micro(b, e.balance);
       b += ", \"next_credit\": ";
-      const std::optional<Nanos> next = core_.next_credit(id, c, now_);
-      if (next) {
-        append_micro(b, *next);
+      if (e.next_credit) {
+        append_micro(b, *e.next_credit);
       } else {
         b += "null";
       }
@@ -316,6 +346,9 @@ void Simulator::on_dispatch(const creditloop::Dispatch& d) {
   completions_.push_back(Due{now_ + scenario_.arrivals[r.entry].service, dispatch_seq_++, req});
   std::push_heap(completions_.begin(), completions_.end(),
                  [](const Due& a, const Due& b) { return due_later(a, b); });
+  if (trace_ == nullptr && observer_ == nullptr) return;
+  const Balances balances = balances_of(p);
+  if (observer_ != nullptr) observer_->dispatched(now_, r.participant, req, d.out, balances);
   if (trace_ == nullptr) return;
   std::string& b = trace_->buffer();
   b += "{\"t\": ";
@@ -327,7 +360,7 @@ void Simulator::on_dispatch(const creditloop::Dispatch& d) {
   b += ", \"class\": ";
   b += class_json_[d.out];
   b += ", ";
-  write_balances(p);
+  write_balances(balances);
   b += '}';
   trace_->end_line();
 }

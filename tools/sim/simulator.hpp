@@ -11,7 +11,7 @@
 // of at most `slots` requests, so an event costs O(log entries + log slots) plus the core's own
 // work and the trace line. Requests live in a pool sized before the run: nothing allocates per
 // request. A `pass` line lists every waiting participant, so a run with W participants waiting is
-// O(W) per turn by the trace format itself; without a trace that cost is skipped.
+// O(W) per turn by the trace format itself; without a trace or an observer that cost is skipped.
 #pragma once
 
 #include <array>
@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -80,6 +81,42 @@ class LineWriter {
   std::string buf_;
 };
 
+/// Balances of one participant right after an event, by metered ClassId; empty where its plan
+/// holds no bucket. Nano-credits.
+using Balances = std::array<std::optional<creditloop::Balance>, creditloop::kMaxClasses>;
+
+/// One waiting participant at a pass: whether it qualified for the pass's class and, if not, why.
+struct PassEntry {
+  std::uint32_t participant = 0;  // index in the scenario's participants (= ring order)
+  bool eligible = false;
+  /// For an ignored participant: whether it holds a bucket of the class; if so, its balance and
+  /// the instant its next credit lands (nothing when that lies beyond the clock's range).
+  bool holds = false;
+  creditloop::Balance balance = 0;
+  std::optional<creditloop::Nanos> next_credit;
+};
+
+/// A second reader of the run beside the trace (the pictures): told each event as the trace
+/// line for it is written, with the same values, so that what it shows cannot drift from the
+/// trace. Participants are indices in the scenario's order.
+class RunObserver {
+ public:
+  virtual void arrived(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) = 0;
+  /// `waiting` lists every participant with queued work, in ring order from the first.
+  virtual void passed(creditloop::Nanos t, creditloop::ClassId c,
+                      std::span<const PassEntry> waiting) = 0;
+  virtual void dispatched(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
+                          creditloop::ClassId c, const Balances& balances) = 0;
+  virtual void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
+                         const Balances& balances) = 0;
+
+ protected:
+  RunObserver() = default;
+  RunObserver(const RunObserver&) = default;
+  RunObserver& operator=(const RunObserver&) = default;
+  ~RunObserver() = default;
+};
+
 class Simulator {
  public:
   /// Builds the core from the scenario and registers the participants at time 0, in order. A
@@ -100,6 +137,10 @@ class Simulator {
   /// extension of SPEC section 6's trace, off by default so that the trace stays as defined.
   void explain_passes(bool on) noexcept { explain_passes_ = on; }
 
+  /// Tells `observer` every event of the coming run, with or without a trace. It must outlive
+  /// run().
+  void observe(RunObserver* observer) noexcept { observer_ = observer; }
+
  private:
   struct Request;
   struct Participant;
@@ -111,7 +152,8 @@ class Simulator {
   void complete_due(creditloop::Nanos now);
   void on_pass(creditloop::ClassId c);
   void on_dispatch(const creditloop::Dispatch& d);
-  void write_balances(const Participant& p);
+  Balances balances_of(const Participant& p);
+  void write_balances(const Balances& balances);
   RunReport report(creditloop::Nanos stopped_at);
 
   Scenario scenario_;
@@ -119,8 +161,8 @@ class Simulator {
   std::vector<Participant> participants_;  // scenario order (= ring order: nobody is removed)
   std::vector<std::uint32_t> by_slot_;     // ring place -> index in participants_
   std::vector<Request> pool_;              // req number -> request; sized before the run
-  std::vector<creditloop::ParticipantId> scratch_;
-  std::vector<char> scratch_flags_;
+  std::vector<creditloop::ParticipantId> scratch_ids_;
+  std::vector<PassEntry> scratch_;
   std::vector<std::string> class_json_;  // "\"P1\"" ... "\"P{k+1}\""
 
   struct NextArrival {
@@ -137,6 +179,7 @@ class Simulator {
   std::vector<Due> completions_;       // min-heap on (t, seq)
 
   LineWriter* trace_ = nullptr;
+  RunObserver* observer_ = nullptr;
   bool explain_passes_ = false;
   creditloop::Nanos now_ = 0;
   std::uint64_t free_slots_ = 0;

@@ -1,0 +1,898 @@
+#include "picture.hpp"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string_view>
+#include <utility>
+
+#include "picture_template.hpp"
+
+namespace sim {
+
+using creditloop::Balance;
+using creditloop::ClassId;
+using creditloop::Nanos;
+
+namespace {
+
+// Microseconds and micro-credits, rounded half away from zero as the trace rounds them. A page
+// reads numbers as doubles: magnitudes are held within 2^53 so that none is read inexactly.
+constexpr std::int64_t kMaxExact = (std::int64_t{1} << 53) - 1;
+
+std::int64_t micro_time(Nanos t) { return std::min<std::int64_t>((t + 500) / 1000, kMaxExact); }
+
+std::int64_t micro_credits(Balance nano) {
+  const bool negative = nano < 0;
+  const Balance magnitude = negative ? -nano : nano;
+  const Balance units = std::min<Balance>((magnitude + 500) / 1000, kMaxExact);
+  return static_cast<std::int64_t>(negative ? -units : units);
+}
+
+std::string json_string(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void append_int(std::string& out, std::int64_t v) {
+  char digits[24];
+  const auto r = std::to_chars(digits, digits + sizeof digits, v);
+  out.append(digits, r.ptr);
+}
+
+template <class T>
+void append_array(std::string& out, const std::vector<T>& v) {
+  out += '[';
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) out += ',';
+    append_int(out, static_cast<std::int64_t>(v[i]));
+  }
+  out += ']';
+}
+
+// Sorted columns (arrival times, pass numbers) shrink to a few digits a value as differences.
+template <class T>
+void append_deltas(std::string& out, const std::vector<T>& v) {
+  out += '[';
+  std::int64_t last = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) out += ',';
+    const auto x = static_cast<std::int64_t>(v[i]);
+    append_int(out, x - last);
+    last = x;
+  }
+  out += ']';
+}
+
+// A number as short as it can be for the picture's precision: one decimal, none when zero.
+void append_fixed(std::string& out, double v) {
+  char digits[32];
+  const double rounded = std::round(v * 10) / 10;
+  const auto r = std::to_chars(digits, digits + sizeof digits, rounded == 0 ? 0.0 : rounded,
+                               std::chars_format::fixed, 1);
+  std::string_view s(digits, static_cast<std::size_t>(r.ptr - digits));
+  if (s.size() > 2 && s.substr(s.size() - 2) == ".0") s.remove_suffix(2);
+  out += s;
+}
+
+std::string fixed(double v) {
+  std::string s;
+  append_fixed(s, v);
+  return s;
+}
+
+// A plain decimal for text: up to 6 places, trailing zeros dropped.
+std::string decimal(double v) {
+  char digits[48];
+  const auto r = std::to_chars(digits, digits + sizeof digits, v, std::chars_format::fixed, 6);
+  std::string s(digits, r.ptr);
+  while (!s.empty() && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s == "-0" ? "0" : s;
+}
+
+std::string metered_classes(int k) {
+  std::string s = std::to_string(k) + (k == 1 ? " metered class (" : " metered classes (");
+  for (int c = 0; c < k; ++c) {
+    if (c > 0) s += ", ";
+    s += creditloop::class_name(static_cast<ClassId>(c));
+  }
+  return s + ")";
+}
+
+std::string seconds(std::int64_t micro) { return decimal(static_cast<double>(micro) / 1e6) + " s"; }
+
+std::string xml_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    switch (ch) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        // Control characters are not allowed in XML 1.0 text at all.
+        out += static_cast<unsigned char>(ch) < 0x20 ? ' ' : ch;
+    }
+  }
+  return out;
+}
+
+// Colours by class: P1.. from a palette that colour-blind readers can tell apart (Okabe and
+// Ito); the unmetered class is dark grey, a request still queued at the stop light grey. The
+// same values are in picture.html.
+constexpr std::array<const char*, creditloop::kMaxClasses> kClassColour = {
+    "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#b8a800"};
+constexpr std::array<const char*, creditloop::kMaxClasses> kClassTint = {
+    "#99c7e0", "#f5d999", "#99d8c7", "#ebc9dc", "#bbe1f6", "#eebf99", "#e3dc99"};
+constexpr const char* kUnmeteredColour = "#555555";
+constexpr const char* kUnmeteredTint = "#bbbbbb";
+constexpr const char* kQueuedColour = "#dddddd";
+
+const char* colour(int cls, int k) {
+  return cls >= k ? kUnmeteredColour : kClassColour[static_cast<std::size_t>(cls)];
+}
+const char* tint(int cls, int k) {
+  if (cls < 0) return kQueuedColour;
+  return cls >= k ? kUnmeteredTint : kClassTint[static_cast<std::size_t>(cls)];
+}
+
+// A tick step of 1, 2 or 5 times a power of ten giving at most `most` ticks over `span`.
+double tick_step(double span, int most) {
+  const double raw = span / most;
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  for (const double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (m * p >= raw) return m * p;
+  }
+  return 10 * p;
+}
+
+// In the largest unit that keeps labels short: 0.5 s rather than 500 ms.
+std::string tick_label(double t, double step) {
+  if (step >= 0.1) return decimal(t) + " s";
+  if (step >= 1e-4) return decimal(t * 1e3) + " ms";
+  return decimal(t * 1e6) + " \u00b5s";
+}
+
+// Adds the length of [s, e) that falls in each unit bin (bins 0..n-1), through a difference array
+// for the whole bins so that a long interval costs no more than a short one.
+struct Coverage {
+  std::vector<double> part;
+  std::vector<double> diff;
+  explicit Coverage(std::size_t n) : part(n, 0.0), diff(n + 1, 0.0) {}
+  void add(double s, double e) {
+    const auto n = static_cast<double>(part.size());
+    s = std::clamp(s, 0.0, n);
+    e = std::clamp(e, 0.0, n);
+    if (e <= s) return;
+    const auto bs = static_cast<std::size_t>(s);
+    const auto be = static_cast<std::size_t>(e);
+    if (bs == be) {
+      part[bs] += e - s;
+      return;
+    }
+    part[bs] += static_cast<double>(bs + 1) - s;
+    diff[bs + 1] += 1;
+    diff[be] -= 1;
+    if (be < part.size()) part[be] += e - static_cast<double>(be);
+  }
+  [[nodiscard]] std::vector<double> values() const {
+    std::vector<double> v(part.size());
+    double run = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      run += diff[i];
+      v[i] = part[i] + run;
+    }
+    return v;
+  }
+};
+
+// One stroked path of many short segments in one colour: the compact way to draw many marks.
+struct Strokes {
+  std::string d;
+  void segment_h(double x, double y, double w) {
+    d += 'M';
+    append_fixed(d, x);
+    d += ',';
+    append_fixed(d, y);
+    d += 'h';
+    append_fixed(d, w);
+  }
+  void segment_v(double x, double y, double h) {
+    d += 'M';
+    append_fixed(d, x);
+    d += ',';
+    append_fixed(d, y);
+    d += 'v';
+    append_fixed(d, h);
+  }
+  void emit(std::string& out, const char* stroke, double width, const char* extra = "") const {
+    if (d.empty()) return;
+    out += "<path fill=\"none\" stroke=\"";
+    out += stroke;
+    out += "\" stroke-width=\"";
+    append_fixed(out, width);
+    out += '"';
+    out += extra;
+    out += " d=\"";
+    out += d;
+    out += "\"/>\n";
+  }
+};
+
+}  // namespace
+
+Picture::Picture(const Scenario& scenario, std::string title)
+    : scenario_(scenario), title_(std::move(title)), classes_(scenario.config.classes) {
+  requests_.reserve(static_cast<std::size_t>(scenario.requests));
+  lanes_.resize(scenario.participants.size());
+  for (std::size_t i = 0; i < lanes_.size(); ++i) {
+    const ParticipantSpec& spec = scenario.participants[i];
+    const auto plan = std::find_if(scenario.config.plans.begin(), scenario.config.plans.end(),
+                                   [&](const creditloop::Plan& p) { return p.name == spec.plan; });
+    if (plan == scenario.config.plans.end()) continue;  // the core refuses it before any run
+    Lane& lane = lanes_[i];
+    for (int c = 0; c < classes_; ++c) {
+      const auto& terms = plan->terms[static_cast<std::size_t>(c)];
+      if (!terms) continue;
+      lane.held.push_back(c);
+      lane.rate.push_back(terms->rate * spec.shares);
+      lane.cap.push_back(terms->burst * spec.shares);
+    }
+    lane.samples.value.resize(lane.held.size());
+  }
+}
+
+void Picture::arrived(Nanos t, std::uint32_t participant, std::uint64_t req) {
+  if (req != requests_.size()) throw std::logic_error("picture: requests arrive out of number");
+  Request r;
+  r.arrived = micro_time(t);
+  r.participant = participant;
+  requests_.push_back(r);
+  lanes_[participant].requests.push_back(static_cast<std::uint32_t>(req));
+}
+
+void Picture::passed(Nanos t, ClassId c, std::span<const PassEntry> waiting) {
+  Passes& p = passes_;
+  p.t.push_back(micro_time(t));
+  p.cls.push_back(c);
+  std::uint32_t eligible = 0;
+  std::uint32_t ignored = 0;
+  for (const PassEntry& e : waiting) {
+    if (e.eligible) {
+      ++eligible;
+      p.eligible.push_back(e.participant);
+      continue;
+    }
+    ++ignored;
+    p.ignored.push_back(e.participant);
+    p.why.push_back(e.holds ? 1 : 0);
+    if (e.holds) {
+      p.balance.push_back(micro_credits(e.balance));
+      p.next_credit.push_back(e.next_credit ? micro_time(*e.next_credit) : -1);
+    }
+  }
+  p.eligible_count.push_back(eligible);
+  p.ignored_count.push_back(ignored);
+}
+
+void Picture::sample(std::int64_t t, std::uint32_t key, std::uint32_t participant,
+                     const Balances& balances) {
+  Lane& lane = lanes_[participant];
+  if (lane.held.empty()) return;
+  lane.samples.t.push_back(t);
+  lane.samples.key.push_back(key);
+  for (std::size_t h = 0; h < lane.held.size(); ++h) {
+    const auto& b = balances[static_cast<std::size_t>(lane.held[h])];
+    lane.samples.value[h].push_back(b ? micro_credits(*b) : 0);
+  }
+}
+
+void Picture::dispatched(Nanos t, std::uint32_t participant, std::uint64_t req, ClassId c,
+                         const Balances& balances) {
+  Request& r = requests_.at(static_cast<std::size_t>(req));
+  r.dispatched = micro_time(t);
+  r.cls = static_cast<std::int8_t>(c);
+  // Every dispatch follows the pass that began its turn: the latest one.
+  r.pass = passes_.t.empty() ? 0 : static_cast<std::uint32_t>(passes_.t.size() - 1);
+  sample(r.dispatched, r.pass + 1, participant, balances);
+}
+
+void Picture::completed(Nanos t, std::uint32_t participant, std::uint64_t req,
+                        const Balances& balances) {
+  Request& r = requests_.at(static_cast<std::size_t>(req));
+  r.completed = micro_time(t);
+  r.passes_before_completion = static_cast<std::uint32_t>(passes_.t.size());
+  sample(r.completed, r.passes_before_completion, participant, balances);
+}
+
+std::int64_t Picture::end_micro(const RunReport& report) const {
+  std::int64_t end = micro_time(report.stopped_at);
+  for (const Request& r : requests_) end = std::max({end, r.arrived, r.completed});
+  return end;
+}
+
+// The page's data: columns per lane and for the passes, sorted columns as differences.
+// docs/pictures.md describes every key.
+std::string Picture::data_json(const RunReport& report) const {
+  const int k = classes_;
+  std::string out;
+  out.reserve(requests_.size() * 40 + passes_.t.size() * 16 + 4096);
+  out += "{\"format\":\"creditloop-picture/1\",\"title\":";
+  out += json_string(title_);
+  out += ",\"classes\":[";
+  for (int c = 0; c <= k; ++c) {
+    if (c > 0) out += ',';
+    out += json_string(creditloop::class_name(static_cast<ClassId>(c)));
+  }
+  out += "],\"k\":";
+  append_int(out, k);
+  out += ",\"slots\":";
+  out += std::to_string(scenario_.slots);
+  out += ",\"until\":";
+  if (scenario_.until) {
+    append_int(out, micro_time(*scenario_.until));
+  } else {
+    out += "null";
+  }
+  out += ",\"end\":";
+  append_int(out, end_micro(report));
+  out += ",\"plans\":[";
+  for (std::size_t i = 0; i < scenario_.config.plans.size(); ++i) {
+    const creditloop::Plan& plan = scenario_.config.plans[i];
+    if (i > 0) out += ',';
+    out += "{\"name\":";
+    out += json_string(plan.name);
+    out += ",\"terms\":[";
+    for (int c = 0; c < k; ++c) {
+      if (c > 0) out += ',';
+      const auto& t = plan.terms[static_cast<std::size_t>(c)];
+      if (!t) {
+        out += "null";
+        continue;
+      }
+      out += nlohmann::json::array({t->rate, t->burst}).dump();
+    }
+    out += "]}";
+  }
+  out += "],\"participants\":[";
+  for (std::size_t i = 0; i < lanes_.size(); ++i) {
+    const Lane& lane = lanes_[i];
+    const ParticipantSpec& spec = scenario_.participants[i];
+    if (i > 0) out += ',';
+    out += "{\"name\":";
+    out += json_string(spec.name);
+    out += ",\"plan\":";
+    out += json_string(spec.plan);
+    out += ",\"shares\":";
+    append_int(out, spec.shares);
+    out += ",\"held\":";
+    append_array(out, lane.held);
+    out += ",\"rate\":";
+    out += nlohmann::json(lane.rate).dump();
+    out += ",\"cap\":";
+    out += nlohmann::json(lane.cap).dump();
+    std::vector<std::int64_t> req;
+    std::vector<std::int64_t> arrived;
+    std::vector<std::int64_t> wait;
+    std::vector<std::int64_t> service;
+    std::vector<std::int64_t> cls;
+    std::vector<std::int64_t> pass;
+    std::vector<std::int64_t> completion_pass;
+    for (const std::uint32_t n : lane.requests) {
+      const Request& r = requests_[n];
+      req.push_back(n);
+      arrived.push_back(r.arrived);
+      if (r.dispatched < 0) continue;  // the rest of the lane is still queued: order is kept
+      wait.push_back(r.dispatched - r.arrived);
+      cls.push_back(r.cls);
+      pass.push_back(r.pass);
+      service.push_back(r.completed < 0 ? -1 : r.completed - r.dispatched);
+      completion_pass.push_back(
+          r.completed < 0 ? -1 : std::int64_t{r.passes_before_completion} - r.pass - 1);
+    }
+    out += ",\"req\":";
+    append_deltas(out, req);
+    out += ",\"a\":";
+    append_deltas(out, arrived);
+    out += ",\"w\":";
+    append_array(out, wait);
+    out += ",\"s\":";
+    append_array(out, service);
+    out += ",\"c\":";
+    append_array(out, cls);
+    out += ",\"dp\":";
+    append_deltas(out, pass);
+    out += ",\"cp\":";
+    append_array(out, completion_pass);
+    out += ",\"bt\":";
+    append_deltas(out, lane.samples.t);
+    out += ",\"bk\":";
+    append_deltas(out, lane.samples.key);
+    out += ",\"b\":[";
+    for (std::size_t h = 0; h < lane.samples.value.size(); ++h) {
+      if (h > 0) out += ',';
+      append_deltas(out, lane.samples.value[h]);
+    }
+    out += "]";
+    const ParticipantReport* rep = nullptr;
+    for (const ParticipantReport& p : report.participants) {
+      if (p.name == spec.name) rep = &p;
+    }
+    if (rep != nullptr) {
+      out += ",\"summary\":{\"dispatched\":[";
+      for (int c = 0; c <= k; ++c) {
+        if (c > 0) out += ',';
+        append_int(out, static_cast<std::int64_t>(rep->dispatched[static_cast<std::size_t>(c)]));
+      }
+      out += "],\"completed\":";
+      append_int(out, static_cast<std::int64_t>(rep->completed));
+      out += ",\"waiting\":";
+      append_int(out, static_cast<std::int64_t>(rep->waiting));
+      out += '}';
+    }
+    out += '}';
+  }
+  const Passes& p = passes_;
+  out += "],\"passes\":{\"t\":";
+  append_deltas(out, p.t);
+  out += ",\"c\":";
+  append_array(out, p.cls);
+  out += ",\"ne\":";
+  append_array(out, p.eligible_count);
+  out += ",\"e\":";
+  append_array(out, p.eligible);
+  out += ",\"ni\":";
+  append_array(out, p.ignored_count);
+  out += ",\"i\":";
+  append_array(out, p.ignored);
+  out += ",\"r\":";
+  append_array(out, p.why);
+  out += ",\"rb\":";
+  append_array(out, p.balance);
+  out += ",\"rn\":";
+  append_array(out, p.next_credit);
+  out += "}}";
+  return out;
+}
+
+std::string Picture::html(const RunReport& report) const {
+  constexpr std::string_view kMarker = "/*@CREDITLOOP_DATA@*/";
+  const std::string_view page = kPictureHtml;
+  const std::size_t at = page.find(kMarker);
+  if (at == std::string_view::npos) throw std::logic_error("picture.html has no data marker");
+  std::string data = data_json(report);
+  // Inside <script> nothing may look like "</script>": JSON has '<' only within strings, where
+  // its escape reads back the same.
+  std::string safe;
+  safe.reserve(data.size());
+  for (const char ch : data) {
+    if (ch == '<') {
+      safe += "\\u003c";
+    } else {
+      safe += ch;
+    }
+  }
+  std::string out;
+  out.reserve(page.size() + safe.size());
+  out.append(page.substr(0, at));
+  out += safe;
+  out.append(page.substr(at + kMarker.size()));
+  return out;
+}
+
+std::string Picture::svg(const RunReport& report) const {
+  const int k = classes_;
+  // Layout, in SVG units (pixels at 100%).
+  constexpr double kWidth = 1200;
+  constexpr double kX0 = 170;  // the plot's left edge; lane labels to its left
+  constexpr double kX1 = 1170;
+  constexpr double kPlot = kX1 - kX0;
+  constexpr std::size_t kBins = 500;  // aggregate bins, 2 units wide
+  constexpr double kBin = kPlot / kBins;
+  constexpr std::size_t kDetailRequests = 600;  // a lane with more is drawn as aggregates
+  constexpr double kBand = 46;                  // requests
+  constexpr double kBalanceBand = 34;
+  constexpr double kStrip = 8;  // the class mix of dispatches in an aggregated lane
+  constexpr double kPassBand = 20;
+
+  const std::int64_t end = std::max<std::int64_t>(end_micro(report), 1);
+  const double span = static_cast<double>(end);
+  const auto x_of = [&](std::int64_t t) { return kX0 + static_cast<double>(t) / span * kPlot; };
+  const auto bin_of = [&](std::int64_t t) {
+    return static_cast<double>(t) / span * static_cast<double>(kBins);
+  };
+
+  std::string body;
+  double y = 0;
+
+  // ---- header: the run and the scenario's plans and participants
+  std::vector<std::string> lines;
+  {
+    std::string run = metered_classes(k) + ", unmetered " +
+                      creditloop::class_name(static_cast<ClassId>(k)) +
+                      " \u00b7 server: " + std::to_string(scenario_.slots) +
+                      (scenario_.slots == 1 ? " slot" : " slots") + " \u00b7 " +
+                      (scenario_.until ? "until " + seconds(micro_time(*scenario_.until))
+                                       : std::string("runs until all complete")) +
+                      " \u00b7 " + std::to_string(requests_.size()) + " requests, " +
+                      std::to_string(passes_.t.size()) + " passes";
+    lines.push_back(run);
+    for (const creditloop::Plan& plan : scenario_.config.plans) {
+      std::string l = "plan " + plan.name + ":";
+      bool any = false;
+      for (int c = 0; c < k; ++c) {
+        const auto& t = plan.terms[static_cast<std::size_t>(c)];
+        if (!t) continue;
+        l += std::string(any ? "," : "") + " " + creditloop::class_name(static_cast<ClassId>(c)) +
+             " " + decimal(t->rate) + "/s burst " + decimal(t->burst);
+        any = true;
+      }
+      if (!any) l += " no metered class (unmetered only)";
+      lines.push_back(l + " (per share)");
+    }
+    std::string who = "participants, in ring order:";
+    for (std::size_t i = 0; i < scenario_.participants.size(); ++i) {
+      const ParticipantSpec& s = scenario_.participants[i];
+      std::string item = " " + s.name + " (" + s.plan + ", " + std::to_string(s.shares) +
+                         (s.shares == 1 ? " share)" : " shares)") +
+                         (i + 1 < scenario_.participants.size() ? "," : "");
+      if (who.size() + item.size() > 170) {
+        lines.push_back(who);
+        who = "   ";
+      }
+      who += item;
+    }
+    lines.push_back(who);
+  }
+  body += "<g id=\"header\">\n<text x=\"10\" y=\"22\" font-size=\"16\" font-weight=\"bold\">";
+  body += xml_escape("creditloop-sim \u00b7 " + title_);
+  body += "</text>\n";
+  y = 22;
+  for (const std::string& l : lines) {
+    y += 17;
+    body += "<text x=\"10\" y=\"" + fixed(y) + "\">" + xml_escape(l) + "</text>\n";
+  }
+  body += "</g>\n";
+
+  // ---- legend
+  y += 24;
+  body += "<g id=\"legend\">\n";
+  {
+    double x = 10;
+    const auto item = [&](const std::string& swatch, const std::string& label) {
+      body += swatch;
+      body += "<text x=\"" + fixed(x + 22) + "\" y=\"" + fixed(y) + "\">" + xml_escape(label) +
+              "</text>\n";
+      x += 34 + 6.8 * static_cast<double>(label.size());
+    };
+    for (int c = 0; c <= k; ++c) {
+      const std::string name = creditloop::class_name(static_cast<ClassId>(c));
+      item("<rect x=\"" + fixed(x) + "\" y=\"" + fixed(y - 9) +
+               "\" width=\"16\" height=\"10\" fill=\"" + colour(c, k) + "\"/>\n",
+           c == k ? name + " (unmetered)" : name);
+    }
+    item("<rect x=\"" + fixed(x) + "\" y=\"" + fixed(y - 6) +
+             "\" width=\"16\" height=\"4\" fill=\"" + kClassTint[0] + "\"/>\n",
+         "waiting (tint of the class it went out under)");
+    item("<rect x=\"" + fixed(x) + "\" y=\"" + fixed(y - 6) +
+             "\" width=\"16\" height=\"4\" fill=\"" + kQueuedColour + "\"/>\n",
+         "still queued at the stop");
+    item("<path d=\"M" + fixed(x) + "," + fixed(y - 4) +
+             "h16\" stroke=\"#c00\" stroke-dasharray=\"3,2\"/>\n",
+         "one credit");
+    y += 16;
+    body += "<text x=\"10\" y=\"" + fixed(y) + "\" fill=\"#555\">" +
+            xml_escape(
+                "Each request runs from its arrival (thin, waiting) through its dispatch to its "
+                "completion (thick, in service). Under each lane: its bucket balances, one line a "
+                "class. Top: the class each pass settled on.") +
+            "</text>\n";
+  }
+  body += "</g>\n";
+
+  // ---- time axis
+  y += 22;
+  const double axis_y = y;
+  body += "<g id=\"axis\" font-size=\"11\" fill=\"#444\">\n";
+  body += "<path stroke=\"#888\" d=\"M" + fixed(kX0) + "," + fixed(y) + "H" + fixed(kX1) + "\"/>\n";
+  const double seconds_span = span / 1e6;
+  const double step = tick_step(seconds_span, 10);
+  for (double t = 0; t <= seconds_span * (1 + 1e-9); t += step) {
+    const double x = kX0 + t / seconds_span * kPlot;
+    body += "<path stroke=\"#888\" d=\"M" + fixed(x) + "," + fixed(y) + "v-5\"/>";
+    body += "<text x=\"" + fixed(x) + "\" y=\"" + fixed(y - 8) + "\" text-anchor=\"middle\">" +
+            xml_escape(tick_label(t, step)) + "</text>\n";
+  }
+  body += "</g>\n";
+
+  // ---- passes lane
+  y += 6;
+  body += "<g id=\"passes\">\n<text x=\"10\" y=\"" + fixed(y + 14) +
+          "\" font-weight=\"bold\">passes</text>\n";
+  {
+    const Passes& p = passes_;
+    std::vector<Strokes> by_class(static_cast<std::size_t>(k + 1));
+    if (p.t.size() <= kBins) {
+      for (std::size_t i = 0; i < p.t.size(); ++i) {
+        by_class[p.cls[i]].segment_v(x_of(p.t[i]), y, kPassBand);
+      }
+      for (int c = 0; c <= k; ++c) {
+        by_class[static_cast<std::size_t>(c)].emit(body, colour(c, k), 1.2);
+      }
+    } else {
+      std::vector<std::vector<double>> count(static_cast<std::size_t>(k + 1),
+                                             std::vector<double>(kBins, 0.0));
+      for (std::size_t i = 0; i < p.t.size(); ++i) {
+        const auto b = std::min(static_cast<std::size_t>(bin_of(p.t[i])), kBins - 1);
+        count[p.cls[i]][b] += 1;
+      }
+      for (std::size_t b = 0; b < kBins; ++b) {
+        double total = 0;
+        for (const auto& col : count) total += col[b];
+        if (total == 0) continue;
+        double bottom = y + kPassBand;
+        for (int c = 0; c <= k; ++c) {
+          const double h = kPassBand * count[static_cast<std::size_t>(c)][b] / total;
+          if (h <= 0) continue;
+          by_class[static_cast<std::size_t>(c)].segment_v(
+              kX0 + (static_cast<double>(b) + 0.5) * kBin, bottom, -h);
+          bottom -= h;
+        }
+      }
+      for (int c = 0; c <= k; ++c) {
+        by_class[static_cast<std::size_t>(c)].emit(body, colour(c, k), kBin);
+      }
+    }
+  }
+  body += "</g>\n";
+  y += kPassBand + 10;
+
+  // ---- a lane per participant
+  for (std::size_t li = 0; li < lanes_.size(); ++li) {
+    const Lane& lane = lanes_[li];
+    const ParticipantSpec& spec = scenario_.participants[li];
+    body += "<g class=\"lane\" id=\"lane-" + std::to_string(li) + "\">\n";
+    body += "<rect x=\"" + fixed(kX0) + "\" y=\"" + fixed(y) + "\" width=\"" + fixed(kPlot) +
+            "\" height=\"" + fixed(kBand) + "\" fill=\"#fafafa\" stroke=\"#eee\"/>\n";
+    body += "<text x=\"10\" y=\"" + fixed(y + 16) + "\" font-weight=\"bold\">" +
+            xml_escape(spec.name) + "</text>\n";
+    body += "<text x=\"10\" y=\"" + fixed(y + 31) + "\" font-size=\"11\" fill=\"#555\">" +
+            xml_escape(spec.plan + ", " + std::to_string(spec.shares) +
+                       (spec.shares == 1 ? " share" : " shares") + ", " +
+                       std::to_string(lane.requests.size()) + " req") +
+            "</text>\n";
+    const std::size_t n = lane.requests.size();
+    body += "<g class=\"requests\">\n";
+    if (n <= kDetailRequests) {
+      // Rows enough for the most requests alive at once (up to 15), so that rows rarely overlap.
+      std::vector<std::pair<std::int64_t, int>> events;
+      for (const std::uint32_t q : lane.requests) {
+        const Request& r = requests_[q];
+        events.emplace_back(r.arrived, 1);
+        events.emplace_back(r.completed < 0 ? end : r.completed, -1);
+      }
+      std::sort(events.begin(), events.end());
+      int alive = 0;
+      int most = 1;
+      for (const auto& e : events) most = std::max(most, alive += e.second);
+      // At least four, so that a lone request is a bar and not a block.
+      const int rows = std::clamp(most, 4, 15);
+      const double row_h = (kBand - 4) / rows;
+      std::vector<Strokes> waiting(static_cast<std::size_t>(k + 2));
+      std::vector<Strokes> service(static_cast<std::size_t>(k + 1));
+      for (std::size_t i = 0; i < n; ++i) {
+        const Request& r = requests_[lane.requests[i]];
+        const double ry = y + 2 + row_h * (static_cast<double>(i % rows) + 0.5);
+        const std::int64_t d = r.dispatched < 0 ? end : r.dispatched;
+        const double xa = x_of(r.arrived);
+        const double xd = x_of(d);
+        waiting[static_cast<std::size_t>(r.cls + 1)].segment_h(xa, ry, std::max(xd - xa, 0.6));
+        if (r.dispatched < 0) continue;
+        const double xc = x_of(r.completed < 0 ? end : r.completed);
+        service[static_cast<std::size_t>(r.cls)].segment_h(xd, ry, std::max(xc - xd, 1.0));
+      }
+      const double thin = std::clamp(row_h * 0.3, 0.6, 2.0);
+      const double thick = std::clamp(row_h * 0.8, 1.0, 8.0);
+      for (int c = -1; c <= k; ++c)
+        waiting[static_cast<std::size_t>(c + 1)].emit(body, tint(c, k), thin);
+      for (int c = 0; c <= k; ++c)
+        service[static_cast<std::size_t>(c)].emit(body, colour(c, k), thick);
+    } else {
+      // Time-averaged counts per bin: requests waiting, by the class they went out under (grey:
+      // still queued at the stop), scaled to the lane's busiest bin; and in a strip at the
+      // bottom, the share of each class among the requests in service.
+      std::vector<Coverage> waiting(static_cast<std::size_t>(k + 2), Coverage(kBins));
+      std::vector<Coverage> service(static_cast<std::size_t>(k + 1), Coverage(kBins));
+      for (const std::uint32_t q : lane.requests) {
+        const Request& r = requests_[q];
+        const std::int64_t d = r.dispatched < 0 ? end : r.dispatched;
+        waiting[static_cast<std::size_t>(r.cls + 1)].add(bin_of(r.arrived), bin_of(d));
+        if (r.dispatched >= 0) {
+          service[static_cast<std::size_t>(r.cls)].add(bin_of(d),
+                                                       bin_of(r.completed < 0 ? end : r.completed));
+        }
+      }
+      std::vector<std::vector<double>> w;
+      std::vector<std::vector<double>> s;
+      for (const Coverage& c : waiting) w.push_back(c.values());
+      for (const Coverage& c : service) s.push_back(c.values());
+      double most = 0;
+      for (std::size_t b = 0; b < kBins; ++b) {
+        double total = 0;
+        for (const auto& col : w) total += col[b];
+        most = std::max(most, total);
+      }
+      const double area = kBand - kStrip - 4;
+      std::vector<Strokes> wpaths(w.size());
+      std::vector<Strokes> spaths(s.size());
+      for (std::size_t b = 0; b < kBins; ++b) {
+        const double x = kX0 + (static_cast<double>(b) + 0.5) * kBin;
+        double bottom = y + kBand - kStrip - 2;
+        for (std::size_t c = 0; c < w.size() && most > 0; ++c) {
+          const double h = area * w[c][b] / most;
+          if (h < 0.05) continue;
+          wpaths[c].segment_v(x, bottom, -h);
+          bottom -= h;
+        }
+        double total = 0;
+        for (const auto& col : s) total += col[b];
+        if (total <= 0) continue;
+        bottom = y + kBand - 1;
+        for (std::size_t c = 0; c < s.size(); ++c) {
+          const double h = kStrip * s[c][b] / total;
+          if (h < 0.05) continue;
+          spaths[c].segment_v(x, bottom, -h);
+          bottom -= h;
+        }
+      }
+      for (int c = -1; c <= k; ++c)
+        wpaths[static_cast<std::size_t>(c + 1)].emit(body, tint(c, k), kBin);
+      for (int c = 0; c <= k; ++c)
+        spaths[static_cast<std::size_t>(c)].emit(body, colour(c, k), kBin);
+      body += "<text x=\"" + fixed(kX1 - 4) + "\" y=\"" + fixed(y + 11) +
+              "\" font-size=\"10\" fill=\"#777\" text-anchor=\"end\">" +
+              xml_escape("aggregated: queue depth by class, peak " + decimal(std::round(most)) +
+                         "; strip: class mix in service") +
+              "</text>\n";
+    }
+    body += "</g>\n";
+    y += kBand + 2;
+
+    // Balances: one line a held class, refilling at its rate between samples, up to its cap.
+    body += "<g class=\"balances\">\n";
+    body += "<rect x=\"" + fixed(kX0) + "\" y=\"" + fixed(y) + "\" width=\"" + fixed(kPlot) +
+            "\" height=\"" + fixed(kBalanceBand) + "\" fill=\"#fff\" stroke=\"#eee\"/>\n";
+    if (lane.held.empty()) {
+      body +=
+          "<text x=\"" + fixed(kX0 + 6) + "\" y=\"" + fixed(y + 20) +
+          "\" font-size=\"11\" fill=\"#777\">no buckets: the plan holds no metered class</text>\n";
+    } else {
+      double lo = 0;
+      double hi = 1;
+      for (std::size_t h = 0; h < lane.held.size(); ++h) {
+        hi = std::max(hi, lane.cap[h]);
+        for (const std::int64_t v : lane.samples.value[h]) {
+          lo = std::min(lo, static_cast<double>(v) / 1e6);
+          hi = std::max(hi, static_cast<double>(v) / 1e6);
+        }
+      }
+      const double top = y + 3;
+      const double height = kBalanceBand - 6;
+      const auto y_of = [&](double b) { return top + height * (hi - b) / (hi - lo); };
+      body += "<path stroke=\"#c00\" stroke-dasharray=\"3,2\" d=\"M" + fixed(kX0) + "," +
+              fixed(y_of(1)) + "H" + fixed(kX1) + "\"/>\n";
+      if (lo < 0) {
+        body += "<path stroke=\"#bbb\" d=\"M" + fixed(kX0) + "," + fixed(y_of(0)) + "H" +
+                fixed(kX1) + "\"/>\n";
+      }
+      body += "<text x=\"" + fixed(kX0 - 4) + "\" y=\"" + fixed(top + 8) +
+              "\" font-size=\"10\" fill=\"#777\" text-anchor=\"end\">" + xml_escape(decimal(hi)) +
+              "</text>\n";
+      body += "<text x=\"" + fixed(kX0 - 4) + "\" y=\"" + fixed(top + height) +
+              "\" font-size=\"10\" fill=\"#777\" text-anchor=\"end\">" + xml_escape(decimal(lo)) +
+              "</text>\n";
+      const Samples& smp = lane.samples;
+      for (std::size_t h = 0; h < lane.held.size(); ++h) {
+        const double rate = lane.rate[h] / 1e6;  // credits per microsecond
+        const double cap = lane.cap[h];
+        const auto refill = [&](double b, std::int64_t from, std::int64_t to) {
+          return std::min(cap, b + rate * static_cast<double>(to - from));
+        };
+        std::string d;
+        if (smp.t.size() <= kBins) {
+          // Exact: each sample, the refill toward the next with its corner where the bucket
+          // fills, and the step the event made.
+          const auto point = [&](std::int64_t t, double b) {
+            d += d.empty() ? 'M' : 'L';
+            append_fixed(d, x_of(t));
+            d += ',';
+            append_fixed(d, y_of(b));
+          };
+          std::int64_t pt = 0;
+          double pb = cap;
+          point(0, cap);
+          const auto refill_to = [&](std::int64_t t) {
+            if (pb < cap && rate > 0) {
+              const double full = static_cast<double>(pt) + (cap - pb) / rate;
+              if (full < static_cast<double>(t)) point(static_cast<std::int64_t>(full), cap);
+            }
+            point(t, refill(pb, pt, t));
+          };
+          for (std::size_t i = 0; i < smp.t.size(); ++i) {
+            refill_to(smp.t[i]);
+            pb = static_cast<double>(smp.value[h][i]) / 1e6;
+            pt = smp.t[i];
+            point(pt, pb);
+          }
+          refill_to(end);
+          body += "<path fill=\"none\" stroke=\"" + std::string(colour(lane.held[h], k)) +
+                  "\" stroke-width=\"1.3\" d=\"" + d + "\"/>\n";
+        } else {
+          // Many samples: each bin's range, from the balance entering it, every sample in it and
+          // the refill before each, to the balance leaving it.
+          Strokes bars;
+          std::size_t i = 0;
+          std::int64_t pt = 0;
+          double pb = cap;
+          for (std::size_t b = 0; b < kBins; ++b) {
+            const auto t0 = static_cast<std::int64_t>(span * static_cast<double>(b) / kBins);
+            const auto t1 = static_cast<std::int64_t>(span * static_cast<double>(b + 1) / kBins);
+            double mn = refill(pb, pt, t0);
+            double mx = mn;
+            while (i < smp.t.size() && smp.t[i] < t1) {
+              const double before = refill(pb, pt, smp.t[i]);
+              pb = static_cast<double>(smp.value[h][i]) / 1e6;
+              pt = smp.t[i];
+              mn = std::min({mn, before, pb});
+              mx = std::max({mx, before, pb});
+              ++i;
+            }
+            const double after = refill(pb, pt, t1);
+            mn = std::min(mn, after);
+            mx = std::max(mx, after);
+            const double ya = y_of(mx);
+            bars.segment_v(kX0 + (static_cast<double>(b) + 0.5) * kBin, ya,
+                           std::max(y_of(mn) - ya, 1.0));
+          }
+          bars.emit(body, colour(lane.held[h], k), kBin);
+        }
+      }
+    }
+    body += "</g>\n</g>\n";
+    y += kBalanceBand + 14;
+  }
+  const double height = y + 4;
+
+  // Grid lines through every lane, drawn first so that they sit under everything.
+  std::string grid_d;
+  for (double t = 0; t <= seconds_span * (1 + 1e-9); t += step) {
+    const double x = kX0 + t / seconds_span * kPlot;
+    grid_d += "M" + fixed(x) + "," + fixed(axis_y) + "V" + fixed(height - 8);
+  }
+
+  std::string out;
+  out.reserve(body.size() + 1024);
+  out += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fixed(kWidth) + "\" height=\"" +
+         fixed(height) + "\" viewBox=\"0 0 " + fixed(kWidth) + " " + fixed(height) +
+         "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
+  out += "<title>" + xml_escape("creditloop-sim: " + title_) + "</title>\n";
+  out += "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n";
+  out += "<path id=\"grid\" stroke=\"#eee\" d=\"" + grid_d + "\"/>\n";
+  out += body;
+  out += "</svg>\n";
+  return out;
+}
+
+}  // namespace sim

@@ -1,0 +1,98 @@
+// tools/sim/picture.hpp: a picture of one run, as a self-contained HTML page or a static SVG.
+//
+// The recorder listens to the simulator as a RunObserver, so every value it draws is one the
+// trace would print for the same event (times and balances rounded to the microsecond and the
+// micro-credit, as the trace rounds them). It keeps per request its arrival, dispatch and
+// completion, per pass its class and its waiting participants with the reason each ignored one
+// was passed over, and per participant its balances after each of its dispatches and
+// completions: about 60 bytes a request, more for passes with many participants waiting.
+//
+// The page embeds that record as columnar JSON (docs/pictures.md describes it) in a template
+// kept as a real file, tools/sim/picture.html, and compiled in: it needs no network and no other
+// file. The SVG is drawn here, and its size does not grow with the number of requests: a lane
+// with many requests, a pass lane with many passes, a balance line with many samples are drawn
+// as aggregates over 500 time bins, so it stays within about 30 KB per class (P1..Pk and the
+// unmetered one) and participant, plus 10 KB per participant, whatever the number of requests:
+// 0.5 MB for 100,000 requests among 12 participants on 2 classes (tests/sim_test.cpp holds it
+// under 2 MB).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "scenario.hpp"
+#include "simulator.hpp"
+
+namespace sim {
+
+class Picture final : public RunObserver {
+ public:
+  /// Most requests a run may have for a picture: the record lives in memory until the run ends.
+  static constexpr std::uint64_t kMaxRequests = 5'000'000;
+
+  /// `scenario` must outlive the picture; `title` names the run in the header (the file name).
+  Picture(const Scenario& scenario, std::string title);
+
+  void arrived(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) override;
+  void passed(creditloop::Nanos t, creditloop::ClassId c,
+              std::span<const PassEntry> waiting) override;
+  void dispatched(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
+                  creditloop::ClassId c, const Balances& balances) override;
+  void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
+                 const Balances& balances) override;
+
+  /// The interactive page for the finished run.
+  [[nodiscard]] std::string html(const RunReport& report) const;
+  /// The static picture for the finished run.
+  [[nodiscard]] std::string svg(const RunReport& report) const;
+
+ private:
+  struct Request {
+    std::int64_t arrived = 0;      // microseconds, as the trace rounds them
+    std::int64_t dispatched = -1;  // -1: still queued when the run stopped
+    std::int64_t completed = -1;   // -1: not completed when the run stopped
+    std::uint32_t participant = 0;
+    std::uint32_t pass = 0;  // the pass its dispatch followed
+    std::uint32_t passes_before_completion = 0;
+    std::int8_t cls = -1;
+  };
+  struct Samples {
+    std::vector<std::int64_t> t;                   // microseconds
+    std::vector<std::uint32_t> key;                // passes before the event that gave the sample
+    std::vector<std::vector<std::int64_t>> value;  // by held class: micro-credits
+  };
+  struct Lane {
+    std::vector<int> held;     // metered classes the plan holds, ascending
+    std::vector<double> rate;  // credits per second (plan rate times shares), by held class
+    std::vector<double> cap;   // credits (plan burst times shares), by held class
+    std::vector<std::uint32_t> requests;  // req numbers, in arrival order
+    Samples samples;
+  };
+  struct Passes {
+    std::vector<std::int64_t> t;
+    std::vector<std::uint8_t> cls;
+    std::vector<std::uint32_t> eligible_count;
+    std::vector<std::uint32_t> eligible;  // participants, flat
+    std::vector<std::uint32_t> ignored_count;
+    std::vector<std::uint32_t> ignored;     // participants, flat
+    std::vector<std::uint8_t> why;          // per ignored: 0 no bucket, 1 below one credit
+    std::vector<std::int64_t> balance;      // per below_one_credit: micro-credits
+    std::vector<std::int64_t> next_credit;  // per below_one_credit: microseconds, -1 never
+  };
+
+  void sample(std::int64_t t, std::uint32_t key, std::uint32_t participant,
+              const Balances& balances);
+  [[nodiscard]] std::string data_json(const RunReport& report) const;
+  [[nodiscard]] std::int64_t end_micro(const RunReport& report) const;
+
+  const Scenario& scenario_;
+  std::string title_;
+  int classes_ = 0;  // k metered; k itself is the unmetered class
+  std::vector<Request> requests_;
+  std::vector<Lane> lanes_;  // scenario order
+  Passes passes_;
+};
+
+}  // namespace sim
