@@ -896,8 +896,8 @@ TEST_F(SimTest, TableHasOneRowPerParticipant) {
   }
 }
 
-TEST_F(SimTest, LargeScenarioRuns) {
-  // 120,000 requests from 12 participants: every one is dispatched and completed.
+// `total` requests from 12 participants of both plans, spread evenly, arriving together.
+json many_requests(int total) {
   json s = json::parse(kSpecExample);
   s.erase("until");
   s["server"]["slots"] = 8;
@@ -909,11 +909,17 @@ TEST_F(SimTest, LargeScenarioRuns) {
         {{"name", name}, {"plan", i % 2 ? "pro" : "lite"}, {"shares", i + 1}});
     s["arrivals"].push_back({{"at", 0.001 * i},
                              {"participant", name},
-                             {"count", 10000},
+                             {"count", total / 12 + (i < total % 12 ? 1 : 0)},
                              {"every", 0.0005},
                              {"service", 0.001},
                              {"cost", 0.25}});
   }
+  return s;
+}
+
+TEST_F(SimTest, LargeScenarioRuns) {
+  // 120,000 requests from 12 participants: every one is dispatched and completed.
+  const json s = many_requests(120000);
   const Output o = run_sim({"--summary", write("large.json", s.dump())});
   ASSERT_EQ(o.status, 0) << o.err;
   const json summary = json::parse(o.out);
@@ -1039,26 +1045,6 @@ std::string group(const std::string& svg, const std::string& id) {
   return "";
 }
 
-json hundred_thousand_requests() {
-  json s = json::parse(kSpecExample);
-  s.erase("until");
-  s["server"]["slots"] = 8;
-  s["participants"] = json::array();
-  s["arrivals"] = json::array();
-  for (int i = 0; i < 12; ++i) {
-    const std::string name = "p" + std::to_string(i);
-    s["participants"].push_back(
-        {{"name", name}, {"plan", i % 2 ? "pro" : "lite"}, {"shares", i + 1}});
-    s["arrivals"].push_back({{"at", 0.001 * i},
-                             {"participant", name},
-                             {"count", i < 4 ? 8334 : 8333},
-                             {"every", 0.0005},
-                             {"service", 0.001},
-                             {"cost", 0.25}});
-  }
-  return s;
-}
-
 }  // namespace
 
 TEST_F(SimTest, PicturesLeaveStandardOutputAsItWas) {
@@ -1165,8 +1151,8 @@ TEST_F(SimTest, SvgShowsLanesPassesLegendAndHeader) {
 
 TEST_F(SimTest, SvgStaysSmallFor100000Requests) {
   const fs::path svg_path = dir_ / "big.svg";
-  const Output o = run_sim({"--summary", "--svg", svg_path.string(),
-                            write("big.json", hundred_thousand_requests().dump())});
+  const Output o = run_sim(
+      {"--summary", "--svg", svg_path.string(), write("big.json", many_requests(100000).dump())});
   ASSERT_EQ(o.status, 0) << o.err;
   const std::string svg = slurp(svg_path);
   // The bound docs/pictures.md states: under 2 MB for 100,000 requests among 12 participants.

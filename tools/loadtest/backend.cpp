@@ -43,6 +43,8 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include "cpu_work.hpp"
+
 namespace {
 
 namespace asio = boost::asio;
@@ -68,23 +70,6 @@ struct Work {
   unsigned status = 200;
   bool fail = false;
 };
-
-double thread_cpu_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
-// Measured as this thread's CPU time, so that a busy machine lengthens the wall time of a burn
-// but not the work it stands for.
-void burn_cpu(double ms) {
-  const double start = thread_cpu_ms();
-  std::uint64_t x = 0x9e3779b97f4a7c15ull;
-  while (thread_cpu_ms() - start < ms) {
-    for (int i = 0; i < 4096; ++i) x = x * 6364136223846793005ull + 1442695040888963407ull;
-    asm volatile("" : : "r"(x));  // keeps the loop from being optimised away
-  }
-}
 
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -183,7 +168,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (work_.cpu_ms > 0) {
       // CPU runs on the workers so that a long burn never delays another connection's I/O.
       asio::post(workers_, [self = shared_from_this()] {
-        burn_cpu(self->work_.cpu_ms);
+        (void)creditloop::server::burn_cpu(self->work_.cpu_ms);
         asio::post(self->stream_.get_executor(), [self] { self->wait(); });
       });
     } else {

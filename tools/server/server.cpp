@@ -17,6 +17,7 @@
 
 #include "admin.hpp"
 #include "backend.hpp"
+#include "cpu_work.hpp"
 #include "session.hpp"
 
 namespace creditloop::server {
@@ -57,26 +58,6 @@ std::optional<std::string_view> bearer(const Request& request) {
   while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
   if (v.empty()) return std::nullopt;
   return v;
-}
-
-double thread_cpu_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
-// Real CPU work of the size asked for, measured as this thread's CPU time (what a request would
-// be charged on a shared machine, where wall time also counts the others' turns).
-double burn_cpu(double ms) {
-  const double start = thread_cpu_ms();
-  std::uint64_t x = 0x9e3779b97f4a7c15ull;
-  double used = 0;
-  while (used < ms) {
-    for (int i = 0; i < 4096; ++i) x = x * 6364136223846793005ull + 1442695040888963407ull;
-    asm volatile("" : : "r"(x));  // keeps the work from being optimised away
-    used = thread_cpu_ms() - start;
-  }
-  return used;
 }
 
 struct WorkArgs {
