@@ -469,6 +469,10 @@ class Backend:
                 if "hang" in self.path:
                     time.sleep(3)  # longer than the proxy's timeout: the 504 path
                     return
+                if "closing" in self.path:
+                    # Answers as if the connection stayed open, then closes it: what a backend
+                    # whose idle timeout ran out does to a pooled connection.
+                    self.close_connection = True
                 body = json.dumps({"path": self.path,
                                    "tenant": self.headers.get("X-Creditloop-Tenant"),
                                    "authorization": self.headers.get("Authorization")}).encode()
@@ -478,6 +482,11 @@ class Backend:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_POST(self):  # noqa: N802 - the stdlib's name
+                length = int(self.headers.get("Content-Length", "0"))
+                self.rfile.read(length)
+                self.do_GET()
 
             def log_message(self, *args):
                 pass
@@ -523,6 +532,16 @@ class ProxyMode(unittest.TestCase):
             self.assertGreaterEqual(float(res.getheader("X-Creditloop-Cost")), 500)
             loop = wait_for("settled", lambda: (lambda l: l if l["in_flight"] == 0 else None)(server.participants()["loop"]))
             self.assertEqual(loop["completed"], loop["dispatched"])
+            # A pooled connection the backend closed: a GET is sent again on a fresh one, a POST
+            # (which the backend may have acted on) is answered 502.
+            res, _ = server.request("alice-key-0001", "/closing")
+            self.assertEqual(res.status, 200)
+            res, _ = server.request("alice-key-0001", "/after-close")
+            self.assertEqual(res.status, 200)
+            res, _ = server.request("alice-key-0001", "/closing")
+            self.assertEqual(res.status, 200)
+            res, _ = server.request("alice-key-0001", "/post-after-close", method="POST")
+            self.assertEqual(res.status, 502)
             # Keep-alive pooling survives many requests.
             for _ in range(30):
                 res, _ = server.request("alice-key-0001", "/again")

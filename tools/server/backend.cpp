@@ -71,7 +71,13 @@ void Backend::forward(const Request& request, const std::string& tenant,
   out->set("X-Creditloop-Tenant", tenant);
   out->keep_alive(true);
   out->prepare_payload();
-  attempt(take(), std::move(out), std::move(done), std::chrono::steady_clock::now(), true);
+  // A request sent on a kept-alive connection the backend had closed may have reached it before
+  // the close; sending it again is safe only where repeating it is (RFC 9110, 9.2.2).
+  const http::verb m = out->method();
+  const bool idempotent = m == http::verb::get || m == http::verb::head ||
+                          m == http::verb::options || m == http::verb::put ||
+                          m == http::verb::delete_ || m == http::verb::trace;
+  attempt(take(), std::move(out), std::move(done), std::chrono::steady_clock::now(), idempotent);
 }
 
 void Backend::attempt(std::unique_ptr<Connection> c, std::shared_ptr<Request> request,
