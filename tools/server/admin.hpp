@@ -1,6 +1,7 @@
 // The admin listener's endpoints: /metrics (Prometheus text format), /debug/participants (JSON),
-// /health. Both reports read the runtime's lock-free counters and take one snapshot round trip
-// to the dispatcher, O(tenants): cheap enough to scrape every second under full load.
+// /health. Both reports read the server's per-tenant counters without locks and take two
+// snapshot round trips to the dispatcher (the loop's, and the participants' in O(tenants)),
+// however many tenants: cheap enough to scrape every second under full load.
 #pragma once
 
 #include <string>
