@@ -4,9 +4,9 @@
 // at once and the pool never holds more connections than that. A connection the backend closed
 // while idle is noticed on its next use: an idempotent request (GET, HEAD, PUT, DELETE, ...) is
 // sent again once on a fresh connection when nothing of a response had arrived; any other is
-// answered 502, since the backend may have acted on it. Errors answer 502 (unreachable, broken, malformed
-// response) or 504 (no full response within the timeout); either way the request's cost is the
-// time it held its slot.
+// answered 502, since the backend may have acted on it. Errors answer 502 (unreachable, broken,
+// malformed response) or 504 (no full response within the timeout); either way the request's cost
+// is the time it held its slot.
 #pragma once
 
 #include <chrono>
