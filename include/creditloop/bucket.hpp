@@ -104,9 +104,11 @@ inline void refill(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) 
     return true;
   }
   // Smallest dt with floor((dt * rate + remainder) / 1e9) >= 1e9 - balance. A debt under 8
-  // credits keeps the numerator within 64 bits. Rate 0 goes the wide way, which has no division
-  // by it.
-  if (b.balance > -8 * kNanoPerCredit && rate != 0 && rate <= ~std::uint64_t{0}) {
+  // credits keeps the numerator within 64 bits.
+  if (b.balance > -8 * kNanoPerCredit && rate <= ~std::uint64_t{0}) {
+    if (rate == 0) [[unlikely]] {
+      return false;  // a plan scaled to nothing: never
+    }
     const auto missing = static_cast<std::uint64_t>(kNanoPerCredit - b.balance);
     const std::uint64_t needed = missing * static_cast<std::uint64_t>(kNanoPerCredit) - b.remainder;
     const auto rate64 = static_cast<std::uint64_t>(rate);

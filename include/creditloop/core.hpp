@@ -144,8 +144,8 @@ class Core {
   /// at, is the whole plan): each bucket's rate becomes the plan's rate x shares x millionths /
   /// 1e6 and its capacity burst x shares x millionths / 1e6, in nano-credits, rounded down. As for
   /// a re-plan, each bucket keeps its balance (refilled to `now` at the old terms), clipped to the
-  /// new capacity. A bucket whose capacity falls below one credit, or whose rate to 0, gets no
-  /// further credit until scaled up (at 0, `p` only goes out unmetered); its balance is kept.
+  /// new capacity. A bucket whose capacity falls below one credit, or whose rate rounds to 0, gets
+  /// no further credit until scaled up (at 0, `p` only goes out unmetered); its balance is kept.
   /// Errors, tested in this order: unknown_participant, bad_scale (above kWholePlan); on error
   /// nothing changes. O(k); no allocation.
   Status scale(ParticipantId p, std::uint32_t millionths, Nanos now) noexcept;
