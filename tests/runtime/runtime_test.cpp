@@ -1068,7 +1068,7 @@ TEST(Runtime, ScaleFromAnotherThreadWhileRequestsFlowTakesEffectAtOnceAndSnapsho
   std::atomic<bool> stop{false};
   std::thread producer([&] {
     // Each request again once its completion made it the caller's (already_queued until then).
-    while (!stop.load(std::memory_order_relaxed)) {  // a flag polled: no data hangs on it
+    while (!stop.load(std::memory_order_relaxed)) {  // relaxed: no data hangs on the flag
       for (std::size_t i = 0; i < requests.size(); ++i) {
         (void)rt.submit(i % 8 == 0 ? bob : alice, requests[i]);
       }
@@ -1118,7 +1118,7 @@ TEST(Runtime, ScaleFromAnotherThreadWhileRequestsFlowTakesEffectAtOnceAndSnapsho
   EXPECT_EQ(rt.scale(alice, kWholePlan + 1).error(), Errc::bad_scale);
   EXPECT_EQ(rt.scale(ParticipantId{alice.slot, 99}, 1).error(), Errc::unknown_participant);
   EXPECT_EQ(rt.snapshot(alice)->scale, kWholePlan);
-  stop.store(true, std::memory_order_relaxed);
+  stop.store(true, std::memory_order_relaxed);  // the producer's polled flag: no pairing needed
   producer.join();
   (void)rt.shutdown(ShutdownMode::drain);
   EXPECT_EQ(rt.scale(alice, 1).error(), Errc::shut_down);
