@@ -146,7 +146,9 @@ LiveView::LiveView(Server& server) : server_(server), origin_(Clock::now()) {
 
 LiveView::~LiveView() { stop(); }
 
-void LiveView::start() { sampler_ = std::thread([this] { sample_loop(); }); }
+void LiveView::start() {
+  sampler_ = std::thread([this] { sample_loop(); });
+}
 
 void LiveView::stop() {
   std::vector<std::shared_ptr<LiveStream>> streams;
@@ -182,8 +184,8 @@ void LiveView::record(const Pending& p, Clock::time_point finished, double cost)
 
 std::size_t LiveView::streams() const {
   std::lock_guard lock(mutex_);
-  return static_cast<std::size_t>(std::count_if(
-      streams_.begin(), streams_.end(), [](const auto& s) { return !s->closed(); }));
+  return static_cast<std::size_t>(
+      std::count_if(streams_.begin(), streams_.end(), [](const auto& s) { return !s->closed(); }));
 }
 
 std::string LiveView::page() {
@@ -191,9 +193,8 @@ std::string LiveView::page() {
   const std::string_view html = sim::kPictureHtml;
   const auto at = html.find(marker);
   if (at == std::string_view::npos) throw std::logic_error("picture.html has no data marker");
-  const json data = {{"format", "creditloop-picture/1"},
-                     {"title", "creditloop-server"},
-                     {"live", "/ui/events"}};
+  const json data = {
+      {"format", "creditloop-picture/1"}, {"title", "creditloop-server"}, {"live", "/ui/events"}};
   std::string out(html.substr(0, at));
   out += data.dump();
   out += html.substr(at + marker.size());
@@ -234,8 +235,8 @@ void LiveView::attach(tcp::socket socket, const Request& request) {
   std::lock_guard lock(mutex_);
   std::erase_if(streams_, [](const auto& s) { return s->closed(); });
   if (stopping_ || streams_.size() >= kMaxStreams) {
-    std::string refusal = stream_header(request, http::status::service_unavailable,
-                                        "text/plain; charset=utf-8");
+    std::string refusal =
+        stream_header(request, http::status::service_unavailable, "text/plain; charset=utf-8");
     refusal += "too many live streams (at most " + std::to_string(kMaxStreams) + ")\n";
     stream->send(bytes(std::move(refusal)));
     stream->finish();
@@ -254,6 +255,7 @@ std::shared_ptr<const std::string> LiveView::tick_event(std::int64_t now,
                                                         std::uint64_t dropped) {
   const std::shared_ptr<const Directory> dir = server_.directory();
   const int k = dir->config->plans.classes;
+  const std::vector<Plan>& plans = dir->config->plans.plans;
   Runtime* rt = server_.scheduler().runtime();
   std::map<std::string, ParticipantSnapshot, std::less<>> snaps;
   RuntimeSnapshot loop;
@@ -264,7 +266,8 @@ std::shared_ptr<const std::string> LiveView::tick_event(std::int64_t now,
   json passes = json::array();
   for (int c = 0; c <= k; ++c) {
     const auto i = static_cast<std::size_t>(c);
-    passes.push_back(loop.per_class[i].passes - std::min(loop.per_class[i].passes, last_passes_[i]));
+    passes.push_back(loop.per_class[i].passes -
+                     std::min(loop.per_class[i].passes, last_passes_[i]));
     last_passes_[i] = loop.per_class[i].passes;
   }
   json tenants = json::array();
@@ -273,6 +276,7 @@ std::shared_ptr<const std::string> LiveView::tick_event(std::int64_t now,
     const Tenant& t = *entry.tenant;
     json j = {{"name", name}, {"plan", entry.plan}, {"shares", entry.shares}};
     std::array<std::uint64_t, kMaxClasses + 1> counts{};
+    bool full = true;  // every bucket at its capacity
     json balance = json::object();
     json next = json::object();
     const auto s = snaps.find(name);
@@ -284,6 +288,10 @@ std::shared_ptr<const std::string> LiveView::tick_event(std::int64_t now,
         const std::string cls = class_name(static_cast<ClassId>(c));
         if (const auto& b = s->second.balance[i]) {
           balance[cls] = six_places(static_cast<double>(*b) / 1e9);
+          const auto plan = std::find_if(plans.begin(), plans.end(),
+                                         [&](const Plan& p) { return p.name == entry.plan; });
+          const auto& terms = plan == plans.end() ? std::nullopt : plan->terms[i];
+          if (!terms || static_cast<double>(*b) < terms->burst * entry.shares * 1e9) full = false;
         }
         if (const auto& n = s->second.next_credit[i]) {
           next[cls] = now + (*n - loop.at + 999) / 1000;  // the microsecond it has landed by
@@ -297,13 +305,18 @@ std::shared_ptr<const std::string> LiveView::tick_event(std::int64_t now,
       }
     }
     json delta = json::array();
+    bool dispatched = false;
     const auto before = last_dispatched_.find(name);
     for (int c = 0; c <= k; ++c) {
       const auto i = static_cast<std::size_t>(c);
       const std::uint64_t was = before == last_dispatched_.end() ? 0 : before->second[i];
       delta.push_back(counts[i] - std::min(counts[i], was));
+      dispatched = dispatched || counts[i] > was;
     }
     dispatched_now.emplace(name, counts);
+    // An idle tenant (nothing queued or dispatched, full buckets) is left out: with many tenants,
+    // the ticks carry the active ones only.
+    if (!dispatched && j["queued"].get<std::uint64_t>() == 0 && full) continue;
     j["balance"] = std::move(balance);
     j["next"] = std::move(next);
     j["dispatched"] = std::move(delta);
@@ -328,8 +341,11 @@ std::shared_ptr<const std::string> LiveView::tick_event(std::int64_t now,
     r["k"].push_back(d.cls);
     r["cost"].push_back(six_places(d.cost));
   }
-  const json tick = {{"t", now},        {"passes", passes},   {"tenants", tenants},
-                     {"requests", requests}, {"dropped", dropped}};
+  const json tick = {{"t", now},
+                     {"passes", passes},
+                     {"tenants", tenants},
+                     {"requests", requests},
+                     {"dropped", dropped}};
   return bytes(sse("tick", tick.dump(-1, ' ', false, json::error_handler_t::replace)));
 }
 
@@ -352,10 +368,13 @@ void LiveView::sample_loop() {
     if (stopping_) return;
     kept_.push_back(Kept{now, requests, event});
     kept_requests_ += requests;
+    kept_bytes_ += event->size();
     const std::int64_t oldest =
         now - std::chrono::duration_cast<std::chrono::microseconds>(kWindow).count();
-    while (!kept_.empty() && (kept_.front().at < oldest || kept_requests_ > kMaxRequests)) {
+    while (!kept_.empty() && (kept_.front().at < oldest || kept_requests_ > kMaxRequests ||
+                              kept_bytes_ > kMaxKeptBytes)) {
       kept_requests_ -= kept_.front().requests;
+      kept_bytes_ -= kept_.front().event->size();
       kept_.pop_front();
     }
     std::erase_if(streams_, [](const auto& s) { return s->closed(); });

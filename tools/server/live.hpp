@@ -3,10 +3,11 @@
 // What is recorded: every answered request (tenant, arrival, start, finish, the class it went out
 // under, its cost), handed over by the thread that finished it; and every kTick a sample of the
 // loop from the runtime's snapshots: per tenant its queue, balances, next-credit instants and
-// dispatches per class since the last sample, and the passes the loop settled on each class since
-// the last sample. Each tick becomes one event, encoded once and sent to every stream; the events
-// of the last kWindow are kept (at most kMaxRequests requests in them), so that a page that
-// connects gets the last minute first, then the loop live.
+// dispatches per class since the last sample (tenants idle since then, with full buckets, left
+// out), and the passes the loop settled on each class since the last sample. Each tick becomes one
+// event, encoded once and sent to every stream; the events of the last kWindow are kept (at most
+// kMaxRequests requests in them), so that a page that connects gets the last minute first, then the
+// loop live.
 //
 // Threads: record() on the threads that finish requests (I/O and workers; never the runtime's
 // dispatcher), under a mutex held for one push_back. A sampler thread of its own takes the
@@ -47,8 +48,11 @@ class LiveView {
   /// as dropped).
   static constexpr std::size_t kMaxRequests = 100'000;
   static constexpr std::size_t kMaxStreams = 8;
+  /// Most bytes the kept events hold (about 60 a request, 150 a tenant active in a tick): above
+  /// that too the oldest go.
+  static constexpr std::size_t kMaxKeptBytes = 12 * 1024 * 1024;
   /// Most bytes of events queued for one stream before it is dropped: above the whole window's
-  /// replay (about 60 bytes a request), so that only a client that stops reading is dropped.
+  /// replay (kMaxKeptBytes), so that only a client that stops reading is dropped.
   static constexpr std::size_t kMaxBacklogBytes = 16 * 1024 * 1024;
 
   /// Does not start sampling: start() does.
@@ -108,6 +112,7 @@ class LiveView {
   std::uint64_t dropped_ = 0;
   std::deque<Kept> kept_;
   std::size_t kept_requests_ = 0;
+  std::size_t kept_bytes_ = 0;
   std::vector<std::shared_ptr<LiveStream>> streams_;
   bool stopping_ = false;
   std::condition_variable wake_;
