@@ -182,12 +182,6 @@ void LiveView::record(const Pending& p, Clock::time_point finished, double cost)
   pending_.push_back(std::move(d));
 }
 
-std::size_t LiveView::streams() const {
-  std::lock_guard lock(mutex_);
-  return static_cast<std::size_t>(
-      std::count_if(streams_.begin(), streams_.end(), [](const auto& s) { return !s->closed(); }));
-}
-
 std::string LiveView::page() {
   constexpr std::string_view marker = "/*@CREDITLOOP_DATA@*/";
   const std::string_view html = sim::kPictureHtml;

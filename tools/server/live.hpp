@@ -79,9 +79,6 @@ class LiveView {
   /// stream already. Any thread.
   void attach(boost::asio::ip::tcp::socket socket, const Request& request);
 
-  /// Streams open now (for tests and the docs' bound).
-  [[nodiscard]] std::size_t streams() const;
-
  private:
   struct Done {
     std::shared_ptr<Tenant> tenant;
