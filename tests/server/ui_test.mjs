@@ -248,3 +248,13 @@ test('a flood and a light tenant, live: lanes, the light tenant served, the floo
     await page.close();
   }
 });
+
+test('SIGTERM with a stream open: the stream ends and the server exits 0', async () => {
+  const s = await openStream(ports.admin);
+  assert.equal(s.res.statusCode, 200);
+  const ended = new Promise((resolve) => { s.res.on('end', resolve); s.res.on('error', resolve); s.res.on('close', resolve); s.res.resume(); });
+  const exited = new Promise((resolve) => server.once('exit', (code, signal) => resolve({ code, signal })));
+  server.kill('SIGTERM');
+  assert.deepEqual(await exited, { code: 0, signal: null }, serverLog.join(''));
+  await ended;
+});
