@@ -219,6 +219,7 @@ std::string LiveView::hello_event() const {
       {"plans", plans},
       {"window_us", std::chrono::duration_cast<std::chrono::microseconds>(kWindow).count()},
       {"tick_us", std::chrono::duration_cast<std::chrono::microseconds>(kTick).count()},
+      {"max_requests", kMaxRequests},
       {"now", micros(Clock::now())}};
   return sse("hello", hello.dump(-1, ' ', false, json::error_handler_t::replace));
 }
