@@ -11,6 +11,7 @@
 #include <prometheus/text_serializer.h>
 #include <nlohmann/json.hpp>
 
+#include "live.hpp"
 #include "server.hpp"
 
 namespace creditloop::server {
@@ -281,6 +282,10 @@ std::string participants_json(Server& server) {
   return out.dump();
 }
 
+bool admin_admitted(const Server& server, const Request& request) {
+  return admitted(server, request);
+}
+
 Response admin_response(Server& server, const Request& request) {
   const std::string_view target(request.target().data(), request.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
@@ -300,6 +305,12 @@ Response admin_response(Server& server, const Request& request) {
   }
   if (path == "/debug/participants") {
     return make_response(request, http::status::ok, participants_json(server), "application/json");
+  }
+  if (path == "/ui") {
+    return make_response(request, http::status::ok, LiveView::page(), "text/html; charset=utf-8");
+  }
+  if (path == "/favicon.ico") {  // what a browser showing /ui asks for: none, rather than a 404
+    return make_response(request, http::status::no_content, "");
   }
   if (path == "/health") {
     return make_response(request, http::status::ok, server.stopping() ? "stopping\n" : "ok\n");

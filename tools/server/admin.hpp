@@ -1,7 +1,8 @@
 // The admin listener's endpoints: /metrics (Prometheus text format), /debug/participants (JSON),
 // /health. Both reports read the server's per-tenant counters without locks and take two
 // snapshot round trips to the dispatcher (the loop's, and the participants' in O(tenants)),
-// however many tenants: cheap enough to scrape every second under full load.
+// however many tenants: cheap enough to scrape every second under full load. The live page, /ui,
+// is served here too; its event stream, /ui/events, by live.hpp.
 #pragma once
 
 #include <string>
@@ -16,6 +17,9 @@ class Histogram;
 namespace creditloop::server {
 
 class Server;
+
+/// Whether the request carries the admin key, when one is configured (compared in constant time).
+[[nodiscard]] bool admin_admitted(const Server& server, const Request& request);
 
 [[nodiscard]] Response admin_response(Server& server, const Request& request);
 

@@ -18,6 +18,7 @@
 #include "admin.hpp"
 #include "backend.hpp"
 #include "cpu_work.hpp"
+#include "live.hpp"
 #include "session.hpp"
 
 namespace creditloop::server {
@@ -135,6 +136,7 @@ Server::Server(ServerOptions options)
     backend_ = std::make_unique<Backend>(io_, *config);
   }
   directory_ = build_directory(config, nullptr);
+  live_ = std::make_unique<LiveView>(*this);
   listen();
 }
 
@@ -360,6 +362,7 @@ void Server::finish(Exchange& e, double cost, Response response) {
   t.cost_charged_nano.fetch_add(static_cast<std::uint64_t>(to_nano_credits(cost)),
                                 std::memory_order_relaxed);
   t.wait_seconds->Observe(wait_ms / 1e3);
+  live_->record(e, Clock::now(), cost);
   char buf[32];
   response.set("X-Creditloop-Class", e.fifo ? std::string("fifo") : class_name(e.out));
   std::snprintf(buf, sizeof buf, "%.3f", wait_ms);
@@ -452,6 +455,7 @@ int Server::run() {
   accept(acceptor_, false);
   accept(admin_acceptor_, true);
   wait_for_signal();
+  live_->start();
   const ServerConfig& c = *directory()->config;
   std::printf(
       "creditloop-server: %s mode, %s scheduler, %zu tenants; listening on %s:%u, admin %s:%u\n",
@@ -462,6 +466,7 @@ int Server::run() {
   for (unsigned i = 1; i < c.io_threads; ++i) threads.emplace_back([this] { io_.run(); });
   io_.run();
   for (std::thread& t : threads) t.join();
+  live_->stop();
   if (stopper_.joinable()) stopper_.join();
   if (reloader_.joinable()) reloader_.join();
   log("stopped");

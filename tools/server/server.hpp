@@ -7,8 +7,8 @@
 // cost by whoever finished it, answered on its connection's strand.
 //
 // Tenants' listener: every request needs `Authorization: Bearer KEY`. Admin listener (loopback by
-// default; with `admin.key`, that key too): /metrics, /debug/participants, /health. A tenant's
-// key is never accepted there.
+// default; with `admin.key`, that key too): /metrics, /debug/participants, /health, and the live
+// picture /ui with its event stream /ui/events (live.hpp). A tenant's key is never accepted there.
 #pragma once
 
 #include <array>
@@ -37,6 +37,7 @@
 namespace creditloop::server {
 
 class Backend;
+class LiveView;
 struct Exchange;
 
 using KeyDigest = std::array<unsigned char, 32>;
@@ -86,6 +87,7 @@ class Server {
   // ---- for the admin endpoints and the sessions -----------------------------------------
   [[nodiscard]] std::shared_ptr<const Directory> directory() const;
   [[nodiscard]] Scheduler& scheduler() noexcept { return *scheduler_; }
+  [[nodiscard]] LiveView& live() noexcept { return *live_; }
   [[nodiscard]] bool stopping() const noexcept {
     return stopping_.load(std::memory_order_relaxed);  // advisory: a stale answer costs one 503
   }
@@ -134,6 +136,7 @@ class Server {
   std::unique_ptr<boost::asio::thread_pool> workers_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<LiveView> live_;  // after scheduler_: its sampler uses the runtime
   std::uint16_t port_ = 0;
   std::uint16_t admin_port_ = 0;
 

@@ -7,6 +7,7 @@
 #include <boost/beast/http/write.hpp>
 
 #include "admin.hpp"
+#include "live.hpp"
 #include "server.hpp"
 
 namespace creditloop::server {
@@ -95,6 +96,10 @@ void Session::on_read(beast::error_code ec) {
   stream_.expires_never();  // the request may now wait its turn as long as it needs
   Request request = parser_->release();
   if (admin_) {
+    if (wants_live_stream(server_, request)) {  // the connection becomes the event stream
+      server_.live().attach(stream_.release_socket(), request);
+      return;
+    }
     Response res = admin_response(server_, request);
     const bool close = !res.keep_alive();
     write(std::move(res), close, false);
