@@ -207,6 +207,8 @@ void Simulation::build_config() {
     bad("spread", "a shift needs twice as many servers as a tenant is spread over");
   if (!(c_.bin_ms >= 1) || !(c_.window_s * 1000 >= c_.bin_ms))
     bad("window_s", "must hold at least one bin (bin_ms)");
+  if (!(c_.over_grant_window_s * 1000 >= c_.bin_ms))
+    bad("over_grant_window_s", "must hold at least one bin (bin_ms)");
   if (!(c_.band > 0 && c_.band < 1)) bad("band", "must be in (0, 1)");
   core_config_.classes = 1;
   for (std::size_t i = 0; i < c_.plans.size(); ++i) {
@@ -562,8 +564,8 @@ Spread spread_of(std::vector<double> v) {
 
 OverGrant Simulation::over_grant(Nanos from, Nanos to) const {
   OverGrant g;
-  const auto window =
-      static_cast<std::size_t>(std::llround(c_.window_s * 1e9 / static_cast<double>(bin_)));
+  const auto window = static_cast<std::size_t>(
+      std::llround(c_.over_grant_window_s * 1e9 / static_cast<double>(bin_)));
   const auto b0 = static_cast<std::size_t>(from / bin_);
   const auto b1 = std::min(bins_, static_cast<std::size_t>(to / bin_));
   g.from_s = static_cast<double>(b0 * bin_) / 1e9;

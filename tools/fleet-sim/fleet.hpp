@@ -60,8 +60,9 @@ struct SimConfig {
   std::uint32_t deaths = 5;
   // Measurement.
   double bin_ms = 100;
-  double window_s = 1;  // the P1 rate is measured over windows this long
-  double band = 0.10;   // "within 10 % of plan"
+  double window_s = 2;             // convergence and the band are judged over windows this long
+  double over_grant_window_s = 1;  // over-grant is summed over windows this long
+  double band = 0.10;              // "within 10 % of plan"
 };
 
 /// Quantiles of a sample (all zero when it is empty).

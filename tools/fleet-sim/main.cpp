@@ -144,6 +144,7 @@ void read_config(const json& j, SimConfig& c) {
   read_field(j, "deaths", c.deaths);
   read_field(j, "bin_ms", c.bin_ms);
   read_field(j, "window_s", c.window_s);
+  read_field(j, "over_grant_window_s", c.over_grant_window_s);
   read_field(j, "band", c.band);
 }
 
@@ -177,6 +178,7 @@ json config_json(const SimConfig& c) {
           {"deaths", c.deaths},
           {"bin_ms", c.bin_ms},
           {"window_s", c.window_s},
+          {"over_grant_window_s", c.over_grant_window_s},
           {"band", c.band}};
 }
 
