@@ -234,10 +234,9 @@ json result_json(const SimConfig& c, const creditloop::fleet::SimResult& r) {
 }
 
 /// The rule on one stored state, for checking another implementation (the Redis function)
-/// against this one: reads {"entries": [{"server", "demand", "ms"}...], "server", "demand",
-/// "now_ms", "ttl_ms"} and prints {"millionths", "live", "total", "entries"} (entries as left).
-int apportion_once(std::istream& in) {
-  const json j = json::parse(in);
+/// against this one: {"entries": [{"server", "demand", "ms"}...], "server", "demand", "now_ms",
+/// "ttl_ms"} gives {"millionths", "live", "total", "entries"} (the entries as left).
+json apportion_case(const json& j) {
   std::map<std::string, std::uint32_t> ids;
   std::vector<std::string> names;
   auto id_of = [&](const std::string& name) {
@@ -257,12 +256,28 @@ int apportion_once(std::istream& in) {
   for (const auto& e : entries) {
     left.push_back({{"server", names[e.server]}, {"demand", e.demand}, {"ms", e.written_ms}});
   }
-  std::cout << json{{"millionths", a.millionths},
-                    {"live", a.live},
-                    {"total", a.total},
-                    {"entries", left}}
-                   .dump()
-            << '\n';
+  return {{"millionths", a.millionths}, {"live", a.live}, {"total", a.total}, {"entries", left}};
+}
+
+/// One case, or an array of cases answered by an array in the same order.
+int apportion_input(std::istream& in) {
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw BadInput(std::string("--apportion: ") + e.what());
+  }
+  try {
+    if (j.is_array()) {
+      json out = json::array();
+      for (const json& c : j) out.push_back(apportion_case(c));
+      std::cout << out.dump() << '\n';
+    } else {
+      std::cout << apportion_case(j).dump() << '\n';
+    }
+  } catch (const json::exception& e) {
+    throw BadInput(std::string("--apportion: ") + e.what());
+  }
   return 0;
 }
 
@@ -291,7 +306,8 @@ int main(int argc, char** argv) {
   app.add_option("--failure-rate", failure_rate, "probability that a store round trip fails");
   app.add_option("-o,--out", out_path, "write the result JSON here instead of stdout");
   app.add_flag("--apportion", apportion,
-               "apply the fleet rule once to a stored state read from stdin (JSON) and print it");
+               "apply the fleet rule to a stored state (or an array of them) read from stdin "
+               "as JSON, and print the answer");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -299,7 +315,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   try {
-    if (apportion) return apportion_once(std::cin);
+    if (apportion) return apportion_input(std::cin);
     SimConfig c;
     if (!config_path.empty()) {
       std::ifstream in(config_path);
