@@ -72,8 +72,6 @@ struct Completion {
   Request* request;
 };
 
-class Simulation;
-
 struct Server {
   std::unique_ptr<Core> core;
   std::vector<Local> locals;
@@ -82,7 +80,6 @@ struct Server {
   std::deque<Request> pool;
   std::vector<Request*> free_requests;
   std::uint32_t free_slots = 0;
-  Nanos now = 0;
   Nanos phase = 0;
   bool dead = false;
   // The store round trip in progress: what was reported, then what came back.
@@ -109,6 +106,7 @@ struct Event {
 class Simulation {
  public:
   explicit Simulation(const SimConfig& c) : c_(c) {
+    build_config();  // validates before anything below divides by a field
     epoch_ = to_nanos(c.epoch_ms / 1000);
     ttl_ms_ = static_cast<std::int64_t>(3 * c.epoch_ms);
     service_ = to_nanos(c.service_ms / 1000);
@@ -122,7 +120,6 @@ class Simulation {
     p1_bins_.assign(static_cast<std::size_t>(c.tenants) * bins_, 0);
     arrived_.assign(c.tenants, 0);
     p1_total_.assign(c.tenants, 0);
-    build_config();
     build_traffic();
   }
 
@@ -436,7 +433,6 @@ void Simulation::advance(Server& s, Nanos to) {
     }
     dispatch_loop(s, now);
   }
-  s.now = std::max(s.now, to);
 }
 
 void Simulation::on_tick(std::uint32_t server, Nanos now) {
