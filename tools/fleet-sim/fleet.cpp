@@ -202,8 +202,8 @@ void Simulation::build_config() {
     bad("deaths", "must leave at least one server alive");
   if (c_.change == Change::shift && c_.spread.size() * 2 > c_.servers)
     bad("spread", "a shift needs twice as many servers as a tenant is spread over");
-  if (!(c_.bin_ms >= 1) || !(c_.window_s * 1000 >= c_.bin_ms))
-    bad("window_s", "must hold at least one bin (bin_ms)");
+  if (!(c_.bin_ms >= 1)) bad("bin_ms", "must be at least 1");
+  if (!(c_.window_s * 1000 >= c_.bin_ms)) bad("window_s", "must hold at least one bin (bin_ms)");
   if (!(c_.over_grant_window_s * 1000 >= c_.bin_ms))
     bad("over_grant_window_s", "must hold at least one bin (bin_ms)");
   if (!(c_.band > 0 && c_.band < 1)) bad("band", "must be in (0, 1)");
