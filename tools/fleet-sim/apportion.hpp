@@ -1,0 +1,116 @@
+// tools/fleet-sim/apportion.hpp: the fleet rule of docs/fleet.md as pure functions over the
+// store's data, so that the simulator's store and the Redis function (Lua) compute the same
+// fractions from the same entries.
+//
+// The data of one tenant is a set of entries, one per server: the demand that server reported and
+// the store's own clock (milliseconds) when it wrote it. The live servers are a second set:
+// server -> the store's milliseconds at its last heartbeat. An entry is *older than the TTL*, and
+// is dropped, when now_ms - written_ms > ttl_ms: an entry written exactly ttl_ms ago still counts.
+//
+// The rule, for one report (server s, demand d, at now_ms):
+//   1. write s's entry (d, now_ms), replacing any earlier one of s;
+//   2. drop the entries older than the TTL;
+//   3. D = the sum of the live entries' demands (s's own included);
+//      f = floor(d * 1e6 / D) if D > 0, else floor(1e6 / live entries).
+// Rounding down makes a tenant's fractions, computed from one state of its entries, add up to at
+// most kWhole; fractions computed at different instants (servers report at different points of
+// an epoch) may add up to more, which is the over-grant the simulator measures.
+//
+// All arithmetic is on integers. A demand is at most kMaxDemand, so d * 1e6 fits 64 bits and,
+// in the Lua port, a double holds it exactly (below 2^53).
+//
+// Cost: O(entries of the tenant) per report, O(live servers) per heartbeat; nothing else.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace creditloop::fleet {
+
+/// A whole plan in millionths (the scaling API's kWholePlan).
+inline constexpr std::uint32_t kWhole = 1'000'000;
+/// Demands above this are clipped to it (requests per epoch: far beyond any real server).
+inline constexpr std::uint64_t kMaxDemand = 1'000'000'000;
+
+/// One server's entry in a tenant's demand set.
+struct DemandEntry {
+  std::uint32_t server = 0;
+  std::uint64_t demand = 0;
+  std::int64_t written_ms = 0;
+};
+
+/// What one report returns to the server: its fraction, the number of live entries and D.
+struct Apportioned {
+  std::uint32_t millionths = 0;
+  std::uint32_t live = 0;
+  std::uint64_t total = 0;
+};
+
+[[nodiscard]] constexpr bool older_than_ttl(std::int64_t written_ms, std::int64_t now_ms,
+                                            std::int64_t ttl_ms) noexcept {
+  return now_ms - written_ms > ttl_ms;
+}
+
+/// Step 3 alone: a server's fraction from its own demand, the live total and the live count.
+/// Preconditions: own <= total, live >= 1 (the reporting server's own entry is live).
+[[nodiscard]] constexpr std::uint32_t fraction(std::uint64_t own, std::uint64_t total,
+                                               std::uint32_t live) noexcept {
+  if (total > 0) return static_cast<std::uint32_t>(own * kWhole / total);
+  return live == 0 ? kWhole : kWhole / live;
+}
+
+/// 1/n of the plan: what a server applies to every tenant at start and after the grace period
+/// of a store outage (n = the last live server count it knew; at least 1).
+[[nodiscard]] constexpr std::uint32_t even_fraction(std::uint32_t servers) noexcept {
+  return servers <= 1 ? kWhole : kWhole / servers;
+}
+
+/// The whole rule for one report, on one tenant's entries (steps 1-3). Allocates only when the
+/// server is new to the tenant's set.
+inline Apportioned report(std::vector<DemandEntry>& entries, std::uint32_t server,
+                          std::uint64_t demand, std::int64_t now_ms, std::int64_t ttl_ms) {
+  demand = std::min(demand, kMaxDemand);
+  bool written = false;
+  for (DemandEntry& e : entries) {
+    if (e.server == server) {
+      e.demand = demand;
+      e.written_ms = now_ms;
+      written = true;
+      break;
+    }
+  }
+  if (!written) entries.push_back(DemandEntry{server, demand, now_ms});
+  std::erase_if(entries,
+                [&](const DemandEntry& e) { return older_than_ttl(e.written_ms, now_ms, ttl_ms); });
+  Apportioned out;
+  for (const DemandEntry& e : entries) out.total += e.demand;
+  out.live = static_cast<std::uint32_t>(entries.size());
+  out.millionths = fraction(demand, out.total, out.live);
+  return out;
+}
+
+/// One server's heartbeat in the live set.
+struct Heartbeat {
+  std::uint32_t server = 0;
+  std::int64_t at_ms = 0;
+};
+
+/// Records `server`'s heartbeat at now_ms, drops the servers whose last heartbeat is older than
+/// the TTL, and returns the live count n (at least 1: the caller itself).
+inline std::uint32_t heartbeat(std::vector<Heartbeat>& live, std::uint32_t server,
+                               std::int64_t now_ms, std::int64_t ttl_ms) {
+  bool written = false;
+  for (Heartbeat& h : live) {
+    if (h.server == server) {
+      h.at_ms = now_ms;
+      written = true;
+      break;
+    }
+  }
+  if (!written) live.push_back(Heartbeat{server, now_ms});
+  std::erase_if(live, [&](const Heartbeat& h) { return older_than_ttl(h.at_ms, now_ms, ttl_ms); });
+  return static_cast<std::uint32_t>(live.size());
+}
+
+}  // namespace creditloop::fleet
