@@ -188,6 +188,10 @@ TEST(CaptureWriter, AnUnwritablePathIsReportedOnceCountedAndRetriedWithoutThrowi
 
 struct Req : RequestHook {};
 
+// Whether the request is its submitter's again. acquire: pairs with the runtime's release store
+// when it completes the request, so the runtime's last use of it happens before the caller's.
+bool returned(const Req& q) { return q.held.load(std::memory_order_acquire) == RequestHook::kIdle; }
+
 class Recorder {
  public:
   void operator()(const Dispatched& d) {
@@ -425,13 +429,13 @@ TEST(CaptureStress, EveryCompletedRequestIsWrittenOrCountedAsDropped) {
         for (int i = 0; i < kPerProducer; ++i) {
           Req& q = own[static_cast<std::size_t>(i) % own.size()];
           // A request is submitted again once its completion made it the caller's.
-          while (!q.idle()) std::this_thread::yield();
+          while (!returned(q)) std::this_thread::yield();
           while (!rt.submit(ids[static_cast<std::size_t>(i + p) % ids.size()], q)) {
             std::this_thread::yield();
           }
         }
         for (Req& q : own) {
-          while (!q.idle()) std::this_thread::yield();
+          while (!returned(q)) std::this_thread::yield();
         }
       });
     }
