@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -55,6 +56,14 @@ constexpr Nanos kRetryAfter = kNanosPerSecond;
 
 void append_escaped(std::string& out, std::string_view text) {
   out += '"';
+  const auto needs_escape = [](char c) {
+    return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+  };
+  if (std::none_of(text.begin(), text.end(), needs_escape)) {  // names usually: one copy
+    out += text;
+    out += '"';
+    return;
+  }
   for (const char c : text) {
     const auto u = static_cast<unsigned char>(c);
     if (c == '"' || c == '\\') {
@@ -88,21 +97,41 @@ void append_double(std::string& out, double value) {
   out.append(digits, end);
 }
 
-// `value` / 10^decimals, exactly, with all `decimals` digits.
-void append_fixed(std::string& out, std::int64_t value, int decimals, std::int64_t unit) {
-  std::uint64_t magnitude =
+// `value` / 10^kDecimals, exactly, with all kDecimals digits ("-0.000001200"). Formatted in one
+// buffer and appended once: a request line has four of these.
+template <int kDecimals>
+void append_fixed(std::string& out, std::int64_t value) {
+  constexpr std::uint64_t kUnit = [] {
+    std::uint64_t u = 1;
+    for (int i = 0; i < kDecimals; ++i) u *= 10;
+    return u;
+  }();
+  char text[48];
+  char* p = text;
+  const std::uint64_t magnitude =
       value < 0 ? 0 - static_cast<std::uint64_t>(value) : static_cast<std::uint64_t>(value);
-  if (value < 0) out += '-';
-  const auto u = static_cast<std::uint64_t>(unit);
-  append_integer(out, magnitude / u);
-  out += '.';
-  char frac[20];
-  std::uint64_t rest = magnitude % u;
-  for (int i = decimals - 1; i >= 0; --i) {
-    frac[i] = static_cast<char>('0' + rest % 10);
-    rest /= 10;
+  if (value < 0) *p++ = '-';
+  p = std::to_chars(p, text + 24, magnitude / kUnit).ptr;  // 24 holds any 64-bit integer
+  *p++ = '.';
+  // Two digits at a time, from the last: half the divisions of one at a time.
+  static constexpr auto kPairs = [] {
+    std::array<char, 200> pairs{};
+    for (int i = 0; i < 100; ++i) {
+      pairs[static_cast<std::size_t>(2 * i)] = static_cast<char>('0' + i / 10);
+      pairs[static_cast<std::size_t>(2 * i + 1)] = static_cast<char>('0' + i % 10);
+    }
+    return pairs;
+  }();
+  std::uint64_t rest = magnitude % kUnit;
+  int at = kDecimals;
+  for (; at >= 2; at -= 2) {
+    const std::size_t pair = 2 * static_cast<std::size_t>(rest % 100);
+    p[at - 2] = kPairs[pair];
+    p[at - 1] = kPairs[pair + 1];
+    rest /= 100;
   }
-  out.append(frac, static_cast<std::size_t>(decimals));
+  if (at == 1) p[0] = static_cast<char>('0' + rest);
+  out.append(text, static_cast<std::size_t>(p + kDecimals - text));
 }
 
 std::string describe_errno(int error) { return std::strerror(error); }
@@ -139,9 +168,7 @@ CaptureWriter::~CaptureWriter() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void CaptureWriter::append_time(Nanos t) {
-  append_fixed(line_, t - setup_.origin, 9, kNanosPerSecond);
-}
+void CaptureWriter::append_time(Nanos t) { append_fixed<9>(line_, t - setup_.origin); }
 
 void CaptureWriter::plan(Nanos t, std::string_view participant, std::string_view plan,
                          std::uint32_t shares) {
@@ -197,7 +224,7 @@ void CaptureWriter::request(const CaptureRequest& r) {
   line_ += class_name(r.out);
   line_ += R"(", "cost": )";
   // Six decimals (micro-credits), rounded to the nearest.
-  append_fixed(line_, (r.cost_nano + 500) / 1000, 6, 1'000'000);
+  append_fixed<6>(line_, (r.cost_nano + 500) / 1000);
   line_ += '}';
   line_done(r.complete, true);
 }
