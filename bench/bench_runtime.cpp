@@ -19,6 +19,9 @@
 //  - BM_RuntimeInlineSink/...: the same runtime with no pool: a sink callback runs the handler on
 //    the dispatcher thread and completes the request there. Not a deployment (a real handler would
 //    stall the dispatcher); it separates the dispatcher's own cost from the pool's hand-off.
+//  - BM_RuntimeCapture/...: BM_Runtime's cases with 2 workers, with a CaptureObserver recording
+//    every request to a file in a scratch directory (docs/capture.md). Its counter
+//    capture_dropped_per_kreq says how many records the writer thread could not keep up with.
 //  - BM_Mutex/...: the reference model (tests/model, creditloop::model::Model) behind one
 //    std::mutex and a condition variable: producers lock, submit, unlock and notify; one dispatcher
 //    thread locks, runs begin_turn/visit for up to 64 dispatches while slots are free, and hands
@@ -47,7 +50,9 @@
 // ratios: runtime / raw hand-off (target at most 2) and mutex / runtime (target at least 10); then
 // the median dispatcher_ns_per_req of each runtime case against the raw hand-off's ns per request
 // (target at most 1.5: the dispatcher's serial work per request next to what moving a pointer
-// between two threads costs); then the inline-sink runtime against the raw hand-off.
+// between two threads costs); then the inline-sink runtime against the raw hand-off; then, for
+// the cases run with and without a capture, both ns per request and dispatcher_ns_per_req side by
+// side, with their ratios (run them interleaved: docs/capture.md).
 //
 // Run: cmake --build build/release --target bench_runtime
 //      build/release/bench/bench_runtime --benchmark_repetitions=5
