@@ -45,12 +45,18 @@ struct CaptureRecord {
                                 // dropped: records lost
   std::string* name = nullptr;  // plan records of an add: the participant's name
 };
+static_assert(sizeof(CaptureRecord) == 64, "one cache line per record");
 
 }  // namespace detail
 
 namespace {
 
+using namespace std::string_view_literals;
+
 constexpr std::size_t kWriteChunk = 64 * 1024;
+// class_name() without building a string per line.
+constexpr std::array<std::string_view, kMaxClasses + 1> kClassNames = {"P1", "P2", "P3", "P4",
+                                                                       "P5", "P6", "P7", "P8"};
 // After an error, how long (on the capture's clock) before a new file is tried.
 constexpr Nanos kRetryAfter = kNanosPerSecond;
 
@@ -182,13 +188,13 @@ void CaptureWriter::plan(Nanos t, std::string_view participant, std::string_view
   }
   if (!found) members_.emplace_back(std::string(participant), Member{std::string(plan), shares});
   line_.clear();
-  line_ += R"({"ev": "plan", "t": )";
+  line_ += R"({"ev": "plan", "t": )"sv;
   append_time(t);
-  line_ += R"(, "participant": )";
+  line_ += R"(, "participant": )"sv;
   append_escaped(line_, participant);
-  line_ += R"(, "plan": )";
+  line_ += R"(, "plan": )"sv;
   append_escaped(line_, plan);
-  line_ += R"(, "shares": )";
+  line_ += R"(, "shares": )"sv;
   append_integer(line_, shares);
   line_ += '}';
   line_done(t, false);
@@ -202,9 +208,9 @@ void CaptureWriter::remove(Nanos t, std::string_view participant) {
     }
   }
   line_.clear();
-  line_ += R"({"ev": "remove", "t": )";
+  line_ += R"({"ev": "remove", "t": )"sv;
   append_time(t);
-  line_ += R"(, "participant": )";
+  line_ += R"(, "participant": )"sv;
   append_escaped(line_, participant);
   line_ += '}';
   line_done(t, false);
@@ -212,17 +218,17 @@ void CaptureWriter::remove(Nanos t, std::string_view participant) {
 
 void CaptureWriter::request(const CaptureRequest& r) {
   line_.clear();
-  line_ += R"({"ev": "request", "participant": )";
+  line_ += R"({"ev": "request", "participant": )"sv;
   append_escaped(line_, r.participant);
-  line_ += R"(, "arrive": )";
+  line_ += R"(, "arrive": )"sv;
   append_time(r.arrive);
-  line_ += R"(, "dispatch": )";
+  line_ += R"(, "dispatch": )"sv;
   append_time(r.dispatch);
-  line_ += R"(, "complete": )";
+  line_ += R"(, "complete": )"sv;
   append_time(r.complete);
-  line_ += R"(, "class": ")";
-  line_ += class_name(r.out);
-  line_ += R"(", "cost": )";
+  line_ += R"(, "class": ")"sv;
+  line_ += kClassNames[r.out];
+  line_ += R"(", "cost": )"sv;
   // Six decimals (micro-credits), rounded to the nearest.
   append_fixed<6>(line_, (r.cost_nano + 500) / 1000);
   line_ += '}';
@@ -231,9 +237,9 @@ void CaptureWriter::request(const CaptureRequest& r) {
 
 void CaptureWriter::dropped(Nanos t, std::uint64_t requests) {
   line_.clear();
-  line_ += R"({"ev": "dropped", "t": )";
+  line_ += R"({"ev": "dropped", "t": )"sv;
   append_time(t);
-  line_ += R"(, "requests": )";
+  line_ += R"(, "requests": )"sv;
   append_integer(line_, requests);
   line_ += '}';
   line_done(t, false);
@@ -352,18 +358,18 @@ void CaptureWriter::start_file() {
 }
 
 void CaptureWriter::append_header(std::string& out) const {
-  out += R"({"capture": "creditloop", "version": )";
+  out += R"({"capture": "creditloop", "version": )"sv;
   append_integer(out, kCaptureVersion);
-  out += R"(, "file": )";
+  out += R"(, "file": )"sv;
   append_integer(out, file_number_);
-  out += R"(, "origin_unix_ns": )";
+  out += R"(, "origin_unix_ns": )"sv;
   append_integer(out, setup_.origin_unix_ns);
-  out += R"(, "classes": [)";
+  out += R"(, "classes": [)"sv;
   for (int c = 0; c < setup_.config.classes; ++c) {
     if (c > 0) out += ", ";
     append_escaped(out, class_name(static_cast<ClassId>(c)));
   }
-  out += R"(], "plans": {)";
+  out += R"(], "plans": {)"sv;
   bool first_plan = true;
   for (const Plan& p : setup_.config.plans) {
     if (!first_plan) out += ", ";
@@ -377,30 +383,30 @@ void CaptureWriter::append_header(std::string& out) const {
       if (!first_class) out += ", ";
       first_class = false;
       append_escaped(out, class_name(static_cast<ClassId>(c)));
-      out += R"(: {"rate": )";
+      out += R"(: {"rate": )"sv;
       append_double(out, terms->rate);
-      out += R"(, "burst": )";
+      out += R"(, "burst": )"sv;
       append_double(out, terms->burst);
       out += '}';
     }
     out += '}';
   }
-  out += R"(}, "server": {"slots": )";
+  out += R"(}, "server": {"slots": )"sv;
   if (setup_.slots) {
     append_integer(out, *setup_.slots);
   } else {
     out += "null";
   }
-  out += R"(}, "participants": [)";
+  out += R"(}, "participants": [)"sv;
   bool first_member = true;
   for (const auto& [name, member] : members_) {
     if (!first_member) out += ", ";
     first_member = false;
-    out += R"({"name": )";
+    out += R"({"name": )"sv;
     append_escaped(out, name);
-    out += R"(, "plan": )";
+    out += R"(, "plan": )"sv;
     append_escaped(out, member.plan);
-    out += R"(, "shares": )";
+    out += R"(, "shares": )"sv;
     append_integer(out, member.shares);
     out += '}';
   }
