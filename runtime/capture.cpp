@@ -31,7 +31,7 @@ namespace detail {
 /// pointer to a copy the add made, which the writer (or the dispatcher, when the push fails)
 /// deletes.
 struct CaptureRecord {
-  enum class Kind : std::uint8_t { request, plan, remove, dropped };
+  enum class Kind : std::uint8_t { request, plan, scale, remove, dropped };
   Kind kind = Kind::request;
   ClassId out = 0;
   std::uint32_t slot = 0;
@@ -42,7 +42,7 @@ struct CaptureRecord {
   Nanos arrive = 0;  // request only
   Nanos dispatch = 0;
   std::int64_t amount = 0;      // request: cost in nano-credits; remove: requests in flight;
-                                // dropped: records lost
+                                // scale: millionths; dropped: records lost
   std::string* name = nullptr;  // plan records of an add: the participant's name
 };
 static_assert(sizeof(CaptureRecord) == 64, "one cache line per record");
@@ -177,16 +177,18 @@ CaptureWriter::~CaptureWriter() {
 void CaptureWriter::append_time(Nanos t) { append_fixed<9>(line_, t - setup_.origin); }
 
 void CaptureWriter::plan(Nanos t, std::string_view participant, std::string_view plan,
-                         std::uint32_t shares) {
+                         std::uint32_t shares, std::uint32_t scale) {
   bool found = false;
   for (auto& [name, member] : members_) {
     if (name == participant) {
-      member = Member{std::string(plan), shares};
+      member = Member{std::string(plan), shares, scale};
       found = true;
       break;
     }
   }
-  if (!found) members_.emplace_back(std::string(participant), Member{std::string(plan), shares});
+  if (!found) {
+    members_.emplace_back(std::string(participant), Member{std::string(plan), shares, scale});
+  }
   line_.clear();
   line_ += R"({"ev": "plan", "t": )"sv;
   append_time(t);
@@ -196,6 +198,10 @@ void CaptureWriter::plan(Nanos t, std::string_view participant, std::string_view
   append_escaped(line_, plan);
   line_ += R"(, "shares": )"sv;
   append_integer(line_, shares);
+  if (scale != kWholePlan) {
+    line_ += R"(, "scale": )"sv;
+    append_integer(line_, scale);
+  }
   line_ += '}';
   line_done(t, false);
 }
@@ -408,6 +414,10 @@ void CaptureWriter::append_header(std::string& out) const {
     append_escaped(out, member.plan);
     out += R"(, "shares": )"sv;
     append_integer(out, member.shares);
+    if (member.scale != kWholePlan) {
+      out += R"(, "scale": )"sv;
+      append_integer(out, member.scale);
+    }
     out += '}';
   }
   out += "]}";
@@ -538,6 +548,17 @@ void CaptureObserver::on_replan(ParticipantId p, PlanId plan, std::uint32_t shar
   push(r, true);
 }
 
+void CaptureObserver::on_scale(ParticipantId p, std::uint32_t millionths, Nanos now) {
+  seen(now);
+  detail::CaptureRecord r;
+  r.kind = detail::CaptureRecord::Kind::scale;
+  r.slot = p.slot;
+  r.generation = p.generation;
+  r.amount = millionths;
+  r.t = now;
+  push(r, true);
+}
+
 void CaptureObserver::on_submit(ParticipantId, const RequestHook&, Nanos now) { seen(now); }
 void CaptureObserver::on_begin_turn(std::optional<ClassId>, Nanos now) { seen(now); }
 void CaptureObserver::on_dispatch(std::size_t, std::size_t, Nanos now) { seen(now); }
@@ -613,9 +634,10 @@ void CaptureObserver::write(const detail::CaptureRecord& r) {
     return id < config.plans.size() ? std::string_view(config.plans[id].name) : "?";
   };
   switch (r.kind) {
-    case Kind::plan: {
-      if (r.name != nullptr) {
-        known_[key] = Known{std::move(*r.name), 0};
+    case Kind::plan:
+    case Kind::scale: {
+      if (r.name != nullptr) {  // an add: every participant starts with the whole plan
+        known_[key] = Known{std::move(*r.name), r.plan, r.shares, kWholePlan, 0};
         delete r.name;
       }
       const auto it = known_.find(key);
@@ -623,7 +645,14 @@ void CaptureObserver::write(const detail::CaptureRecord& r) {
         ++lost_unknown_;
         return;
       }
-      writer_->plan(r.t, it->second.name, plan_name(r.plan), r.shares);
+      Known& k = it->second;
+      if (r.kind == Kind::scale) {
+        k.scale = static_cast<std::uint32_t>(r.amount);
+      } else {  // a re-plan keeps the fraction
+        k.plan = r.plan;
+        k.shares = r.shares;
+      }
+      writer_->plan(r.t, k.name, plan_name(k.plan), k.shares, k.scale);
       return;
     }
     case Kind::remove: {
