@@ -361,7 +361,9 @@ TEST(CaptureObserver, AFullRingDropsCountsAndReportsWhatItCouldNotHandOver) {
     if (l.value("ev", "") == "dropped") dropped += l["requests"].get<std::uint64_t>();
   }
   EXPECT_GT(dropped, 0u);
-  EXPECT_LE(requests, 4u);  // what the ring held
+  // What the ring held when the writer first looked (if the dispatcher was quicker) and at
+  // close(): the add's record takes a slot.
+  EXPECT_LE(requests, 2 * 4u - 1);
   EXPECT_EQ(requests + dropped, static_cast<std::uint64_t>(kRequests));
   EXPECT_EQ(capture.stats().dropped, dropped);
 }
