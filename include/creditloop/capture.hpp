@@ -1,7 +1,7 @@
 // creditloop/capture.hpp: recording what a runtime sees, for a replay (docs/capture.md).
 //
 // A capture is JSON Lines, format version 1: every file starts with a header (classes, plans,
-// room, the participants registered then), followed by one line per event: a participant added
+// room, the participants registered then), followed by one line per event: a participant added,
 // re-planned or scaled (`plan`), removed (`remove`), a completed request (`request`: participant,
 // arrival, dispatch, completion, class out, cost), and records lost because the writer fell
 // behind (`dropped`). Files rotate by size.
@@ -93,13 +93,13 @@ struct CaptureRequest {
 };
 
 /// Formats capture lines and writes them to rotating files. Not thread-safe: one thread at a time
-/// (stats() excepted). Every call may allocate and makes system calls (it buffers up to 64 KiB
-/// and writes when the buffer is full, at rotation, and on flush()).
+/// (stats() excepted). Every call may allocate and may make system calls (it buffers 64 KiB
+/// and writes when that fills, at rotation, and on flush()); none blocks but on the disk.
 class CaptureWriter {
  public:
   /// Moves an existing PATH aside as a rotation would (so a previous capture is kept), starts
   /// PATH with a header, and reports an error (without throwing) if it cannot. Throws
-  /// std::invalid_argument when `files` is empty of a path, `files.files` is 0, or the setup's
+  /// std::invalid_argument when the path is empty, `files.files` is 0, or the setup's
   /// config is invalid.
   CaptureWriter(CaptureFiles files, CaptureSetup setup, CaptureErrorHandler on_error = {});
   /// Flushes and closes.
