@@ -500,6 +500,17 @@ class Capture(unittest.TestCase):
             self.assertGreater(l["cost"], 0, l)
         self.assertFalse([l for l in lines if l.get("ev") == "dropped"])
 
+    def test_an_unwritable_capture_is_logged_and_requests_are_still_served(self):
+        path = "/nonexistent-creditloop-dir/capture.jsonl"
+        server = Server(base_config(capture={"path": path}))
+        try:
+            res, _ = server.request("alice-key-0001", "/work")
+            self.assertEqual(res.status, 200)
+            wait_for("the capture's error logged",
+                     lambda: f"capture {path}: cannot open: No such file or directory" in server.log())
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
     def test_a_bad_capture_field_is_named(self):
         for capture, message in [({"path": "x", "max_byte": 10}, "capture.max_byte: unknown field"),
                                  ({"max_bytes": 10000}, "capture.path: is required"),
