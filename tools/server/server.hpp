@@ -37,6 +37,7 @@
 namespace creditloop::server {
 
 class Backend;
+class Fleet;
 struct Exchange;
 
 using KeyDigest = std::array<unsigned char, 32>;
@@ -86,6 +87,8 @@ class Server {
   // ---- for the admin endpoints and the sessions -----------------------------------------
   [[nodiscard]] std::shared_ptr<const Directory> directory() const;
   [[nodiscard]] Scheduler& scheduler() noexcept { return *scheduler_; }
+  /// Null unless the configuration has `fleet` (and the scheduler is creditloop's).
+  [[nodiscard]] const Fleet* fleet() const noexcept { return fleet_.get(); }
   [[nodiscard]] bool stopping() const noexcept {
     return stopping_.load(std::memory_order_relaxed);  // advisory: a stale answer costs one 503
   }
@@ -113,6 +116,7 @@ class Server {
   void reload();
   void begin_stop();
   void listen();
+  void join_fleet();
   void accept(boost::asio::ip::tcp::acceptor& acceptor, bool admin);
   /// Registers new tenants and re-plans changed ones; the removed ones are the caller's to take
   /// out once the new directory is in force.
@@ -132,6 +136,7 @@ class Server {
   std::unique_ptr<boost::asio::thread_pool> workers_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Fleet> fleet_;  // after scheduler_: stopped before the runtime it scales
   std::uint16_t port_ = 0;
   std::uint16_t admin_port_ = 0;
 
