@@ -230,6 +230,7 @@ def main():
     ap.add_argument("--server", required=True)
     ap.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     ap.add_argument("--wrk", default=shutil.which("wrk") or "wrk")
+    ap.add_argument("--top", help="creditloop-top, to check its fleet column")
     ap.add_argument("--keep", help="keep configs and logs in this directory")
     args = ap.parse_args()
     for tool in (args.redis_server, args.wrk):
@@ -269,6 +270,16 @@ def main():
         t1, after = p1_served(servers)
         check_rates(t1 - t0, before, after, "spread")
         log("fractions of B:", [round(f, 3) for f in fractions(servers, "b")])
+        if args.top:
+            top = subprocess.run([args.top, f"127.0.0.1:{s2.admin_port}", "--once",
+                                  "--interval", "0.2"],
+                                 capture_output=True, text=True, timeout=20)
+            assert top.returncode == 0, top.stderr
+            lines = top.stdout.splitlines()
+            heading = next(line for line in lines if "FLEET" in line.split())
+            column = heading.split().index("FLEET")
+            row_b = next(line.split() for line in lines if line.split()[:1] == ["b"])
+            assert 0 < float(row_b[column]) < 1, top.stdout
 
         # ---- 2: A moves to s2 ---------------------------------------------------------------
         r = w_a1.result(timeout=15)

@@ -132,9 +132,10 @@ bool Fleet::connect() {
   redis_.reset();
   const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(config_.epoch / 2);
   const timeval tv = to_timeval(timeout);
-  redisContext* c = config_.unix_path.empty()
-                        ? redisConnectWithTimeout(config_.redis.host.c_str(), config_.redis.port, tv)
-                        : redisConnectUnixWithTimeout(config_.unix_path.c_str(), tv);
+  redisContext* c =
+      config_.unix_path.empty()
+          ? redisConnectWithTimeout(config_.redis.host.c_str(), config_.redis.port, tv)
+          : redisConnectUnixWithTimeout(config_.unix_path.c_str(), tv);
   auto redis = std::make_unique<Redis>();
   redis->context = c;
   if (c == nullptr) {
@@ -190,8 +191,8 @@ bool Fleet::round_trip(std::vector<Report>& reports, std::uint32_t& live_servers
     bool missing = false;
     bool ok = true;
     for (std::size_t i = 0; i <= reports.size(); ++i) {
-      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline -
-                                                                              Steady::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::microseconds>(deadline - Steady::now());
       void* raw = nullptr;
       if (left.count() <= 0 || redisSetTimeout(c, to_timeval(left)) != REDIS_OK ||
           redisGetReply(c, &raw) != REDIS_OK) {
@@ -292,9 +293,8 @@ void Fleet::epoch() {
     live_servers_ = live;
     if (state_ != FleetState::connected) {
       log("Redis answers again after " +
-          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now -
-                                                                               failing_since_)
-                             .count()) +
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - failing_since_).count()) +
           " ms; fractions follow demand again");
     }
     state_ = FleetState::connected;
@@ -370,15 +370,15 @@ void Fleet::stop() {
   if (!redis_) return;
   // Leaving at once rather than after the TTL gives the others this server's share sooner.
   redisContext* c = redis_->context;
-  (void)redisSetTimeout(c, to_timeval(std::chrono::duration_cast<std::chrono::microseconds>(
-                               config_.epoch / 2)));
+  (void)redisSetTimeout(
+      c, to_timeval(std::chrono::duration_cast<std::chrono::microseconds>(config_.epoch / 2)));
   for (const auto& [name, track] : tracks_) {
     const std::string key = config_.prefix + "{" + name + "}:demand";
     redisAppendCommand(c, "HDEL %b %b", key.data(), key.size(), server_id_.data(),
                        server_id_.size());
   }
-  redisAppendCommand(c, "FCALL creditloop_leave 1 %b %b", servers_key_.data(),
-                     servers_key_.size(), server_id_.data(), server_id_.size());
+  redisAppendCommand(c, "FCALL creditloop_leave 1 %b %b", servers_key_.data(), servers_key_.size(),
+                     server_id_.data(), server_id_.size());
   for (std::size_t i = 0; i <= tracks_.size(); ++i) {
     void* raw = nullptr;
     if (redisGetReply(c, &raw) != REDIS_OK) break;
@@ -436,14 +436,17 @@ void add_fleet_metrics(std::vector<prometheus::MetricFamily>& out, const Fleet& 
   auto live = gauge_family("creditloop_fleet_live_servers",
                            "Servers whose heartbeat Redis last counted, this one included");
   add_gauge(live, {}, static_cast<double>(v.live_servers));
-  prometheus::MetricFamily epochs{"creditloop_fleet_epochs_total", "Round trips to Redis tried",
-                                  prometheus::MetricType::Counter, {}};
+  prometheus::MetricFamily epochs{"creditloop_fleet_epochs_total",
+                                  "Round trips to Redis tried",
+                                  prometheus::MetricType::Counter,
+                                  {}};
   prometheus::ClientMetric e;
   e.counter.value = static_cast<double>(v.epochs);
   epochs.metric.push_back(std::move(e));
   prometheus::MetricFamily errors{"creditloop_fleet_errors_total",
                                   "Failed round trips and connections to Redis, by kind",
-                                  prometheus::MetricType::Counter, {}};
+                                  prometheus::MetricType::Counter,
+                                  {}};
   for (const char* kind : {"connect", "timeout", "connection", "reply", "function_missing"}) {
     prometheus::ClientMetric m = with_labels({{"kind", kind}});
     const auto it = v.errors.find(kind);
