@@ -225,6 +225,38 @@ def check_rates(window_s, before, after, label, tolerance=0.10):
         assert abs(rate - plan) <= tolerance * plan, (label, t, rate, plan)
 
 
+def check_configs(binary, workdir):
+    """Bad fleet fields are refused with their path; the documented examples pass."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    examples = os.path.join(here, "..", "..", "examples", "fleet")
+    for name in sorted(os.listdir(examples)):
+        r = subprocess.run([binary, "-c", os.path.join(examples, name), "--check"],
+                           capture_output=True, text=True, timeout=10)
+        assert r.returncode == 0, (name, r.stderr)
+    with open(os.path.join(examples, "server1.json")) as f:
+        good = json.load(f)
+    cases = [
+        ({"epoch_ms": 50}, "fleet.epoch_ms: must be from 100 to 1000, got 50"),
+        ({"epoch_ms": 1001}, "fleet.epoch_ms: must be from 100 to 1000, got 1001"),
+        ({"redis": None}, "fleet.redis: is required"),
+        ({"redis": "localhost"}, 'fleet.redis: must be HOST:PORT, got "localhost"'),
+        ({"redis": "unix:"}, "fleet.redis: unix: needs a socket path"),
+        ({"prefix": "a{b}"}, "fleet.prefix: must not contain braces or white space"),
+        ({"expected_servers": 0}, "fleet.expected_servers: must be from 1 to 100000, got 0"),
+        ({"user": "ops"}, "fleet.user: needs a password"),
+        ({"grace": 5}, "fleet.grace: unknown field"),
+    ]
+    for change, expected in cases:
+        config = json.loads(json.dumps(good))
+        config["fleet"].update(change)
+        path = os.path.join(workdir, "bad.json")
+        with open(path, "w") as f:
+            json.dump(config, f)
+        r = subprocess.run([binary, "-c", path, "--check"], capture_output=True, text=True,
+                           timeout=10)
+        assert r.returncode == 3 and expected in r.stderr, (change, r.returncode, r.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True)
@@ -244,6 +276,7 @@ def main():
     servers, wrks = [], []
     started = time.monotonic()
     try:
+        check_configs(args.server, workdir)
         redis.start()
         servers = [Server(args.server, workdir, f"s{i}", redis.port) for i in (1, 2, 3)]
         s1, s2, s3 = servers
