@@ -25,8 +25,9 @@ void log(const std::string& line) {
   std::fflush(stderr);
 }
 
-// The Lua side holds demands exactly as doubles only below this (fleet.lua).
-constexpr std::uint64_t kMaxDemand = std::numeric_limits<std::uint32_t>::max();
+// Requests per epoch, far beyond any server; the rule clips to it too (fleet.lua), which keeps
+// its arithmetic exact in Lua's doubles.
+constexpr std::uint64_t kMaxDemand = 1'000'000'000;
 
 timeval to_timeval(std::chrono::microseconds d) {
   const auto us = std::max<std::int64_t>(d.count(), 1000);  // a zero timeout would mean "none"

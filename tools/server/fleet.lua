@@ -3,9 +3,11 @@
 --
 -- Loaded by every creditloop-server in fleet mode with FUNCTION LOAD REPLACE. Each call touches
 -- one key, so that under Redis Cluster it runs on the node holding that key's slot. Times are
--- Redis's own clock (TIME), so servers' clocks never enter. Numbers are integers: Lua's doubles
--- hold them exactly while demand stays below 2^32 per entry (the server clamps it) and a tenant's
--- total below 2^53 - 2^32 * 10^6.
+-- Redis's own clock (TIME), so servers' clocks never enter. Numbers are integers: a demand is
+-- clipped to 10^9 requests, so that demand * 10^6 and every product below stay under 2^53, where
+-- Lua's doubles are exact.
+
+local MAX_DEMAND = 1000000000
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -38,8 +40,9 @@ end
 -- Returns {fraction in millionths, live entries, total demand D}.
 local function report(keys, args)
   local key, self_id = keys[1], args[1]
-  local demand, err = whole(args[2], 'demand', 0, 4294967295)
+  local demand, err = whole(args[2], 'demand', 0, 2 ^ 53)
   if demand == nil then return err end
+  demand = math.min(demand, MAX_DEMAND)
   local ttl, err2 = whole(args[3], 'ttl', 1, 86400000)
   if ttl == nil then return err2 end
   local now = now_ms()
