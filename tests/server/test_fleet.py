@@ -284,6 +284,12 @@ def main():
         wait_for("three live servers",
                  lambda: all(s.fleet()[0]["live_servers"] == 3 for s in servers), timeout=10)
 
+        # Servers joined one after another, each seeing fewer live servers than three; with no
+        # demand yet, every tenant follows 1/n to the same third.
+        wait_for("every tenant at 1/3 before any demand",
+                 lambda: all(abs(f - 1 / 3) < 1e-3 for t in SHARES
+                             for f in fractions(servers, t)), timeout=3)
+
         # ---- 1: A on s1 only, B spread ------------------------------------------------------
         w_a1 = Wrk(args.wrk, workdir, "a-s1", s1, "a", 9)
         w_b = [Wrk(args.wrk, workdir, f"b-{s.name}", s, "b", WRK_SECONDS) for s in servers]

@@ -230,6 +230,7 @@ bool Fleet::round_trip(std::vector<Report>& reports, std::uint32_t& live_servers
         continue;
       }
       r.answered = true;
+      r.track->apportioned = true;
       r.track->view.fleet_demand = static_cast<std::uint64_t>(reply->element[2]->integer);
       r.track->view.live_entries = static_cast<std::uint32_t>(reply->element[1]->integer);
       set_fraction(*r.track, static_cast<std::uint32_t>(reply->element[0]->integer));
@@ -299,6 +300,11 @@ void Fleet::epoch() {
           " ms; fractions follow demand again");
     }
     state_ = FleetState::connected;
+    // A tenant no server has reported yet (or since a fallback) has no share to go by: 1/n,
+    // with n as it is now, so that servers which joined one after another agree.
+    for (auto& [name, track] : tracks_) {
+      if (!track.apportioned) set_fraction(track, even_share());
+    }
   } else if (state_ == FleetState::connected) {
     state_ = FleetState::grace;
     failing_since_ = began;
@@ -311,7 +317,10 @@ void Fleet::epoch() {
         " ms; every tenant at 1/" + std::to_string(live_servers_) + " of its plan");
   }
   if (state_ == FleetState::fallback) {
-    for (auto& [name, track] : tracks_) set_fraction(track, even_share());
+    for (auto& [name, track] : tracks_) {
+      set_fraction(track, even_share());
+      track.apportioned = false;
+    }
   }
   publish();
 }
