@@ -80,6 +80,8 @@ struct Fleet::Track {
   ParticipantId participant;
   std::uint64_t dispatched = 0;  // the counter's value at the last epoch
   bool demand_last_epoch = false;
+  /// Whether the fraction in force came from Redis; if not, it is 1/n and follows n.
+  bool apportioned = false;
   FleetTenantView view;
 };
 
