@@ -300,11 +300,15 @@ def main():
                 return False
             if any(s.fleet()[0]["live_servers"] != len(live) for s in live):
                 return False
-            b = sum(fractions(spread_over, "b"))
+            views = [s.fleet()[1]["b"] for s in spread_over]
+            if any(not v.get("reported") or v.get("live_entries") != len(spread_over)
+                   for v in views):
+                return False  # still the 1/n of a start or a fallback
+            b = sum(v["fraction"] for v in views)
             return 0.97 <= b <= 1.0 + 1e-9
 
         wait_for("B's fractions to add up to one", lambda: converged(servers, servers), timeout=8)
-        assert fractions([s1], "a")[0] >= 0.99, fractions(servers, "a")
+        wait_for("A's whole plan on s1", lambda: fractions([s1], "a")[0] >= 0.99, timeout=5)
         t0, before = p1_served(servers)
         time.sleep(5)  # a measurement window, not a synchronisation
         t1, after = p1_served(servers)
