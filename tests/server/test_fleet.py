@@ -263,10 +263,11 @@ def main():
     ap.add_argument("--server", required=True)
     ap.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     ap.add_argument("--wrk", default=shutil.which("wrk") or "wrk")
+    ap.add_argument("--promtool", default=shutil.which("promtool") or "promtool")
     ap.add_argument("--top", help="creditloop-top, to check its fleet column")
     ap.add_argument("--keep", help="keep configs and logs in this directory")
     args = ap.parse_args()
-    for tool in (args.redis_server, args.wrk):
+    for tool in (args.redis_server, args.wrk, args.promtool):
         if not os.path.exists(tool) and shutil.which(tool) is None:
             sys.exit(f"test_fleet.py: {tool} not found (tools/install-deps installs it)")
 
@@ -314,6 +315,11 @@ def main():
         t1, after = p1_served(servers)
         check_rates(t1 - t0, before, after, "spread")
         log("fractions of B:", [round(f, 3) for f in fractions(servers, "b")])
+        # The fleet's families pass Prometheus's own linter.
+        lint = subprocess.run([args.promtool, "check", "metrics"], input=s1.get("/metrics"),
+                              capture_output=True, text=True, timeout=20)
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+        assert "creditloop_fleet_fraction" in s1.get("/metrics")
         if args.top:
             top = subprocess.run([args.top, f"127.0.0.1:{s2.admin_port}", "--once",
                                   "--interval", "0.2"],

@@ -428,9 +428,9 @@ void add_fleet_metrics(std::vector<prometheus::MetricFamily>& out, const Fleet& 
   const FleetView v = fleet.view();
   auto fraction = gauge_family("creditloop_fleet_fraction",
                                "Fraction of the tenant's plan in force on this server");
-  auto demand = gauge_family("creditloop_fleet_demand",
+  auto demand = gauge_family("creditloop_fleet_local_demand",
                              "Requests this server last reported for the tenant (one epoch)");
-  auto total = gauge_family("creditloop_fleet_demand_total",
+  auto total = gauge_family("creditloop_fleet_demand",
                             "The tenant's demand over every live server, as Redis last answered");
   auto entries = gauge_family("creditloop_fleet_live_entries",
                               "Servers with a live demand entry for the tenant");
