@@ -343,8 +343,12 @@ def main():
         log(f"A moved: s2's fraction passed 1/2 after {took * 1000:.0f} ms "
             f"({took / epoch:.2f} epochs)")
         assert took <= 2 * epoch + 0.1, took
-        wait_for("A's whole plan on s2", lambda: fractions([s2], "a")[0] >= 0.99, timeout=5)
+        wait_for("A's whole plan on s2", lambda: fractions([s2], "a")[0] >= 0.99, timeout=5,
+                 interval=0.005)
+        whole = time.monotonic() - moved_at
         wait_for("s1's fraction of A to fall", lambda: fractions([s1], "a")[0] <= 0.01, timeout=5)
+        log(f"A moved: s2's fraction reached the whole plan after {whole * 1000:.0f} ms "
+            f"({whole / epoch:.2f} epochs)")
 
         # ---- 3: Redis stopped ---------------------------------------------------------------
         wait_for("convergence before the outage", lambda: converged(servers, servers), timeout=8)
