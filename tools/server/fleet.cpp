@@ -90,6 +90,7 @@ struct Fleet::Report {
   std::string key;
   std::uint64_t demand;
   bool answered = false;
+  std::uint32_t fraction = 0;  // millionths, when answered
 };
 
 // One blocking hiredis connection; the fleet thread's alone.
@@ -232,10 +233,9 @@ bool Fleet::round_trip(std::vector<Report>& reports, std::uint32_t& live_servers
         continue;
       }
       r.answered = true;
-      r.track->apportioned = true;
+      r.fraction = static_cast<std::uint32_t>(reply->element[0]->integer);
       r.track->view.fleet_demand = static_cast<std::uint64_t>(reply->element[2]->integer);
       r.track->view.live_entries = static_cast<std::uint32_t>(reply->element[1]->integer);
-      set_fraction(*r.track, static_cast<std::uint32_t>(reply->element[0]->integer));
     }
     if (!missing) return ok;
     // Redis lost the library (a restart without persistence, FUNCTION FLUSH, a fail-over to a
@@ -292,6 +292,13 @@ void Fleet::epoch() {
   std::uint32_t live = live_servers_;
   const bool answered = round_trip(reports, live);
   const auto now = Steady::now();
+  // Applied once every reply is in, so that the dispatcher's round trips do not eat into
+  // Redis's deadline; a reply that came before a failure is as good as any.
+  for (const Report& r : reports) {
+    if (!r.answered) continue;
+    r.track->apportioned = true;
+    set_fraction(*r.track, r.fraction);
+  }
   if (answered) {
     round_trip_->Observe(std::chrono::duration<double>(now - began).count());
     live_servers_ = live;
