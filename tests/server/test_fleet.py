@@ -118,9 +118,9 @@ class Server:
             "fleet": {"redis": f"127.0.0.1:{redis_port}", "server_id": name,
                       "epoch_ms": EPOCH_MS, "grace_ms": GRACE_MS, "expected_servers": 3},
         }
+        self.config = config
         self.config_path = os.path.join(workdir, f"{name}.json")
-        with open(self.config_path, "w") as f:
-            json.dump(config, f)
+        self.write_config(config)
         self.stderr_path = os.path.join(workdir, f"{name}.log")
         self.stderr = open(self.stderr_path, "w")
         self.proc = subprocess.Popen([binary, "-c", self.config_path], stdout=subprocess.PIPE,
@@ -132,6 +132,11 @@ class Server:
         words = line.replace(",", " ").split()
         self.port = int(words[words.index("on") + 1].rsplit(":", 1)[1])
         self.admin_port = int(words[words.index("admin") + 1].rsplit(":", 1)[1])
+
+    def write_config(self, config):
+        with open(self.config_path + ".tmp", "w") as f:
+            json.dump(config, f)
+        os.replace(self.config_path + ".tmp", self.config_path)
 
     def log(self):
         self.stderr.flush()
@@ -431,6 +436,19 @@ def main():
             assert text.count("keeping the last fractions") == 2, text
             assert text.count("of its plan") == 1, text
             assert text.count("Redis answers again") == 2, text
+
+        # SIGHUP: a tenant added by a reload starts at 1/n; the fleet's settings need a restart.
+        config = json.loads(json.dumps(s1.config))
+        config["tenants"].append({"name": "c", "key": "tenant-c-key-0001", "plan": "pro"})
+        s1.write_config(config)
+        s1.proc.send_signal(signal.SIGHUP)
+        wait_for("the new tenant at 1/2",
+                 lambda: abs(s1.fleet()[1].get("c", {}).get("fraction", 0) - 0.5) < 1e-3)
+        config["fleet"]["epoch_ms"] = 300
+        s1.write_config(config)
+        s1.proc.send_signal(signal.SIGHUP)
+        wait_for("the fleet change refused",
+                 lambda: "fleet: changes only at restart" in s1.log())
 
         # A clean stop leaves the fleet at once.
         for s in (s1, s2):
