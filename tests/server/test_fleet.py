@@ -284,6 +284,18 @@ def main():
     started = time.monotonic()
     try:
         check_configs(args.server, workdir)
+        # Redis unreachable at start: fallback at once, every tenant at 1/expected_servers, and
+        # served.
+        lone = Server(args.server, workdir, "lone", free_port())
+        servers.append(lone)
+        wait_for("fallback from the start", lambda: state_of(lone) == "fallback", timeout=3)
+        assert all(abs(f - 1 / 3) < 1e-3 for t in SHARES for f in fractions([lone], t))
+        req = urllib.request.Request(f"http://127.0.0.1:{lone.port}/work",
+                                     headers={"Authorization": f"Bearer {KEYS['a']}"})
+        with urllib.request.urlopen(req, timeout=5) as res:
+            assert res.status == 200
+        assert lone.stop() == 0, lone.log()
+        servers.remove(lone)
         redis.start()
         servers = [Server(args.server, workdir, f"s{i}", redis.port) for i in (1, 2, 3)]
         s1, s2, s3 = servers
