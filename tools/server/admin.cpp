@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "live.hpp"
+#include "fleet.hpp"
 #include "server.hpp"
 
 namespace creditloop::server {
@@ -199,6 +200,7 @@ std::string metrics_text(Server& server) {
                             "Requests refused as malformed or too large", MetricType::Counter);
   add_counter(bad, {}, static_cast<double>(server.bad_requests.load(std::memory_order_relaxed)));
   families.push_back(std::move(bad));
+  if (const Fleet* fleet = server.fleet()) add_fleet_metrics(families, *fleet);
   return prometheus::TextSerializer().Serialize(families);
 }
 
@@ -279,6 +281,7 @@ std::string participants_json(Server& server) {
     tenants.push_back(std::move(j));
   }
   out["tenants"] = std::move(tenants);
+  if (const Fleet* fleet = server.fleet()) describe_fleet(out, *fleet);
   return out.dump();
 }
 

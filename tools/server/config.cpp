@@ -167,6 +167,41 @@ Config plans(const json& root, Fields& top) {
   return config;
 }
 
+FleetConfig fleet(const json& body) {
+  Fields f(body, "fleet");
+  FleetConfig c;
+  if (f.find("redis") == nullptr) fail("fleet.redis", "is required");
+  const std::string redis = f.text("redis", "");
+  if (redis.rfind("unix:", 0) == 0) {
+    c.unix_path = redis.substr(5);
+    if (c.unix_path.empty()) fail("fleet.redis", "unix: needs a socket path");
+  } else {
+    c.redis = endpoint(f, "redis", {});
+  }
+  c.user = f.text("user", "");
+  c.password = f.text("password", "");
+  if (!c.user.empty() && c.password.empty()) fail("fleet.user", "needs a password");
+  c.prefix = f.text("prefix", c.prefix);
+  // A brace in the prefix would move the hash tag that keeps a tenant's key on one cluster slot.
+  if (c.prefix.find_first_of("{} \t\r\n") != std::string::npos) {
+    fail("fleet.prefix", "must not contain braces or white space");
+  }
+  c.server_id = f.text("server_id", "");
+  if (f.find("server_id") != nullptr &&
+      (c.server_id.empty() || c.server_id.size() > 200 ||
+       c.server_id.find_first_of(" \t\r\n") != std::string::npos)) {
+    fail("fleet.server_id", "must be 1 to 200 characters without white space");
+  }
+  c.epoch = std::chrono::milliseconds(static_cast<std::int64_t>(
+      f.integer("epoch_ms", static_cast<std::uint64_t>(c.epoch.count()), 100, 1000)));
+  c.grace = std::chrono::milliseconds(static_cast<std::int64_t>(
+      f.integer("grace_ms", static_cast<std::uint64_t>(c.grace.count()), 0, 3'600'000)));
+  c.expected_servers =
+      static_cast<std::uint32_t>(f.integer("expected_servers", c.expected_servers, 1, 100'000));
+  f.finish();
+  return c;
+}
+
 ServerConfig parse(const json& root) {
   Fields top(root, "");
   ServerConfig s;
@@ -257,6 +292,7 @@ ServerConfig parse(const json& root) {
     f.finish();
     s.capture = std::move(capture);
   }
+  if (const json* f = top.find("fleet")) s.fleet = fleet(*f);
   top.finish();
   return s;
 }
@@ -315,6 +351,7 @@ std::optional<std::string> reload_problem(const ServerConfig& current, const Ser
     }
   }
   if (next.capture != current.capture) return "capture: changes only at restart";
+  if (next.fleet != current.fleet) return "fleet: changes only at restart";
   if (next.proxy.backend.text() != current.proxy.backend.text()) {
     return "proxy.backend: changes only at restart";
   }

@@ -23,6 +23,7 @@ struct Endpoint {
   std::string host;
   std::uint16_t port = 0;
   [[nodiscard]] std::string text() const { return host + ":" + std::to_string(port); }
+  bool operator==(const Endpoint&) const = default;
 };
 
 struct TenantConfig {
@@ -44,6 +45,25 @@ struct ProxyConfig {
   /// Header the backend may set with the request's cost in credits; empty: always time it.
   std::string cost_header = "X-Cost";
   std::chrono::milliseconds timeout{10'000};
+};
+
+/// Fleet mode (docs/fleet.md): each tenant's plan holds across every server sharing one Redis.
+struct FleetConfig {
+  /// Redis: `host:port`, or `unix_path` when given as `unix:/path`.
+  Endpoint redis;
+  std::string unix_path;
+  std::string user;      // ACL user for AUTH; empty: the default user
+  std::string password;  // empty: no AUTH; never logged
+  std::string prefix = "creditloop:";
+  std::string server_id;  // empty: "<hostname>:<listen port>"
+  std::chrono::milliseconds epoch{250};
+  std::chrono::milliseconds grace{2000};
+  std::uint32_t expected_servers = 1;
+
+  [[nodiscard]] std::string redis_text() const {
+    return unix_path.empty() ? redis.text() : "unix:" + unix_path;
+  }
+  bool operator==(const FleetConfig&) const = default;
 };
 
 struct Limits {
@@ -85,6 +105,7 @@ struct ServerConfig {
   ProxyConfig proxy;
   Limits limits;
   std::optional<CaptureConfig> capture;
+  std::optional<FleetConfig> fleet;
 };
 
 /// A configuration, or the reason it was refused (one line, naming the field).

@@ -19,6 +19,7 @@
 #include "backend.hpp"
 #include "cpu_work.hpp"
 #include "live.hpp"
+#include "fleet.hpp"
 #include "session.hpp"
 
 namespace creditloop::server {
@@ -138,10 +139,12 @@ Server::Server(ServerOptions options)
   directory_ = build_directory(config, nullptr);
   live_ = std::make_unique<LiveView>(*this);
   listen();
+  join_fleet();
 }
 
 Server::~Server() {
   if (stopper_.joinable()) stopper_.join();
+  if (fleet_) fleet_->stop();
   if (workers_) workers_->join();
 }
 
@@ -250,6 +253,26 @@ void Server::listen() {
   const ServerConfig& c = *directory_->config;
   port_ = open(acceptor_, c.listen, "listen");
   admin_port_ = open(admin_acceptor_, c.admin_listen, "admin.listen");
+}
+
+void Server::join_fleet() {
+  const ServerConfig& c = *directory_->config;
+  if (!c.fleet) return;
+  Runtime* runtime = scheduler_->runtime();
+  if (runtime == nullptr) {
+    log("fleet: off with --fifo (no plans to share)");
+    return;
+  }
+  const std::string id = c.fleet->server_id.empty() ? default_server_id(port_) : c.fleet->server_id;
+  fleet_ = std::make_unique<Fleet>(*c.fleet, id, *runtime, [this] {
+    std::vector<Fleet::Member> members;
+    const std::shared_ptr<const Directory> dir = directory();
+    for (const auto& [name, entry] : dir->by_name) {
+      members.push_back({name, entry.tenant->participant});
+    }
+    return members;
+  });
+  fleet_->start();
 }
 
 void Server::accept_request(std::unique_ptr<Exchange> e) {
@@ -404,6 +427,7 @@ void Server::begin_stop() {
   log("stopping: no new connections; queued requests are answered 503");
   stopper_ = std::thread([this, deadline] {
     const auto until = Clock::now() + deadline;
+    if (fleet_) fleet_->stop();
     std::vector<Pending*> handed_back = scheduler_->stop(deadline);
     for (Pending* p : handed_back) {
       refuse(std::unique_ptr<Exchange>(static_cast<Exchange*>(p)), 503, "shutting down\n", 1);

@@ -38,6 +38,7 @@ namespace creditloop::server {
 
 class Backend;
 class LiveView;
+class Fleet;
 struct Exchange;
 
 using KeyDigest = std::array<unsigned char, 32>;
@@ -88,6 +89,8 @@ class Server {
   [[nodiscard]] std::shared_ptr<const Directory> directory() const;
   [[nodiscard]] Scheduler& scheduler() noexcept { return *scheduler_; }
   [[nodiscard]] LiveView& live() noexcept { return *live_; }
+  /// Null unless the configuration has `fleet` (and the scheduler is creditloop's).
+  [[nodiscard]] const Fleet* fleet() const noexcept { return fleet_.get(); }
   [[nodiscard]] bool stopping() const noexcept {
     return stopping_.load(std::memory_order_relaxed);  // advisory: a stale answer costs one 503
   }
@@ -115,6 +118,7 @@ class Server {
   void reload();
   void begin_stop();
   void listen();
+  void join_fleet();
   void accept(boost::asio::ip::tcp::acceptor& acceptor, bool admin);
   // SIGHUP reloads and waits again; SIGTERM or SIGINT stops.
   void wait_for_signal();
@@ -137,6 +141,7 @@ class Server {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<LiveView> live_;  // after scheduler_: its sampler uses the runtime
+  std::unique_ptr<Fleet> fleet_;  // after scheduler_: stopped before the runtime it scales
   std::uint16_t port_ = 0;
   std::uint16_t admin_port_ = 0;
 

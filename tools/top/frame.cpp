@@ -85,6 +85,12 @@ struct Cell {
 
 Cell dim_dash() { return {"-", Tone::dim, 0}; }
 
+// A server in fleet mode names each tenant's fraction of its plan: the column is shown then only.
+bool any_fleet(const std::vector<const TenantRow*>& rows) {
+  return std::any_of(rows.begin(), rows.end(),
+                     [](const TenantRow* r) { return r->now.fleet_fraction.has_value(); });
+}
+
 std::vector<Column> columns_for(const Frame& frame, const std::vector<const TenantRow*>& rows) {
   const std::vector<std::string>& names = frame.now.class_names;
   std::size_t name_w = 4;
@@ -97,6 +103,7 @@ std::vector<Column> columns_for(const Frame& frame, const std::vector<const Tena
   cols.push_back({"NAME", name_w, true, SortKey::name, {}});
   cols.push_back({"PLAN", plan_w, true, SortKey::plan, {}});
   cols.push_back({"SHR", 4, false, SortKey::shares, {}});
+  if (any_fleet(rows)) cols.push_back({"FLEET", 6, false, {}, {}});
   cols.push_back({"QUEUE", 7, false, SortKey::queue, {}});
   for (std::size_t c = 0; c < names.size(); ++c) {
     cols.push_back({"%" + names[c], std::max<std::size_t>(4, names[c].size() + 1), false, {}, c});
@@ -115,7 +122,7 @@ std::vector<Column> columns_for(const Frame& frame, const std::vector<const Tena
 }
 
 std::vector<Cell> cells_for(const TenantRow& r, const std::vector<std::string>& names,
-                            const View& view) {
+                            const View& view, bool fleet) {
   const TenantSample& t = r.now;
   const std::optional<double> p99 =
       t.wait_s.count > 0 ? std::optional<double>(t.wait_s.p99) : std::nullopt;
@@ -129,6 +136,11 @@ std::vector<Cell> cells_for(const TenantRow& r, const std::vector<std::string>& 
   cells.push_back({fit(t.name, kNameWidthMax), name_tone, 0});
   cells.push_back({fit(t.plan, kPlanWidthMax), Tone::plain, 0});
   cells.push_back({std::to_string(t.shares), Tone::plain, 0});
+  if (fleet) {
+    cells.push_back(t.fleet_fraction
+                        ? Cell{printf_string("%.3f", *t.fleet_fraction), Tone::plain, 0}
+                        : dim_dash());
+  }
   const char trend = r.queue_trend > 0 ? '+' : r.queue_trend < 0 ? '-' : ' ';
   cells.push_back({std::to_string(t.queued) + trend,
                    r.queue_trend > 0 ? Tone::alert
@@ -415,7 +427,7 @@ Layout layout(const Frame* frame, const Status& status, const View& view, bool i
   // A frame the last poll could not refresh is shown, but faded.
   const bool stale = !status.error.empty();
   for (const TenantRow* r : rows) {
-    const std::vector<Cell> cells = cells_for(*r, frame->now.class_names, view);
+    const std::vector<Cell> cells = cells_for(*r, frame->now.class_names, view, any_fleet(rows));
     Line line;
     for (std::size_t i = 0; i < cols.size() && i < cells.size(); ++i) {
       line.push_back({pad(cells[i].text, cols[i].width, cols[i].left),

@@ -145,6 +145,7 @@ const std::vector<std::string>& help_text() {
       "  h  ?     this help; any key closes it",
       "",
       "columns",
+      "  FLEET    fleet mode: the fraction of the plan in force on this server",
       "  QUEUE    requests waiting; + it grew over the last interval (red), - it shrank",
       "  %Pn      share of the tenant's answers that went out under class Pn, last interval",
       "  TPUT/s   answers per second, last interval",

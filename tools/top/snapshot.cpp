@@ -99,6 +99,10 @@ TenantSample read_tenant(const json& t, const std::string& path,
   s.plan = text_at(t, "plan", path);
   s.shares = count_at(t, "shares", path);
   s.queued = count_at(t, "queued", path);
+  if (const json* f = field(t, "fleet")) {
+    if (!f->is_object()) refuse(path + ".fleet", "not an object");
+    s.fleet_fraction = real_at(*f, "fraction", path + ".fleet");
+  }
   s.served = counts_at(t, "served", path, names.size());
   s.cost_charged = real_at(t, "cost_charged", path).value_or(0);
   s.balance = by_class_at(t, "balance", path, names);

@@ -26,6 +26,8 @@ struct TenantSample {
   std::string name;
   std::string plan;
   std::uint64_t shares = 0;
+  /// Fleet mode: the fraction of the plan in force on this server (0..1); none otherwise.
+  std::optional<double> fleet_fraction;
   std::uint64_t queued = 0;
   /// Requests answered, per class (indexed like Sample::class_names); a counter.
   std::vector<std::uint64_t> served;

@@ -1,0 +1,90 @@
+#!lua name=creditloop
+-- creditloop's fleet rule, where the data is (docs/fleet.md, "How servers agree").
+--
+-- Loaded by every creditloop-server in fleet mode with FUNCTION LOAD REPLACE. Each call touches
+-- one key, so that under Redis Cluster it runs on the node holding that key's slot. Times are
+-- Redis's own clock (TIME), so servers' clocks never enter. Numbers are integers: a demand is
+-- clipped to 10^9 requests, so that demand * 10^6 and every product below stay under 2^53, where
+-- Lua's doubles are exact.
+
+local MAX_DEMAND = 1000000000
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function whole(text, what, min, max)
+  local n = tonumber(text)
+  if n == nil or n ~= math.floor(n) or n < min or n > max then
+    return nil, redis.error_reply('ERR creditloop: ' .. what .. ' must be a whole number from ' ..
+                                  min .. ' to ' .. max)
+  end
+  return n
+end
+
+-- floor(a / b) for whole a >= 0, b > 0: the double division may land one off near a whole
+-- number, and the product checks are exact in range.
+local function floor_div(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- KEYS[1] = <prefix>{<tenant>}:demand (a hash: server id -> "<demand> <ms>")
+-- ARGV = server id, demand (requests), ttl (ms)
+-- Returns {fraction in millionths, live entries, total demand D}.
+local function report(keys, args)
+  local key, self_id = keys[1], args[1]
+  local demand, err = whole(args[2], 'demand', 0, 2 ^ 53)
+  if demand == nil then return err end
+  demand = math.min(demand, MAX_DEMAND)
+  local ttl, err2 = whole(args[3], 'ttl', 1, 86400000)
+  if ttl == nil then return err2 end
+  local now = now_ms()
+  redis.call('HSET', key, self_id, demand .. ' ' .. now)
+  redis.call('PEXPIRE', key, ttl)
+  local entries = redis.call('HGETALL', key)
+  local total, live = 0, 0
+  for i = 1, #entries, 2 do
+    local d, at = string.match(entries[i + 1], '^(%d+) (%d+)$')
+    if d == nil or now - tonumber(at) > ttl then
+      redis.call('HDEL', key, entries[i])
+    else
+      total = total + tonumber(d)
+      live = live + 1
+    end
+  end
+  local fraction
+  if total > 0 then
+    fraction = floor_div(demand * 1000000, total)
+  else
+    fraction = floor_div(1000000, live)
+  end
+  return {fraction, live, total}
+end
+
+-- KEYS[1] = <prefix>servers (a sorted set: server id scored by the ms of its last heartbeat)
+-- ARGV = server id, ttl (ms)
+-- Returns the number of live servers, this one included.
+local function heartbeat(keys, args)
+  local ttl, err = whole(args[2], 'ttl', 1, 86400000)
+  if ttl == nil then return err end
+  local now = now_ms()
+  redis.call('ZADD', keys[1], now, args[1])
+  redis.call('ZREMRANGEBYSCORE', keys[1], '-inf', '(' .. (now - ttl))
+  return redis.call('ZCARD', keys[1])
+end
+
+-- KEYS[1] = <prefix>servers; ARGV = server id. A server stopping cleanly leaves at once.
+local function leave(keys, args)
+  return redis.call('ZREM', keys[1], args[1])
+end
+
+redis.register_function('creditloop_report', report)
+redis.register_function('creditloop_heartbeat', heartbeat)
+redis.register_function('creditloop_leave', leave)
