@@ -11,8 +11,8 @@
 #include <prometheus/text_serializer.h>
 #include <nlohmann/json.hpp>
 
-#include "live.hpp"
 #include "fleet.hpp"
+#include "live.hpp"
 #include "server.hpp"
 
 namespace creditloop::server {

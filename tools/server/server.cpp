@@ -18,8 +18,8 @@
 #include "admin.hpp"
 #include "backend.hpp"
 #include "cpu_work.hpp"
-#include "live.hpp"
 #include "fleet.hpp"
+#include "live.hpp"
 #include "session.hpp"
 
 namespace creditloop::server {

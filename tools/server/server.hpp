@@ -141,7 +141,7 @@ class Server {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<LiveView> live_;  // after scheduler_: its sampler uses the runtime
-  std::unique_ptr<Fleet> fleet_;  // after scheduler_: stopped before the runtime it scales
+  std::unique_ptr<Fleet> fleet_;    // after scheduler_: stopped before the runtime it scales
   std::uint16_t port_ = 0;
   std::uint16_t admin_port_ = 0;
 
