@@ -33,6 +33,9 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_server import wait_for  # noqa: E402  (a poll with a deadline, never a fixed sleep)
+
 EPOCH_MS = 200
 GRACE_MS = 1000
 P1_RATE, P1_BURST = 20, 4  # per share
@@ -45,17 +48,6 @@ WRK_SECONDS = 30  # B's traffic (and A's after the move) runs the whole test
 
 def log(*args):
     print(f"[{time.strftime('%H:%M:%S')}]", *args, flush=True)
-
-
-def wait_for(what, predicate, timeout=10.0, interval=0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
 
 
 def free_port():
