@@ -472,6 +472,18 @@ class Capture(unittest.TestCase):
                     res, _ = server.request(key, "/work?cpu_ms=1")
                     self.assertEqual(res.status, 200)
                     answered.append((name, res.getheader("X-Creditloop-Class")))
+            # The writer thread catches up on its own: poll its counter in /metrics.
+            def written():
+                res, body = server.admin("/metrics")
+                self.assertEqual(res.status, 200)
+                for line in body.decode().splitlines():
+                    if line.startswith("creditloop_capture_requests_total "):
+                        return float(line.split()[1]) == len(answered)
+                self.fail("no creditloop_capture_requests_total in /metrics")
+            wait_for("the capture's request lines counted in /metrics", written)
+            res, body = server.admin("/metrics")
+            self.assertIn("creditloop_capture_dropped_total 0", body.decode())
+            self.assertIn("creditloop_capture_errors_total 0", body.decode())
             # Changing the capture needs a restart; the running capture goes on.
             server.write_config(dict(config, capture={"path": path, "files": 3}))
             server.proc.send_signal(signal.SIGHUP)
@@ -508,6 +520,11 @@ class Capture(unittest.TestCase):
             self.assertEqual(res.status, 200)
             wait_for("the capture's error logged",
                      lambda: f"capture {path}: cannot open: No such file or directory" in server.log())
+            res, body = server.admin("/metrics")
+            errors = [l for l in body.decode().splitlines()
+                      if l.startswith("creditloop_capture_errors_total ")]
+            self.assertEqual(len(errors), 1, body)
+            self.assertGreaterEqual(float(errors[0].split()[1]), 1)
         finally:
             self.assertEqual(server.stop(), 0, server.log())
 

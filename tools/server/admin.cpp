@@ -201,6 +201,23 @@ std::string metrics_text(Server& server) {
   add_counter(bad, {}, static_cast<double>(server.bad_requests.load(std::memory_order_relaxed)));
   families.push_back(std::move(bad));
   if (const Fleet* fleet = server.fleet()) add_fleet_metrics(families, *fleet);
+  if (const std::optional<CaptureStats> c = server.scheduler().capture_stats()) {
+    // An operator's two questions: is it recording everything, and can it write?
+    const auto counter = [&families](const char* name, const char* help, std::uint64_t v) {
+      MetricFamily f = family(name, help, MetricType::Counter);
+      add_counter(f, {}, static_cast<double>(v));
+      families.push_back(std::move(f));
+    };
+    counter("creditloop_capture_requests_total", "Request lines written to the capture",
+            c->requests);
+    counter("creditloop_capture_dropped_total",
+            "Request records lost because the capture's writer fell behind", c->dropped);
+    counter("creditloop_capture_errors_total", "Failed opens, writes and renames of capture files",
+            c->errors);
+    counter("creditloop_capture_lost_lines_total", "Capture lines not written because of an error",
+            c->lost);
+    counter("creditloop_capture_files_total", "Capture files started (one per rotation)", c->files);
+  }
   return prometheus::TextSerializer().Serialize(families);
 }
 

@@ -113,6 +113,10 @@ class CreditloopScheduler final : public Scheduler {
   }
 
   Runtime* runtime() noexcept override { return runtime_.get(); }
+  [[nodiscard]] std::optional<CaptureStats> capture_stats() const override {
+    if (!capture_) return std::nullopt;
+    return capture_->stats();
+  }
   [[nodiscard]] const char* name() const noexcept override { return "creditloop"; }
 
  private:

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include <creditloop/capture.hpp>
 #include <creditloop/runtime.hpp>
 
 #include "config.hpp"
@@ -85,6 +86,8 @@ class Scheduler {
 
   /// The runtime, for metrics and snapshots; null in FIFO mode.
   virtual Runtime* runtime() noexcept { return nullptr; }
+  /// How the capture is going; nothing without one (or in FIFO mode). Any thread.
+  [[nodiscard]] virtual std::optional<CaptureStats> capture_stats() const { return std::nullopt; }
   [[nodiscard]] virtual const char* name() const noexcept = 0;
 };
 
