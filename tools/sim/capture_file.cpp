@@ -475,8 +475,10 @@ Scenario base_scenario(int k, const std::string& plans_json, const std::string& 
                        const PlanFile* changes, const std::string& participants_from) {
   if (changes != nullptr) {
     if (changes->classes && *changes->classes != k) {
-      fail(changes->name + ": classes", "has " + std::to_string(*changes->classes) +
-                                            " metered classes; the run has " + std::to_string(k));
+      fail(changes->name + ": classes",
+           "has " + std::to_string(*changes->classes) +
+               (*changes->classes == 1 ? " metered class" : " metered classes") + "; the run has " +
+               std::to_string(k));
     }
     for (std::size_t i = 0; i < changes->participants.size(); ++i) {
       const PlanFile::Change& change = changes->participants[i];
