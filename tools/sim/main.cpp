@@ -1,9 +1,10 @@
 // creditloop-sim: runs a scenario through the real dispatcher core on a virtual clock and writes
-// the trace of SPEC section 6 (or a table, or only the summary).
+// the trace of SPEC section 6 (or a table, or only the summary); or replays a capture, or runs a
+// scenario's arrivals under two sets of plans, and compares the two runs (docs/replay.md).
 //
-// Exit status: 0 success; 1 a bad or unreadable scenario (one line on stderr naming the field,
-// nothing on stdout); 2 a bad command line; 3 the run failed (the output could not be written,
-// or the core contradicted itself: a bug to report).
+// Exit status: 0 success; 1 a bad or unreadable scenario, capture or plans file (one line on
+// stderr naming the field, nothing on stdout); 2 a bad command line; 3 the run failed (the output
+// could not be written, or the core contradicted itself: a bug to report).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,7 +32,10 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: creditloop-sim [--table | --summary | --check] [--reasons] [--html FILE]\n"
-    "                      [--svg FILE] SCENARIO.json\n"
+    "                      [--svg FILE] [--capture FILE] SCENARIO.json\n"
+    "       creditloop-sim SCENARIO.json --plans OTHER.json [--json | --check] [--html FILE]\n"
+    "       creditloop-sim --replay CAPTURE... [--plans PLANS.json] [--slots N]\n"
+    "                      [--json | --check] [--html FILE]\n"
     "\n"
     "Runs SCENARIO.json (\"-\" reads standard input) through the creditloop dispatcher core on a\n"
     "virtual clock against a slot-model server. By default writes the JSON Lines trace of every\n"
@@ -42,26 +46,42 @@ constexpr const char* kUsage =
     "              dispatches per class with their share of the row, share of all dispatches,\n"
     "              completed, waiting, longest wait and balances when the run stopped\n"
     "  --summary   print only the summary line\n"
-    "  --check     validate the scenario and print nothing (exit status says whether it is good)\n"
+    "  --check     validate the input and print nothing (exit status says whether it is good)\n"
     "  --reasons   each pass line also says why each ignored participant was passed over:\n"
     "              {\"why\": \"no_bucket\"} or {\"why\": \"below_one_credit\", \"balance\": B,\n"
     "              \"next_credit\": T} (an extension of the trace format, off by default)\n"
     "  --html FILE also write a picture of the run to FILE: one self-contained page (no\n"
     "              network) with a lane per participant, its requests and balances, the\n"
     "              passes and why each ignored participant was passed over, and a time\n"
-    "              cursor (drag it or step with the arrow keys); wheel zooms, drag pans\n"
+    "              cursor (drag it or step with the arrow keys); wheel zooms, drag pans.\n"
+    "              With --replay or --plans: both runs, one above the other on one time axis\n"
     "  --svg FILE  also write a static SVG of the same timeline to FILE, for documents;\n"
     "              busy lanes are drawn as aggregates, so its size does not grow with the\n"
     "              number of requests (at most about 30 KB per class and participant)\n"
+    "  --capture FILE  also write the run as a creditloop capture (version 1, docs/replay.md):\n"
+    "              a header, then one line per completed request, in completion order\n"
+    "  --replay CAPTURE...  replay a capture (its rotated files in any order) through the core\n"
+    "              and print, per participant, the captured and the replayed waits (arrival to\n"
+    "              dispatch: p50, p99, max, mean) and class mix, side by side\n"
+    "  --plans FILE  the plans of the replayed run (or of a scenario's second run): the\n"
+    "              scenario's `plans` object, optionally with `participants` ([{\"name\",\n"
+    "              \"plan\", \"shares\"}]) changing some participants; the captured side stays\n"
+    "              as recorded. With a scenario and no --replay: the same arrivals are run\n"
+    "              under the scenario's plans and under FILE's, and compared\n"
+    "  --slots N   the replay's slot count (required when the capture's is null)\n"
+    "  --json      print the comparison as one JSON object (keys in docs/replay.md)\n"
     "  -h, --help  print this help\n"
     "\n"
     "A bad scenario exits with status 1 and one line on standard error naming the field at\n"
-    "fault (e.g. arrivals[1].count); nothing is written to standard output. Limits: times up to\n"
-    "1e9 s, rounded to the nanosecond; at most 20000000 requests arriving in one run, and\n"
-    "5000000 for a picture. The pictures do not change what goes to standard output (add\n"
-    "--summary to keep it short). A picture file is written whole or not at all: if FILE\n"
-    "cannot be created the run does not start (status 3, nothing on standard output).\n"
-    "Exit status: 0 ok, 1 bad or unreadable scenario, 2 bad command line, 3 run failed.\n";
+    "fault (e.g. arrivals[1].count); nothing is written to standard output. A bad capture or\n"
+    "plans file likewise, naming the file, line and field (e.g. cap.jsonl:7: arrive). Limits:\n"
+    "times up to 1e9 s, rounded to the nanosecond; at most 20000000 requests arriving in one\n"
+    "run, and 5000000 for a picture. The pictures and the capture do not change what goes to\n"
+    "standard output (add --summary to keep it short). A picture or capture file is written\n"
+    "whole or not at all: if FILE cannot be created the run does not start (status 3, nothing\n"
+    "on standard output).\n"
+    "Exit status: 0 ok, 1 bad or unreadable scenario, capture or plans file, 2 bad command\n"
+    "line, 3 run failed.\n";
 
 // One line, always: control characters from file names or messages would break that promise.
 void error_line(const std::string& message) {
