@@ -262,6 +262,7 @@ bool ticket_model(Variant variant);
 bool close_model(Variant variant);
 bool pool_completion_model(Variant variant);
 bool shutdown_flag_model(Variant variant);
+bool capture_ring_model(Variant variant);
 
 // A ticket's record as the completion models use it: the cell, the completion list's link, and
 // the cost a completer writes (a Relacy var: the dispatcher reading it unordered is a data race).
