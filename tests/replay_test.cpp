@@ -140,6 +140,42 @@ TEST(CaptureReader, RequestsComeInArrivalOrderWhateverTheirCompletionOrder) {
   EXPECT_EQ(q[2].dispatch, 600'000'000);
 }
 
+// As the runtime's capture has them: the header of file 0 lists nobody, `plan` lines add each
+// participant as it registers, and one may be removed with a request still in flight.
+TEST(CaptureReader, AddsRegisterInOrderAndARemovedParticipantKeepsItsRequestsInFlight) {
+  std::string text = kHeader;
+  text.replace(text.find(R"("participants": [)"), std::string::npos, R"("participants": []})");
+  const std::string later_header = text;
+  text += "\n" +
+          std::string(
+              R"({"ev": "plan", "t": 0.001, "participant": "zed", "plan": "lite", "shares": 3})") +
+          "\n" + R"({"ev": "plan", "t": 0.002, "participant": "amy", "plan": "pro", "shares": 1})" +
+          "\n" + R"({"ev": "remove", "t": 0.5, "participant": "zed"})" + "\n" +
+          request("zed", "0.2", "0.4", "0.6", "P2") + "\n" + request("amy", "0.3", "0.3", "0.4") +
+          "\n";
+  auto r = read_one(text);
+  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<CaptureError>(r).message;
+  const Capture& c = std::get<Capture>(r);
+  ASSERT_EQ(c.participants.size(), 2u);
+  EXPECT_EQ(c.participants[0].name, "zed");
+  EXPECT_EQ(c.participants[0].shares, 3u);
+  EXPECT_EQ(c.participants[1].name, "amy");
+  ASSERT_EQ(c.requests.size(), 2u);
+  EXPECT_EQ(c.requests[0].participant, 0u);
+  // A later file's header lists who is registered then: amy alone.
+  std::string next = later_header;
+  next.replace(next.find(R"("file": 0)"), 9, R"("file": 1)");
+  next.replace(next.find(R"("participants": [])"), 18,
+               R"("participants": [{"name": "amy", "plan": "pro"}])");
+  auto both = sim::read_capture({CaptureText{"a", text}, CaptureText{"b", next + "\n"}});
+  EXPECT_TRUE(std::holds_alternative<Capture>(both)) << std::get<CaptureError>(both).message;
+  auto wrong = sim::read_capture({CaptureText{"a", text}, CaptureText{"b", later_header + "\n"}});
+  ASSERT_TRUE(std::holds_alternative<CaptureError>(wrong));
+  auto s = sim::replay_scenario(c, nullptr, std::nullopt, "a");
+  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(s)) << std::get<sim::ScenarioError>(s).message;
+  EXPECT_EQ(std::get<sim::Scenario>(s).participants[0].name, "zed");
+}
+
 TEST(CaptureReader, UnknownKeysAndEventKindsAreIgnored) {
   const std::string text =
       header_with(R"("version": 1,)", R"("version": 1, "writer": {"host": "x"},)") + "\n" +
@@ -210,10 +246,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadCapture{"replan",
                    kH + R"({"ev": "plan", "t": 0.5, "participant": "bob", "plan": "pro"})",
                    "a.cap:2: ev: \"plan\": re-planning participant \"bob\""},
-        BadCapture{"add", kH + R"({"ev": "plan", "t": 0.5, "participant": "carol", "plan": "pro"})",
-                   "a.cap:2: ev: \"plan\": adding participant \"carol\""},
-        BadCapture{"remove", kH + R"({"ev": "remove", "t": 0.9, "participant": "bob"})",
-                   "a.cap:2: ev: \"remove\""},
+        BadCapture{"add_after_remove",
+                   kH + R"({"ev": "remove", "t": 0.5, "participant": "bob"})" + "\n" +
+                       R"({"ev": "plan", "t": 0.6, "participant": "carol", "plan": "pro"})",
+                   "a.cap:3: ev: \"plan\": adding participant \"carol\" after participant "
+                   "\"bob\" was removed"},
+        BadCapture{"add_again",
+                   kH + R"({"ev": "remove", "t": 0.5, "participant": "bob"})" + "\n" +
+                       R"({"ev": "plan", "t": 0.6, "participant": "bob", "plan": "lite"})",
+                   "a.cap:3: ev: \"plan\": adding participant \"bob\" again"},
+        BadCapture{"add_unknown_plan",
+                   kH + R"({"ev": "plan", "t": 0.5, "participant": "carol", "plan": "gold"})",
+                   "a.cap:2: plan: unknown plan \"gold\""},
+        BadCapture{"remove_unknown", kH + R"({"ev": "remove", "t": 0.9, "participant": "carol"})",
+                   "a.cap:2: participant: unknown participant \"carol\""},
         BadCapture{"dropped_count", kH + R"({"ev": "dropped", "t": 1, "requests": -3})",
                    "a.cap:2: requests: must be a whole number"}),
     [](const ::testing::TestParamInfo<BadCapture>& param) {
@@ -243,7 +289,7 @@ TEST(CaptureReader, RotatedFilesAreOrderedByOriginAndFileNumber) {
   std::string replanned = header_with(R"("file": 0)", R"("file": 1)");
   replanned.replace(replanned.find(R"("plan": "lite")"), 14, R"("plan": "pro")");
   EXPECT_TRUE(starts(error_of({CaptureText{"x", file0}, CaptureText{"y", replanned}}),
-                     "y:1: participants: differ from x's"));
+                     "y:1: participants: differ from those registered at the end of x"));
 }
 
 std::string replay_error(const std::string& header, const sim::PlanFile* plans,

@@ -319,6 +319,7 @@ test('two runs: a replay below the capture it replays, one time axis and one cur
   const captured = [];
   for (const line of fs.readFileSync(capture, 'utf8').trim().split('\n').slice(1)) {
     const r = JSON.parse(line);
+    if (r.ev !== 'request') continue;  // the participants' `plan` lines at 0
     captured.push({ ev: 'arrive', t: r.arrive, participant: r.participant });
     captured.push({ ev: 'dispatch', t: r.dispatch, participant: r.participant, class: r.class });
   }

@@ -243,15 +243,32 @@ Header parse_header(const std::string& name, std::string_view first_line) {
   return out;
 }
 
-bool same_participants(const std::vector<ParticipantSpec>& a,
-                       const std::vector<ParticipantSpec>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) {
-    return x.name == y.name && x.plan == y.plan && x.shares == y.shares;
-  });
-}
+// Who is registered as the capture goes, in order of addition: what each file's header must say.
+struct Members {
+  std::map<std::string, std::uint32_t, std::less<>> index;  // every name ever registered
+  std::vector<std::uint32_t> active;                        // registered now, in order
+  std::optional<std::string> removed;  // a participant removed earlier: adds are refused since
 
-void read_events(const CaptureText& file, const Header& header, Capture& out,
-                 const std::map<std::string, std::uint32_t, std::less<>>& index) {
+  void add(Capture& out, ParticipantSpec spec) {
+    const auto i = static_cast<std::uint32_t>(out.participants.size());
+    index.emplace(spec.name, i);
+    active.push_back(i);
+    out.participants.push_back(std::move(spec));
+  }
+  [[nodiscard]] bool is_active(std::uint32_t i) const {
+    return std::find(active.begin(), active.end(), i) != active.end();
+  }
+  [[nodiscard]] bool same(const Capture& out, const std::vector<ParticipantSpec>& list) const {
+    return std::equal(active.begin(), active.end(), list.begin(), list.end(),
+                      [&](std::uint32_t i, const ParticipantSpec& y) {
+                        const ParticipantSpec& x = out.participants[i];
+                        return x.name == y.name && x.plan == y.plan && x.shares == y.shares;
+                      });
+  }
+};
+
+void read_events(const CaptureText& file, const Header& header, Capture& out, Members& members) {
+  const auto& index = members.index;
   std::string_view rest = file.text;
   std::size_t number = 0;
   while (!rest.empty()) {
@@ -310,21 +327,48 @@ void read_events(const CaptureText& file, const Header& header, Capture& out,
         shares = static_cast<std::uint32_t>(
             whole(v["shares"], where + ": shares", 1, creditloop::kMaxShares));
       }
+      if (!header.plans.contains(plan)) {
+        fail(where + ": plan", "unknown plan " + quote(plan) + " (not in the header's plans)");
+      }
       const auto it = index.find(name);
-      // The same plan and shares again changes nothing; anything else would need the simulator
-      // to re-plan or add a participant mid-run, which it does not do.
-      if (it == index.end() || out.participants[it->second].plan != plan ||
-          out.participants[it->second].shares != shares) {
-        fail(where + ": ev",
-             std::string("\"plan\": ") + (it == index.end() ? "adding" : "re-planning") +
-                 " participant " + quote(name) +
-                 " during a capture cannot be replayed (the simulator registers every "
-                 "participant once, at 0)");
+      if (it == index.end()) {
+        // An add. The simulator registers every participant at 0, in order of addition: the
+        // same ring, and the same buckets from the add on (they start full either way), since
+        // no request of it comes before. Not after a removal, whose ring place the core may
+        // give to the newcomer.
+        if (members.removed) {
+          fail(where + ": ev", "\"plan\": adding participant " + quote(name) +
+                                   " after participant " + quote(*members.removed) +
+                                   " was removed cannot be replayed (the core may give the "
+                                   "newcomer the removed one's ring place)");
+        }
+        ParticipantSpec spec;
+        spec.name = name;
+        spec.plan = plan;
+        spec.shares = shares;
+        members.add(out, std::move(spec));
+      } else if (!members.is_active(it->second)) {
+        fail(where + ": ev", "\"plan\": adding participant " + quote(name) +
+                                 " again after its removal cannot be replayed");
+      } else if (out.participants[it->second].plan != plan ||
+                 out.participants[it->second].shares != shares) {
+        // The same plan and shares again changes nothing; a change would need the simulator to
+        // re-plan mid-run, which it does not do.
+        fail(where + ": ev", "\"plan\": re-planning participant " + quote(name) +
+                                 " during a capture cannot be replayed (the simulator keeps "
+                                 "each participant's plan and shares for the whole run)");
       }
     } else if (kind == "remove") {
-      fail(where + ": ev",
-           "\"remove\": removing a participant during a capture cannot be replayed (the "
-           "simulator registers every participant once, at 0)");
+      // A removed participant's queued requests were handed back, so the capture holds none of
+      // them; in the replay it stays registered with nothing more to send, which changes no
+      // decision. Its requests in flight complete as recorded.
+      const std::string name = text(field(v, "participant", where), where + ": participant");
+      const auto it = index.find(name);
+      if (it == index.end() || !members.is_active(it->second)) {
+        fail(where + ": participant", "unknown participant " + quote(name) + " (not registered)");
+      }
+      members.active.erase(std::find(members.active.begin(), members.active.end(), it->second));
+      members.removed = name;
     }
     // Any other kind is a later version's addition that this reader does not need.
   }
@@ -405,27 +449,25 @@ std::variant<Capture, CaptureError> read_capture(const std::vector<CaptureText>&
       }
       if (h.slots != first.slots)
         fail(where + ": server.slots", "differs from " + first.name + "'s");
-      if (!same_participants(h.participants, first.participants)) {
-        fail(where + ": participants",
-             "differ from " + first.name +
-                 "'s: participant changes during a capture cannot be replayed");
-      }
     }
 
     Capture out;
     out.classes = first.classes;
     out.plans_json = first.plans.dump();
     out.slots = first.slots;
-    out.participants = first.participants;
     out.origin_unix_ns = first.origin;
     out.first_file = first.file;
-    std::map<std::string, std::uint32_t, std::less<>> index;
-    for (std::uint32_t i = 0; i < out.participants.size(); ++i) {
-      index.emplace(out.participants[i].name, i);
-    }
+    Members members;
+    for (const ParticipantSpec& p : first.participants) members.add(out, p);
     for (const Header& h : headers) {
       out.files.push_back(h.name);
-      read_events(files[h.index], h, out, index);
+      // Each file's header lists who is registered as it starts: what the files before said.
+      if (!members.same(out, h.participants)) {
+        fail(h.name + ":1: participants", "differ from those registered at the end of " +
+                                              out.files[out.files.size() - 2] +
+                                              " (a file of the capture is missing or altered)");
+      }
+      read_events(files[h.index], h, out, members);
       if (out.requests.size() > kMaxRequests) {
         fail(h.name, "more than " + std::to_string(kMaxRequests) +
                          " requests (the simulator's limit for one run)");
@@ -445,21 +487,6 @@ std::variant<Capture, CaptureError> read_capture(const std::vector<CaptureText>&
 }
 
 namespace {
-
-ordered_json plans_of(const creditloop::Config& config) {
-  ordered_json plans = ordered_json::object();
-  for (const creditloop::Plan& plan : config.plans) {
-    ordered_json terms = ordered_json::object();
-    for (int c = 0; c < config.classes; ++c) {
-      const auto& t = plan.terms[static_cast<std::size_t>(c)];
-      if (!t) continue;
-      terms[creditloop::class_name(static_cast<creditloop::ClassId>(c))] = {{"rate", t->rate},
-                                                                            {"burst", t->burst}};
-    }
-    plans[plan.name] = std::move(terms);
-  }
-  return plans;
-}
 
 ordered_json classes_of(int k) {
   ordered_json classes = ordered_json::array();
@@ -622,22 +649,6 @@ std::variant<Scenario, ScenarioError> with_plans(const Scenario& scenario, const
   } catch (const std::exception& e) {
     return ScenarioError{std::string("plans: ") + e.what()};
   }
-}
-
-std::string capture_header(const Scenario& scenario) {
-  ordered_json h = ordered_json::object();
-  h["capture"] = "creditloop";
-  h["version"] = 1;
-  h["file"] = 0;
-  h["origin_unix_ns"] = 0;
-  h["classes"] = classes_of(scenario.config.classes);
-  h["plans"] = plans_of(scenario.config);
-  h["server"] = {{"slots", scenario.slots}};
-  h["participants"] = ordered_json::array();
-  for (const ParticipantSpec& p : scenario.participants) {
-    h["participants"].push_back({{"name", p.name}, {"plan", p.plan}, {"shares", p.shares}});
-  }
-  return h.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 }  // namespace sim

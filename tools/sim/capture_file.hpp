@@ -7,10 +7,12 @@
 // from their decimal text, so that every 9-decimal time is its exact nanosecond whatever its size
 // (a double would lose nanoseconds past about 97 days).
 //
-// What the simulator cannot replay is refused, naming the line: a `plan` event that changes a
-// participant's plan or shares, or adds one (the simulator registers every participant once, at
-// 0), a `remove` event, and a participant holding only part of its plan (`scale`). docs/replay.md
-// lists what a replay cannot reproduce.
+// Participants added during the capture (`plan` events for new names) are registered at 0 in
+// order of addition, and removed ones stay registered with nothing more to send: neither changes
+// a decision (docs/replay.md says why). What the simulator cannot replay is refused, naming the
+// line: a `plan` event that changes a participant's plan or shares, an add after a removal (the
+// core may reuse the removed one's ring place), and a participant holding only part of its plan
+// (`scale`). docs/replay.md lists what a replay cannot reproduce.
 #pragma once
 
 #include <cstdint>
@@ -35,9 +37,10 @@ struct CapturedRequest {
 
 struct Capture {
   int classes = 2;
-  std::string plans_json;                     // the header's `plans`, as a JSON object's text
-  std::optional<std::uint64_t> slots;         // nothing: the runtime used a room test of its own
-  std::vector<ParticipantSpec> participants;  // the first file's header, in its order
+  std::string plans_json;              // the header's `plans`, as a JSON object's text
+  std::optional<std::uint64_t> slots;  // nothing: the runtime used a room test of its own
+  /// The first file's header's, then those added, in order of addition (= ring order).
+  std::vector<ParticipantSpec> participants;
   /// Every request, ordered by arrival (then dispatch, then completion): the simulator's arrival
   /// order for the replay.
   std::vector<CapturedRequest> requests;
@@ -92,10 +95,6 @@ struct PlanFile {
 /// `scenario` with `plans` applied: the same arrivals under other plans and shares.
 [[nodiscard]] std::variant<Scenario, ScenarioError> with_plans(const Scenario& scenario,
                                                                const PlanFile& plans);
-
-/// The capture header of a simulated run of `scenario` (one line, no newline), as a capture
-/// made at the virtual clock's 0 would start.
-[[nodiscard]] std::string capture_header(const Scenario& scenario);
 
 /// Exact nanoseconds from a decimal text of seconds ("1.000000200"); nothing when it is not a
 /// plain decimal (a sign, an exponent).

@@ -180,6 +180,55 @@ class OutputFile {
   int fd_ = -1;
 };
 
+// The file of --capture. The capture writer writes a path of its own; it is given one inside a
+// private directory created beside FILE before the run, renamed over FILE once complete and
+// removed otherwise, so that a capture, like a picture, is written whole or not at all.
+class CaptureTarget {
+ public:
+  explicit CaptureTarget(std::string path) : path_(std::move(path)) {}
+  CaptureTarget(const CaptureTarget&) = delete;
+  CaptureTarget& operator=(const CaptureTarget&) = delete;
+  ~CaptureTarget() { discard(); }
+
+  /// Creates the directory; on failure, the one-line reason.
+  [[nodiscard]] bool open(std::string& error) {
+    struct stat st {};
+    if (stat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      error = "--capture " + path_ + ": is a directory";
+      return false;
+    }
+    dir_ = path_ + ".XXXXXX";
+    if (mkdtemp(dir_.data()) == nullptr) {
+      error = "--capture " + path_ + ": cannot create: " + std::strerror(errno);
+      dir_.clear();
+      return false;
+    }
+    return true;
+  }
+  /// Where the writer writes.
+  [[nodiscard]] std::string file() const { return dir_ + "/capture"; }
+
+  [[nodiscard]] bool commit(std::string& error) {
+    if (rename(file().c_str(), path_.c_str()) != 0) {
+      error = "--capture " + path_ + ": cannot replace: " + std::strerror(errno);
+      return false;
+    }
+    discard();
+    return true;
+  }
+
+  void discard() noexcept {
+    if (dir_.empty()) return;
+    unlink(file().c_str());
+    rmdir(dir_.c_str());
+    dir_.clear();
+  }
+
+ private:
+  std::string path_;
+  std::string dir_;
+};
+
 // Reads `file` ("-": standard input) whole; on failure, the one-line reason.
 bool read_input(const std::string& file, std::string& text, std::string& error) {
   if (file == "-") {
@@ -632,18 +681,20 @@ int main(int argc, char** argv) {
       picture = std::make_unique<sim::Picture>(*scenario, base_name(file));
       observers.add(picture.get());
     }
-    std::unique_ptr<OutputFile> capture_file;
+    std::unique_ptr<CaptureTarget> capture_target;
     std::unique_ptr<sim::CaptureRecorder> capture;
-    std::string capture_error;
     if (!o.capture_path.empty()) {
-      capture_file = std::make_unique<OutputFile>("--capture", o.capture_path);
-      if (!capture_file->open(capture_error)) {
-        error_line(capture_error);
+      capture_target = std::make_unique<CaptureTarget>(o.capture_path);
+      std::string error;
+      if (!capture_target->open(error)) {
+        error_line(error);
         return 3;
       }
-      capture = std::make_unique<sim::CaptureRecorder>(*scenario, [&](const std::string& piece) {
-        if (capture_error.empty()) (void)capture_file->append(piece, capture_error);
-      });
+      capture = std::make_unique<sim::CaptureRecorder>(*scenario, capture_target->file());
+      if (!capture->error().empty()) {
+        error_line("--capture " + o.capture_path + ": " + capture->error());
+        return 3;
+      }
       observers.add(capture.get());
     }
     if (!observers.empty()) simulator.observe(&observers);
@@ -664,9 +715,15 @@ int main(int argc, char** argv) {
     }
     if (capture) {
       capture->finish();
-      if (capture_error.empty()) (void)capture_file->commit("", capture_error);
-      if (!capture_error.empty()) {
-        error_line(capture_error);
+      std::string error = capture->error();
+      if (!error.empty()) {
+        error = "--capture " + o.capture_path + ": " + error;
+      } else {
+        capture.reset();  // closes the file
+        (void)capture_target->commit(error);
+      }
+      if (!error.empty()) {
+        error_line(error);
         return 3;
       }
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -136,13 +137,23 @@ void WaitRecorder::dispatched(Nanos t, std::uint32_t participant, std::uint64_t 
   ++row.by_class[c];
 }
 
-CaptureRecorder::CaptureRecorder(const Scenario& scenario,
-                                 std::function<void(const std::string&)> sink)
-    : sink_(std::move(sink)), classes_(class_strings(scenario.config.classes)) {
-  for (const ParticipantSpec& p : scenario.participants) names_.push_back(json_string(p.name));
+CaptureRecorder::CaptureRecorder(const Scenario& scenario, const std::string& path) {
+  creditloop::CaptureFiles files;
+  files.path = path;
+  files.max_bytes = std::numeric_limits<std::uint64_t>::max();
+  files.files = 1;
+  creditloop::CaptureSetup setup;
+  setup.config = scenario.config;
+  setup.slots = static_cast<std::uint32_t>(scenario.slots);  // at most kMaxSlots, 1e9
+  writer_ = std::make_unique<creditloop::CaptureWriter>(std::move(files), std::move(setup),
+                                                        [this](const std::string& message) {
+                                                          if (error_.empty()) error_ = message;
+                                                        });
+  for (const ParticipantSpec& p : scenario.participants) {
+    names_.push_back(p.name);
+    writer_->plan(0, p.name, p.plan, p.shares);
+  }
   pending_.reserve(static_cast<std::size_t>(scenario.requests));
-  buf_ = capture_header(scenario);
-  buf_ += '\n';
 }
 
 CaptureRecorder::~CaptureRecorder() = default;
@@ -161,29 +172,17 @@ void CaptureRecorder::dispatched(Nanos t, std::uint32_t /*participant*/, std::ui
 void CaptureRecorder::completed(Nanos t, std::uint32_t participant, std::uint64_t req,
                                 std::int64_t cost_nano, const Balances& /*balances*/) {
   const Pending& p = pending_[static_cast<std::size_t>(req)];
-  buf_ += "{\"ev\": \"request\", \"participant\": ";
-  buf_ += names_[participant];
-  buf_ += ", \"arrive\": ";
-  append_nanos(buf_, p.arrived);
-  buf_ += ", \"dispatch\": ";
-  append_nanos(buf_, p.dispatched);
-  buf_ += ", \"complete\": ";
-  append_nanos(buf_, t);
-  buf_ += ", \"class\": ";
-  buf_ += classes_[p.cls];
-  buf_ += ", \"cost\": ";
-  append_micro(buf_, cost_nano);
-  buf_ += "}\n";
-  if (buf_.size() >= (1u << 16)) {
-    sink_(buf_);
-    buf_.clear();
-  }
+  creditloop::CaptureRequest r;
+  r.participant = names_[participant];
+  r.arrive = p.arrived;
+  r.dispatch = p.dispatched;
+  r.complete = t;
+  r.out = p.cls;
+  r.cost_nano = cost_nano;
+  writer_->request(r);
 }
 
-void CaptureRecorder::finish() {
-  if (!buf_.empty()) sink_(buf_);
-  buf_.clear();
-}
+void CaptureRecorder::finish() { writer_->flush(); }
 
 void ObserverFan::arrived(Nanos t, std::uint32_t participant, std::uint64_t req) {
   for (RunObserver* o : observers_) o->arrived(t, participant, req);

@@ -9,12 +9,13 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "capture_file.hpp"
+#include "creditloop/capture.hpp"
 #include "simulator.hpp"
 
 namespace sim {
@@ -52,12 +53,14 @@ class WaitRecorder final : public RunObserver {
   std::vector<creditloop::Nanos> arrived_;  // by req
 };
 
-/// Writes the capture of a simulated run (the format of docs/capture design, version 1): the
-/// header, then one `request` line per completion, in completion order. `sink` takes the text in
-/// pieces as it grows, so that a long run does not hold its whole capture in memory.
+/// Writes the capture of a simulated run with the runtime's capture writer (creditloop/
+/// capture.hpp, format version 1): the header at the virtual clock's 0, a `plan` line per
+/// participant at 0 in scenario order, then one `request` line per completion, in completion
+/// order. One file: it never rotates.
 class CaptureRecorder final : public RunObserver {
  public:
-  CaptureRecorder(const Scenario& scenario, std::function<void(const std::string&)> sink);
+  /// Starts the file at `path`. An I/O error is kept for finish(), not thrown.
+  CaptureRecorder(const Scenario& scenario, const std::string& path);
   ~CaptureRecorder();
   CaptureRecorder(const CaptureRecorder&) = delete;
   CaptureRecorder& operator=(const CaptureRecorder&) = delete;
@@ -67,7 +70,9 @@ class CaptureRecorder final : public RunObserver {
                   creditloop::ClassId c, const Balances& balances) override;
   void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
                  std::int64_t cost_nano, const Balances& balances) override;
-  /// Hands over what is left. Call once the run is over.
+  /// The first I/O error so far, one line naming the file; empty if none.
+  [[nodiscard]] const std::string& error() const { return error_; }
+  /// Writes what is buffered. Call once the run is over; then error() is final.
   void finish();
 
  private:
@@ -76,11 +81,10 @@ class CaptureRecorder final : public RunObserver {
     creditloop::Nanos dispatched = 0;
     creditloop::ClassId cls = 0;
   };
-  std::function<void(const std::string&)> sink_;
-  std::vector<std::string> names_;    // JSON strings
-  std::vector<std::string> classes_;  // JSON strings
-  std::vector<Pending> pending_;      // by req
-  std::string buf_;
+  std::string error_;
+  std::unique_ptr<creditloop::CaptureWriter> writer_;
+  std::vector<std::string> names_;
+  std::vector<Pending> pending_;  // by req
 };
 
 /// Several observers told the same events, in order.
