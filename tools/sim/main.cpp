@@ -385,6 +385,11 @@ int compare_runs(const Options& o) {
     cmp.what = "replay of " + files + ": " + std::to_string(capture->requests.size()) +
                " requests; captured: as recorded; replayed: through the core on a virtual clock" +
                (plans ? " under the plans of " + plans->name : " under the captured plans");
+    if (capture->first_file > 0) {
+      // The files before it were rotated away: see docs/replay.md, "what it cannot".
+      cmp.what += "; note: the earliest file given is file " + std::to_string(capture->first_file) +
+                  " of the capture, so the replay starts there with every bucket full";
+    }
     title = "replay of " + base_name(capture->files.front());
     first_label = "captured: " + base_name(capture->files.front()) +
                   " as recorded (no passes or balances in a capture)";
