@@ -19,6 +19,9 @@
 //  - BM_RuntimeInlineSink/...: the same runtime with no pool: a sink callback runs the handler on
 //    the dispatcher thread and completes the request there. Not a deployment (a real handler would
 //    stall the dispatcher); it separates the dispatcher's own cost from the pool's hand-off.
+//  - BM_RuntimeCapture/...: BM_Runtime's cases with 2 workers, with a CaptureObserver recording
+//    every request to a file in a scratch directory (docs/capture.md). Its counter
+//    capture_dropped_per_kreq says how many records the writer thread could not keep up with.
 //  - BM_Mutex/...: the reference model (tests/model, creditloop::model::Model) behind one
 //    std::mutex and a condition variable: producers lock, submit, unlock and notify; one dispatcher
 //    thread locks, runs begin_turn/visit for up to 64 dispatches while slots are free, and hands
@@ -47,7 +50,9 @@
 // ratios: runtime / raw hand-off (target at most 2) and mutex / runtime (target at least 10); then
 // the median dispatcher_ns_per_req of each runtime case against the raw hand-off's ns per request
 // (target at most 1.5: the dispatcher's serial work per request next to what moving a pointer
-// between two threads costs); then the inline-sink runtime against the raw hand-off.
+// between two threads costs); then the inline-sink runtime against the raw hand-off; then, for
+// the cases run with and without a capture, both ns per request and dispatcher_ns_per_req side by
+// side, with their ratios (run them interleaved: docs/capture.md).
 //
 // Run: cmake --build build/release --target bench_runtime
 //      build/release/bench/bench_runtime --benchmark_repetitions=5
@@ -68,6 +73,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
@@ -78,6 +84,7 @@
 #include <tuple>
 #include <vector>
 
+#include "creditloop/capture.hpp"
 #include "creditloop/runtime.hpp"
 #include "internal/spin.hpp"
 #include "model/model.hpp"
@@ -309,7 +316,8 @@ void class_mix(benchmark::State& state, const std::uint64_t* per_class, int clas
 // ---- the runtime --------------------------------------------------------------------------------
 
 // kInlineSink: no pool; the sink runs the handler on the dispatcher thread (see the file comment).
-template <bool kInlineSink>
+// kCapture: a CaptureObserver records every request to a file in a scratch directory.
+template <bool kInlineSink, bool kCapture = false>
 void BM_Runtime(benchmark::State& state) {
   const auto producer_count = static_cast<unsigned>(state.range(0));
   const auto participants = static_cast<std::size_t>(state.range(1));
@@ -338,6 +346,20 @@ void BM_Runtime(benchmark::State& state) {
   options.thread_name = "bench-dispatch";
   options.expected_participants = participants;
   options.expected_in_flight = kSlots;
+  std::unique_ptr<creditloop::CaptureObserver> capture;  // outlives the runtime
+  std::filesystem::path capture_dir;
+  if constexpr (kCapture) {
+    std::string dir = (std::filesystem::temp_directory_path() / "bench-capture-XXXXXX").string();
+    if (mkdtemp(dir.data()) == nullptr) std::abort();
+    capture_dir = dir;
+    creditloop::CaptureOptions c;
+    c.files = creditloop::CaptureFiles{(capture_dir / "capture.jsonl").string(), 64 << 20, 2};
+    c.setup = creditloop::capture_setup(options);
+    c.expected_in_flight = kSlots;
+    c.expected_participants = participants;
+    capture = std::make_unique<creditloop::CaptureObserver>(std::move(c));
+    options.observer = capture.get();
+  }
   creditloop::Runtime runtime(std::move(options));
   self = &runtime;
   std::vector<creditloop::ParticipantId> ids;
@@ -380,13 +402,26 @@ void BM_Runtime(benchmark::State& state) {
       static_cast<double>(snapshot.dispatched - before.dispatched);
   state.counters["dispatcher_ns_per_req"] = dispatcher_ns;
   if constexpr (!kInlineSink) {
-    results()[{"dispatcher", static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
-               static_cast<int>(state.range(2))}]
+    results()[{kCapture ? "dispatcher_capture" : "dispatcher", static_cast<int>(state.range(0)),
+               static_cast<int>(state.range(1)), static_cast<int>(state.range(2))}]
         .push_back(dispatcher_ns);
   }
   runtime.shutdown();
+  if constexpr (kCapture) {
+    capture->close();
+    const creditloop::CaptureStats cs = capture->stats();
+    if (cs.errors != 0) state.SkipWithError(cs.last_error.c_str());
+    // Records the writer thread could not keep up with: a capture that drops costs less.
+    state.counters["capture_dropped_per_kreq"] =
+        static_cast<double>(cs.dropped) * 1e3 / static_cast<double>(snapshot.dispatched);
+    std::filesystem::remove_all(capture_dir);
+  }
   producers.report(state);
-  finish(state, kInlineSink ? "inline" : "runtime", watch, producer_count + 1 + workers);
+  finish(state,
+         kInlineSink ? "inline"
+         : kCapture  ? "capture"
+                     : "runtime",
+         watch, producer_count + 1 + workers);
 }
 
 // ---- the mutex baseline -------------------------------------------------------------------------
@@ -623,6 +658,15 @@ BENCHMARK(BM_Raw)
 BENCHMARK(BM_Runtime<false>)->Name("BM_Runtime")->Apply(Cases);
 BENCHMARK(BM_Mutex)->Apply(Cases);
 BENCHMARK(BM_Runtime<true>)->Name("BM_RuntimeInlineSink")->Apply(InlineCases);
+// The runtime with a capture, for the cases of BM_Runtime with 2 workers.
+void CaptureCases(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"producers", "participants", "workers"});
+  for (const int participants : {10, 10'000}) {
+    for (const int producers : {1, 2}) b->Args({producers, participants, 2});
+  }
+  b->Iterations(4)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_Runtime<false, true>)->Name("BM_RuntimeCapture")->Apply(CaptureCases);
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -677,6 +721,25 @@ void print_summary() {
     const double inline_ns = median(values);
     std::printf("%-9d %-12d %-7s %12.1f %9.2f\n", p, n, "sink", inline_ns,
                 raw > 0 ? inline_ns / raw : 0.0);
+  }
+  bool header = false;
+  for (const auto& [key, values] : r) {
+    const auto& [design, p, n, w] = key;
+    if (design != "capture") continue;
+    const double without = find("runtime", p, n, w);
+    const double dispatcher = find("dispatcher", p, n, w);
+    const double dispatcher_capture = find("dispatcher_capture", p, n, w);
+    if (without <= 0 || dispatcher <= 0) continue;
+    if (!header) {
+      std::printf("%-9s %-12s %-7s %12s %12s %8s %15s %15s %8s\n", "producers", "participants",
+                  "workers", "runtime ns", "captured ns", "ratio", "dispatcher ns", "with capture",
+                  "ratio");
+      header = true;
+    }
+    const double captured = median(values);
+    std::printf("%-9d %-12d %-7d %12.1f %12.1f %8.3f %15.1f %15.1f %8.3f\n", p, n, w, without,
+                captured, captured / without, dispatcher, dispatcher_capture,
+                dispatcher_capture / dispatcher);
   }
 }
 

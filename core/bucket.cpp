@@ -32,8 +32,9 @@ void refill_wide(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) no
   }
 }
 
-// Reached for debts of 8 credits or more, in 128 bits.
+// Reached for debts of 8 credits or more, in 128 bits, and for rate 0.
 std::optional<Nanos> credit_instant_wide(const BucketState& b, Rate128 rate, Nanos from) noexcept {
+  if (rate == 0) return std::nullopt;  // a plan scaled to nothing: no refill ever comes
   const Rate128 missing = static_cast<Rate128>(kNanoPerCredit - b.balance);  // > 0
   // Past 1e29 units of debt the wait exceeds 1e29 * 1e9 / 1e19 ns even at the highest rate the
   // limits allow: beyond the clock. Below it, missing * 1e9 fits 128 bits.

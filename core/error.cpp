@@ -32,6 +32,8 @@ std::string_view describe(Errc e) noexcept {
       return "request already queued or in flight";
     case Errc::wrong_thread:
       return "not allowed from the dispatcher thread or a worker of its pool";
+    case Errc::bad_scale:
+      return "scale must be a whole number of millionths from 0 to 1000000";
     case Errc::shut_down:
       return "shut down";
     case Errc::unsupported_address:
@@ -75,6 +77,8 @@ std::string_view name(Errc e) noexcept {
       return "already_queued";
     case Errc::wrong_thread:
       return "wrong_thread";
+    case Errc::bad_scale:
+      return "bad_scale";
   }
   return "?";
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -30,7 +31,7 @@ namespace detail {
 /// pointer to a copy the add made, which the writer (or the dispatcher, when the push fails)
 /// deletes.
 struct CaptureRecord {
-  enum class Kind : std::uint8_t { request, plan, remove, dropped };
+  enum class Kind : std::uint8_t { request, plan, scale, remove, dropped };
   Kind kind = Kind::request;
   ClassId out = 0;
   std::uint32_t slot = 0;
@@ -41,20 +42,34 @@ struct CaptureRecord {
   Nanos arrive = 0;  // request only
   Nanos dispatch = 0;
   std::int64_t amount = 0;      // request: cost in nano-credits; remove: requests in flight;
-                                // dropped: records lost
+                                // scale: millionths; dropped: records lost
   std::string* name = nullptr;  // plan records of an add: the participant's name
 };
+static_assert(sizeof(CaptureRecord) == 64, "one cache line per record");
 
 }  // namespace detail
 
 namespace {
 
+using namespace std::string_view_literals;
+
 constexpr std::size_t kWriteChunk = 64 * 1024;
+// class_name() without building a string per line.
+constexpr std::array<std::string_view, kMaxClasses + 1> kClassNames = {"P1", "P2", "P3", "P4",
+                                                                       "P5", "P6", "P7", "P8"};
 // After an error, how long (on the capture's clock) before a new file is tried.
 constexpr Nanos kRetryAfter = kNanosPerSecond;
 
 void append_escaped(std::string& out, std::string_view text) {
   out += '"';
+  const auto needs_escape = [](char c) {
+    return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+  };
+  if (std::none_of(text.begin(), text.end(), needs_escape)) {  // names usually: one copy
+    out += text;
+    out += '"';
+    return;
+  }
   for (const char c : text) {
     const auto u = static_cast<unsigned char>(c);
     if (c == '"' || c == '\\') {
@@ -88,21 +103,41 @@ void append_double(std::string& out, double value) {
   out.append(digits, end);
 }
 
-// `value` / 10^decimals, exactly, with all `decimals` digits.
-void append_fixed(std::string& out, std::int64_t value, int decimals, std::int64_t unit) {
-  std::uint64_t magnitude =
+// `value` / 10^kDecimals, exactly, with all kDecimals digits ("-0.000001200"). Formatted in one
+// buffer and appended once: a request line has four of these.
+template <int kDecimals>
+void append_fixed(std::string& out, std::int64_t value) {
+  constexpr std::uint64_t kUnit = [] {
+    std::uint64_t u = 1;
+    for (int i = 0; i < kDecimals; ++i) u *= 10;
+    return u;
+  }();
+  char text[48];
+  char* p = text;
+  const std::uint64_t magnitude =
       value < 0 ? 0 - static_cast<std::uint64_t>(value) : static_cast<std::uint64_t>(value);
-  if (value < 0) out += '-';
-  const auto u = static_cast<std::uint64_t>(unit);
-  append_integer(out, magnitude / u);
-  out += '.';
-  char frac[20];
-  std::uint64_t rest = magnitude % u;
-  for (int i = decimals - 1; i >= 0; --i) {
-    frac[i] = static_cast<char>('0' + rest % 10);
-    rest /= 10;
+  if (value < 0) *p++ = '-';
+  p = std::to_chars(p, text + 24, magnitude / kUnit).ptr;  // 24 holds any 64-bit integer
+  *p++ = '.';
+  // Two digits at a time, from the last: half the divisions of one at a time.
+  static constexpr auto kPairs = [] {
+    std::array<char, 200> pairs{};
+    for (int i = 0; i < 100; ++i) {
+      pairs[static_cast<std::size_t>(2 * i)] = static_cast<char>('0' + i / 10);
+      pairs[static_cast<std::size_t>(2 * i + 1)] = static_cast<char>('0' + i % 10);
+    }
+    return pairs;
+  }();
+  std::uint64_t rest = magnitude % kUnit;
+  int at = kDecimals;
+  for (; at >= 2; at -= 2) {
+    const std::size_t pair = 2 * static_cast<std::size_t>(rest % 100);
+    p[at - 2] = kPairs[pair];
+    p[at - 1] = kPairs[pair + 1];
+    rest /= 100;
   }
-  out.append(frac, static_cast<std::size_t>(decimals));
+  if (at == 1) p[0] = static_cast<char>('0' + rest);
+  out.append(text, static_cast<std::size_t>(p + kDecimals - text));
 }
 
 std::string describe_errno(int error) { return std::strerror(error); }
@@ -139,30 +174,34 @@ CaptureWriter::~CaptureWriter() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void CaptureWriter::append_time(Nanos t) {
-  append_fixed(line_, t - setup_.origin, 9, kNanosPerSecond);
-}
+void CaptureWriter::append_time(Nanos t) { append_fixed<9>(line_, t - setup_.origin); }
 
 void CaptureWriter::plan(Nanos t, std::string_view participant, std::string_view plan,
-                         std::uint32_t shares) {
+                         std::uint32_t shares, std::uint32_t scale) {
   bool found = false;
   for (auto& [name, member] : members_) {
     if (name == participant) {
-      member = Member{std::string(plan), shares};
+      member = Member{std::string(plan), shares, scale};
       found = true;
       break;
     }
   }
-  if (!found) members_.emplace_back(std::string(participant), Member{std::string(plan), shares});
+  if (!found) {
+    members_.emplace_back(std::string(participant), Member{std::string(plan), shares, scale});
+  }
   line_.clear();
-  line_ += R"({"ev": "plan", "t": )";
+  line_ += R"({"ev": "plan", "t": )"sv;
   append_time(t);
-  line_ += R"(, "participant": )";
+  line_ += R"(, "participant": )"sv;
   append_escaped(line_, participant);
-  line_ += R"(, "plan": )";
+  line_ += R"(, "plan": )"sv;
   append_escaped(line_, plan);
-  line_ += R"(, "shares": )";
+  line_ += R"(, "shares": )"sv;
   append_integer(line_, shares);
+  if (scale != kWholePlan) {
+    line_ += R"(, "scale": )"sv;
+    append_integer(line_, scale);
+  }
   line_ += '}';
   line_done(t, false);
 }
@@ -175,9 +214,9 @@ void CaptureWriter::remove(Nanos t, std::string_view participant) {
     }
   }
   line_.clear();
-  line_ += R"({"ev": "remove", "t": )";
+  line_ += R"({"ev": "remove", "t": )"sv;
   append_time(t);
-  line_ += R"(, "participant": )";
+  line_ += R"(, "participant": )"sv;
   append_escaped(line_, participant);
   line_ += '}';
   line_done(t, false);
@@ -185,28 +224,28 @@ void CaptureWriter::remove(Nanos t, std::string_view participant) {
 
 void CaptureWriter::request(const CaptureRequest& r) {
   line_.clear();
-  line_ += R"({"ev": "request", "participant": )";
+  line_ += R"({"ev": "request", "participant": )"sv;
   append_escaped(line_, r.participant);
-  line_ += R"(, "arrive": )";
+  line_ += R"(, "arrive": )"sv;
   append_time(r.arrive);
-  line_ += R"(, "dispatch": )";
+  line_ += R"(, "dispatch": )"sv;
   append_time(r.dispatch);
-  line_ += R"(, "complete": )";
+  line_ += R"(, "complete": )"sv;
   append_time(r.complete);
-  line_ += R"(, "class": ")";
-  line_ += class_name(r.out);
-  line_ += R"(", "cost": )";
+  line_ += R"(, "class": ")"sv;
+  line_ += kClassNames[r.out];
+  line_ += R"(", "cost": )"sv;
   // Six decimals (micro-credits), rounded to the nearest.
-  append_fixed(line_, (r.cost_nano + 500) / 1000, 6, 1'000'000);
+  append_fixed<6>(line_, (r.cost_nano + 500) / 1000);
   line_ += '}';
   line_done(r.complete, true);
 }
 
 void CaptureWriter::dropped(Nanos t, std::uint64_t requests) {
   line_.clear();
-  line_ += R"({"ev": "dropped", "t": )";
+  line_ += R"({"ev": "dropped", "t": )"sv;
   append_time(t);
-  line_ += R"(, "requests": )";
+  line_ += R"(, "requests": )"sv;
   append_integer(line_, requests);
   line_ += '}';
   line_done(t, false);
@@ -325,18 +364,18 @@ void CaptureWriter::start_file() {
 }
 
 void CaptureWriter::append_header(std::string& out) const {
-  out += R"({"capture": "creditloop", "version": )";
+  out += R"({"capture": "creditloop", "version": )"sv;
   append_integer(out, kCaptureVersion);
-  out += R"(, "file": )";
+  out += R"(, "file": )"sv;
   append_integer(out, file_number_);
-  out += R"(, "origin_unix_ns": )";
+  out += R"(, "origin_unix_ns": )"sv;
   append_integer(out, setup_.origin_unix_ns);
-  out += R"(, "classes": [)";
+  out += R"(, "classes": [)"sv;
   for (int c = 0; c < setup_.config.classes; ++c) {
     if (c > 0) out += ", ";
     append_escaped(out, class_name(static_cast<ClassId>(c)));
   }
-  out += R"(], "plans": {)";
+  out += R"(], "plans": {)"sv;
   bool first_plan = true;
   for (const Plan& p : setup_.config.plans) {
     if (!first_plan) out += ", ";
@@ -350,31 +389,35 @@ void CaptureWriter::append_header(std::string& out) const {
       if (!first_class) out += ", ";
       first_class = false;
       append_escaped(out, class_name(static_cast<ClassId>(c)));
-      out += R"(: {"rate": )";
+      out += R"(: {"rate": )"sv;
       append_double(out, terms->rate);
-      out += R"(, "burst": )";
+      out += R"(, "burst": )"sv;
       append_double(out, terms->burst);
       out += '}';
     }
     out += '}';
   }
-  out += R"(}, "server": {"slots": )";
+  out += R"(}, "server": {"slots": )"sv;
   if (setup_.slots) {
     append_integer(out, *setup_.slots);
   } else {
     out += "null";
   }
-  out += R"(}, "participants": [)";
+  out += R"(}, "participants": [)"sv;
   bool first_member = true;
   for (const auto& [name, member] : members_) {
     if (!first_member) out += ", ";
     first_member = false;
-    out += R"({"name": )";
+    out += R"({"name": )"sv;
     append_escaped(out, name);
-    out += R"(, "plan": )";
+    out += R"(, "plan": )"sv;
     append_escaped(out, member.plan);
-    out += R"(, "shares": )";
+    out += R"(, "shares": )"sv;
     append_integer(out, member.shares);
+    if (member.scale != kWholePlan) {
+      out += R"(, "scale": )"sv;
+      append_integer(out, member.scale);
+    }
     out += '}';
   }
   out += "]}";
@@ -505,6 +548,17 @@ void CaptureObserver::on_replan(ParticipantId p, PlanId plan, std::uint32_t shar
   push(r, true);
 }
 
+void CaptureObserver::on_scale(ParticipantId p, std::uint32_t millionths, Nanos now) {
+  seen(now);
+  detail::CaptureRecord r;
+  r.kind = detail::CaptureRecord::Kind::scale;
+  r.slot = p.slot;
+  r.generation = p.generation;
+  r.amount = millionths;
+  r.t = now;
+  push(r, true);
+}
+
 void CaptureObserver::on_submit(ParticipantId, const RequestHook&, Nanos now) { seen(now); }
 void CaptureObserver::on_begin_turn(std::optional<ClassId>, Nanos now) { seen(now); }
 void CaptureObserver::on_dispatch(std::size_t, std::size_t, Nanos now) { seen(now); }
@@ -580,9 +634,10 @@ void CaptureObserver::write(const detail::CaptureRecord& r) {
     return id < config.plans.size() ? std::string_view(config.plans[id].name) : "?";
   };
   switch (r.kind) {
-    case Kind::plan: {
-      if (r.name != nullptr) {
-        known_[key] = Known{std::move(*r.name), 0};
+    case Kind::plan:
+    case Kind::scale: {
+      if (r.name != nullptr) {  // an add: every participant starts with the whole plan
+        known_[key] = Known{std::move(*r.name), r.plan, r.shares, kWholePlan, 0};
         delete r.name;
       }
       const auto it = known_.find(key);
@@ -590,7 +645,14 @@ void CaptureObserver::write(const detail::CaptureRecord& r) {
         ++lost_unknown_;
         return;
       }
-      writer_->plan(r.t, it->second.name, plan_name(r.plan), r.shares);
+      Known& k = it->second;
+      if (r.kind == Kind::scale) {
+        k.scale = static_cast<std::uint32_t>(r.amount);
+      } else {  // a re-plan keeps the fraction
+        k.plan = r.plan;
+        k.shares = r.shares;
+      }
+      writer_->plan(r.t, k.name, plan_name(k.plan), k.shares, k.scale);
       return;
     }
     case Kind::remove: {

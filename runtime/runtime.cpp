@@ -274,6 +274,7 @@ class Runtime::Impl {
   Result<ParticipantId> add(std::string_view name, std::string_view plan, std::uint32_t shares);
   Result<RequestList> remove(ParticipantId p);
   Status replan(ParticipantId p, std::string_view plan, std::uint32_t shares);
+  Status scale(ParticipantId p, std::uint32_t millionths);
   std::optional<ParticipantId> find(std::string_view name);
   Status submit(ParticipantId p, RequestHook& request) noexcept;
   Status claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*& record) noexcept;
@@ -404,6 +405,7 @@ class Runtime::Impl {
     CREDITLOOP_GUARDED(on_add)
     CREDITLOOP_GUARDED(on_remove)
     CREDITLOOP_GUARDED(on_replan)
+    CREDITLOOP_GUARDED(on_scale)
     CREDITLOOP_GUARDED(on_complete)
     CREDITLOOP_GUARDED(on_submit)
     CREDITLOOP_GUARDED(on_dispatch)
@@ -668,6 +670,19 @@ Status Runtime::Impl::replan(ParticipantId p, std::string_view plan, std::uint32
     const Nanos t = loop_now_;
     result = core_.replan(p, *id, shares, t);
     if (result && observer_ != nullptr) observe().on_replan(p, *id, shares, t);
+  };
+  run_on_dispatcher(c);
+  return result;
+}
+
+Status Runtime::Impl::scale(ParticipantId p, std::uint32_t millionths) {
+  Status result = Errc::shut_down;
+  Command c;
+  c.work = [&] {
+    if (phase_ != Phase::running) return;
+    const Nanos t = loop_now_;
+    result = core_.scale(p, millionths, t);
+    if (result && observer_ != nullptr) observe().on_scale(p, millionths, t);
   };
   run_on_dispatcher(c);
   return result;
@@ -1152,6 +1167,7 @@ ParticipantSnapshot Runtime::Impl::describe(ParticipantId p, Nanos t) {
   s.name = std::string(core_.name(p));
   s.plan = core_.plan(p);
   s.shares = core_.shares(p);
+  s.scale = core_.scale_of(p);
   s.queued = core_.queued(p);
   for (int c = 0; c < core_.classes(); ++c) {
     const Result<Balance> b = core_.balance(p, static_cast<ClassId>(c), t);
@@ -1304,6 +1320,9 @@ Result<ParticipantId> Runtime::add(std::string_view name, std::string_view plan,
 Result<RequestList> Runtime::remove(ParticipantId p) { return impl_->remove(p); }
 Status Runtime::replan(ParticipantId p, std::string_view plan, std::uint32_t shares) {
   return impl_->replan(p, plan, shares);
+}
+Status Runtime::scale(ParticipantId p, std::uint32_t millionths) {
+  return impl_->scale(p, millionths);
 }
 std::optional<ParticipantId> Runtime::find(std::string_view name) { return impl_->find(name); }
 

@@ -25,6 +25,7 @@ enum class EventKind : std::uint8_t {
   add,         // slot, generation; value: name index; x: plan; y: shares
   remove,      // slot, generation
   replan,      // slot, generation; x: plan; y: shares
+  scale,       // slot, generation; x: millionths of the plan
   submit,      // slot, generation; value: request id
   begin_turn,  // out: the pass class, or kNoClass
   visit,       // slot, generation; x, y: ticket; value: request id; out, turn

@@ -500,12 +500,13 @@ int main(int argc, char** argv) {
   std::printf("  check 6 (no lost wake-up): nothing stood still for %.0f ms with work waiting\n",
               o.watchdog_ms);
   std::printf("  also: %" PRIu64 " lifecycle calls (%" PRIu64 " adds, %" PRIu64 " removes, %" PRIu64
-              " re-plans, %" PRIu64 " refused as required), %" PRIu64
+              " re-plans, %" PRIu64 " scales, %" PRIu64 " refused as required), %" PRIu64
               " completions refused as required, %" PRIu64 " bursts, %" PRIu64
               " runtime snapshots, longest queue wait %.1f ms\n",
               run.churn_ops.load(kRelaxed), run.adds.load(kRelaxed), run.removes.load(kRelaxed),
-              run.replans.load(kRelaxed), run.churn_refusals.load(kRelaxed),
-              run.refusals_checked.load(kRelaxed), bursts, run.snapshots.load(kRelaxed),
+              run.replans.load(kRelaxed), run.scales.load(kRelaxed),
+              run.churn_refusals.load(kRelaxed), run.refusals_checked.load(kRelaxed), bursts,
+              run.snapshots.load(kRelaxed),
               static_cast<double>(run.recorder.max_queue_wait()) / 1e6);
   const std::uint64_t through = run.dispatched_seen.load(kRelaxed);
   std::printf("creditloop-stress: ok: %" PRIu64

@@ -16,17 +16,17 @@ namespace {
 constexpr const char* kUsage = R"(usage: creditloop-stress [options]
 
 Runs a creditloop::Runtime with producer threads, completions and (with --churn) participants
-added, removed and re-planned while it runs, and checks every request's fate, per-participant
-order, per-bucket accounting, the classes against the reference model, the bounded wait and
-that the dispatcher never stalls. Exit status 0 when every check holds, 1 on the first
-violation (the message names the check, the participant or request, and the seed).
+added, removed, re-planned and scaled while it runs, and checks every request's fate,
+per-participant order, per-bucket accounting, the classes against the reference model, the
+bounded wait and that the dispatcher never stalls. Exit status 0 when every check holds, 1 on
+the first violation (the message names the check, the participant or request, and the seed).
 
   --producers N          producer threads (4)
   --workers N            the runtime's worker pool, or our completer threads with --mode sink (2)
   --participants N       names registered before the start (1000)
   --seconds S            run time before shutdown (5)
   --seed X               the seed of every random choice (default: random, printed first)
-  --churn                add, remove and re-plan participants while running
+  --churn                add, remove, re-plan and scale participants while running
   --slots N              requests in flight at once (64)
   --classes K            metered classes, 1..7 (2)
   --pool N               requests per producer (256)

@@ -108,6 +108,11 @@ void Recorder::on_replan(ParticipantId p, creditloop::PlanId plan, std::uint32_t
   record(Event{now, 0, p.slot, p.generation, plan, shares, EventKind::replan, 0, 0});
 }
 
+void Recorder::on_scale(ParticipantId p, std::uint32_t millionths, Nanos now) {
+  (void)live_account(p, "on_scale");  // checks that it is registered
+  record(Event{now, 0, p.slot, p.generation, millionths, 0, EventKind::scale, 0, 0});
+}
+
 void Recorder::on_submit(ParticipantId p, const creditloop::RequestHook& request, Nanos now) {
   // The request is ours; the observer only gets it as const.
   Req& r = static_cast<Req&>(const_cast<creditloop::RequestHook&>(request));

@@ -57,6 +57,7 @@ class Recorder final : public creditloop::RuntimeObserver {
   void on_remove(ParticipantId p) override;
   void on_replan(ParticipantId p, creditloop::PlanId plan, std::uint32_t shares,
                  Nanos now) override;
+  void on_scale(ParticipantId p, std::uint32_t millionths, Nanos now) override;
   void on_submit(ParticipantId p, const creditloop::RequestHook& request, Nanos now) override;
   [[nodiscard]] bool follows_batches() const override { return follows_batches_; }
   void on_begin_turn(std::optional<ClassId> pass, Nanos now) override;

@@ -17,6 +17,8 @@ const char* kind_str(EventKind k) {
       return "remove";
     case EventKind::replan:
       return "replan";
+    case EventKind::scale:
+      return "scale";
     case EventKind::submit:
       return "submit";
     case EventKind::begin_turn:
@@ -145,7 +147,7 @@ void Replayer::diverge(const Event& e, const std::string& what) {
                       ", now " + std::to_string(e.now) + " ns";
   if (e.slot < places_.size() &&
       (e.kind == EventKind::submit || e.kind == EventKind::visit || e.kind == EventKind::add ||
-       e.kind == EventKind::remove || e.kind == EventKind::replan)) {
+       e.kind == EventKind::remove || e.kind == EventKind::replan || e.kind == EventKind::scale)) {
     where += ", " + who(places_[e.slot].name, ParticipantId{e.slot, e.generation});
   }
   fail("check 4 (replay)", where + "): " + what);
@@ -244,6 +246,20 @@ void Replayer::apply(const Event& e) {
       Place& p = place(e, "replan");
       const creditloop::Status s = model_.replan(p.pid, e.x, e.y, e.now);
       if (!s) diverge(e, "the model refuses the re-plan: " + errc_str(s.error()));
+      if (!model_.holds(p.pid, 0)) {
+        p.watching = false;
+      } else if (!p.watching && model_.queued(p.pid) > 0) {
+        watch(e.slot, e.now);
+      } else {
+        update_credit(e.slot, e.now);
+      }
+      break;
+    }
+    case EventKind::scale: {
+      Place& p = place(e, "scale");
+      const creditloop::Status s = model_.scale(p.pid, e.x, e.now);
+      if (!s) diverge(e, "the model refuses the scale: " + errc_str(s.error()));
+      // Its P1 credit instant moved (or went beyond reach: watching stops until it comes back).
       if (!model_.holds(p.pid, 0)) {
         p.watching = false;
       } else if (!p.watching && model_.queued(p.pid) > 0) {

@@ -119,6 +119,7 @@ struct Run {
   std::atomic<std::uint64_t> removes{0};
   std::atomic<std::uint64_t> adds{0};
   std::atomic<std::uint64_t> replans{0};
+  std::atomic<std::uint64_t> scales{0};
   std::atomic<std::uint64_t> snapshots{0};
 };
 

@@ -159,6 +159,16 @@ std::string plan_of(const Run& run, Rng& rng) {
   return run.config.plans[0].name;
 }
 
+// A fraction of a plan in millionths, as a fleet gives them: often the whole plan or nothing,
+// otherwise anything between, small ones included (rates and capacities that round away).
+std::uint32_t scale_of(Rng& rng) {
+  const std::uint64_t roll = rng.below(100);
+  if (roll < 20) return creditloop::kWholePlan;
+  if (roll < 35) return 0;
+  if (roll < 45) return 1 + rng.below32(1000);
+  return rng.below32(creditloop::kWholePlan + 1);
+}
+
 std::uint32_t shares_of(Rng& rng) {
   const std::uint64_t roll = rng.below(100);
   if (roll < 60) return 1;
@@ -548,6 +558,10 @@ void churn_once(Run& run, Rng& rng) {
         expect_lifecycle_refusal(run, rt.add(n, plan_of(run, rng), 0).status(), Errc::bad_shares,
                                  "add(" + n + ") with 0 shares");
         return;
+      case 4:
+        expect_lifecycle_refusal(run, rt.scale(id, scale_of(rng)), Errc::unknown_participant,
+                                 "scale() of " + subject + ", removed already");
+        return;
       default:
         churn_add(run, rng, name);
         return;
@@ -567,11 +581,18 @@ void churn_once(Run& run, Rng& rng) {
     if (run.log)
       run.handbacks.real(HandBacks::key(id), std::move(ids), queued, "remove() of " + subject);
     if (rng.one_in(2)) churn_add(run, rng, name);  // back at once, as a new participant
-  } else if (roll < 85) {
+  } else if (roll < 72) {
     if (lifecycle_ok(run, rt.replan(id, plan_of(run, rng), shares_of(rng)),
                      "replan() of " + subject)) {
       run.replans.fetch_add(1, kRelaxed);
     }
+  } else if (roll < 82) {
+    if (lifecycle_ok(run, rt.scale(id, scale_of(rng)), "scale() of " + subject)) {
+      run.scales.fetch_add(1, kRelaxed);
+    }
+  } else if (roll < 85) {
+    expect_lifecycle_refusal(run, rt.scale(id, creditloop::kWholePlan + 1 + rng.below32(1000)),
+                             Errc::bad_scale, "scale() of " + subject + " above the whole plan");
   } else if (roll < 89) {
     expect_lifecycle_refusal(run, rt.replan(id, plan_of(run, rng), 0), Errc::bad_shares,
                              "replan() of " + subject + " to 0 shares");

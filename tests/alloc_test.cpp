@@ -1,5 +1,6 @@
 // The hot paths allocate nothing once capacity is reserved: the core's submit, begin_turn, visit,
-// dispatch and complete, and the runtime's submit, dispatch and complete, run for many rounds
+// dispatch and complete, and the runtime's submit, dispatch and complete (with and without a
+// capture recording them), run for many rounds
 // under a global operator new (plain and over-aligned) that counts on every thread, and the count
 // must stay at zero. Its own binary, because replacing operator new affects everything linked
 // with it.
@@ -8,7 +9,10 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <optional>
 #include <span>
@@ -16,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "creditloop/capture.hpp"
 #include "creditloop/core.hpp"
 #include "creditloop/runtime.hpp"
 
@@ -167,7 +172,9 @@ TEST_F(MixedRun, SteadyStateBatchesAllocateNothing) {
 
 // The runtime in steady state: producers submit, the dispatcher decides and hands each request to
 // a sink, the test completes it. The sink passes tickets back through a single-producer,
-// single-consumer ring of its own, so that nothing but the runtime could allocate.
+// single-consumer ring of its own, so that nothing but the runtime could allocate. With
+// `capture`, a CaptureObserver records the run too, its writer thread formatting and writing
+// while the count runs.
 class RuntimeRun : public ::testing::Test {
  protected:
   static constexpr std::uint32_t kSlots = 16;
@@ -177,12 +184,23 @@ class RuntimeRun : public ::testing::Test {
     int participant = 0;
   };
 
-  RuntimeRun() {
+  explicit RuntimeRun(bool capture = false) {
     RuntimeOptions o;
     o.config = reference_config();
     o.slots = kSlots;
     o.expected_participants = 64;
     o.expected_in_flight = kSlots;
+    if (capture) {
+      capture_path_ = testing::TempDir() + "creditloop-alloc-capture.jsonl";
+      CaptureOptions c;
+      c.files = CaptureFiles{capture_path_, std::uint64_t{1} << 30, 1};  // no rotation
+      c.setup = capture_setup(o);
+      c.expected_in_flight = kSlots;
+      c.expected_participants = 64;
+      c.idle_poll = std::chrono::milliseconds(1);  // it writes while the count runs
+      capture_ = std::make_unique<CaptureObserver>(std::move(c));
+      o.observer = capture_.get();
+    }
     o.sink = [this](const Dispatched& d) {
       const std::size_t tail = tail_.load(std::memory_order_relaxed);  // this thread's own
       ring_[tail % kRing] = d;
@@ -233,7 +251,21 @@ class RuntimeRun : public ::testing::Test {
   std::size_t head_ = 0;  // the test thread's
   std::vector<ParticipantId> ids_;
   std::vector<Req> requests_;
+  std::string capture_path_;
+  std::unique_ptr<CaptureObserver> capture_;  // outlives the runtime
   std::optional<Runtime> runtime_;
+
+ public:
+  ~RuntimeRun() override {
+    runtime_.reset();
+    capture_.reset();
+    if (!capture_path_.empty()) std::remove(capture_path_.c_str());
+  }
+};
+
+class CapturedRuntimeRun : public RuntimeRun {
+ protected:
+  CapturedRuntimeRun() : RuntimeRun(true) {}
 };
 
 TEST_F(RuntimeRun, SteadyStateSubmitDispatchAndCompleteAllocateNothing) {
@@ -246,6 +278,29 @@ TEST_F(RuntimeRun, SteadyStateSubmitDispatchAndCompleteAllocateNothing) {
   EXPECT_EQ(g_allocations.exchange(0, std::memory_order_relaxed), 0);
   drain();
   EXPECT_EQ(runtime_->snapshot().dispatched, 52'000u + kSlots);
+}
+
+TEST_F(CapturedRuntimeRun, ACaptureOfTheSteadyStateAllocatesNothingOnAnyThread) {
+  fill();
+  ASSERT_EQ(cycle(2'000), 0);
+  // The writer has taken in the registrations (each allocates its name's entry) and written
+  // their lines: the header and one per participant.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (capture_->stats().lines < 1 + ids_.size()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the capture wrote nothing";
+    std::this_thread::yield();
+  }
+  g_counting.store(true, std::memory_order_relaxed);
+  const int refused = cycle(50'000);
+  g_counting.store(false, std::memory_order_relaxed);
+  EXPECT_EQ(refused, 0);
+  EXPECT_EQ(g_allocations.exchange(0, std::memory_order_relaxed), 0);
+  drain();
+  runtime_->shutdown();
+  capture_->close();
+  const CaptureStats s = capture_->stats();
+  EXPECT_EQ(s.errors, 0u) << s.last_error;
+  EXPECT_EQ(s.requests + s.dropped, 52'000u + kSlots);  // the capture saw the counted run
 }
 
 }  // namespace

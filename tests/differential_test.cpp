@@ -39,6 +39,7 @@ DiffReport run_many(const DiffOptions& o, std::uint64_t offset, int sequences) {
     total.dispatches += r.dispatches;
     total.completions += r.completions;
     total.refusals += r.refusals;
+    total.scales += r.scales;
     total.out_above_turn += r.out_above_turn;
     total.unmetered += r.unmetered;
     total.charged += r.charged;
@@ -54,9 +55,9 @@ DiffReport run_many(const DiffOptions& o, std::uint64_t offset, int sequences) {
   EXPECT_GT(total.completions, 0u);
   std::printf(
       "  %zu steps, %zu turns, %zu dispatches (%zu above the turn's class, %zu "
-      "unmetered), %zu completions (%zu charged, %zu not), %zu refusals\n",
+      "unmetered), %zu completions (%zu charged, %zu not), %zu refusals, %zu scales\n",
       total.steps, total.turns, total.dispatches, total.out_above_turn, total.unmetered,
-      total.completions, total.charged, total.uncharged, total.refusals);
+      total.completions, total.charged, total.uncharged, total.refusals, total.scales);
   return total;
 }
 
@@ -131,6 +132,7 @@ TEST(Differential, Mixed) {
   EXPECT_GT(total.charged, 0u);
   EXPECT_GT(total.uncharged, 0u);
   EXPECT_GT(total.refusals, 0u);
+  EXPECT_GT(total.scales, 0u);
 }
 
 TEST(Differential, TenThousandParticipants) {
@@ -192,6 +194,8 @@ std::string flaw_name(const ::testing::TestParamInfo<Flaw>& info) {
       return "RefillAtNewShares";
     case Flaw::charge_readded_bucket:
       return "ChargeReaddedBucket";
+    case Flaw::scale_refill_at_new_terms:
+      return "ScaleRefillAtNewTerms";
     case Flaw::none:
       break;
   }
@@ -200,7 +204,8 @@ std::string flaw_name(const ::testing::TestParamInfo<Flaw>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Differential, DifferentialFlaw,
                          ::testing::Values(Flaw::move_every_cursor, Flaw::round_balance_up,
-                                           Flaw::refill_at_new_shares, Flaw::charge_readded_bucket),
+                                           Flaw::refill_at_new_shares, Flaw::charge_readded_bucket,
+                                           Flaw::scale_refill_at_new_terms),
                          flaw_name);
 
 }  // namespace

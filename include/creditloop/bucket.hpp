@@ -92,10 +92,11 @@ inline void refill(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) 
 
 /// The instant `b` has a credit if it refills at `rate` from instant `from` (`from` itself if it
 /// has one already), stored in `at`; false if that instant lies beyond the clock's last
-/// nanosecond. Exact: at the instant minus one nanosecond the refilled balance is still short of
-/// a credit. This form rather than an optional: GCC passes an optional through the stack and reads
-/// it back wider than it wrote it, a store-forwarding stall that was a quarter of a re-filing's
-/// time.
+/// nanosecond, or never comes (rate 0: a plan scaled down to nothing). The cap is the caller's to
+/// weigh: below one credit, no refill reaches a credit whatever the instant. Exact: at the instant
+/// minus one nanosecond the refilled balance is still short of a credit. This form rather than an
+/// optional: GCC passes an optional through the stack and reads it back wider than it wrote it, a
+/// store-forwarding stall that was a quarter of a re-filing's time.
 [[nodiscard]] inline bool credit_instant(const BucketState& b, Rate128 rate, Nanos from,
                                          Nanos& at) noexcept {
   if (b.balance >= kNanoPerCredit) {
@@ -105,6 +106,9 @@ inline void refill(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) 
   // Smallest dt with floor((dt * rate + remainder) / 1e9) >= 1e9 - balance. A debt under 8
   // credits keeps the numerator within 64 bits.
   if (b.balance > -8 * kNanoPerCredit && rate <= ~std::uint64_t{0}) {
+    if (rate == 0) [[unlikely]] {
+      return false;  // a plan scaled to nothing: never
+    }
     const auto missing = static_cast<std::uint64_t>(kNanoPerCredit - b.balance);
     const std::uint64_t needed = missing * static_cast<std::uint64_t>(kNanoPerCredit) - b.remainder;
     const auto rate64 = static_cast<std::uint64_t>(rate);
@@ -127,7 +131,7 @@ inline void refill(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) 
 }
 
 /// Nanoseconds of refill at `rate` until `b` has a credit (0 if it has one); the largest Nanos
-/// when that lies beyond any clock.
+/// when that lies beyond any clock or never comes (rate 0).
 [[nodiscard]] inline Nanos time_to_credit(const BucketState& b, Rate128 rate) noexcept {
   return credit_instant(b, rate, 0).value_or(std::numeric_limits<Nanos>::max());
 }

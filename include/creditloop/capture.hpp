@@ -1,8 +1,8 @@
 // creditloop/capture.hpp: recording what a runtime sees, for a replay (docs/capture.md).
 //
 // A capture is JSON Lines, format version 1: every file starts with a header (classes, plans,
-// room, the participants registered then), followed by one line per event: a participant added
-// or re-planned (`plan`), removed (`remove`), a completed request (`request`: participant,
+// room, the participants registered then), followed by one line per event: a participant added,
+// re-planned or scaled (`plan`), removed (`remove`), a completed request (`request`: participant,
 // arrival, dispatch, completion, class out, cost), and records lost because the writer fell
 // behind (`dropped`). Files rotate by size.
 //
@@ -93,13 +93,13 @@ struct CaptureRequest {
 };
 
 /// Formats capture lines and writes them to rotating files. Not thread-safe: one thread at a time
-/// (stats() excepted). Every call may allocate and makes system calls (it buffers up to 64 KiB
-/// and writes when the buffer is full, at rotation, and on flush()).
+/// (stats() excepted). Every call may allocate and may make system calls (it buffers 64 KiB
+/// and writes when that fills, at rotation, and on flush()); none blocks but on the disk.
 class CaptureWriter {
  public:
   /// Moves an existing PATH aside as a rotation would (so a previous capture is kept), starts
   /// PATH with a header, and reports an error (without throwing) if it cannot. Throws
-  /// std::invalid_argument when `files` is empty of a path, `files.files` is 0, or the setup's
+  /// std::invalid_argument when the path is empty, `files.files` is 0, or the setup's
   /// config is invalid.
   CaptureWriter(CaptureFiles files, CaptureSetup setup, CaptureErrorHandler on_error = {});
   /// Flushes and closes.
@@ -107,8 +107,10 @@ class CaptureWriter {
   CaptureWriter(const CaptureWriter&) = delete;
   CaptureWriter& operator=(const CaptureWriter&) = delete;
 
-  /// A participant added, or re-planned: its plan (a name of the setup's config) from `t` on.
-  void plan(Nanos t, std::string_view participant, std::string_view plan, std::uint32_t shares);
+  /// A participant added, re-planned or scaled: its plan (a name of the setup's config), shares
+  /// and fraction of the plan in millionths (units.hpp's kWholePlan: all of it) from `t` on.
+  void plan(Nanos t, std::string_view participant, std::string_view plan, std::uint32_t shares,
+            std::uint32_t scale = kWholePlan);
   void remove(Nanos t, std::string_view participant);
   void request(const CaptureRequest& request);
   /// `requests` records lost just before `t`.
@@ -124,6 +126,7 @@ class CaptureWriter {
   struct Member {
     std::string plan;
     std::uint32_t shares = 1;
+    std::uint32_t scale = kWholePlan;
   };
 
   void line_done(Nanos t, bool request);
@@ -206,6 +209,7 @@ class CaptureObserver final : public RuntimeObserver {
               Nanos now) override;
   void on_remove(ParticipantId p) override;
   void on_replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos now) override;
+  void on_scale(ParticipantId p, std::uint32_t millionths, Nanos now) override;
   void on_submit(ParticipantId p, const RequestHook& request, Nanos now) override;
   void on_begin_turn(std::optional<ClassId> pass, Nanos now) override;
   void on_dispatch(std::size_t asked, std::size_t got, Nanos now) override;
@@ -226,6 +230,9 @@ class CaptureObserver final : public RuntimeObserver {
   };
   struct Known {  // per participant: the writer thread's
     std::string name;
+    PlanId plan = 0;
+    std::uint32_t shares = 1;
+    std::uint32_t scale = kWholePlan;
     std::uint64_t outstanding = 0;  // removed: its requests still to come
   };
   using Ring = detail::SpscRing<detail::CaptureRecord, std::atomic>;

@@ -28,6 +28,7 @@ enum class Errc : unsigned char {
   unsupported_address,    // a request's address has a bit above bit 47 set (a pointer tag)
   already_queued,         // the request is queued or in flight already: submitted twice
   wrong_thread,           // called from a thread the call would deadlock (the dispatcher's own)
+  bad_scale,              // a fraction of a plan above kWholePlan millionths
 };
 
 /// A short English description of the error, for logs and messages.

@@ -37,6 +37,9 @@ class RuntimeObserver {
                       Nanos /*now*/) {}
   virtual void on_remove(ParticipantId) {}
   virtual void on_replan(ParticipantId, PlanId, std::uint32_t /*shares*/, Nanos /*now*/) {}
+  /// A participant was given a fraction of its plan: scale(p, millionths, now) (successful calls
+  /// only).
+  virtual void on_scale(ParticipantId, std::uint32_t /*millionths*/, Nanos /*now*/) {}
   /// A request moved from its participant's inbox into the core's queue.
   virtual void on_submit(ParticipantId, const RequestHook&, Nanos /*now*/) {}
   /// begin_turn(now) returned `pass` (nothing: every queue was empty).

@@ -13,8 +13,9 @@
 //    decision.
 //  - Room: a slot count (in-flight limit, released by completions) or your own room test.
 //  - Lifecycle from any thread while producers and workers run: add, remove (hands back the
-//    queued requests), replan, shutdown (hands back or drains what is queued, then waits for
-//    everything in flight). Destruction without shutdown is safe: it shuts down handing back.
+//    queued requests), replan, scale (a fraction of the plan), shutdown (hands back or drains what
+//    is queued, then waits for everything in flight). Destruction without shutdown is safe: it
+//    shuts down handing back.
 //  - Snapshots per participant and per class, from any thread.
 //
 // What it does not promise: an order between requests of different participants beyond what the
@@ -34,7 +35,7 @@
 //  - the dispatcher: per decision, the core's O(log64 N) visit; per activation O(1) plus the
 //    requests moved; per completion O(1). It sleeps when it has nothing to do (no CPU when idle)
 //    and when it has no room, and is woken by the submission or completion that changes that.
-//  - add, remove, replan, snapshots: a round trip to the dispatcher (microseconds); add may
+//  - add, remove, replan, scale, snapshots: a round trip to the dispatcher (microseconds); add may
 //    allocate.
 #pragma once
 
@@ -201,6 +202,10 @@ class Runtime {
   Result<RequestList> remove(ParticipantId p);
   /// Errors: unknown_participant, unknown_plan, bad_shares, shut_down.
   Status replan(ParticipantId p, std::string_view plan, std::uint32_t shares);
+  /// Gives `p` a fraction of its plan, in millionths, at the dispatcher's clock: Core::scale
+  /// (balances kept, clipped; a later replan keeps the fraction). Any thread; blocks for the round
+  /// trip (a sink runs it inline). Errors: unknown_participant, bad_scale, shut_down.
+  Status scale(ParticipantId p, std::uint32_t millionths);
   [[nodiscard]] std::optional<ParticipantId> find(std::string_view name);
 
   // ---- requests: any thread, no allocation --------------------------------------------------

@@ -27,6 +27,8 @@ struct ParticipantSnapshot {
   std::string name;
   PlanId plan = 0;
   std::uint32_t shares = 0;
+  /// The fraction of its plan it has, in millionths (Runtime::scale; kWholePlan unless scaled).
+  std::uint32_t scale = kWholePlan;
   /// Requests queued: those the core holds plus those still in the participant's inbox.
   std::uint64_t queued = 0;
   /// Balance per metered class in nano-credits, at the snapshot's instant; nothing for a class

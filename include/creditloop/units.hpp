@@ -9,6 +9,7 @@
 // and a value above them is rejected with an error; inside those limits nothing overflows.
 // clang-format off
 //   shares                        1 .. kMaxShares         1,000,000
+//   scale, millionths of a plan   0 .. kWholePlan         1,000,000
 //   rate, credits/s per share     (0, kMaxRate]           10,000 (at least 1e-9 after rounding)
 //   burst, credits per share      [1, kMaxBurst]          10,000
 //   cost, credits per request     [0, kMaxCost]           1,000,000
@@ -37,6 +38,9 @@ inline constexpr std::int64_t kNanoPerCredit = 1'000'000'000;
 inline constexpr std::int64_t kNanosPerSecond = 1'000'000'000;
 
 inline constexpr std::uint32_t kMaxShares = 1'000'000;
+/// A participant's fraction of its plan (Core::scale), in millionths: the whole plan, which every
+/// participant starts at, and the most a scale may be.
+inline constexpr std::uint32_t kWholePlan = 1'000'000;
 inline constexpr double kMaxRate = 10'000.0;
 inline constexpr double kMaxBurst = 10'000.0;
 inline constexpr double kMaxCost = 1'000'000.0;

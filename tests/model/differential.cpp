@@ -159,6 +159,7 @@ class Harness {
   void op_add(bool initial);
   void op_remove();
   void op_replan();
+  void op_scale();
   void op_probe();
   void op_take_all();
   bool compare_lists(RequestList& core, const std::vector<RequestId>& model, const char* what);
@@ -454,6 +455,8 @@ DiffReport Harness::run() {
       if (o_.churn) op_remove();
     } else if (roll < 92) {
       if (o_.churn) op_replan();
+    } else if (roll < 95) {
+      if (o_.churn) op_scale();
     } else if (roll < 99) {
       op_probe();
     } else {
@@ -1032,6 +1035,44 @@ void Harness::op_replan() {
   touch(*pick);
 }
 
+void Harness::op_scale() {
+  const auto pick = pick_who(o_.bad_input);
+  if (!pick) return;
+  std::uint32_t millionths = 0;
+  switch (dice_.below(6)) {
+    case 0:
+      millionths = kWholePlan;
+      break;
+    case 1:
+      millionths = 0;
+      break;
+    case 2:  // so small that rates and capacities round to little or nothing
+      millionths = static_cast<std::uint32_t>(dice_.between(1, 1000));
+      break;
+    case 3:
+      if (o_.bad_input) {
+        millionths =
+            dice_.one_in(2)
+                ? kWholePlan + 1
+                : kWholePlan + 1 + static_cast<std::uint32_t>(dice_.below(std::uint64_t{1} << 31));
+        break;
+      }
+      [[fallthrough]];
+    default:
+      millionths = static_cast<std::uint32_t>(dice_.below(kWholePlan + 1));
+      break;
+  }
+  const Nanos at = t();
+  note("scale " + who_[*pick].name + str(who_[*pick].core) + " to " + std::to_string(millionths) +
+       " at " + str(at));
+  const Status cs = core_->scale(who_[*pick].core, millionths, at);
+  const Status ms = model_->scale(who_[*pick].model, millionths, at);
+  if (cs != ms) fail("scale: core " + str(cs) + ", model " + str(ms));
+  if (!cs.ok()) ++report_.refusals;
+  if (cs.ok()) ++report_.scales;
+  touch(*pick);
+}
+
 void Harness::op_probe() {
   const auto pick = pick_who(true);
   if (!pick) return;
@@ -1092,8 +1133,9 @@ void Harness::compare_who(std::size_t i, bool balances) {
   }
   if (!cc) return;
   if (core_->name(w.core) != w.name || core_->plan(w.core) != model_->plan(w.model) ||
-      core_->shares(w.core) != model_->shares(w.model)) {
-    fail("name, plan or shares of " + who);
+      core_->shares(w.core) != model_->shares(w.model) ||
+      core_->scale_of(w.core) != model_->scale_of(w.model)) {
+    fail("name, plan, shares or scale of " + who);
     return;
   }
   for (int c = 0; c <= k_; ++c) {

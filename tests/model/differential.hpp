@@ -83,6 +83,7 @@ struct DiffReport {
   std::size_t dispatches = 0;
   std::size_t completions = 0;     // accepted
   std::size_t refusals = 0;        // invalid calls refused alike
+  std::size_t scales = 0;          // fractions of a plan given (accepted scale calls)
   std::size_t out_above_turn = 0;  // dispatches under a higher class than the turn's
   std::size_t unmetered = 0;       // under the unmetered class
   std::size_t charged = 0;         // completions charged to a bucket

@@ -70,20 +70,22 @@ const Model::Participant* Model::live(Pid p) const {
   return rec.live && rec.serial == p.serial ? &rec : nullptr;
 }
 
+// A fraction of a plan is a whole number of nano-credits (per second), rounded down.
 Int128 Model::rate_units(const Participant& p, ClassId c) const {
-  return Int128{plans_[p.plan].terms[c].rate} * p.shares;
+  return Int128{plans_[p.plan].terms[c].rate} * p.shares * p.scale / kWholePlan;
 }
 
-Int128 Model::cap_units(PlanId plan, std::uint32_t shares, ClassId c) const {
-  return Int128{plans_[plan].terms[c].burst} * shares * kUnitsPerNano;
+Int128 Model::cap_units(PlanId plan, std::uint32_t shares, std::uint32_t scale, ClassId c) const {
+  return Int128{plans_[plan].terms[c].burst} * shares * scale / kWholePlan * kUnitsPerNano;
 }
 
 Int128 Model::refilled(const Participant& p, ClassId c, Nanos now) const {
   const Bucket& b = p.buckets[c];
-  const Int128 cap = cap_units(p.plan, p.shares, c);
+  const Int128 cap = cap_units(p.plan, p.shares, p.scale, c);
   const Int128 dt = Int128{now} - p.at;
   if (dt <= 0 || b.value >= cap) return b.value;
   const Int128 rate = rate_units(p, c);
+  if (rate == 0) return b.value;  // scaled down to nothing
   // dt * rate can exceed 128 bits after a long idle time; whenever it would pass the capacity
   // the answer is the capacity, so compare against the time needed instead of multiplying.
   if (dt >= ceil_div(cap - b.value, rate)) return cap;
@@ -132,7 +134,8 @@ Result<Pid> Model::add(std::string_view name, PlanId plan, std::uint32_t shares,
   p.joined_turn = turn_.active ? turn_.serial : 0;
   for (int c = 0; c < k_; ++c) {
     if (!plans_[plan].terms[c].held) continue;
-    p.buckets[c] = Bucket{true, cap_units(plan, shares, static_cast<ClassId>(c)), ++bucket_ids_};
+    p.buckets[c] =
+        Bucket{true, cap_units(plan, shares, kWholePlan, static_cast<ClassId>(c)), ++bucket_ids_};
   }
   return Pid{place, p.serial};
 }
@@ -162,7 +165,7 @@ Status Model::replan(Pid id, PlanId plan, std::uint32_t shares, Nanos now) {
       b = Bucket{};
       continue;
     }
-    const Int128 cap = cap_units(plan, shares, cls);
+    const Int128 cap = cap_units(plan, shares, p->scale, cls);
     if (!b.held) {
       b = Bucket{true, cap, ++bucket_ids_};
     } else if (b.value > cap) {
@@ -171,6 +174,22 @@ Status Model::replan(Pid id, PlanId plan, std::uint32_t shares, Nanos now) {
   }
   p->plan = plan;
   p->shares = shares;
+  return {};
+}
+
+Status Model::scale(Pid id, std::uint32_t millionths, Nanos now) {
+  Participant* p = live(id);
+  if (p == nullptr) return Errc::unknown_participant;
+  if (millionths > kWholePlan) return Errc::bad_scale;
+  now = observe(now);
+  if (flaw_ == Flaw::scale_refill_at_new_terms) p->scale = millionths;
+  bring(*p, now);  // at the old terms
+  p->scale = millionths;
+  for (int c = 0; c < k_; ++c) {
+    Bucket& b = p->buckets[c];
+    if (!b.held) continue;
+    b.value = std::min(b.value, cap_units(p->plan, p->shares, p->scale, static_cast<ClassId>(c)));
+  }
   return {};
 }
 
@@ -192,6 +211,7 @@ std::size_t Model::size() const { return names_.size(); }
 const std::string& Model::name(Pid p) const { return live(p)->name; }
 PlanId Model::plan(Pid p) const { return live(p)->plan; }
 std::uint32_t Model::shares(Pid p) const { return live(p)->shares; }
+std::uint32_t Model::scale_of(Pid p) const { return live(p)->scale; }
 const Stats& Model::stats(Pid p) const { return live(p)->stats; }
 
 Status Model::submit(Pid id, RequestId r, Nanos now) {
@@ -376,6 +396,10 @@ std::optional<Nanos> Model::credit_instant(Pid id, ClassId c) const {
   const Nanos from = std::max(latest_, p->at);
   const Int128 v = refilled(*p, c, from);
   if (v >= kUnitsPerCredit) return from;
+  // Scaled so far down that no refill reaches a credit.
+  if (rate_units(*p, c) == 0 || cap_units(p->plan, p->shares, p->scale, c) < kUnitsPerCredit) {
+    return std::nullopt;
+  }
   const Int128 when = Int128{from} + ceil_div(kUnitsPerCredit - v, rate_units(*p, c));
   if (when > std::numeric_limits<Nanos>::max()) return std::nullopt;
   return static_cast<Nanos>(when);

@@ -41,10 +41,11 @@ __extension__ typedef __int128 Int128;
 /// Deliberate mistakes, so that a test can show the differential harness notices them.
 enum class Flaw : std::uint8_t {
   none,
-  move_every_cursor,      // a dispatch moves the cursor of every class, not only the turn's
-  round_balance_up,       // balances are reported rounded up instead of down
-  refill_at_new_shares,   // a re-plan refills up to `now` at the new share count, not the old
-  charge_readded_bucket,  // a completion charges a bucket dropped and added back since dispatch
+  move_every_cursor,          // a dispatch moves the cursor of every class, not only the turn's
+  round_balance_up,           // balances are reported rounded up instead of down
+  refill_at_new_shares,       // a re-plan refills up to `now` at the new share count, not the old
+  charge_readded_bucket,      // a completion charges a bucket dropped and added back since dispatch
+  scale_refill_at_new_terms,  // a scale refills up to `now` at the new fraction, not the old
 };
 
 /// A participant: its ring place and a serial number never reused, so a stale id never matches.
@@ -96,17 +97,22 @@ class Model {
   Result<Pid> add(std::string_view name, std::string_view plan, std::uint32_t shares, Nanos now);
   Result<Pid> add(std::string_view name, PlanId plan, std::uint32_t shares, Nanos now);
   Result<std::vector<RequestId>> remove(Pid p);
+  /// Keeps the participant's scale.
   Status replan(Pid p, PlanId plan, std::uint32_t shares, Nanos now);
+  /// Rate and burst x shares x millionths / 1e6, each rounded down to a whole nano-credit (per
+  /// second); balances refilled at the old terms, then clipped.
+  Status scale(Pid p, std::uint32_t millionths, Nanos now);
 
   [[nodiscard]] bool contains(Pid p) const;
   [[nodiscard]] std::optional<Pid> find(std::string_view name) const;
   [[nodiscard]] std::optional<Pid> at(std::uint32_t place) const;
   [[nodiscard]] std::size_t size() const;
   [[nodiscard]] std::uint32_t ring_size() const { return static_cast<std::uint32_t>(ring_.size()); }
-  /// Preconditions for these four: contains(p).
+  /// Preconditions for these five: contains(p).
   [[nodiscard]] const std::string& name(Pid p) const;
   [[nodiscard]] PlanId plan(Pid p) const;
   [[nodiscard]] std::uint32_t shares(Pid p) const;
+  [[nodiscard]] std::uint32_t scale_of(Pid p) const;
   [[nodiscard]] const Stats& stats(Pid p) const;
 
   // ---- requests ----
@@ -158,8 +164,9 @@ class Model {
     std::string name;
     PlanId plan = 0;
     std::uint32_t shares = 0;
-    Nanos at = 0;                   // the instant every bucket was last brought to
-    std::uint64_t joined_turn = 0;  // the turn during which it registered, or 0
+    std::uint32_t scale = kWholePlan;  // millionths
+    Nanos at = 0;                      // the instant every bucket was last brought to
+    std::uint64_t joined_turn = 0;     // the turn during which it registered, or 0
     std::array<Bucket, kMaxClasses> buckets{};
     std::deque<RequestId> queue;
     Stats stats;
@@ -184,7 +191,8 @@ class Model {
   Participant* live(Pid p);
   [[nodiscard]] const Participant* live(Pid p) const;
   [[nodiscard]] Int128 rate_units(const Participant& p, ClassId c) const;  // 1e-18 credits / ns
-  [[nodiscard]] Int128 cap_units(PlanId plan, std::uint32_t shares, ClassId c) const;
+  [[nodiscard]] Int128 cap_units(PlanId plan, std::uint32_t shares, std::uint32_t scale,
+                                 ClassId c) const;
   [[nodiscard]] Int128 refilled(const Participant& p, ClassId c, Nanos now) const;
   void bring(Participant& p, Nanos now);
   bool qualifies_at(std::uint32_t place, ClassId c, Nanos now);

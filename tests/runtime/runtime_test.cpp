@@ -1051,6 +1051,79 @@ TEST(Runtime, ReplanWhileRunningKeepsTheBalanceClippedAndMayDropABucket) {
   EXPECT_FALSE(rt.snapshot(alice)->balance[0].has_value());
 }
 
+// A fleet's epoch thread scales participants while producers submit and workers complete: each
+// call takes effect before it returns (the next decision uses the new terms) and snapshots report
+// the fraction.
+TEST(Runtime, ScaleFromAnotherThreadWhileRequestsFlowTakesEffectAtOnceAndSnapshotsReportIt) {
+  RuntimeOptions o;
+  o.config = reference_config();  // pro: P1 {2/s, 4}, P2 {5/s, 10}
+  o.slots = 8;
+  o.workers = 2;
+  o.handler = [](const Dispatched&) { return 1.0; };
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1000);  // P1 4000 credits, P2 10,000
+  const ParticipantId bob = *rt.add("bob", "pro", 1);
+  EXPECT_EQ(rt.snapshot(alice)->scale, kWholePlan);
+  std::deque<Req> requests(512);
+  std::atomic<bool> stop{false};
+  std::thread producer([&] {
+    // Each request again once its completion made it the caller's (already_queued until then).
+    while (!stop.load(std::memory_order_relaxed)) {  // relaxed: no data hangs on the flag
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        (void)rt.submit(i % 8 == 0 ? bob : alice, requests[i]);
+      }
+      std::this_thread::yield();
+    }
+  });
+  const auto dispatched = [&](ParticipantId p, bool metered) {
+    const ParticipantCounters c = *rt.counters(p);
+    return metered ? c.dispatched[0] + c.dispatched[1] : c.dispatched[2];
+  };
+  const auto wait_until = [&](auto condition) {
+    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+    while (!condition()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::yield();
+    }
+    return true;
+  };
+  ASSERT_TRUE(wait_until([&] { return dispatched(alice, true) >= 200; }));
+
+  // A thousandth: P1 holds at most 4 credits, P2 at most 10.
+  ASSERT_TRUE(rt.scale(alice, 1'000).ok());
+  ParticipantSnapshot s = *rt.snapshot(alice);
+  EXPECT_EQ(s.scale, 1'000u);
+  EXPECT_LE(*s.balance[0], 4 * kNanoPerCredit);
+  EXPECT_LE(*s.balance[1], 10 * kNanoPerCredit);
+  EXPECT_EQ(rt.snapshot(bob)->scale, kWholePlan);
+
+  // Nothing: from the call's return on, alice only goes out unmetered, while requests still flow.
+  ASSERT_TRUE(rt.scale(alice, 0).ok());
+  const std::uint64_t metered = dispatched(alice, true);
+  const std::uint64_t unmetered = dispatched(alice, false);
+  ASSERT_TRUE(wait_until([&] { return dispatched(alice, false) >= unmetered + 500; }));
+  EXPECT_EQ(dispatched(alice, true), metered);
+  s = *rt.snapshot(alice);
+  EXPECT_EQ(s.scale, 0u);
+  EXPECT_LE(*s.balance[0], 0);
+  EXPECT_LE(*s.balance[1], 0);
+  EXPECT_FALSE(s.next_credit[0].has_value());  // never, at a scale of 0
+  EXPECT_FALSE(s.next_credit[1].has_value());
+
+  // Whole again: metered dispatches resume once the kept debt is repaid.
+  ASSERT_TRUE(rt.scale(alice, kWholePlan).ok());
+  EXPECT_EQ(rt.snapshot(alice)->scale, kWholePlan);
+  ASSERT_TRUE(wait_until([&] { return dispatched(alice, true) > metered; }));
+
+  EXPECT_EQ(rt.scale(alice, kWholePlan + 1).error(), Errc::bad_scale);
+  EXPECT_EQ(rt.scale(ParticipantId{alice.slot, 99}, 1).error(), Errc::unknown_participant);
+  EXPECT_EQ(rt.snapshot(alice)->scale, kWholePlan);
+  stop.store(true, std::memory_order_relaxed);  // the producer's polled flag: no pairing needed
+  producer.join();
+  (void)rt.shutdown(ShutdownMode::drain);
+  EXPECT_EQ(rt.scale(alice, 1).error(), Errc::shut_down);
+}
+
 TEST(Runtime, TheDispatcherThreadIsNamedAndPinned) {
   // Pinned to the last CPU this process may use, whichever that is; the dispatcher's own
   // affinity must then be that CPU alone, which it is not unless the runtime pinned it.
@@ -1161,6 +1234,7 @@ class Journal : public RuntimeObserver {
       add,
       remove,
       replan,
+      scale,
       submit,
       begin,
       batch,
@@ -1203,6 +1277,11 @@ class Journal : public RuntimeObserver {
     e.p = p;
     e.plan = plan;
     e.shares = shares;
+  }
+  void on_scale(ParticipantId p, std::uint32_t millionths, Nanos now) override {
+    Event& e = record(Event::scale, now);
+    e.p = p;
+    e.shares = millionths;
   }
   void on_submit(ParticipantId p, const RequestHook& r, Nanos now) override {
     Event& e = record(Event::submit, now);
@@ -1260,8 +1339,15 @@ void replay_what_the_observer_saw(bool batches) {
   for (std::size_t i = 1; i < requests.size(); i += 2) {
     requests[i].id = static_cast<int>(i);
     (void)rt.submit(ids[(i * 7) % ids.size()], requests[i]);
+    if (i == 1201) {
+      ASSERT_TRUE(rt.scale(ids[1], 300'000).ok());
+      ASSERT_TRUE(rt.scale(ids[4], 0).ok());
+    }
     if (i == 1501) {
-      ASSERT_TRUE(rt.replan(ids[1], "lite", 3).ok());
+      ASSERT_TRUE(rt.replan(ids[1], "lite", 3).ok());  // keeps the scale
+    }
+    if (i == 1801) {
+      ASSERT_TRUE(rt.scale(ids[4], 123'457).ok());
     }
     if (i == 2001) {
       ASSERT_TRUE(rt.remove(ids[2]).ok());
@@ -1274,6 +1360,7 @@ void replay_what_the_observer_saw(bool batches) {
   std::vector<std::optional<Ticket>> core_ticket_of;  // by runtime ticket index
   std::size_t visits = 0;
   std::size_t batch_events = 0;
+  std::size_t scales = 0;
   std::vector<Dispatch> decided;  // the batch in progress: its dispatches not yet reported
   std::size_t reported = 0;
   for (const Journal::Event& e : journal.events) {
@@ -1289,6 +1376,10 @@ void replay_what_the_observer_saw(bool batches) {
         break;
       case Journal::Event::replan:
         ASSERT_TRUE(core.replan(e.p, e.plan, e.shares, e.now).ok());
+        break;
+      case Journal::Event::scale:
+        ++scales;
+        ASSERT_TRUE(core.scale(e.p, e.shares, e.now).ok());
         break;
       case Journal::Event::submit:
         // The replay core links the same request objects: they sit idle after the run.
@@ -1341,8 +1432,11 @@ void replay_what_the_observer_saw(bool batches) {
   }
   EXPECT_GT(visits, 2000u);
   EXPECT_EQ(batch_events > 0, batches);
+  EXPECT_EQ(scales, 3u);
   for (const ParticipantSnapshot& p : rt.snapshot_participants()) {
     const ParticipantStats replayed = core.stats(p.id);
+    EXPECT_EQ(core.scale_of(p.id), p.scale);
+    EXPECT_EQ(p.scale, p.id == ids[1] ? 300'000u : p.id == ids[4] ? 123'457u : kWholePlan);
     EXPECT_EQ(replayed.dispatched, p.stats.dispatched);
     EXPECT_EQ(replayed.cost_charged, p.stats.cost_charged);
   }

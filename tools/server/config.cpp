@@ -247,6 +247,16 @@ ServerConfig parse(const json& root) {
     s.limits.idle_timeout = millis(f, "idle_timeout_ms", s.limits.idle_timeout);
     f.finish();
   }
+  if (const json* c = top.find("capture")) {
+    Fields f(*c, "capture");
+    CaptureConfig capture;
+    capture.path = f.text("path", "", true);
+    if (capture.path.empty()) fail(f.path("path"), "must not be empty");
+    capture.max_bytes = f.integer("max_bytes", capture.max_bytes, 4096, 1ull << 40);
+    capture.files = static_cast<std::uint32_t>(f.integer("files", capture.files, 1, 1000));
+    f.finish();
+    s.capture = std::move(capture);
+  }
   top.finish();
   return s;
 }
@@ -304,6 +314,7 @@ std::optional<std::string> reload_problem(const ServerConfig& current, const Ser
       }
     }
   }
+  if (next.capture != current.capture) return "capture: changes only at restart";
   if (next.proxy.backend.text() != current.proxy.backend.text()) {
     return "proxy.backend: changes only at restart";
   }

@@ -56,6 +56,14 @@ struct Limits {
   std::chrono::milliseconds idle_timeout{30'000};
 };
 
+/// Where the runtime's capture goes (docs/capture.md); absent: no capture.
+struct CaptureConfig {
+  std::string path;
+  std::uint64_t max_bytes = std::uint64_t{64} << 20;
+  std::uint32_t files = 4;
+  friend bool operator==(const CaptureConfig&, const CaptureConfig&) = default;
+};
+
 struct ServerConfig {
   ServeMode mode = ServeMode::work;
   Endpoint listen{"127.0.0.1", 8080};
@@ -76,6 +84,7 @@ struct ServerConfig {
   WorkConfig work;
   ProxyConfig proxy;
   Limits limits;
+  std::optional<CaptureConfig> capture;
 };
 
 /// A configuration, or the reason it was refused (one line, naming the field).
@@ -86,7 +95,7 @@ using ConfigResult = std::variant<ServerConfig, std::string>;
 
 /// Nothing when `next` can replace `current` in a running server (SIGHUP); otherwise why not.
 /// Tenants, their plans, shares, keys and queue limits may change; plans' terms, classes, room,
-/// threads, listeners and the mode need a restart.
+/// threads, listeners, the mode and the capture need a restart.
 [[nodiscard]] std::optional<std::string> reload_problem(const ServerConfig& current,
                                                         const ServerConfig& next);
 

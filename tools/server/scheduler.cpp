@@ -7,6 +7,8 @@
 #include <deque>
 #include <limits>
 
+#include <creditloop/capture.hpp>
+
 namespace creditloop::server {
 namespace {
 
@@ -43,6 +45,20 @@ class CreditloopScheduler final : public Scheduler {
         std::fprintf(stderr, "creditloop-server: starting a request failed\n");
       }
     };
+    if (config.capture) {
+      CaptureOptions c;
+      c.files =
+          CaptureFiles{config.capture->path, config.capture->max_bytes, config.capture->files};
+      c.setup = capture_setup(o);
+      c.expected_in_flight = o.expected_in_flight;
+      c.expected_participants = o.expected_participants;
+      c.on_error = [](const std::string& message) {
+        std::fprintf(stderr, "creditloop-server: %s (later errors are only counted)\n",
+                     message.c_str());
+      };
+      capture_ = std::make_unique<CaptureObserver>(std::move(c));
+      o.observer = capture_.get();
+    }
     runtime_ = std::make_unique<Runtime>(std::move(o));
   }
 
@@ -101,6 +117,8 @@ class CreditloopScheduler final : public Scheduler {
 
  private:
   Start start_;
+  // Before the runtime: it must outlive it, and its destructor writes the capture's last lines.
+  std::unique_ptr<CaptureObserver> capture_;
   std::unique_ptr<Runtime> runtime_;
 };
 

@@ -434,23 +434,24 @@ void Server::accept(tcp::acceptor& acceptor, bool admin) {
                         });
 }
 
+void Server::wait_for_signal() {
+  signals_.async_wait([this](boost::system::error_code ec, int sig) {
+    if (ec) return;
+    if (sig == SIGHUP) {
+      // A reload takes round trips to the dispatcher: off the I/O threads.
+      if (reloader_.joinable()) reloader_.join();
+      reloader_ = std::thread([this] { reload(); });
+      wait_for_signal();
+      return;
+    }
+    begin_stop();
+  });
+}
+
 int Server::run() {
   accept(acceptor_, false);
   accept(admin_acceptor_, true);
-  std::function<void()> wait_signal = [this, &wait_signal] {
-    signals_.async_wait([this, &wait_signal](boost::system::error_code ec, int sig) {
-      if (ec) return;
-      if (sig == SIGHUP) {
-        // A reload takes round trips to the dispatcher: off the I/O threads.
-        if (reloader_.joinable()) reloader_.join();
-        reloader_ = std::thread([this] { reload(); });
-        wait_signal();
-        return;
-      }
-      begin_stop();
-    });
-  };
-  wait_signal();
+  wait_for_signal();
   const ServerConfig& c = *directory()->config;
   std::printf(
       "creditloop-server: %s mode, %s scheduler, %zu tenants; listening on %s:%u, admin %s:%u\n",

@@ -114,6 +114,8 @@ class Server {
   void begin_stop();
   void listen();
   void accept(boost::asio::ip::tcp::acceptor& acceptor, bool admin);
+  // SIGHUP reloads and waits again; SIGTERM or SIGINT stops.
+  void wait_for_signal();
   /// Registers new tenants and re-plans changed ones; the removed ones are the caller's to take
   /// out once the new directory is in force.
   std::shared_ptr<Directory> build_directory(std::shared_ptr<const ServerConfig> config,
