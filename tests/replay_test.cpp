@@ -261,6 +261,10 @@ INSTANTIATE_TEST_SUITE_P(
                    kH + R"({"ev": "remove", "t": 0.5, "participant": "bob"})" + "\n" +
                        R"({"ev": "plan", "t": 0.6, "participant": "bob", "plan": "lite"})",
                    "a.cap:3: ev: \"plan\": adding participant \"bob\" again"},
+        BadCapture{"scaled",
+                   kH + R"({"ev": "plan", "t": 0.5, "participant": "bob", "plan": "lite",)"
+                        R"( "shares": 1, "scale": 250000})",
+                   "a.cap:2: scale: a participant holding part of its plan"},
         BadCapture{"add_unknown_plan",
                    kH + R"({"ev": "plan", "t": 0.5, "participant": "carol", "plan": "gold"})",
                    "a.cap:2: plan: unknown plan \"gold\""},

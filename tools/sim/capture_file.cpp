@@ -327,6 +327,13 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
         shares = static_cast<std::uint32_t>(
             whole(v["shares"], where + ": shares", 1, creditloop::kMaxShares));
       }
+      // Every participant holds its whole plan here (headers refuse less): a line giving it
+      // part of one adds or changes something the simulator cannot give.
+      if (v.contains("scale") && whole(v["scale"], where + ": scale", 0, 1'000'000) != 1'000'000) {
+        fail(where + ": scale",
+             "a participant holding part of its plan cannot be replayed (the simulator gives "
+             "each participant its whole plan)");
+      }
       if (!header.plans.contains(plan)) {
         fail(where + ": plan", "unknown plan " + quote(plan) + " (not in the header's plans)");
       }
