@@ -1,7 +1,8 @@
 // The page of `creditloop-sim --html` in headless Chromium, as a person uses it: it loads without
 // errors, draws what the trace holds, its cursor reports the state the trace implies, hovering a
-// pass tells why each ignored participant was passed over, and a run of 100,000 requests opens
-// and pans at an interactive rate. Expected values come from the simulator's own trace of the
+// pass tells why each ignored participant was passed over, a run of 100,000 requests opens
+// and pans at an interactive rate, and the two-run page (a replay beside its capture, a scenario
+// under two sets of plans) draws both runs on one time axis with one cursor. Expected values come from the simulator's own trace of the
 // same run, never from the page.
 //
 // Run through ctest (sim.html_browser), which sets:
@@ -232,6 +233,120 @@ test('hovering a pass shows who was eligible, who was ignored and why', async ()
   } finally {
     await page.close();
   }
+});
+
+// Per participant, requests arrived and dispatched at or before `t` (microseconds) in a trace.
+function countsAt(trace, names, t) {
+  const out = Object.fromEntries(names.map((n) => [n, { arrived: 0, dispatched: 0 }]));
+  for (const l of trace) {
+    if (l.t === undefined || Math.round(l.t * 1e6) > t) continue;
+    if (l.ev === 'arrive') out[l.participant].arrived++;
+    else if (l.ev === 'dispatch') out[l.participant].dispatched++;
+  }
+  return out;
+}
+
+// The two-run page against the two traces it shows; `runs[i]` is run i's trace.
+async function checkPair(html, names, traces, { capturedTop }) {
+  const { page, problems } = await open(html, { width: 1400, height: 2400 });
+  try {
+    const stats = await page.evaluate(() => window.creditloopView.stats());
+    assert.equal(stats.runs.length, 2);
+    stats.runs.forEach((r, i) => {
+      const trace = traces[i];
+      const count = (ev) => trace.filter((l) => l.ev === ev).length;
+      assert.equal(r.lanes, names.length, `run ${i} lanes`);
+      assert.equal(r.requests, count('arrive'), `run ${i} requests`);
+      // A capture holds no passes: the top run of a replay has none.
+      assert.equal(r.passes, capturedTop && i === 0 ? 0 : count('pass'), `run ${i} passes`);
+      const byClass = new Array(r.dispatchedByClass.length).fill(0);
+      for (const l of trace) if (l.ev === 'dispatch') byClass[Number(l.class.slice(1)) - 1]++;
+      assert.deepEqual(r.dispatchedByClass, byClass, `run ${i} classes`);
+      // The page is tall enough for both: every lane and request of each run is drawn.
+      assert.equal(r.drawn.lanes, names.length, `run ${i} lanes drawn`);
+      assert.equal(r.drawn.requests, count('arrive'), `run ${i} requests drawn`);
+    });
+    assert.equal(stats.lanes, 2 * names.length);
+    const header = await page.textContent('header');
+    assert.ok(header.includes('top: ') && header.includes('below: '), header);
+    await page.screenshot({ path: html.replace(/\.html$/, '.png') });
+
+    // One cursor for both runs: each run's queues at its instant are those of its own trace.
+    const end = stats.end;
+    for (const f of [0.1, 0.37, 0.5, 0.81]) {
+      const st = await page.evaluate((t) => window.creditloopView.setCursor(t), end * f);
+      assert.equal(st.runs.length, 2);
+      st.runs.forEach((run, i) => {
+        assert.equal(run.t, st.t, `run ${i} follows the cursor`);
+        const want = countsAt(traces[i], names, st.t);
+        run.lanes.forEach((lane, j) => {
+          assert.equal(lane.queued, want[names[j]].arrived - want[names[j]].dispatched, `run ${i} ${names[j]} queued at ${st.t}`);
+        });
+      });
+    }
+    // Dragging the cursor on the time axis moves it for both runs.
+    const box = await page.locator('#view').boundingBox();
+    const before = (await page.evaluate(() => window.creditloopView.state())).t;
+    await page.mouse.move(box.x + box.width * 0.3, box.y + 10);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width * 0.45, box.y + 10, { steps: 5 });
+    await page.mouse.up();
+    const moved = await page.evaluate(() => window.creditloopView.state());
+    assert.notEqual(moved.t, before);
+    for (const run of moved.runs) assert.equal(run.t, moved.t);
+    // The arrow keys step the passes of the run that has them; the other run follows in time.
+    await page.evaluate(() => window.creditloopView.setPass(0));
+    await page.keyboard.press('ArrowRight');
+    const stepped = await page.evaluate(() => window.creditloopView.state());
+    assert.equal(stepped.pass, 1);
+    assert.equal(stepped.run, capturedTop ? 1 : 0);
+    for (const run of stepped.runs) assert.equal(run.t, stepped.t);
+    const panel = await page.evaluate(() => window.creditloopView.panel());
+    assert.ok(panel.includes('top: ') && panel.includes('below: '), panel);
+    assert.deepEqual(problems, []);
+  } finally {
+    await page.close();
+  }
+}
+
+test('two runs: a replay below the capture it replays, one time axis and one cursor', async () => {
+  // interleave has no `until`: every request completes, so the capture holds them all.
+  const scenario = path.join(SCENARIOS, 'interleave.json');
+  const names = JSON.parse(fs.readFileSync(scenario)).participants.map((p) => p.name);
+  const capture = path.join(OUT, 'interleave.capture');
+  const trace = runSim(scenario, path.join(OUT, 'interleave_single.html'), ['--capture', capture]);
+  // What the capture holds, as a trace: its requests' arrivals and dispatches.
+  const captured = [];
+  for (const line of fs.readFileSync(capture, 'utf8').trim().split('\n').slice(1)) {
+    const r = JSON.parse(line);
+    if (r.ev !== 'request') continue;  // the participants' `plan` lines at 0
+    captured.push({ ev: 'arrive', t: r.arrive, participant: r.participant });
+    captured.push({ ev: 'dispatch', t: r.dispatch, participant: r.participant, class: r.class });
+  }
+  const html = path.join(OUT, 'replay_pair.html');
+  execFileSync(SIM, ['--replay', capture, '--html', html]);
+  // Replayed under the captured plans, the run is the simulated one: its trace is the original's.
+  const completed = trace.filter((l) => l.ev === 'complete').length;
+  assert.equal(captured.length / 2, completed);
+  await checkPair(html, names, [captured, trace], { capturedTop: true });
+});
+
+test('two runs: a scenario under its own plans and under another file\'s', async () => {
+  const file = path.join(SCENARIOS, 'quickstart.json');
+  const scenario = JSON.parse(fs.readFileSync(file));
+  const names = scenario.participants.map((p) => p.name);
+  const plans = { plans: scenario.plans, participants: [{ name: 'bob', shares: 4 }] };
+  const plansFile = path.join(OUT, 'more_shares.json');
+  fs.writeFileSync(plansFile, JSON.stringify(plans));
+  const other = JSON.parse(JSON.stringify(scenario));
+  other.participants.find((p) => p.name === 'bob').shares = 4;
+  const otherFile = path.join(OUT, 'quickstart_bob4.json');
+  fs.writeFileSync(otherFile, JSON.stringify(other));
+  const first = runSim(file, path.join(OUT, 'quickstart_a.html'));
+  const second = runSim(otherFile, path.join(OUT, 'quickstart_b.html'));
+  const html = path.join(OUT, 'plans_pair.html');
+  execFileSync(SIM, [file, '--plans', plansFile, '--html', html]);
+  await checkPair(html, names, [first, second], { capturedTop: false });
 });
 
 test('100,000 requests: first frame within 2 s, panning at 30 frames per second or more', async () => {

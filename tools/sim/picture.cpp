@@ -310,7 +310,7 @@ void Picture::dispatched(Nanos t, std::uint32_t participant, std::uint64_t req, 
 }
 
 void Picture::completed(Nanos t, std::uint32_t participant, std::uint64_t req,
-                        const Balances& balances) {
+                        std::int64_t /*cost_nano*/, const Balances& balances) {
   Request& r = requests_.at(static_cast<std::size_t>(req));
   r.completed = micro_time(t);
   r.passes_before_completion = static_cast<std::uint32_t>(passes_.t.size());
@@ -348,6 +348,7 @@ std::string Picture::data_json(const RunReport& report) const {
   }
   out += ",\"end\":";
   append_int(out, end_micro(report));
+  if (!balances_) out += ",\"balances\":false";
   out += ",\"plans\":[";
   for (std::size_t i = 0; i < scenario_.config.plans.size(); ++i) {
     const creditloop::Plan& plan = scenario_.config.plans[i];
@@ -467,14 +468,15 @@ std::string Picture::data_json(const RunReport& report) const {
   return out;
 }
 
-std::string Picture::html(const RunReport& report) const {
+namespace {
+
+// The page with `data` where its marker is. Inside <script> nothing may look like "</script>":
+// JSON has '<' only within strings, where its escape reads back the same.
+std::string page_with(const std::string& data) {
   constexpr std::string_view kMarker = "/*@CREDITLOOP_DATA@*/";
   const std::string_view page = kPictureHtml;
   const std::size_t at = page.find(kMarker);
   if (at == std::string_view::npos) throw std::logic_error("picture.html has no data marker");
-  std::string data = data_json(report);
-  // Inside <script> nothing may look like "</script>": JSON has '<' only within strings, where
-  // its escape reads back the same.
   std::string safe;
   safe.reserve(data.size());
   for (const char ch : data) {
@@ -490,6 +492,38 @@ std::string Picture::html(const RunReport& report) const {
   out += safe;
   out.append(page.substr(at + kMarker.size()));
   return out;
+}
+
+}  // namespace
+
+std::string Picture::html(const RunReport& report) const { return page_with(data_json(report)); }
+
+void Picture::without_balances() {
+  balances_ = false;
+  for (Lane& lane : lanes_) {
+    lane.held.clear();
+    lane.rate.clear();
+    lane.cap.clear();
+    lane.samples.value.clear();
+  }
+}
+
+std::string Picture::pair_html(const std::string& title, const Run& first, const Run& second) {
+  std::string data = "{\"format\":\"creditloop-picture-pair/1\",\"title\":";
+  data += json_string(title);
+  data += ",\"runs\":[";
+  bool comma = false;
+  for (const Run* run : {&first, &second}) {
+    if (comma) data += ',';
+    comma = true;
+    data += "{\"label\":";
+    data += json_string(run->label);
+    data += ",\"run\":";
+    data += run->picture->data_json(*run->report);
+    data += '}';
+  }
+  data += "]}";
+  return page_with(data);
 }
 
 std::string Picture::svg(const RunReport& report) const {

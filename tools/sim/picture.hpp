@@ -41,10 +41,24 @@ class Picture final : public RunObserver {
   void dispatched(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
                   creditloop::ClassId c, const Balances& balances) override;
   void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
-                 const Balances& balances) override;
+                 std::int64_t cost_nano, const Balances& balances) override;
 
   /// The interactive page for the finished run.
   [[nodiscard]] std::string html(const RunReport& report) const;
+
+  /// For a run whose balances were not recorded (a capture): the lanes draw none, and the page
+  /// says why. Call before the first event.
+  void without_balances();
+
+  /// One page with two runs of the same participants, one above the other on one time axis:
+  /// `first` on top. Each label says which run it is.
+  struct Run {
+    const Picture* picture;
+    const RunReport* report;
+    std::string label;
+  };
+  [[nodiscard]] static std::string pair_html(const std::string& title, const Run& first,
+                                             const Run& second);
   /// The static picture for the finished run.
   [[nodiscard]] std::string svg(const RunReport& report) const;
 
@@ -89,6 +103,7 @@ class Picture final : public RunObserver {
 
   const Scenario& scenario_;
   std::string title_;
+  bool balances_ = true;
   int classes_ = 0;  // k metered; k itself is the unmetered class
   std::vector<Request> requests_;
   std::vector<Lane> lanes_;  // scenario order

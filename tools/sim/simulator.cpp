@@ -239,7 +239,8 @@ void Simulator::complete_due(Nanos now) {
     ++p.completed;
     if (trace_ == nullptr && observer_ == nullptr) continue;
     const Balances balances = balances_of(p);
-    if (observer_ != nullptr) observer_->completed(now_, r.participant, due.req, balances);
+    if (observer_ != nullptr)
+      observer_->completed(now_, r.participant, due.req, spec.cost_nano, balances);
     if (trace_ == nullptr) continue;
     std::string& b = trace_->buffer();
     b += "{\"t\": ";

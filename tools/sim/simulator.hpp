@@ -107,8 +107,9 @@ class RunObserver {
                       std::span<const PassEntry> waiting) = 0;
   virtual void dispatched(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
                           creditloop::ClassId c, const Balances& balances) = 0;
+  /// `cost_nano`: the cost charged back, in nano-credits.
   virtual void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
-                         const Balances& balances) = 0;
+                         std::int64_t cost_nano, const Balances& balances) = 0;
 
  protected:
   RunObserver() = default;

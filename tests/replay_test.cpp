@@ -1,0 +1,643 @@
+// The capture reader and the replay's scenario, in-process; and the runtime's next-credit instants
+// (ParticipantSnapshot::next_credit) against the simulator's (`--reasons`, PassEntry::next_credit)
+// on the same inputs. Expected values come from the capture format (docs/replay.md) and the rules
+// of SPEC sections 2-3, never from a previous run.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "capture_file.hpp"
+#include "creditloop/capture.hpp"
+#include "creditloop/runtime.hpp"
+#include "replay.hpp"
+#include "scenario.hpp"
+#include "simulator.hpp"
+
+namespace {
+
+using creditloop::Nanos;
+using sim::Capture;
+using sim::CaptureError;
+using sim::CaptureText;
+
+constexpr const char* kHeader =
+    R"({"capture": "creditloop", "version": 1, "file": 0, "origin_unix_ns": 1764629000123456789,)"
+    R"( "classes": ["P1", "P2"],)"
+    R"( "plans": {"pro": {"P1": {"rate": 2, "burst": 4}, "P2": {"rate": 5, "burst": 10}},)"
+    R"( "lite": {"P2": {"rate": 5, "burst": 10}}}, "server": {"slots": 64},)"
+    R"( "participants": [{"name": "alice", "plan": "pro", "shares": 1},)"
+    R"( {"name": "bob", "plan": "lite", "shares": 1}]})";
+
+std::string header_with(const std::string& from, const std::string& to) {
+  std::string h = kHeader;
+  const std::size_t at = h.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) h.replace(at, from.size(), to);
+  return h;
+}
+
+std::string request(const std::string& who, const std::string& arrive, const std::string& dispatch,
+                    const std::string& complete, const std::string& cls = "P1",
+                    const std::string& cost = "1.25") {
+  return R"({"ev": "request", "participant": ")" + who + R"(", "arrive": )" + arrive +
+         R"(, "dispatch": )" + dispatch + R"(, "complete": )" + complete + R"(, "class": ")" + cls +
+         R"(", "cost": )" + cost + "}";
+}
+
+::testing::AssertionResult starts(const std::string& message, const std::string& prefix) {
+  if (message.rfind(prefix, 0) == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "\"" << message << "\" does not start with \"" << prefix << "\"";
+}
+
+std::variant<Capture, CaptureError> read_one(const std::string& text) {
+  return sim::read_capture({CaptureText{"a.cap", text}});
+}
+
+// The one-line error, or a failure if the capture was accepted.
+std::string error_of(const std::vector<CaptureText>& files) {
+  auto r = sim::read_capture(files);
+  if (const auto* bad = std::get_if<CaptureError>(&r)) return bad->message;
+  ADD_FAILURE() << "accepted";
+  return "";
+}
+
+TEST(CaptureReader, DecimalSecondsAreExactNanoseconds) {
+  EXPECT_EQ(sim::decimal_seconds("0.000001200"), 1200);
+  EXPECT_EQ(sim::decimal_seconds("3"), 3'000'000'000);
+  EXPECT_EQ(sim::decimal_seconds("3.5"), 3'500'000'000);
+  EXPECT_EQ(sim::decimal_seconds("12345678.123456789"), 12'345'678'123'456'789);
+  // Past the nanosecond, halves go away from zero as everywhere else.
+  EXPECT_EQ(sim::decimal_seconds("0.0000000015"), 2);
+  EXPECT_EQ(sim::decimal_seconds("0.0000000014999"), 1);
+  EXPECT_EQ(sim::decimal_seconds("1e-6"), std::nullopt);
+  EXPECT_EQ(sim::decimal_seconds("-1"), std::nullopt);
+  EXPECT_EQ(sim::decimal_seconds("1."), std::nullopt);
+  EXPECT_EQ(sim::decimal_seconds(".5"), std::nullopt);
+}
+
+TEST(CaptureReader, ReadsTheFormatsExampleAndKeepsEveryNanosecond) {
+  // 9,000,000 s is past where a double holds nanoseconds: read as a double, 1 ns would be lost.
+  const std::string text =
+      std::string(kHeader) + "\n" + request("alice", "0.000001200", "0.000002000", "0.100002000") +
+      "\n" +
+      request("bob", "9000000.000000001", "9000000.000000003", "9000000.000000007", "P3", "2") +
+      "\n" + R"({"ev": "dropped", "t": 3.2, "requests": 17})" + "\n";
+  auto r = read_one(text);
+  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<CaptureError>(r).message;
+  const Capture& c = std::get<Capture>(r);
+  EXPECT_EQ(c.classes, 2);
+  EXPECT_EQ(c.slots, 64u);
+  EXPECT_EQ(c.origin_unix_ns, 1764629000123456789u);
+  ASSERT_EQ(c.participants.size(), 2u);
+  EXPECT_EQ(c.participants[1].name, "bob");
+  EXPECT_EQ(c.dropped, 17u);
+  ASSERT_EQ(c.requests.size(), 2u);
+  EXPECT_EQ(c.requests[0].arrive, 1200);
+  EXPECT_EQ(c.requests[0].dispatch, 2000);
+  EXPECT_EQ(c.requests[0].complete, 100'002'000);
+  EXPECT_EQ(c.requests[0].cls, 0);
+  EXPECT_EQ(c.requests[0].cost_nano, 1'250'000'000);
+  EXPECT_EQ(c.requests[1].participant, 1u);
+  EXPECT_EQ(c.requests[1].arrive, 9'000'000'000'000'001);
+  EXPECT_EQ(c.requests[1].complete - c.requests[1].dispatch, 4);
+  EXPECT_EQ(c.requests[1].cls, 2);  // P3: unmetered for k = 2
+
+  // One arrival per request at `arrive`, service complete - dispatch, its cost.
+  auto s = sim::replay_scenario(c, nullptr, std::nullopt, "a.cap");
+  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(s)) << std::get<sim::ScenarioError>(s).message;
+  const sim::Scenario& scenario = std::get<sim::Scenario>(s);
+  EXPECT_EQ(scenario.slots, 64u);
+  EXPECT_EQ(scenario.requests, 2u);
+  ASSERT_EQ(scenario.arrivals.size(), 2u);
+  EXPECT_EQ(scenario.arrivals[0].at, 1200);
+  EXPECT_EQ(scenario.arrivals[0].service, 100'000'000);
+  EXPECT_EQ(scenario.arrivals[0].cost_nano, 1'250'000'000);
+  EXPECT_EQ(scenario.arrivals[1].participant, 1u);
+  EXPECT_EQ(scenario.arrivals[1].service, 4);
+  EXPECT_EQ(scenario.arrivals[1].cost_nano, 2'000'000'000);
+}
+
+TEST(CaptureReader, RequestsComeInArrivalOrderWhateverTheirCompletionOrder) {
+  const std::string text = std::string(kHeader) + "\n" + request("alice", "0.5", "0.6", "0.7") +
+                           "\n" + request("bob", "0.1", "0.2", "0.9") + "\n" +
+                           request("alice", "0.5", "0.5", "0.8") + "\n";
+  auto r = read_one(text);
+  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<CaptureError>(r).message;
+  const auto& q = std::get<Capture>(r).requests;
+  ASSERT_EQ(q.size(), 3u);
+  EXPECT_EQ(q[0].arrive, 100'000'000);
+  // Two of alice's at one instant: her queue is FIFO, so the one dispatched first came first.
+  EXPECT_EQ(q[1].dispatch, 500'000'000);
+  EXPECT_EQ(q[2].dispatch, 600'000'000);
+}
+
+// As the runtime's capture has them: the header of file 0 lists nobody, `plan` lines add each
+// participant as it registers, and one may be removed with a request still in flight.
+TEST(CaptureReader, AddsRegisterInOrderAndARemovedParticipantKeepsItsRequestsInFlight) {
+  std::string text = kHeader;
+  text.replace(text.find(R"("participants": [)"), std::string::npos, R"("participants": []})");
+  const std::string later_header = text;
+  text += "\n" +
+          std::string(
+              R"({"ev": "plan", "t": 0.001, "participant": "zed", "plan": "lite", "shares": 3})") +
+          "\n" + R"({"ev": "plan", "t": 0.002, "participant": "amy", "plan": "pro", "shares": 1})" +
+          "\n" + R"({"ev": "remove", "t": 0.5, "participant": "zed"})" + "\n" +
+          request("zed", "0.2", "0.4", "0.6", "P2") + "\n" + request("amy", "0.3", "0.3", "0.4") +
+          "\n";
+  auto r = read_one(text);
+  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<CaptureError>(r).message;
+  const Capture& c = std::get<Capture>(r);
+  ASSERT_EQ(c.participants.size(), 2u);
+  EXPECT_EQ(c.participants[0].name, "zed");
+  EXPECT_EQ(c.participants[0].shares, 3u);
+  EXPECT_EQ(c.participants[1].name, "amy");
+  ASSERT_EQ(c.requests.size(), 2u);
+  EXPECT_EQ(c.requests[0].participant, 0u);
+  // A later file's header lists who is registered then: amy alone.
+  std::string next = later_header;
+  next.replace(next.find(R"("file": 0)"), 9, R"("file": 1)");
+  next.replace(next.find(R"("participants": [])"), 18,
+               R"("participants": [{"name": "amy", "plan": "pro"}])");
+  auto both = sim::read_capture({CaptureText{"a", text}, CaptureText{"b", next + "\n"}});
+  EXPECT_TRUE(std::holds_alternative<Capture>(both)) << std::get<CaptureError>(both).message;
+  auto wrong = sim::read_capture({CaptureText{"a", text}, CaptureText{"b", later_header + "\n"}});
+  ASSERT_TRUE(std::holds_alternative<CaptureError>(wrong));
+  auto s = sim::replay_scenario(c, nullptr, std::nullopt, "a");
+  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(s)) << std::get<sim::ScenarioError>(s).message;
+  EXPECT_EQ(std::get<sim::Scenario>(s).participants[0].name, "zed");
+}
+
+TEST(CaptureReader, UnknownKeysAndEventKindsAreIgnored) {
+  const std::string text =
+      header_with(R"("version": 1,)", R"("version": 1, "writer": {"host": "x"},)") + "\n" +
+      R"({"ev": "request", "participant": "alice", "arrive": 0, "dispatch": 0, "complete": 1,)"
+      R"( "class": "P2", "cost": 0, "trace_id": "abc"})" +
+      "\n" + R"({"ev": "heartbeat", "t": 1})" + "\n\n" +
+      R"({"ev": "plan", "t": 0.5, "participant": "bob", "plan": "lite", "shares": 1})" + "\n";
+  auto r = read_one(text);
+  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<CaptureError>(r).message;
+  EXPECT_EQ(std::get<Capture>(r).requests.size(), 1u);
+}
+
+struct BadCapture {
+  const char* name;
+  std::string text;
+  const char* starts;  // the one line's beginning: file, line, field
+};
+
+void PrintTo(const BadCapture& c, std::ostream* os) { *os << c.name; }
+
+class BadCaptureTest : public ::testing::TestWithParam<BadCapture> {};
+
+TEST_P(BadCaptureTest, OneLineNamingFileLineAndField) {
+  const BadCapture& c = GetParam();
+  const std::string message = error_of({CaptureText{"a.cap", c.text}});
+  EXPECT_TRUE(starts(message, c.starts));
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+const std::string kH = std::string(kHeader) + "\n";
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadCaptureTest,
+    ::testing::Values(
+        BadCapture{"empty", "", "a.cap: empty file"},
+        BadCapture{"not_a_capture", "{\"classes\": [\"P1\"]}\n",
+                   "a.cap:1: not a creditloop capture"},
+        BadCapture{"version_2", header_with(R"("version": 1)", R"("version": 2)"),
+                   "a.cap:1: version: unknown capture version 2"},
+        BadCapture{"header_malformed", "{\"capture\": \"creditloop\",\n",
+                   "a.cap:1: malformed JSON"},
+        BadCapture{"no_classes", header_with(R"( "classes": ["P1", "P2"],)", ""),
+                   "a.cap:1: classes: missing required field"},
+        BadCapture{"bad_slots", header_with(R"("slots": 64)", R"("slots": 0)"),
+                   "a.cap:1: server.slots: must be a whole number"},
+        BadCapture{"scale", header_with(R"("shares": 1},)", R"("shares": 1, "scale": 500000},)"),
+                   "a.cap:1: participants[0].scale: a participant holding part of its plan"},
+        BadCapture{"line_malformed", kH + request("alice", "0", "0", "1") + "\n{\"ev\": \n",
+                   "a.cap:3: malformed JSON"},
+        BadCapture{"unknown_participant", kH + request("carol", "0", "0", "1"),
+                   "a.cap:2: participant: unknown participant \"carol\""},
+        BadCapture{"no_complete",
+                   kH + R"({"ev": "request", "participant": "alice", "arrive": 0, "dispatch": 0,)"
+                        R"( "class": "P1", "cost": 0})",
+                   "a.cap:2: complete: missing required field"},
+        BadCapture{"negative_time", kH + request("alice", "-0.5", "0", "1"),
+                   "a.cap:2: arrive: must be a time in seconds"},
+        BadCapture{"string_time", kH + request("alice", "\"0\"", "0", "1"),
+                   "a.cap:2: arrive: must be a time in seconds"},
+        BadCapture{"dispatch_first", kH + request("alice", "1", "0.5", "2"),
+                   "a.cap:2: dispatch: is before arrive"},
+        BadCapture{"complete_first", kH + request("alice", "0", "1", "0.5"),
+                   "a.cap:2: complete: is before dispatch"},
+        BadCapture{"class_p4", kH + request("alice", "0", "0", "1", "P4"),
+                   "a.cap:2: class: must be one of P1..P3"},
+        BadCapture{"negative_cost", kH + request("alice", "0", "0", "1", "P1", "-1"),
+                   "a.cap:2: cost: must be a number of credits"},
+        BadCapture{"replan",
+                   kH + R"({"ev": "plan", "t": 0.5, "participant": "bob", "plan": "pro"})",
+                   "a.cap:2: ev: \"plan\": re-planning participant \"bob\""},
+        BadCapture{"add_after_remove",
+                   kH + R"({"ev": "remove", "t": 0.5, "participant": "bob"})" + "\n" +
+                       R"({"ev": "plan", "t": 0.6, "participant": "carol", "plan": "pro"})",
+                   "a.cap:3: ev: \"plan\": adding participant \"carol\" after participant "
+                   "\"bob\" was removed"},
+        BadCapture{"add_again",
+                   kH + R"({"ev": "remove", "t": 0.5, "participant": "bob"})" + "\n" +
+                       R"({"ev": "plan", "t": 0.6, "participant": "bob", "plan": "lite"})",
+                   "a.cap:3: ev: \"plan\": adding participant \"bob\" again"},
+        BadCapture{"scaled",
+                   kH + R"({"ev": "plan", "t": 0.5, "participant": "bob", "plan": "lite",)"
+                        R"( "shares": 1, "scale": 250000})",
+                   "a.cap:2: scale: a participant holding part of its plan"},
+        BadCapture{"add_unknown_plan",
+                   kH + R"({"ev": "plan", "t": 0.5, "participant": "carol", "plan": "gold"})",
+                   "a.cap:2: plan: unknown plan \"gold\""},
+        BadCapture{"remove_unknown", kH + R"({"ev": "remove", "t": 0.9, "participant": "carol"})",
+                   "a.cap:2: participant: unknown participant \"carol\""},
+        BadCapture{"dropped_count", kH + R"({"ev": "dropped", "t": 1, "requests": -3})",
+                   "a.cap:2: requests: must be a whole number"}),
+    [](const ::testing::TestParamInfo<BadCapture>& param) {
+      return std::string(param.param.name);
+    });
+
+TEST(CaptureReader, RotatedFilesAreOrderedByOriginAndFileNumber) {
+  const std::string file0 = kH + request("alice", "0.1", "0.1", "0.2") + "\n";
+  const std::string file1 = header_with(R"("file": 0)", R"("file": 1)") + "\n" +
+                            request("bob", "0.05", "0.3", "0.4", "P2") + "\n";
+  // Given newest first, as `ls PATH*` lists PATH before PATH.1.
+  auto r = sim::read_capture({CaptureText{"cap", file1}, CaptureText{"cap.1", file0}});
+  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<CaptureError>(r).message;
+  const Capture& c = std::get<Capture>(r);
+  EXPECT_EQ(c.files, (std::vector<std::string>{"cap.1", "cap"}));
+  ASSERT_EQ(c.requests.size(), 2u);
+  EXPECT_EQ(c.requests[0].participant, 1u);  // arrival order across the files
+
+  const std::string file2 = header_with(R"("file": 0)", R"("file": 2)") + "\n";
+  EXPECT_TRUE(starts(error_of({CaptureText{"cap", file2}, CaptureText{"cap.2", file0}}),
+                     "cap:1: file: file 1 of the capture is missing"));
+  EXPECT_TRUE(starts(error_of({CaptureText{"x", file0}, CaptureText{"y", file0}}),
+                     "y:1: file: the same file number"));
+  const std::string other = header_with("1764629000123456789", "1764629000123456790");
+  EXPECT_TRUE(starts(error_of({CaptureText{"x", file0}, CaptureText{"y", other}}),
+                     "y:1: origin_unix_ns: differs from x's"));
+  std::string replanned = header_with(R"("file": 0)", R"("file": 1)");
+  replanned.replace(replanned.find(R"("plan": "lite")"), 14, R"("plan": "pro")");
+  EXPECT_TRUE(starts(error_of({CaptureText{"x", file0}, CaptureText{"y", replanned}}),
+                     "y:1: participants: differ from those registered at the end of x"));
+}
+
+std::string replay_error(const std::string& header, const sim::PlanFile* plans,
+                         std::optional<std::uint64_t> slots = std::nullopt) {
+  auto r = read_one(header + "\n");
+  if (!std::holds_alternative<Capture>(r)) {
+    ADD_FAILURE() << std::get<CaptureError>(r).message;
+    return "";
+  }
+  auto s = sim::replay_scenario(std::get<Capture>(r), plans, slots, "a.cap");
+  if (const auto* bad = std::get_if<sim::ScenarioError>(&s)) return bad->message;
+  ADD_FAILURE() << "accepted";
+  return "";
+}
+
+sim::PlanFile plan_file(const std::string& text) {
+  auto p = sim::parse_plan_file(text);
+  if (const auto* bad = std::get_if<sim::ScenarioError>(&p)) {
+    ADD_FAILURE() << bad->message;
+    return {};
+  }
+  sim::PlanFile f = std::get<sim::PlanFile>(std::move(p));
+  f.name = "p.json";
+  return f;
+}
+
+TEST(CaptureReader, PlansAndRoomAreCheckedAsTheScenarioChecksThem) {
+  EXPECT_TRUE(starts(replay_error(header_with(R"("rate": 2,)", R"("rate": 0,)"), nullptr),
+                     "a.cap:1: plans.pro.P1.rate: must be"));
+  EXPECT_TRUE(starts(replay_error(header_with(R"("plan": "lite")", R"("plan": "gold")"), nullptr),
+                     "a.cap:1: plans: no plan \"gold\", which participant \"bob\" has"));
+  EXPECT_TRUE(starts(replay_error(header_with(R"("slots": 64)", R"("slots": null)"), nullptr),
+                     "a.cap:1: server.slots: is null"));
+  // --slots gives the room a capture without a slot count lacks.
+  auto r = read_one(header_with(R"("slots": 64)", R"("slots": null)") + "\n");
+  ASSERT_TRUE(std::holds_alternative<Capture>(r));
+  auto s = sim::replay_scenario(std::get<Capture>(r), nullptr, 3, "a.cap");
+  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(s));
+  EXPECT_EQ(std::get<sim::Scenario>(s).slots, 3u);
+
+  const sim::PlanFile unknown = plan_file(
+      R"({"plans": {"pro": {"P1": {"rate": 2, "burst": 4}}, "lite": {}},
+          "participants": [{"name": "carol", "shares": 2}]})");
+  EXPECT_TRUE(starts(replay_error(kHeader, &unknown),
+                     "p.json: participants[0].name: no participant \"carol\" in the capture"));
+  const sim::PlanFile missing = plan_file(R"({"plans": {"pro": {"P1": {"rate": 2, "burst": 4}}}})");
+  EXPECT_TRUE(starts(replay_error(kHeader, &missing), "p.json: plans: no plan \"lite\""));
+  const sim::PlanFile bad_burst =
+      plan_file(R"({"plans": {"pro": {"P1": {"rate": 2, "burst": 0}}, "lite": {}}})");
+  EXPECT_TRUE(starts(replay_error(kHeader, &bad_burst), "p.json: plans.pro.P1.burst: must be"));
+  const sim::PlanFile one_class =
+      plan_file(R"({"classes": ["P1"], "plans": {"pro": {}, "lite": {}}})");
+  EXPECT_TRUE(starts(replay_error(kHeader, &one_class),
+                     "p.json: classes: has 1 metered class; the run has 2"));
+
+  for (const char* text :
+       {R"({"plans": {}, "extra": 1})", R"({"participants": []})",
+        R"({"plans": {}, "participants": [{"name": "a", "weight": 2}]})",
+        R"({"plans": {}, "participants": [{"name": "a", "shares": 0}]})", "[1"}) {
+    auto p = sim::parse_plan_file(text);
+    EXPECT_TRUE(std::holds_alternative<sim::ScenarioError>(p)) << text;
+  }
+}
+
+TEST(CaptureReader, PlansFileChangesOnlyTheParticipantsItNames) {
+  auto r = read_one(kH);
+  ASSERT_TRUE(std::holds_alternative<Capture>(r));
+  const sim::PlanFile more = plan_file(
+      R"({"plans": {"pro": {"P1": {"rate": 3, "burst": 4}}, "lite": {"P2": {"rate": 1, "burst": 1}}},
+          "participants": [{"name": "bob", "plan": "pro", "shares": 3}]})");
+  auto s = sim::replay_scenario(std::get<Capture>(r), &more, std::nullopt, "a.cap");
+  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(s)) << std::get<sim::ScenarioError>(s).message;
+  const sim::Scenario& scenario = std::get<sim::Scenario>(s);
+  EXPECT_EQ(scenario.participants[0].plan, "pro");
+  EXPECT_EQ(scenario.participants[0].shares, 1u);
+  EXPECT_EQ(scenario.participants[1].plan, "pro");
+  EXPECT_EQ(scenario.participants[1].shares, 3u);
+  ASSERT_EQ(scenario.config.plans.size(), 2u);
+}
+
+// ---- the runtime's next credit and the simulator's ----------------------------------------------
+
+// Records every PassEntry the simulator reports, with its pass's instant.
+class PassLog final : public sim::RunObserver {
+ public:
+  struct Seen {
+    Nanos t;
+    sim::PassEntry entry;
+  };
+  std::vector<Seen> ignored;
+  void arrived(Nanos, std::uint32_t, std::uint64_t) override {}
+  void passed(Nanos t, creditloop::ClassId, std::span<const sim::PassEntry> waiting) override {
+    for (const sim::PassEntry& e : waiting) {
+      if (!e.eligible && e.holds) ignored.push_back(Seen{t, e});
+    }
+  }
+  void dispatched(Nanos, std::uint32_t, std::uint64_t, creditloop::ClassId,
+                  const sim::Balances&) override {}
+  void completed(Nanos, std::uint32_t, std::uint64_t, std::int64_t, const sim::Balances&) override {
+  }
+};
+
+template <class F>
+bool eventually(F&& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// alice spends her one P1 credit at 0 and is charged 2.7 at 0.1, so that her next credit lands
+// on an instant no decimal rounding hits (rate 3/s: 0.1 + (1 - (0 + 0.3 - 2.7)) / 3 s). Then
+// bob, whose plan always has credit, arrives at 0.3, 0.5, 0.7 and 0.9 while alice has requests
+// queued: each of his P1 passes ignores alice for want of a credit and says when it lands.
+TEST(NextCredit, RuntimeSnapshotAgreesWithTheSimulatorOnTheSameInputs) {
+  constexpr const char* kScenario = R"({
+    "classes": ["P1"],
+    "plans": {"slow": {"P1": {"rate": 3, "burst": 1}}, "fast": {"P1": {"rate": 1000, "burst": 10}}},
+    "server": {"slots": 1},
+    "participants": [{"name": "alice", "plan": "slow"}, {"name": "bob", "plan": "fast"}],
+    "arrivals": [
+      {"at": 0, "participant": "alice", "service": 0.1, "cost": 2.7},
+      {"at": 0.3, "participant": "alice", "count": 3, "service": 0.15},
+      {"at": 0.3, "participant": "bob", "count": 4, "every": 0.2, "service": 0.01}
+    ]})";
+  auto parsed = sim::parse_scenario(kScenario);
+  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(parsed))
+      << std::get<sim::ScenarioError>(parsed).message;
+  const sim::Scenario scenario = std::get<sim::Scenario>(parsed);
+  auto built = sim::Simulator::create(scenario);
+  ASSERT_TRUE(std::holds_alternative<std::unique_ptr<sim::Simulator>>(built));
+  PassLog log;
+  std::get<0>(built)->observe(&log);
+  (void)std::get<0>(built)->run(nullptr);
+  std::vector<PassLog::Seen> alice;
+  for (const auto& s : log.ignored) {
+    if (s.entry.participant == 0) alice.push_back(s);
+  }
+  ASSERT_GE(alice.size(), 2u) << "the scenario must make passes that ignore alice";
+
+  // The same inputs through the runtime, its clock moved by hand.
+  std::atomic<Nanos> clock{0};
+  std::atomic<int> dispatched{0};
+  creditloop::Ticket first_ticket{};
+  creditloop::RuntimeOptions o;
+  o.config = scenario.config;
+  o.slots = 1;
+  o.clock = [&clock] { return clock.load(std::memory_order_relaxed); };  // a test knob: no pairing
+  o.sink = [&](const creditloop::Dispatched& d) {
+    if (dispatched.load(std::memory_order_relaxed) == 0) first_ticket = d.ticket;
+    // Publishes first_ticket to the test thread's acquire load below.
+    dispatched.fetch_add(1, std::memory_order_release);
+  };
+  creditloop::Runtime rt(std::move(o));
+  const auto alice_id = rt.add("alice", "slow", 1);
+  ASSERT_TRUE(alice_id.ok());
+  ASSERT_TRUE(rt.add("bob", "fast", 1).ok());
+  std::deque<creditloop::RequestHook> requests(1);
+  ASSERT_TRUE(rt.submit(*alice_id, requests[0]).ok());
+  ASSERT_TRUE(eventually([&] { return dispatched.load(std::memory_order_acquire) == 1; }));
+  clock.store(100'000'000, std::memory_order_relaxed);
+  ASSERT_TRUE(rt.complete_nano(first_ticket, 2'700'000'000).ok());
+  ASSERT_TRUE(eventually([&] {
+    const auto c = rt.counters(*alice_id);
+    return c && c->completed == 1;
+  }));
+
+  // Between 0.1 and the first credit, nothing else touches alice's P1 bucket in either run (her
+  // later requests go out unmetered): each ignored pass's instant is a snapshot's instant.
+  for (const PassLog::Seen& s : alice) {
+    clock.store(s.t, std::memory_order_relaxed);
+    const std::optional<creditloop::ParticipantSnapshot> snap = rt.snapshot(*alice_id);
+    ASSERT_TRUE(snap.has_value());
+    ASSERT_TRUE(snap->balance[0].has_value());
+    EXPECT_EQ(*snap->balance[0], s.entry.balance) << "at " << s.t;
+    ASSERT_TRUE(snap->next_credit[0].has_value()) << "at " << s.t;
+    ASSERT_TRUE(s.entry.next_credit.has_value());
+    EXPECT_EQ(*snap->next_credit[0], *s.entry.next_credit) << "at " << s.t;
+  }
+  // And the instant itself follows the rule: the balance after the charge, refilled at 3 per
+  // second from 0.1, reaches one credit at 0.1 + 3.4 / 3 s, rounded up to the nanosecond.
+  EXPECT_EQ(*alice.front().entry.next_credit, 100'000'000 + (3'400'000'000LL * 1000 + 2999) / 3000);
+  (void)rt.shutdown();
+}
+
+// ---- a runtime's capture, replayed ------------------------------------------------------------
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A runtime with a hand-moved clock and one slot, recorded by its CaptureObserver: each event at
+// an instant of its own, the test waiting for its effect before moving the clock, so that the
+// capture holds everything the decisions depended on. Its replay under the same plans makes the
+// same decisions: the same waits and classes, request by request.
+TEST(RuntimeCapture, ReplaysToTheSameDecisions) {
+  char dir_template[] = "/tmp/creditloop-replay-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::filesystem::path dir = dir_template;
+  const std::string path = (dir / "c.jsonl").string();
+
+  auto parsed = sim::parse_scenario(R"({
+    "classes": ["P1", "P2"],
+    "plans": {"pro": {"P1": {"rate": 2, "burst": 2}, "P2": {"rate": 5, "burst": 3}},
+              "lite": {"P2": {"rate": 4, "burst": 2}}},
+    "server": {"slots": 1}, "participants": [], "arrivals": []})");
+  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(parsed));
+  std::atomic<Nanos> clock{0};
+  std::mutex mutex;
+  std::vector<creditloop::Ticket> tickets;  // in dispatch order
+  creditloop::RuntimeOptions o;
+  o.config = std::get<sim::Scenario>(parsed).config;
+  o.slots = 1;
+  o.clock = [&clock] { return clock.load(std::memory_order_relaxed); };  // a test knob: no pairing
+  o.sink = [&](const creditloop::Dispatched& d) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    tickets.push_back(d.ticket);
+  };
+  creditloop::CaptureOptions c;
+  c.files.path = path;
+  c.setup = creditloop::capture_setup(o);
+  creditloop::CaptureObserver capture(std::move(c));
+  o.observer = &capture;
+  {
+    creditloop::Runtime rt(std::move(o));
+    const creditloop::ParticipantId alice = *rt.add("alice", "pro", 1);
+    const creditloop::ParticipantId bob = *rt.add("bob", "lite", 2);
+    const creditloop::ParticipantId ids[] = {alice, bob};
+    std::deque<creditloop::RequestHook> hooks;
+    std::uint64_t submitted[2] = {0, 0};
+    std::uint64_t completed = 0;
+    std::size_t next_to_complete = 0;
+    // If an assertion ends the test early, what is in flight completes, so that the runtime's
+    // destructor, which waits for it, returns.
+    struct CompleteRest {
+      std::function<void()> f;
+      ~CompleteRest() { f(); }
+    } complete_rest{[&] {
+      const std::lock_guard<std::mutex> lock(mutex);
+      for (; next_to_complete < tickets.size(); ++next_to_complete) {
+        (void)rt.complete_nano(tickets[next_to_complete], 0);
+      }
+    }};
+    // Everything the runtime has been told has happened: each request is queued (in the core, or
+    // in its inbox while the slot is taken: the dispatcher takes it in, and so stamps its
+    // arrival, when it next has room) or out, each completion applied, and the slot taken again
+    // if anything waits.
+    const auto settled = [&] {
+      std::uint64_t out = 0;
+      for (int p = 0; p < 2; ++p) {
+        const auto cnt = rt.counters(ids[p]);
+        const auto snap = rt.snapshot(ids[p]);
+        std::uint64_t sent = 0;
+        for (const std::uint64_t n : cnt->dispatched) sent += n;
+        if (!snap || snap->queued + sent != submitted[p]) return false;
+        out += sent;
+      }
+      const std::lock_guard<std::mutex> lock(mutex);
+      return rt.counters().completed == completed &&
+             out == std::min(submitted[0] + submitted[1], completed + 1) && tickets.size() == out;
+    };
+    struct Step {
+      Nanos at;
+      int who;  // 0 alice, 1 bob: a submission; -1: the request in the slot completes
+      std::int64_t cost_nano;
+    };
+    const Step steps[] = {{0, 0, 0},
+                          {10'000'000, 0, 0},
+                          {20'000'000, 1, 0},
+                          {30'000'000, 0, 0},
+                          {40'000'000, 1, 0},
+                          {100'000'000, -1, 3'000'000'000},
+                          {150'000'000, 0, 0},
+                          {200'000'000, -1, 0},
+                          {220'000'000, 1, 0},
+                          {250'000'000, -1, 7'250'000'000},
+                          {400'000'000, -1, 1'500'000},
+                          {410'000'000, 0, 0},
+                          {500'000'000, -1, 0},
+                          {650'000'000, -1, 2'000'000'000},
+                          {700'000'000, -1, 0},
+                          {1'300'000'000, -1, 500'000'000}};
+    for (const Step& step : steps) {
+      clock.store(step.at, std::memory_order_relaxed);
+      if (step.who >= 0) {
+        hooks.emplace_back();
+        ASSERT_TRUE(rt.submit(ids[step.who], hooks.back()).ok());
+        ++submitted[step.who];
+      } else {
+        creditloop::Ticket t;
+        {
+          const std::lock_guard<std::mutex> lock(mutex);
+          ASSERT_LT(next_to_complete, tickets.size());
+          t = tickets[next_to_complete++];
+        }
+        ASSERT_TRUE(rt.complete_nano(t, step.cost_nano).ok());
+        ++completed;
+      }
+      ASSERT_TRUE(eventually(settled)) << "at " << step.at;
+    }
+    ASSERT_EQ(completed, submitted[0] + submitted[1]);
+    (void)rt.shutdown();
+  }
+  capture.close();
+
+  auto read = sim::read_capture({CaptureText{path, slurp(path)}});
+  ASSERT_TRUE(std::holds_alternative<Capture>(read)) << std::get<CaptureError>(read).message;
+  const Capture& captured = std::get<Capture>(read);
+  ASSERT_EQ(captured.requests.size(), 8u);
+  auto scenario = sim::replay_scenario(captured, nullptr, std::nullopt, path);
+  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(scenario))
+      << std::get<sim::ScenarioError>(scenario).message;
+  auto built = sim::Simulator::create(std::get<sim::Scenario>(scenario));
+  ASSERT_TRUE(std::holds_alternative<std::unique_ptr<sim::Simulator>>(built));
+  sim::WaitRecorder replayed(std::get<sim::Scenario>(scenario));
+  std::get<0>(built)->observe(&replayed);
+  (void)std::get<0>(built)->run(nullptr);
+  const sim::RunAccount want = sim::account_of(captured);
+  ASSERT_EQ(replayed.account().rows.size(), want.rows.size());
+  std::uint64_t unmetered = 0;
+  for (std::size_t i = 0; i < want.rows.size(); ++i) {
+    const auto& got = replayed.account().rows[i];
+    EXPECT_EQ(got.name, want.rows[i].name);
+    EXPECT_EQ(got.waits, want.rows[i].waits) << got.name;  // in dispatch order, each one
+    EXPECT_EQ(got.by_class, want.rows[i].by_class) << got.name;
+    unmetered += want.rows[i].by_class[2];
+  }
+  // The costs pushed some requests out of P1 and P2: the run exercised more than one class.
+  std::uint64_t metered = 0;
+  for (const auto& row : want.rows) metered += row.by_class[0] + row.by_class[1];
+  EXPECT_GT(metered, 0u);
+  EXPECT_GT(unmetered + want.rows[0].by_class[1], 0u);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
