@@ -1,4 +1,5 @@
 #include "replay.hpp"
+#include "table.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -246,33 +247,13 @@ std::string format_comparison(const Comparison& c) {
       rows.push_back(std::move(line));
     }
   }
-  std::vector<std::size_t> width(header.size());
-  for (std::size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
-  for (const auto& r : rows) {
-    for (std::size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
-  }
   std::string out = c.what + "\n";
   out += "waits from arrival to dispatch, in seconds (p50, p99: nearest rank); " + c.keys[0] +
          ": " + std::to_string(totals[0]) + " requests, " + c.keys[1] + ": " +
          std::to_string(totals[1]) + "; " + std::to_string(c.slots) +
          (c.slots == 1 ? " slot" : " slots") +
          "; class mix: share of each participant's dispatched requests by class\n";
-  const auto line = [&](const std::vector<std::string>& r) {
-    std::string l;
-    for (std::size_t i = 0; i < r.size(); ++i) {
-      if (i > 0) l += "  ";
-      const std::string pad(width[i] - r[i].size(), ' ');
-      l += left[i] ? r[i] + pad : pad + r[i];
-    }
-    while (!l.empty() && l.back() == ' ') l.pop_back();
-    out += l;
-    out += '\n';
-  };
-  line(header);
-  std::vector<std::string> rule;
-  for (const std::size_t w : width) rule.emplace_back(w, '-');
-  line(rule);
-  for (const auto& r : rows) line(r);
+  append_table(out, header, rows, left);
   if (c.dropped > 0) {
     out += "warning: the capture lost " + std::to_string(c.dropped) +
            " records (dropped): those requests are in neither run\n";

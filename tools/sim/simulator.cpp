@@ -1,4 +1,5 @@
 #include "simulator.hpp"
+#include "table.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -551,40 +552,13 @@ std::string format_table(const RunReport& report) {
                                std::to_string(completed), std::to_string(waiting), ""});
   for (int c = 0; c < k; ++c) totals.emplace_back("");
 
-  std::vector<std::size_t> width(header.size());
-  for (std::size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
-  for (const auto* r : {&totals}) {
-    for (std::size_t i = 0; i < r->size(); ++i) width[i] = std::max(width[i], (*r)[i].size());
-  }
-  for (const auto& r : rows) {
-    for (std::size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
-  }
   std::string out = "stopped at t=" + micro(report.stopped_at) + " s; " +
                     std::to_string(report.arrived) + " arrived, " + std::to_string(grand) +
                     " dispatched, " + std::to_string(completed) + " completed, " +
                     std::to_string(waiting) + " waiting; " + std::to_string(report.slots) +
                     (report.slots == 1 ? " slot" : " slots") +
                     "; dispatches per class (share of the row), balances at the stop\n";
-  const auto line = [&](const std::vector<std::string>& r) {
-    std::string l;
-    for (std::size_t i = 0; i < r.size(); ++i) {
-      if (i > 0) l += "  ";
-      const std::string pad(width[i] - r[i].size(), ' ');
-      l += left[i] ? r[i] + pad : pad + r[i];
-    }
-    while (!l.empty() && l.back() == ' ') l.pop_back();
-    out += l;
-    out += '\n';
-  };
-  line(header);
-  std::vector<std::string> rule;
-  for (const std::size_t w : width) rule.emplace_back(w, '-');
-  line(rule);
-  for (const auto& r : rows) line(r);
-  if (rows.size() > 1) {
-    line(rule);
-    line(totals);
-  }
+  append_table(out, header, rows, left, totals);
   return out;
 }
 
