@@ -200,14 +200,26 @@ std::string metrics_text(Server& server) {
                             "Requests refused as malformed or too large", MetricType::Counter);
   add_counter(bad, {}, static_cast<double>(server.bad_requests.load(std::memory_order_relaxed)));
   families.push_back(std::move(bad));
+  const auto counter = [&families](const char* name, const char* help, std::uint64_t v) {
+    MetricFamily f = family(name, help, MetricType::Counter);
+    add_counter(f, {}, static_cast<double>(v));
+    families.push_back(std::move(f));
+  };
+  // Statistics, each read alone: relaxed.
+  const auto read = [](const std::atomic<std::uint64_t>& v) {
+    return v.load(std::memory_order_relaxed);
+  };
+  counter("creditloop_requests_cancelled_total",
+          "Queued requests withdrawn because their client left", read(server.cancelled));
+  counter("creditloop_requests_timed_out_total",
+          "Queued requests answered 503 at their tenant's queue timeout", read(server.timed_out));
+  counter("creditloop_connections_refused_total",
+          "Client connections refused at the connection limits", read(server.connections_refused));
+  counter("creditloop_accept_pauses_total", "Times accepting paused for want of file descriptors",
+          read(server.accept_pauses));
   if (const Fleet* fleet = server.fleet()) add_fleet_metrics(families, *fleet);
   if (const std::optional<CaptureStats> c = server.scheduler().capture_stats()) {
     // An operator's two questions: is it recording everything, and can it write?
-    const auto counter = [&families](const char* name, const char* help, std::uint64_t v) {
-      MetricFamily f = family(name, help, MetricType::Counter);
-      add_counter(f, {}, static_cast<double>(v));
-      families.push_back(std::move(f));
-    };
     counter("creditloop_capture_requests_total", "Request lines written to the capture",
             c->requests);
     counter("creditloop_capture_dropped_total",

@@ -1,68 +1,76 @@
-// Proxy mode: forwards dispatched requests to one HTTP backend over kept-alive connections.
+// Proxy mode's connections to its one HTTP backend: a pool of kept-alive connections.
 //
 // The scheduler's room is the backend's concurrency limit, so at most `slots` requests are out
-// at once and the pool never holds more connections than that. A connection the backend closed
-// while idle is noticed on its next use: an idempotent request (GET, HEAD, PUT, DELETE, ...) is
-// sent again once on a fresh connection when nothing of a response had arrived; any other is
-// answered 502, since the backend may have acted on it. Errors answer 502 (unreachable, broken,
-// malformed response) or 504 (no full response within the timeout); either way the request's cost
-// is the time it held its slot.
+// at once and the pool never holds more connections than that. A pooled connection is handed out
+// only if it is young and sound:
+// - it has been idle for less than `proxy.idle_timeout_ms`, which should be shorter than the
+//   backend's own keep-alive timeout (Node's is 5 s, gunicorn's 2 s): otherwise the backend may
+//   close it just as a request is sent on it, and a request that is not idempotent cannot be sent
+//   again;
+// - the kernel has neither the backend's close nor stray bytes waiting on it (a non-blocking
+//   peek), since either means the next response read from it would not be this request's.
+// A connection that ends a response with bytes left over is closed by the caller, never pooled.
 #pragma once
 
+#include <utility>  // before Asio's awaitable.hpp, which uses std::exchange without it
+
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
 
 #include "config.hpp"
-#include "session.hpp"
 
 namespace creditloop::server {
 
-struct BackendResult {
-  std::optional<Response> response;  // nothing: the backend failed, `status` says how
-  unsigned status = 502;
-  std::string error;
-  double elapsed_ms = 0;
-  std::optional<double> cost;  // from the cost header, when the backend set a valid one
-};
-
 class Backend {
  public:
+  /// Response headers from the backend larger than this are refused (502), as nginx refuses a
+  /// header larger than proxy_buffer_size.
+  static constexpr std::size_t kHeaderBytes = 32 * 1024;
+
+  struct Connection {
+    explicit Connection(boost::asio::io_context& io);
+    boost::beast::tcp_stream stream;
+    /// Bytes read from the backend and not yet parsed: bounded, so that no response can make it
+    /// grow (a chunk header or a trailer longer than this is a malformed response).
+    boost::beast::flat_buffer buffer{kHeaderBytes + 16 * 1024};
+    std::chrono::steady_clock::time_point idle_since;
+    bool reused = false;  // has carried a request before: the backend may have closed it since
+  };
+
   /// Throws std::runtime_error when the backend's address cannot be resolved.
   Backend(boost::asio::io_context& io, const ServerConfig& config);
   ~Backend();
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
 
-  /// Sends `request` (copied, with the tenant's name in place of its key) and calls `done` on an
-  /// I/O thread with the outcome.
-  void forward(const Request& request, const std::string& tenant,
-               std::function<void(BackendResult)> done);
+  /// A sound pooled connection, or a new one connected within the timeout; null with `ec` set
+  /// when the backend cannot be reached. Any thread.
+  boost::asio::awaitable<std::unique_ptr<Connection>> lease(boost::system::error_code& ec);
+  /// Returns a connection that ended a response cleanly and may carry another.
+  void give_back(std::unique_ptr<Connection> c);
 
-  struct Connection;
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  [[nodiscard]] const std::string& address() const noexcept { return address_; }
 
  private:
-  std::unique_ptr<Connection> take();
-  void give_back(std::unique_ptr<Connection> c);
-  void attempt(std::unique_ptr<Connection> c, std::shared_ptr<Request> request,
-               std::function<void(BackendResult)> done, std::chrono::steady_clock::time_point began,
-               bool may_retry);
+  [[nodiscard]] std::unique_ptr<Connection> take_sound();
 
   boost::asio::io_context& io_;
   std::vector<boost::asio::ip::tcp::endpoint> endpoints_;
-  std::string host_header_;
-  std::string cost_header_;
+  std::string address_;
   std::chrono::milliseconds timeout_;
-  std::uint64_t body_limit_;
+  std::chrono::milliseconds idle_timeout_;
   std::mutex mutex_;
-  std::vector<std::unique_ptr<Connection>> idle_;
+  std::vector<std::unique_ptr<Connection>> idle_;  // oldest first
 };
 
 }  // namespace creditloop::server

@@ -252,6 +252,7 @@ ServerConfig parse(const json& root) {
       if (!known) fail(f.path("plan"), "unknown plan \"" + t.plan + "\"");
       t.shares = static_cast<std::uint32_t>(f.integer("shares", 1, 1, 1'000'000));
       t.queue_limit = static_cast<std::uint32_t>(f.integer("queue_limit", 0, 0, 1u << 30));
+      t.queue_timeout = millis(f, "queue_timeout_ms", t.queue_timeout, 0);
       f.finish();
       s.tenants.push_back(std::move(t));
     }
@@ -269,6 +270,11 @@ ServerConfig parse(const json& root) {
     s.proxy.backend = endpoint(f, "backend", {});
     s.proxy.cost_header = f.text("cost_header", s.proxy.cost_header);
     s.proxy.timeout = millis(f, "timeout_ms", s.proxy.timeout);
+    s.proxy.idle_timeout = millis(f, "idle_timeout_ms", s.proxy.idle_timeout, 0);
+    s.proxy.host = f.text("host", "");
+    if (s.proxy.host.find_first_of(" \t\r\n") != std::string::npos) {
+      fail(f.path("host"), "must not contain white space");
+    }
     f.finish();
   } else if (s.mode == ServeMode::proxy) {
     fail("proxy", "is required in proxy mode");
@@ -280,6 +286,11 @@ ServerConfig parse(const json& root) {
     s.limits.body_bytes = f.integer("body_bytes", s.limits.body_bytes, 0, 1ull << 30);
     s.limits.read_timeout = millis(f, "read_timeout_ms", s.limits.read_timeout);
     s.limits.idle_timeout = millis(f, "idle_timeout_ms", s.limits.idle_timeout);
+    s.limits.send_timeout = millis(f, "send_timeout_ms", s.limits.send_timeout);
+    s.limits.max_connections = static_cast<std::uint32_t>(
+        f.integer("max_connections", s.limits.max_connections, 1, 10'000'000));
+    s.limits.max_connections_per_address = static_cast<std::uint32_t>(f.integer(
+        "max_connections_per_address", s.limits.max_connections_per_address, 0, 10'000'000));
     f.finish();
   }
   if (const json* c = top.find("capture")) {
@@ -291,6 +302,14 @@ ServerConfig parse(const json& root) {
     capture.files = static_cast<std::uint32_t>(f.integer("files", capture.files, 1, 1000));
     f.finish();
     s.capture = std::move(capture);
+  }
+  if (const json* a = top.find("access_log")) {
+    Fields f(*a, "access_log");
+    AccessLogConfig log;
+    log.path = f.text("path", "", true);
+    if (log.path.empty()) fail(f.path("path"), "must not be empty");
+    f.finish();
+    s.access_log = std::move(log);
   }
   if (const json* f = top.find("fleet")) s.fleet = fleet(*f);
   top.finish();
@@ -352,6 +371,7 @@ std::optional<std::string> reload_problem(const ServerConfig& current, const Ser
   }
   if (next.capture != current.capture) return "capture: changes only at restart";
   if (next.fleet != current.fleet) return "fleet: changes only at restart";
+  if (next.access_log != current.access_log) return "access_log: changes only at restart";
   if (next.proxy.backend.text() != current.proxy.backend.text()) {
     return "proxy.backend: changes only at restart";
   }

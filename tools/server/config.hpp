@@ -33,6 +33,9 @@ struct TenantConfig {
   std::uint32_t shares = 1;
   /// Most requests queued at once before 429 (0: no limit, the scheduler's own way).
   std::uint32_t queue_limit = 0;
+  /// A request queued this long is answered 503 with Retry-After (0: never; the scheduler
+  /// refuses nothing by itself).
+  std::chrono::milliseconds queue_timeout{0};
 };
 
 struct WorkConfig {
@@ -44,7 +47,14 @@ struct ProxyConfig {
   Endpoint backend;
   /// Header the backend may set with the request's cost in credits; empty: always time it.
   std::string cost_header = "X-Cost";
+  /// Connecting, and then each wait for the backend's next bytes (nginx's proxy_read_timeout):
+  /// a stream that keeps sending may last longer.
   std::chrono::milliseconds timeout{10'000};
+  /// A pooled connection idle this long is closed rather than reused: shorter than a typical
+  /// backend's keep-alive timeout (Node's 5 s, gunicorn's 2 s).
+  std::chrono::milliseconds idle_timeout{1'000};
+  /// The Host the backend gets; empty: the client's.
+  std::string host;
 };
 
 /// Fleet mode (docs/fleet.md): each tenant's plan holds across every server sharing one Redis.
@@ -74,6 +84,20 @@ struct Limits {
   std::chrono::milliseconds read_timeout{10'000};
   /// A kept-alive connection with no request in progress is closed after this.
   std::chrono::milliseconds idle_timeout{30'000};
+  /// Each write to a client must make progress within this, or the connection is closed: a
+  /// client that stops reading a stream holds its slot no longer.
+  std::chrono::milliseconds send_timeout{30'000};
+  /// Client connections open at once, both listeners together; beyond it a new one is answered
+  /// 503 and closed.
+  std::uint32_t max_connections = 10'000;
+  /// The same from one client address (0: no limit of its own).
+  std::uint32_t max_connections_per_address = 0;
+};
+
+/// One JSON line per answered request (docs/server.md); absent: none.
+struct AccessLogConfig {
+  std::string path;
+  friend bool operator==(const AccessLogConfig&, const AccessLogConfig&) = default;
 };
 
 /// Where the runtime's capture goes (docs/capture.md); absent: no capture.
@@ -105,6 +129,7 @@ struct ServerConfig {
   ProxyConfig proxy;
   Limits limits;
   std::optional<CaptureConfig> capture;
+  std::optional<AccessLogConfig> access_log;
   std::optional<FleetConfig> fleet;
 };
 

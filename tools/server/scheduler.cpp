@@ -112,6 +112,13 @@ class CreditloopScheduler final : public Scheduler {
     return to_vector(std::move(r.handed_back));
   }
 
+  void abort() override {
+    ShutdownReport r = runtime_->shutdown(ShutdownMode::hand_back, std::chrono::nanoseconds(0));
+    for (const Ticket& t : r.in_flight) (void)runtime_->complete(t, 0);
+    r = runtime_->shutdown(ShutdownMode::hand_back, std::chrono::seconds(1));
+    if (r.finished && capture_) capture_->close();
+  }
+
   Runtime* runtime() noexcept override { return runtime_.get(); }
   [[nodiscard]] std::optional<CaptureStats> capture_stats() const override {
     if (!capture_) return std::nullopt;

@@ -83,6 +83,9 @@ class Scheduler {
   /// Stops accepting, hands back what is queued, and waits up to `deadline` for the requests in
   /// flight to complete. Returns the handed-back requests.
   virtual std::vector<Pending*> stop(std::chrono::milliseconds deadline) = 0;
+  /// After stop(): settles whatever is still in flight at no cost, so that the runtime's threads
+  /// end and the capture's last lines are written. For an exit that cannot wait any longer.
+  virtual void abort() {}
 
   /// The runtime, for metrics and snapshots; null in FIFO mode.
   virtual Runtime* runtime() noexcept { return nullptr; }

@@ -15,10 +15,12 @@
 #include <boost/asio/strand.hpp>
 #include <nlohmann/json.hpp>
 
+#include "access_log.hpp"
 #include "admin.hpp"
 #include "backend.hpp"
 #include "cpu_work.hpp"
 #include "fleet.hpp"
+#include "forwarding.hpp"
 #include "live.hpp"
 #include "session.hpp"
 
@@ -46,7 +48,7 @@ KeyDigest digest(std::string_view key) {
   return d;
 }
 
-std::optional<std::string_view> bearer(const Request& request) {
+std::optional<std::string_view> bearer(const RequestHead& request) {
   const auto it = request.find(http::field::authorization);
   if (it == request.end()) return std::nullopt;
   std::string_view v(it->value().data(), it->value().size());
@@ -124,10 +126,14 @@ Server::Server(ServerOptions options)
       keep_running_(io_.get_executor()),
       acceptor_(io_),
       admin_acceptor_(io_),
-      signals_(io_, SIGHUP, SIGTERM, SIGINT) {
+      signals_(io_, SIGHUP, SIGTERM, SIGINT),
+      accept_pause_(io_),
+      admin_accept_pause_(io_) {
   ConfigResult loaded = load_config(options_.config_path);
   if (auto* why = std::get_if<std::string>(&loaded)) throw std::runtime_error(*why);
   auto config = std::make_shared<const ServerConfig>(std::get<ServerConfig>(std::move(loaded)));
+  mode_ = config->mode;
+  if (config->access_log) access_log_ = std::make_unique<AccessLog>(config->access_log->path);
   auto start = [this](Pending& p) { start_request(p); };
   scheduler_ = options_.fifo ? make_fifo_scheduler(*config, start)
                              : make_creditloop_scheduler(*config, start);
@@ -162,6 +168,7 @@ std::shared_ptr<Directory> Server::build_directory(std::shared_ptr<const ServerC
     entry.plan = t.plan;
     entry.shares = t.shares;
     entry.queue_limit = t.queue_limit;
+    entry.queue_timeout = t.queue_timeout;
     const auto old =
         previous ? previous->by_name.find(t.name) : decltype(previous->by_name.end()){};
     if (previous != nullptr && old != previous->by_name.end()) {
@@ -198,10 +205,7 @@ void Server::retire(const std::shared_ptr<Tenant>& tenant) {
   std::vector<Pending*> handed_back = scheduler_->remove(*tenant);
   log("tenant " + tenant->name + " removed; " + std::to_string(handed_back.size()) +
       " queued requests answered 503");
-  for (Pending* p : handed_back) {
-    refuse(std::unique_ptr<Exchange>(static_cast<Exchange*>(p)), 503,
-           "tenant removed from the configuration\n", 1);
-  }
+  for (Pending* p : handed_back) hand_back(p, "tenant removed from the configuration\n");
 }
 
 void Server::reload() {
@@ -275,79 +279,122 @@ void Server::join_fleet() {
   fleet_->start();
 }
 
-void Server::accept_request(std::unique_ptr<Exchange> e) {
-  outstanding_.fetch_add(1, std::memory_order_relaxed);  // read under outstanding_mutex_ at stop
-  if (stopping()) {
-    refuse(std::move(e), 503, "shutting down\n", 1);
-    return;
+Server::Outstanding::Outstanding(Server& s) : server(s) {
+  server.outstanding_.fetch_add(1, std::memory_order_relaxed);  // see the destructor
+}
+
+Server::Outstanding::~Outstanding() {
+  // The last decrement is published by the mutex the notification takes, which the waiter in
+  // begin_stop() holds while it reads the count: relaxed is enough for the count itself.
+  if (server.outstanding_.fetch_sub(1, std::memory_order_relaxed) == 1 && server.stopping()) {
+    std::lock_guard lock(server.outstanding_mutex_);
+    server.outstanding_done_.notify_all();
   }
+}
+
+namespace {
+
+Response refusal(const RequestHead& head, http::status status, const std::string& why,
+                 long retry_after_s = 0) {
+  Response res = make_response(head, status, why);
+  if (retry_after_s > 0) res.set(http::field::retry_after, std::to_string(retry_after_s));
+  if (status == http::status::unauthorized) res.set(http::field::www_authenticate, "Bearer");
+  return res;
+}
+
+long retry_after(std::optional<std::chrono::nanoseconds> next) {
+  return next ? std::max<long>(
+                    1, static_cast<long>(std::ceil(std::chrono::duration<double>(*next).count())))
+              : 1;
+}
+
+}  // namespace
+
+std::optional<Response> Server::admit(Exchange& e) {
+  const RequestHead& head = e.head();
+  if (stopping()) return refusal(head, http::status::service_unavailable, "shutting down\n", 1);
   const std::shared_ptr<const Directory> dir = directory();
-  const std::optional<std::string_view> key = bearer(e->request);
+  const auto id = head.find("X-Request-Id");
+  e.request_id = id != head.end() &&
+                         usable_request_id(std::string_view(id->value().data(), id->value().size()))
+                     ? std::string(id->value())
+                     : make_request_id();
+  const std::optional<std::string_view> key = bearer(head);
   const auto found = key ? dir->by_key.find(digest(*key)) : dir->by_key.end();
   if (found == dir->by_key.end()) {
-    refuse(std::move(e), 401, key ? "unknown key\n" : "Authorization: Bearer KEY required\n");
-    return;
+    return refusal(head, http::status::unauthorized,
+                   key ? "unknown key\n" : "Authorization: Bearer KEY required\n");
   }
   const TenantEntry& entry = found->second;
-  e->tenant = entry.tenant;
+  e.tenant = entry.tenant;
+  e.queue_timeout = entry.queue_timeout;
   const ServerConfig& config = *dir->config;
   if (config.mode == ServeMode::work) {
-    const std::string_view target(e->request.target().data(), e->request.target().size());
+    const std::string_view target(head.target().data(), head.target().size());
     const auto q = target.find('?');
     if (target.substr(0, q) != "/work") {
-      refuse(std::move(e), 404, "not found: requests go to /work?cpu_ms=N&wait_ms=M\n");
-      return;
+      return refusal(head, http::status::not_found,
+                     "not found: requests go to /work?cpu_ms=N&wait_ms=M\n");
     }
     auto args = parse_work(q == std::string_view::npos ? "" : target.substr(q + 1), config.work);
     if (auto* why = std::get_if<std::string>(&args)) {
-      refuse(std::move(e), 400, *why + "\n");
-      return;
+      return refusal(head, http::status::bad_request, *why + "\n");
     }
-    e->cpu_ms = std::get<WorkArgs>(args).cpu_ms;
-    e->wait_ms = std::get<WorkArgs>(args).wait_ms;
+    e.cpu_ms = std::get<WorkArgs>(args).cpu_ms;
+    e.wait_ms = std::get<WorkArgs>(args).wait_ms;
+  } else if (head.method() == http::verb::trace || head.method() == http::verb::connect) {
+    // TRACE would echo the tenant's credentials back to a script (cross-site tracing), and
+    // CONNECT asks for a tunnel: nginx refuses both with 405 too.
+    Response res = refusal(head, http::status::method_not_allowed, "method not allowed\n");
+    res.set(http::field::allow, "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
+    return res;
   }
-  Tenant& tenant = *e->tenant;
+  Tenant& tenant = *e.tenant;
   if (entry.queue_limit > 0 && tenant.queued.load(std::memory_order_relaxed) >= entry.queue_limit) {
-    const auto next = scheduler_->next_credit(tenant);
-    const long retry =
-        next ? std::max<long>(
-                   1, static_cast<long>(std::ceil(std::chrono::duration<double>(*next).count())))
-             : 1;
-    refuse(std::move(e), 429, "queue limit reached\n", retry);
-    return;
+    return refusal(head, http::status::too_many_requests, "queue limit reached\n",
+                   retry_after(scheduler_->next_credit(tenant)));
   }
-  e->arrived = Clock::now();
-  const Status s = scheduler_->submit(tenant, *e);
-  if (!s) {
-    refuse(std::move(e), 503, s.error() == Errc::shut_down ? "shutting down\n" : "tenant removed\n",
-           1);
-    return;
-  }
-  (void)e.release();  // the scheduler's until start_request(), then the request's own path's
+  return std::nullopt;
+}
+
+std::optional<Response> Server::submit(Exchange& e) {
+  e.arrived = Clock::now();
+  const Status s = scheduler_->submit(*e.tenant, e);
+  if (s) return std::nullopt;
+  return refusal(e.head(), http::status::service_unavailable,
+                 s.error() == Errc::shut_down ? "shutting down\n" : "tenant removed\n", 1);
+}
+
+Response Server::queue_timeout_answer(const Exchange& e) {
+  return refusal(e.head(), http::status::service_unavailable, "queue timeout passed\n",
+                 retry_after(scheduler_->next_credit(*e.tenant)));
 }
 
 void Server::start_request(Pending& p) {
   auto& e = static_cast<Exchange&>(p);
-  if (workers_) {
-    asio::post(*workers_, [this, &e] { run_work(e); });
+  if (!e.leave_queue(Exchange::Phase::started)) {
+    // Its session let it go while it was queued (the client left, or its queue timeout passed):
+    // nothing runs, nothing is charged, and it is freed off the dispatcher's thread.
+    scheduler_->complete(e, 0);
+    asio::post(io_, [&e] { delete &e; });
     return;
   }
-  asio::post(io_, [this, &e] {
-    backend_->forward(e.request, e.tenant->name, [this, &e](BackendResult r) {
-      const double cost = r.cost ? *r.cost : r.elapsed_ms / directory()->config->cost_unit_ms;
-      Response res;
-      if (r.response) {
-        res = std::move(*r.response);
-        res.version(e.request.version());
-        res.keep_alive(e.request.keep_alive());
-      } else {
-        res = make_response(e.request, static_cast<http::status>(r.status),
-                            "backend " + std::string(r.status == 504 ? "timed out" : "failed") +
-                                ": " + r.error + "\n");
-      }
-      finish(e, cost, std::move(res));
-    });
-  });
+  // Work mode tells the session once the work is done (Session::answered); proxy mode now.
+  if (workers_) {
+    asio::post(*workers_, [this, &e] { run_work(e); });
+  } else {
+    e.session->notify(Session::dispatched);
+  }
+}
+
+void Server::hand_back(Pending* p, const char* why) {
+  auto* e = static_cast<Exchange*>(p);
+  if (!e->leave_queue(Exchange::Phase::handed_back)) {
+    delete e;  // abandoned by its session: nobody waits for an answer
+    return;
+  }
+  e->answer = refusal(e->head(), http::status::service_unavailable, why, 1);
+  e->session->notify(Session::answered);
 }
 
 void Server::run_work(Exchange& e) {
@@ -361,8 +408,12 @@ void Server::run_work(Exchange& e) {
                            {"cpu_ms", cpu_used},
                            {"device_wait_ms", waited_ms},
                            {"cost", cost}};
-    finish(e, cost,
-           make_response(e.request, http::status::ok, body.dump() + "\n", "application/json"));
+    Response res =
+        make_response(e.head(), http::status::ok, body.dump() + "\n", "application/json");
+    finish(e, cost);
+    decorate(res, e);
+    e.answer = std::move(res);
+    e.session->notify(Session::answered);
   };
   if (e.wait_ms <= 0) {
     done(0);
@@ -377,45 +428,55 @@ void Server::run_work(Exchange& e) {
       [timer, began, done](boost::system::error_code) { done(ms_between(began, Clock::now())); });
 }
 
-void Server::finish(Exchange& e, double cost, Response response) {
-  scheduler_->complete(e, cost);  // from here the exchange is ours alone
+void Server::finish(Exchange& e, double cost) {
+  if (e.cost) return;
+  e.cost = cost;
+  scheduler_->complete(e, cost);
   Tenant& t = *e.tenant;
-  const double wait_ms = ms_between(e.arrived, e.started);
   t.served[e.out].fetch_add(1, std::memory_order_relaxed);  // statistics: no ordering
   t.cost_charged_nano.fetch_add(static_cast<std::uint64_t>(to_nano_credits(cost)),
                                 std::memory_order_relaxed);
-  t.wait_seconds->Observe(wait_ms / 1e3);
+  t.wait_seconds->Observe(ms_between(e.arrived, e.started) / 1e3);
   live_->record(e, Clock::now(), cost);
+}
+
+void Server::decorate(http::fields& f, const Exchange& e) const {
   char buf[32];
-  response.set("X-Creditloop-Class", e.fifo ? std::string("fifo") : class_name(e.out));
-  std::snprintf(buf, sizeof buf, "%.3f", wait_ms);
-  response.set("X-Creditloop-Wait-Ms", buf);
-  std::snprintf(buf, sizeof buf, "%.6f", cost);
-  response.set("X-Creditloop-Cost", buf);
-  answer(std::unique_ptr<Exchange>(&e), std::move(response));
-}
-
-void Server::refuse(std::unique_ptr<Exchange> e, unsigned status, const std::string& why,
-                    long retry_after_s) {
-  Response res = make_response(e->request, static_cast<http::status>(status), why);
-  if (retry_after_s > 0) res.set(http::field::retry_after, std::to_string(retry_after_s));
-  if (status == 401) res.set(http::field::www_authenticate, "Bearer");
-  answer(std::move(e), std::move(res));
-}
-
-void Server::answer(std::unique_ptr<Exchange> e, Response response) {
-  std::shared_ptr<Session> session = std::move(e->session);
-  e.reset();
-  session->respond(std::move(response));  // calls answered() once written
-}
-
-void Server::answered() {
-  // The last decrement is published by the mutex the notification takes, which the waiter in
-  // begin_stop() holds while it reads the count: relaxed is enough for the count itself.
-  if (outstanding_.fetch_sub(1, std::memory_order_relaxed) == 1 && stopping()) {
-    std::lock_guard lock(outstanding_mutex_);
-    outstanding_done_.notify_all();
+  f.set("X-Creditloop-Class", e.fifo ? std::string("fifo") : class_name(e.out));
+  std::snprintf(buf, sizeof buf, "%.3f", ms_between(e.arrived, e.started));
+  f.set("X-Creditloop-Wait-Ms", buf);
+  if (e.cost) {
+    std::snprintf(buf, sizeof buf, "%.6f", *e.cost);
+    f.set("X-Creditloop-Cost", buf);
   }
+  f.set("X-Request-Id", e.request_id);
+}
+
+std::string Server::access_line(const Exchange& e, unsigned status, std::uint64_t bytes) const {
+  if (!access_log_) return {};
+  const RequestHead& head = e.head();
+  nlohmann::json line = {{"time_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              std::chrono::system_clock::now().time_since_epoch())
+                                              .count()},
+                         {"request_id", e.request_id},
+                         {"client", e.client_address},
+                         {"method", std::string(head.method_string())},
+                         {"target", std::string(head.target())},
+                         {"status", status},
+                         {"bytes", bytes}};
+  line["tenant"] = e.tenant ? nlohmann::json(e.tenant->name) : nlohmann::json(nullptr);
+  const bool ran = e.started != Clock::time_point{};
+  line["class"] = !ran ? nlohmann::json(nullptr)
+                       : nlohmann::json(e.fifo ? std::string("fifo") : class_name(e.out));
+  // The queueing delay: to the start, or (never started) to this answer.
+  const Clock::time_point waited_until = ran ? e.started : Clock::now();
+  line["wait_ms"] = e.arrived != Clock::time_point{} ? ms_between(e.arrived, waited_until) : 0.0;
+  line["cost"] = e.cost ? nlohmann::json(*e.cost) : nlohmann::json(nullptr);
+  return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void Server::write_access(const std::string& line) {
+  if (access_log_ && !line.empty()) access_log_->write(line);
 }
 
 void Server::begin_stop() {
@@ -428,9 +489,9 @@ void Server::begin_stop() {
   stopper_ = std::thread([this, deadline] {
     const auto until = Clock::now() + deadline;
     if (fleet_) fleet_->stop();
-    std::vector<Pending*> handed_back = scheduler_->stop(deadline);
-    for (Pending* p : handed_back) {
-      refuse(std::unique_ptr<Exchange>(static_cast<Exchange*>(p)), 503, "shutting down\n", 1);
+    // The queue first, at once: a queued request has nothing to wait for.
+    for (Pending* p : scheduler_->stop(std::chrono::milliseconds(0))) {
+      hand_back(p, "shutting down\n");
     }
     std::unique_lock lock(outstanding_mutex_);
     const bool drained = outstanding_done_.wait_until(
@@ -439,26 +500,84 @@ void Server::begin_stop() {
     if (!drained) {
       log("deadline passed with " + std::to_string(outstanding_.load(std::memory_order_relaxed)) +
           " requests unanswered");
+      // What is in flight cannot complete without the threads we now stop. Settling it at no
+      // cost lets the runtime end, and with it the capture, whose last lines are then written.
+      scheduler_->abort();
       std::fflush(nullptr);
-      std::_Exit(1);  // what is in flight cannot complete without the threads we now stop
+      std::_Exit(1);
     }
-    // Every answer has been written (answered() counts at the end of the write).
+    (void)scheduler_->stop(std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::max(Clock::duration::zero(), until - Clock::now())));
+    // Every answer has been written (Outstanding ends after the write).
     asio::post(io_, [this] { io_.stop(); });
   });
 }
 
+bool Server::admit_connection(const tcp::socket& s) {
+  const Limits& limits = directory()->config->limits;
+  boost::system::error_code ec;
+  const auto peer = s.remote_endpoint(ec);
+  const std::string address = ec ? std::string("unknown") : peer.address().to_string();
+  std::lock_guard lock(tenant_connections_mutex_);
+  if (tenant_connections_ >= limits.max_connections) return false;
+  // Counted even without a limit of its own, so that a reload that sets one finds true counts.
+  std::uint32_t& n = per_address_[address];
+  if (limits.max_connections_per_address > 0 && n >= limits.max_connections_per_address) {
+    if (n == 0) per_address_.erase(address);
+    return false;
+  }
+  ++n;
+  ++tenant_connections_;
+  return true;
+}
+
+void Server::connection_closed(const std::string& address) {
+  std::lock_guard lock(tenant_connections_mutex_);
+  --tenant_connections_;
+  const auto it = per_address_.find(address);
+  if (it != per_address_.end() && --it->second == 0) per_address_.erase(it);
+}
+
 void Server::accept(tcp::acceptor& acceptor, bool admin) {
-  acceptor.async_accept(asio::make_strand(io_),
-                        [this, &acceptor, admin](boost::system::error_code ec, tcp::socket s) {
-                          if (ec == asio::error::operation_aborted)
-                            return;  // closed: the server is stopping
-                          if (!ec) {
-                            boost::system::error_code ignored;
-                            s.set_option(tcp::no_delay(true), ignored);
-                            std::make_shared<Session>(std::move(s), *this, admin)->start();
-                          }
-                          accept(acceptor, admin);
-                        });
+  acceptor.async_accept(asio::make_strand(io_), [this, &acceptor, admin](
+                                                    boost::system::error_code ec, tcp::socket s) {
+    if (ec == asio::error::operation_aborted) return;  // closed: the server is stopping
+    if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+        ec == asio::error::no_memory || ec.value() == ENFILE) {
+      // Out of descriptors: accepting again at once would fail at once, and spin. Like
+      // nginx, stop accepting for a moment; connections wait in the listen backlog.
+      if (accept_pauses.fetch_add(1, std::memory_order_relaxed) % 100 == 0) {  // a statistic
+        log("accept: " + ec.message() + "; new connections wait 100 ms (" +
+            std::to_string(connections_open.load(std::memory_order_relaxed)) + " open)");
+      }
+      auto& pause = admin ? admin_accept_pause_ : accept_pause_;
+      pause.expires_after(std::chrono::milliseconds(100));
+      pause.async_wait([this, &acceptor, admin](boost::system::error_code e) {
+        if (!e) accept(acceptor, admin);
+      });
+      return;
+    }
+    if (!ec) {
+      if (!admin && !admit_connection(s)) {
+        // Refused cleanly: a short 503 the client can read, then the close. A non-blocking
+        // send of a few bytes on a fresh socket either fits or is dropped with the socket.
+        connections_refused.fetch_add(1, std::memory_order_relaxed);  // a statistic
+        static constexpr std::string_view busy =
+            "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
+            "Content-Length: 0\r\n\r\n";
+        boost::system::error_code ignored;
+        s.non_blocking(true, ignored);
+        s.write_some(asio::buffer(busy.data(), busy.size()), ignored);
+        s.shutdown(tcp::socket::shutdown_send, ignored);
+        s.close(ignored);
+      } else {
+        boost::system::error_code ignored;
+        s.set_option(tcp::no_delay(true), ignored);
+        std::make_shared<Session>(std::move(s), *this, admin)->start();
+      }
+    }
+    accept(acceptor, admin);
+  });
 }
 
 void Server::wait_for_signal() {

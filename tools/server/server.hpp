@@ -2,9 +2,10 @@
 //
 // Threads: `io_threads` run Asio (accepting, parsing, answering, and in proxy mode talking to the
 // backend); the runtime's dispatcher decides; in work mode `workers` threads run the requests.
-// A request's life: parsed and authenticated on an I/O thread, submitted to the scheduler, started
-// by the dispatcher (posted to a worker, or to the backend connection pool), completed with its
-// cost by whoever finished it, answered on its connection's strand.
+// A request's life: its head parsed and authenticated on its connection's strand (session.hpp),
+// its body read (work mode) or left for later (proxy mode), submitted to the scheduler, started by
+// the dispatcher (posted to a worker, or its session told to proxy it), completed with its cost by
+// whoever finished it, answered on its connection's strand.
 //
 // Tenants' listener: every request needs `Authorization: Bearer KEY`. Admin listener (loopback by
 // default; with `admin.key`, that key too): /metrics, /debug/participants, /health, and the live
@@ -28,6 +29,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include "config.hpp"
@@ -36,6 +38,7 @@
 
 namespace creditloop::server {
 
+class AccessLog;
 class Backend;
 class LiveView;
 class Fleet;
@@ -57,6 +60,7 @@ struct TenantEntry {
   std::string plan;
   std::uint32_t shares = 1;
   std::uint32_t queue_limit = 0;
+  std::chrono::milliseconds queue_timeout{0};
 };
 
 /// The tenants in force and the configuration they came with; replaced whole by a reload, so a
@@ -98,23 +102,57 @@ class Server {
   [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
   [[nodiscard]] std::uint16_t admin_port() const noexcept { return admin_port_; }
 
-  /// Authenticates and queues a tenant's request, or answers it at once.
-  void accept_request(std::unique_ptr<Exchange> exchange);
-  /// Answers `exchange` with `status` and `why`, and a Retry-After when `retry_after_s` > 0.
-  void refuse(std::unique_ptr<Exchange> exchange, unsigned status, const std::string& why,
-              long retry_after_s = 0);
+  [[nodiscard]] ServeMode mode() const noexcept { return mode_; }
+  /// Proxy mode's connection pool.
+  [[nodiscard]] Backend& backend() noexcept { return *backend_; }
 
-  /// A tenant's answer has been written (or its connection failed): one fewer outstanding.
-  void answered();
+  /// Counts an exchange a shutdown must wait for, from its head to the end of its answer.
+  struct Outstanding {
+    explicit Outstanding(Server& server);
+    ~Outstanding();
+    Outstanding(const Outstanding&) = delete;
+    Outstanding& operator=(const Outstanding&) = delete;
+    Server& server;
+  };
+
+  /// Checks a tenant's request head: its key, its method and target, its tenant's queue limit.
+  /// Returns the refusal to answer, or nothing with `e.tenant` and the request's id set.
+  [[nodiscard]] std::optional<Response> admit(Exchange& e);
+  /// Queues an admitted request; the refusal when the runtime would not take it.
+  [[nodiscard]] std::optional<Response> submit(Exchange& e);
+  /// Settles a started request with its cost: the runtime's completion, the tenant's counters and
+  /// the live view. Once per request; sets `e.cost`.
+  void finish(Exchange& e, double cost);
+  /// The scheduler's headers on an answer: class, queueing delay, and the cost once it is known.
+  void decorate(http::fields& f, const Exchange& e) const;
+  /// The 503 of a request whose tenant's queue timeout passed, with Retry-After from its next
+  /// credit.
+  [[nodiscard]] Response queue_timeout_answer(const Exchange& e);
+  /// The access log's line for an answer; empty without an access log.
+  [[nodiscard]] std::string access_line(const Exchange& e, unsigned status,
+                                        std::uint64_t bytes) const;
+  void write_access(const std::string& line);
+  void log_access(const Exchange& e, unsigned status, std::uint64_t bytes) {
+    write_access(access_line(e, status, bytes));
+  }
+  /// A tenant's connection from `address` has closed.
+  void connection_closed(const std::string& address);
 
   std::atomic<std::uint64_t> connections_open{0};
   std::atomic<std::uint64_t> bad_requests{0};
+  // Statistics for /metrics: each counted with relaxed increments and read alone.
+  std::atomic<std::uint64_t> cancelled{0};  // queued requests whose client left
+  std::atomic<std::uint64_t> timed_out{0};  // queued requests past their queue timeout
+  std::atomic<std::uint64_t> connections_refused{0};
+  std::atomic<std::uint64_t> accept_pauses{0};
 
  private:
   void start_request(Pending& p);
   void run_work(Exchange& e);
-  void finish(Exchange& e, double cost, Response response);
-  void answer(std::unique_ptr<Exchange> e, Response response);
+  /// A queued request the runtime gave back (removal, shutdown): answered 503, or freed when its
+  /// session had abandoned it.
+  void hand_back(Pending* p, const char* why);
+  [[nodiscard]] bool admit_connection(const boost::asio::ip::tcp::socket& s);
   void reload();
   void begin_stop();
   void listen();
@@ -129,6 +167,7 @@ class Server {
   void retire(const std::shared_ptr<Tenant>& tenant);
 
   ServerOptions options_;
+  ServeMode mode_ = ServeMode::work;
   boost::asio::io_context io_;
   // A request waiting for its turn has no operation pending on the I/O context; without this,
   // the context would run out of work while answers are still to be posted to it (at shutdown,
@@ -139,6 +178,14 @@ class Server {
   boost::asio::signal_set signals_;
   std::unique_ptr<boost::asio::thread_pool> workers_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<AccessLog> access_log_;
+  boost::asio::steady_timer accept_pause_;  // one per listener: each pauses on its own
+  boost::asio::steady_timer admin_accept_pause_;
+  // The tenants' listener's connections, in all and per client address (the admin listener has
+  // no limit: an operator must be able to look at a server whose tenants fill it).
+  std::mutex tenant_connections_mutex_;
+  std::uint32_t tenant_connections_ = 0;
+  std::unordered_map<std::string, std::uint32_t> per_address_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<LiveView> live_;  // after scheduler_: its sampler uses the runtime
   std::unique_ptr<Fleet> fleet_;    // after scheduler_: stopped before the runtime it scales
@@ -150,7 +197,7 @@ class Server {
   std::mutex reload_mutex_;  // one reload at a time
 
   std::atomic<bool> stopping_{false};
-  std::atomic<std::int64_t> outstanding_{0};  // exchanges accepted and not yet answered
+  std::atomic<std::int64_t> outstanding_{0};  // exchanges admitted and not yet answered
   std::mutex outstanding_mutex_;
   std::condition_variable outstanding_done_;
   std::thread stopper_;

@@ -1,13 +1,23 @@
 #include "session.hpp"
 
-#include <boost/asio/dispatch.hpp>
+#include <algorithm>
+#include <exception>
+#include <limits>
+
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
 #include "admin.hpp"
+#include "backend.hpp"
+#include "forwarding.hpp"
 #include "live.hpp"
+#include "proxy.hpp"
 #include "server.hpp"
 
 namespace creditloop::server {
@@ -15,129 +25,402 @@ namespace creditloop::server {
 namespace beast = boost::beast;
 namespace asio = boost::asio;
 
-Response make_response(const Request& request, http::status status, std::string body,
+namespace {
+
+auto redirect(beast::error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
+
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+constexpr std::size_t kReadAhead = 16 * 1024;
+
+bool expects_continue(const RequestHead& req) {
+  const auto it = req.find(http::field::expect);
+  return it != req.end() && beast::iequals(it->value(), "100-continue");
+}
+
+// The end of a connection, not a fault of the request: closed quietly.
+bool gone(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == beast::error::timeout ||
+         ec == asio::error::eof || ec == asio::error::connection_reset ||
+         ec == asio::error::operation_aborted || ec == http::error::partial_message;
+}
+
+}  // namespace
+
+Response make_response(const RequestHead& request, http::status status, std::string body,
                        const char* content_type) {
   Response res{status, request.version() == 0 ? 11 : request.version()};
   res.set(http::field::server, "creditloop-server");
   res.set(http::field::content_type, content_type);
-  res.keep_alive(request.version() == 0 ? true : request.keep_alive());
+  res.keep_alive(request.version() == 0 ? true : keeps_alive(request));
   res.body() = std::move(body);
-  res.prepare_payload();
+  res.content_length(res.body().size());
+  if (status == http::status::no_content || status == http::status::not_modified) {
+    res.erase(http::field::content_length);
+    res.body().clear();
+  }
   return res;
 }
 
 Session::Session(asio::ip::tcp::socket socket, Server& server, bool admin)
-    : stream_(std::move(socket)), server_(server), admin_(admin) {
+    : stream_(std::move(socket)),
+      server_(server),
+      admin_(admin),
+      wake_(stream_.get_executor()),
+      queue_timer_(stream_.get_executor()) {
   server_.connections_open.fetch_add(1, std::memory_order_relaxed);  // a gauge
+  beast::error_code ec;
+  const auto peer = stream_.socket().remote_endpoint(ec);
+  address_ = ec ? std::string("unknown") : peer.address().to_string();
+  // The departure watch reads whatever is waiting without blocking the strand.
+  stream_.socket().non_blocking(true, ec);
 }
 
-Session::~Session() { server_.connections_open.fetch_sub(1, std::memory_order_relaxed); }
+Session::~Session() {
+  server_.connections_open.fetch_sub(1, std::memory_order_relaxed);
+  if (!admin_) server_.connection_closed(address_);
+}
 
 void Session::start() {
-  asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_next(); });
+  asio::co_spawn(
+      stream_.get_executor(), [self = shared_from_this()] { return self->serve(); },
+      [](const std::exception_ptr& error) {
+        // No exception may leave an I/O handler: one request's fault ends only its
+        // connection.
+        if (!error) return;
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "creditloop-server: a connection failed: %s\n", e.what());
+        } catch (...) {
+          std::fprintf(stderr, "creditloop-server: a connection failed\n");
+        }
+      });
 }
 
-void Session::read_next() {
-  const std::shared_ptr<const Directory> dir = server_.directory();
-  const Limits& limits = dir->config->limits;
-  parser_ = std::make_unique<http::request_parser<http::string_body>>();
-  parser_->header_limit(limits.header_bytes);
-  parser_->body_limit(limits.body_bytes);
-  if (buffer_.size() > 0) {  // the next request's first bytes came with the last one
-    read_request();
+void Session::notify(Event event) {
+  asio::post(stream_.get_executor(), [self = shared_from_this(), event] { self->on_event(event); });
+}
+
+void Session::on_event(unsigned events) {
+  events_ |= events;
+  wake_.cancel();
+}
+
+asio::awaitable<unsigned> Session::next_event() {
+  while (events_ == 0) {
+    wake_.expires_at(asio::steady_timer::time_point::max());
+    beast::error_code ec;
+    co_await wake_.async_wait(redirect(ec));
+  }
+  co_return std::exchange(events_, 0u);
+}
+
+void Session::close() {
+  beast::error_code ignored;
+  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  stream_.socket().close(ignored);
+}
+
+char* Session::scratch(std::size_t& size) {
+  if (!scratch_) {
+    const std::uint64_t wanted = server_.directory()->config->limits.body_bytes;
+    scratch_size_ = static_cast<std::size_t>(std::clamp<std::uint64_t>(wanted, 4096, 65536));
+    scratch_ = std::make_unique<char[]>(scratch_size_);
+  }
+  size = scratch_size_;
+  return scratch_.get();
+}
+
+asio::awaitable<void> Session::serve() {
+  buffer_.max_size(server_.directory()->config->limits.header_bytes + kReadAhead);
+  for (;;) {
+    const std::shared_ptr<const Directory> dir = server_.directory();
+    const Limits& limits = dir->config->limits;
+    beast::error_code ec;
+    if (buffer_.size() == 0) {
+      // Between requests a kept-alive connection may idle this long; once a byte arrives, the
+      // whole head must follow within the read timeout, however slowly it trickles.
+      stream_.expires_after(limits.idle_timeout);
+      const std::size_t n = co_await stream_.async_read_some(buffer_.prepare(4096), redirect(ec));
+      if (ec) {
+        close();
+        co_return;
+      }
+      buffer_.commit(n);
+    }
+    http::request_parser<http::empty_body> head;
+    head.header_limit(limits.header_bytes);
+    // The body's limits are checked once the head is authenticated (read_body, proxy.hpp).
+    head.body_limit(std::numeric_limits<std::uint64_t>::max());
+    stream_.expires_after(limits.read_timeout);
+    co_await http::async_read_header(stream_, buffer_, head, redirect(ec));
+    if (ec) {
+      co_await refuse_head(ec);
+      co_return;
+    }
+    const bool more = admin_ ? co_await serve_admin(head) : co_await serve_tenant(head);
+    if (!more) co_return;
+  }
+}
+
+asio::awaitable<void> Session::refuse_head(beast::error_code ec) {
+  if (gone(ec)) {
+    close();
+    co_return;
+  }
+  server_.bad_requests.fetch_add(1, std::memory_order_relaxed);  // a statistic
+  RequestHead blank;
+  blank.version(11);
+  http::status status = http::status::bad_request;
+  std::string why = "malformed request: " + ec.message() + "\n";
+  if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+    status = http::status::request_header_fields_too_large;
+    why = "request header too large\n";
+  }
+  Response res = make_response(blank, status, why);
+  co_await write(res, true);
+}
+
+asio::awaitable<bool> Session::serve_admin(http::request_parser<http::empty_body>& head) {
+  http::request_parser<http::string_body> parser{std::move(head)};
+  parser.body_limit(64 * 1024);  // the admin endpoints take no body worth more
+  beast::error_code ec;
+  if (!parser.is_done()) {
+    co_await http::async_read(stream_, buffer_, parser, redirect(ec));
+    if (ec) {
+      co_await refuse_head(ec == http::error::body_limit ? http::error::header_limit : ec);
+      co_return false;
+    }
+  }
+  stream_.expires_never();
+  Request request = parser.release();
+  if (wants_live_stream(server_, request)) {  // the connection becomes the event stream
+    server_.live().attach(stream_.release_socket(), request);
+    co_return false;
+  }
+  Response res = admin_response(server_, request);
+  co_return co_await write(res, !res.keep_alive());
+}
+
+asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_body>& head) {
+  auto e = std::make_unique<Exchange>();
+  e->session = shared_from_this();
+  e->client_address = address_;
+  e->parser.emplace(std::move(head));
+  ++turn_;
+  // From here until this coroutine leaves the exchange, a shutdown waits for its answer.
+  const Server::Outstanding outstanding(server_);
+  if (std::optional<Response> refusal = server_.admit(*e)) {
+    const bool body_pending = !e->parser->is_done();
+    const bool more = co_await write(*refusal, body_pending);
+    server_.log_access(*e, refusal->result_int(), refusal->body().size());
+    co_return more;
+  }
+  if (server_.mode() == ServeMode::work && !co_await read_body(*e)) co_return false;
+  if (std::optional<Response> refusal = server_.submit(*e)) {
+    const bool more = co_await write(*refusal, !e->parser->is_done());
+    server_.log_access(*e, refusal->result_int(), refusal->body().size());
+    co_return more;
+  }
+  // Queued: the runtime holds `*e` until it hands it out or back.
+  if (const std::optional<bool> more = co_await wait_turn(e)) co_return *more;
+
+  if (server_.mode() == ServeMode::work) {
+    while ((co_await next_event() & Event::answered) == 0) {
+    }
+    const bool more = co_await write(e->answer, false);
+    server_.log_access(*e, e->answer.result_int(), e->answer.body().size());
+    co_return more;
+  }
+  std::size_t size = 0;
+  char* buffer = scratch(size);
+  const ProxyOutcome o =
+      co_await proxy(server_, server_.backend(), ClientSide{stream_, buffer_, buffer, size}, *e);
+  server_.log_access(*e, o.status, o.bytes);
+  if (!o.keep_alive || server_.stopping()) {
+    close();
+    co_return false;
+  }
+  co_return true;
+}
+
+asio::awaitable<bool> Session::read_body(Exchange& e) {
+  auto& parser = *e.parser;
+  if (parser.is_done()) co_return true;
+  const Limits& limits = server_.directory()->config->limits;
+  parser.body_limit(limits.body_bytes);
+  beast::error_code ec;
+  if (parser.content_length() && *parser.content_length() > limits.body_bytes) {
+    ec = http::error::body_limit;  // refused before a byte of it is read
+  }
+  if (!ec && expects_continue(parser.get())) {
+    co_await asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
+                               redirect(ec));
+  }
+  std::size_t size = 0;
+  char* buffer = scratch(size);
+  while (!ec && !parser.is_done()) {
+    parser.get().body().data = buffer;
+    parser.get().body().size = size;
+    stream_.expires_after(limits.read_timeout);
+    co_await http::async_read(stream_, buffer_, parser, redirect(ec));
+    if (ec == http::error::need_buffer) ec = {};
+  }
+  if (!ec) co_return true;
+  if (gone(ec)) {
+    close();
+    co_return false;
+  }
+  server_.bad_requests.fetch_add(1, std::memory_order_relaxed);  // a statistic
+  const bool too_large = ec == http::error::body_limit;
+  Response res = make_response(
+      e.head(), too_large ? http::status::payload_too_large : http::status::bad_request,
+      too_large ? "request body too large\n" : "malformed request body: " + ec.message() + "\n");
+  co_await write(res, true);
+  server_.log_access(e, res.result_int(), res.body().size());
+  co_return false;
+}
+
+asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange>& e) {
+  stream_.expires_never();  // the request may now wait its turn as long as it needs
+  watch();
+  if (const auto timeout = e->queue_timeout; timeout.count() > 0) {
+    queue_timer_.expires_after(timeout);
+    queue_timer_.async_wait([self = shared_from_this(), turn = turn_](beast::error_code ec) {
+      if (!ec && turn == self->turn_) self->on_event(Event::timed_out);
+    });
+  }
+  bool left = false;  // the client is gone, but the exchange was out of the queue already
+  for (;;) {
+    const unsigned ev = co_await next_event();
+    if ((ev & (Event::departed | Event::timed_out)) != 0 && !left) {
+      // Everything the answer needs is taken before the exchange is let go: once abandoned, the
+      // dispatcher may free it at any moment.
+      const bool client_left = (ev & Event::departed) != 0;
+      std::optional<Response> res;
+      if (!client_left) res = server_.queue_timeout_answer(*e);
+      const std::string line =
+          server_.access_line(*e, res ? res->result_int() : 499, res ? res->body().size() : 0);
+      if (e->leave_queue(Exchange::Phase::abandoned)) {
+        (void)e.release();  // the runtime's hand-out (or hand-back) frees it
+        queue_timer_.cancel();
+        co_await stop_watching();
+        server_.write_access(line);
+        if (client_left) {
+          server_.cancelled.fetch_add(1, std::memory_order_relaxed);  // a statistic
+          close();
+          co_return std::optional<bool>(false);
+        }
+        server_.timed_out.fetch_add(1, std::memory_order_relaxed);  // a statistic
+        co_await write(*res, true);
+        co_return std::optional<bool>(false);
+      }
+      left = client_left;
+    }
+    if ((ev & Event::dispatched) != 0) break;  // proxy mode
+    if ((ev & Event::answered) != 0 &&
+        e->phase.load(std::memory_order_acquire) == Exchange::Phase::started) {
+      events_ |= Event::answered;  // work mode: done already; written below
+      break;
+    }
+    if ((ev & Event::answered) != 0) {  // handed back: its 503 is ready
+      queue_timer_.cancel();
+      co_await stop_watching();
+      const bool more = co_await write(e->answer, !e->parser->is_done());
+      server_.log_access(*e, e->answer.result_int(), e->answer.body().size());
+      co_return std::optional<bool>(more);
+    }
+  }
+  queue_timer_.cancel();
+  co_await stop_watching();
+  if (left) {
+    // Its turn came as the client left: nothing is sent to the backend, nothing is charged.
+    if (server_.mode() == ServeMode::proxy) server_.finish(*e, 0);
+    while (server_.mode() == ServeMode::work && (co_await next_event() & Event::answered) == 0) {
+    }
+    server_.log_access(*e, 499, 0);
+    close();
+    co_return std::optional<bool>(false);
+  }
+  co_return std::nullopt;
+}
+
+void Session::watch() {
+  if (buffer_.size() >= buffer_.max_size()) return;  // full: a departure shows at the next read
+  watching_ = true;
+  stream_.socket().async_wait(asio::ip::tcp::socket::wait_read,
+                              [self = shared_from_this(), turn = turn_](beast::error_code ec) {
+                                self->on_readable(ec, turn);
+                              });
+}
+
+void Session::on_readable(beast::error_code ec, std::uint64_t turn) {
+  if (ec || turn != turn_ || !watching_) {
+    watching_ = false;
+    on_event(Event::watch_ended);
     return;
   }
-  // Between requests a kept-alive connection may idle this long; once a byte arrives, the whole
-  // request must follow within the read timeout, however slowly it trickles.
-  stream_.expires_after(limits.idle_timeout);
-  stream_.async_read_some(buffer_.prepare(4096),
-                          [self = shared_from_this()](beast::error_code ec, std::size_t n) {
-                            if (ec) {
-                              self->stream_.socket().close(ec);
-                              return;
-                            }
-                            self->buffer_.commit(n);
-                            self->read_request();
-                          });
-}
-
-void Session::read_request() {
-  stream_.expires_after(server_.directory()->config->limits.read_timeout);
-  http::async_read(
-      stream_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, std::size_t /*n*/) { self->on_read(ec); });
-}
-
-void Session::on_read(beast::error_code ec) {
-  if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
-      ec == asio::error::connection_reset || ec == asio::error::operation_aborted) {
-    beast::error_code ignored;
-    stream_.socket().close(ignored);
+  // Whatever the client sends while it waits (its body, its next request) is kept for the
+  // parser, up to the buffer's bound; the watch goes on while there is room.
+  const std::size_t room = std::min<std::size_t>(4096, buffer_.max_size() - buffer_.size());
+  const std::size_t n = stream_.socket().read_some(buffer_.prepare(room), ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    watch();
     return;
   }
   if (ec) {
-    server_.bad_requests.fetch_add(1, std::memory_order_relaxed);  // a statistic
-    Request blank;
-    blank.version(11);
-    http::status status = http::status::bad_request;
-    std::string why = "malformed request: " + ec.message() + "\n";
-    if (ec == http::error::header_limit) {
-      status = http::status::request_header_fields_too_large;
-      why = "request header too large\n";
-    } else if (ec == http::error::body_limit) {
-      status = http::status::payload_too_large;
-      why = "request body too large\n";
-    }
-    Response res = make_response(blank, status, why);
-    res.keep_alive(false);
-    write(std::move(res), true, false);
+    watching_ = false;
+    on_event(Event::departed | Event::watch_ended);
     return;
   }
-  stream_.expires_never();  // the request may now wait its turn as long as it needs
-  Request request = parser_->release();
-  if (admin_) {
-    if (wants_live_stream(server_, request)) {  // the connection becomes the event stream
-      server_.live().attach(stream_.release_socket(), request);
-      return;
-    }
-    Response res = admin_response(server_, request);
-    const bool close = !res.keep_alive();
-    write(std::move(res), close, false);
-    return;
+  buffer_.commit(n);
+  watching_ = false;
+  watch();
+  if (!watching_) on_event(Event::watch_ended);
+}
+
+asio::awaitable<void> Session::stop_watching() {
+  if (!watching_) co_return;
+  watching_ = false;
+  beast::error_code ignored;
+  stream_.socket().cancel(ignored);
+  unsigned others = 0;  // what came meanwhile is kept for the caller's next look
+  for (;;) {
+    const unsigned ev = co_await next_event();
+    others |= ev & ~static_cast<unsigned>(Event::watch_ended);
+    if ((ev & Event::watch_ended) != 0) break;
   }
-  auto exchange = std::make_unique<Exchange>();
-  exchange->session = shared_from_this();
-  exchange->request = std::move(request);
-  server_.accept_request(std::move(exchange));
+  events_ |= others;
 }
 
-void Session::respond(Response response) {
-  asio::post(stream_.get_executor(),
-             [self = shared_from_this(), res = std::move(response)]() mutable {
-               const bool close = !res.keep_alive() || self->server_.stopping();
-               if (close) res.keep_alive(false);
-               self->write(std::move(res), close, true);
-             });
+asio::awaitable<bool> Session::write(Response& res, bool close_after) {
+  if (close_after || server_.stopping()) res.keep_alive(false);
+  close_after = close_after || !res.keep_alive();
+  beast::error_code ec;
+  stream_.expires_after(server_.directory()->config->limits.send_timeout);
+  co_await http::async_write(stream_, res, redirect(ec));
+  if (ec) {
+    close();
+    co_return false;
+  }
+  if (close_after) {
+    co_await linger_close();
+    co_return false;
+  }
+  co_return true;
 }
 
-void Session::write(Response response, bool close_after, bool tenants_answer) {
-  in_write_ = std::make_shared<Response>(std::move(response));
-  stream_.expires_after(server_.directory()->config->limits.read_timeout);
-  http::async_write(
-      stream_, *in_write_,
-      [self = shared_from_this(), close_after, tenants_answer](beast::error_code ec, std::size_t) {
-        self->in_write_.reset();
-        // Only now is the answer on its way: a shutdown waits for this, not for
-        // the answer to be handed to the session.
-        if (tenants_answer) self->server_.answered();
-        if (ec || close_after) {
-          beast::error_code ignored;
-          self->stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
-          self->stream_.socket().close(ignored);
-          return;
-        }
-        self->read_next();
-      });
+asio::awaitable<void> Session::linger_close() {
+  beast::error_code ec;
+  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+  std::size_t size = 0;
+  char* buffer = scratch(size);
+  std::size_t drained = 0;
+  stream_.expires_after(std::chrono::seconds(2));
+  while (!ec && drained < (std::size_t{1} << 20)) {
+    drained += co_await stream_.async_read_some(asio::buffer(buffer, size), redirect(ec));
+  }
+  stream_.socket().close(ec);
 }
 
 }  // namespace creditloop::server

@@ -1,12 +1,29 @@
-// One client connection: reads requests under the size and time limits, hands each to the
-// server, writes the answer, and keeps the connection alive while both sides want it.
+// One client connection, as one coroutine on its strand: reads a request's head under the size and
+// time limits, authenticates it before reading any of its body, queues it, waits for its turn while
+// watching whether the client is still there, serves it (work mode: on a worker; proxy mode:
+// proxy.hpp), writes the answer, and keeps the connection alive while both sides want it.
+//
+// Every buffer that holds the client's bytes is bounded: the head by `limits.header_bytes`; what
+// is read ahead of the parser (a chunk header, a trailer, a pipelined request) by the session's
+// buffer, `header_bytes` + 16 KiB; a work-mode body by `limits.body_bytes`; a proxied body passes
+// through one scratch buffer of `limits.body_bytes` (at most 64 KiB, at least 4 KiB).
 #pragma once
 
+#include <utility>  // before Asio's awaitable.hpp, which uses std::exchange without it
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -18,43 +35,105 @@ namespace creditloop::server {
 namespace http = boost::beast::http;
 using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
+using RequestHead = http::request_header<>;
 
 class Server;
 class Session;
 
-/// A tenant's request from its arrival to its answer.
+/// A tenant's request from its arrival to its answer. Its session owns it, except once it was
+/// abandoned while queued: then the runtime's hand-out (or hand-back) frees it.
 struct Exchange : Pending {
+  enum class Phase : std::uint8_t { queued, started, abandoned, handed_back };
+
+  /// Whoever moves the exchange out of `queued` decides its fate: the dispatcher (`started`), its
+  /// session (`abandoned`: the client left, or its queue timeout passed), a removal or a shutdown
+  /// (`handed_back`). Returns whether this caller did. The acq_rel CAS pairs with the other
+  /// parties' CAS: the winner's writes to the exchange are visible to a loser that then frees it.
+  bool leave_queue(Phase to) noexcept {
+    Phase from = Phase::queued;
+    return phase.compare_exchange_strong(from, to, std::memory_order_acq_rel,
+                                         std::memory_order_acquire);
+  }
+  [[nodiscard]] const RequestHead& head() const { return parser->get(); }
+
+  std::atomic<Phase> phase{Phase::queued};
   std::shared_ptr<Session> session;
-  Request request;
+  /// The request's head, and (proxy mode) its body still to be read from the client.
+  std::optional<http::request_parser<http::buffer_body>> parser;
+  std::string request_id;
+  std::string client_address;
   double cpu_ms = 0;   // work mode: CPU the request asked for
   double wait_ms = 0;  // work mode: modelled device wait
+  /// The tenant's queue timeout when it arrived (0: none).
+  std::chrono::milliseconds queue_timeout{0};
+  /// The answer to write: work mode's, or the 503 of a request handed back.
+  Response answer;
+  /// The cost charged, once it was (Server::finish).
+  std::optional<double> cost;
 };
 
 /// A response with the server's usual headers.
-[[nodiscard]] Response make_response(const Request& request, http::status status, std::string body,
+[[nodiscard]] Response make_response(const RequestHead& request, http::status status,
+                                     std::string body,
                                      const char* content_type = "text/plain; charset=utf-8");
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
+  /// What other threads tell a session about the exchange it waits on.
+  enum Event : unsigned {
+    dispatched = 1,  // proxy mode: its turn has come
+    answered = 2,   // its answer is in Exchange::answer (work done, or handed back: the phase says)
+    departed = 4,   // the client closed its connection
+    timed_out = 8,  // the tenant's queue timeout passed
+    watch_ended = 16,
+  };
+
   Session(boost::asio::ip::tcp::socket socket, Server& server, bool admin);
   ~Session();
   void start();
-  /// Writes the answer to a tenant's request (any thread), tells the server once it is written
-  /// (Server::answered), then reads the next request or closes.
-  void respond(Response response);
+  /// Any thread.
+  void notify(Event event);
 
  private:
-  void read_next();
-  void read_request();
-  void on_read(boost::beast::error_code ec);
-  void write(Response response, bool close_after, bool tenants_answer);
+  boost::asio::awaitable<void> serve();
+  boost::asio::awaitable<bool> serve_admin(http::request_parser<http::empty_body>& head);
+  boost::asio::awaitable<bool> serve_tenant(http::request_parser<http::empty_body>& head);
+  /// Reads and drops a work-mode body within limits.body_bytes; answers and returns false when
+  /// it is too large or malformed.
+  boost::asio::awaitable<bool> read_body(Exchange& e);
+  /// Waits until `e` is started; nothing then. Otherwise (its client left, its queue timeout
+  /// passed, it was handed back) answers what there is to answer and returns whether the
+  /// connection goes on.
+  boost::asio::awaitable<std::optional<bool>> wait_turn(std::unique_ptr<Exchange>& e);
+  /// Writes `res`; returns whether the connection goes on. `close` forces its end.
+  boost::asio::awaitable<bool> write(Response& res, bool close);
+  /// Answers a malformed or oversized head, then closes.
+  boost::asio::awaitable<void> refuse_head(boost::beast::error_code ec);
+  boost::asio::awaitable<unsigned> next_event();
+  boost::asio::awaitable<void> stop_watching();
+  /// Closes after the client had a chance to read the answer: shuts down sending, then reads
+  /// and drops what the client still sends (a body never asked for), for a bounded time and
+  /// size, so that closing with unread bytes does not reset the connection under the answer.
+  boost::asio::awaitable<void> linger_close();
+  void close();
+  void on_event(unsigned events);
+  void watch();
+  void on_readable(boost::beast::error_code ec, std::uint64_t turn);
+  [[nodiscard]] char* scratch(std::size_t& size);
 
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;
-  std::unique_ptr<http::request_parser<http::string_body>> parser_;
   Server& server_;
   const bool admin_;
-  std::shared_ptr<Response> in_write_;
+  std::string address_;
+  boost::asio::steady_timer wake_;
+  boost::asio::steady_timer queue_timer_;
+  unsigned events_ = 0;
+  bool watching_ = false;
+  /// Counts exchanges, so that a timer or watch of an earlier one cannot speak for this one.
+  std::uint64_t turn_ = 0;
+  std::unique_ptr<char[]> scratch_;  // allocated on a session's first body, then reused
+  std::size_t scratch_size_ = 0;
 };
 
 }  // namespace creditloop::server

@@ -1,0 +1,587 @@
+#!/usr/bin/env python3
+"""creditloop-server's proxy mode as a careful reverse proxy: framing, interim responses, HEAD,
+hop-by-hop and forged headers, streaming both ways, pool hygiene, withdrawn and timed-out queued
+requests, connection limits and shutdown order. The real binary in front of a real Python
+HTTP/1.1 backend (`http.server`, as a new user would try it first), all on loopback.
+
+Usage: test_proxy.py --server PATH [unittest args]
+
+Every wait is a poll with a deadline on something observable, or an event the backend sets;
+never a fixed sleep.
+"""
+import argparse
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_server  # noqa: E402 - the shared Server helper and base configuration
+from test_server import Server, base_config, wait_for  # noqa: E402
+
+ALICE = "alice-key-0001"
+BOB = "bob-key-00001"
+
+
+class Recorder:
+    """What the backend saw, request by request, and the gates a test opens."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.seen = []
+        self.closed = 0  # connections the backend closed after an idle wait
+        self.gates = {}
+
+    def gate(self, name):
+        with self.lock:
+            return self.gates.setdefault(name, threading.Event())
+
+    def record(self, entry):
+        with self.lock:
+            self.seen.append(entry)
+
+    def paths(self):
+        with self.lock:
+            return [e["path"] for e in self.seen]
+
+    def find(self, path):
+        with self.lock:
+            for e in self.seen:
+                if e["path"] == path:
+                    return e
+        return None
+
+
+class Backend:
+    """http.server speaking HTTP/1.1 with keep-alive: answers `Expect: 100-continue` with an
+    interim 100 on its own, as Python's server does for every HTTP/1.1 client."""
+
+    def __init__(self, idle_close_s=None):
+        recorder = self.recorder = Recorder()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            timeout = idle_close_s  # a backend's keep-alive timeout: closes an idle connection
+
+            def finish(self):
+                super().finish()
+                with recorder.lock:
+                    recorder.closed += 1
+
+            def body(self):
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    data = b""
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b""):
+                                pass
+                            return data, "chunked"
+                        data += self.rfile.read(size)
+                        self.rfile.readline()
+                length = int(self.headers.get("Content-Length", "0"))
+                return self.rfile.read(length), "length"
+
+            def answer(self):
+                data, framing = self.body() if self.command not in ("GET", "HEAD") or \
+                    "Content-Length" in self.headers or "Transfer-Encoding" in self.headers \
+                    else (b"", "none")
+                path = self.path.split("?")[0]
+                recorder.record({"path": self.path, "method": self.command,
+                                 "headers": [(k, v) for k, v in self.headers.items()],
+                                 "body_len": len(data), "framing": framing,
+                                 "body_sha": hashlib.sha256(data).hexdigest()})
+                if path == "/stream":  # server-sent events: one now, one once the test has it
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.chunk(b"data: first\n\n")
+                    recorder.gate("stream").wait(10)
+                    self.chunk(b"data: second\n\n")
+                    self.chunk(b"")
+                    return
+                if path == "/hold":  # holds its slot until the test opens the gate
+                    recorder.gate("hold").wait(20)
+                if path == "/closing":  # framed by the connection's close, as HTTP/1.0 is
+                    self.send_response(200)
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(b"until the end")
+                    self.close_connection = True
+                    return
+                if path in ("/204", "/304"):
+                    self.send_response(int(path[1:]))
+                    self.send_header("X-Cost", "1")
+                    self.end_headers()
+                    return
+                body = json.dumps({"path": self.path, "method": self.command,
+                                   "body_len": len(data)}).encode()
+                if path == "/five":
+                    body = b"12345"
+                self.send_response(200)
+                self.send_header("X-Cost", "1.5")
+                if path == "/hop":  # hop-by-hop headers the client must not see
+                    self.send_header("Connection", "X-Backend-Private")
+                    self.send_header("X-Backend-Private", "secret")
+                    self.send_header("Keep-Alive", "timeout=5")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def chunk(self, data):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_OPTIONS = answer  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        for gate in list(self.recorder.gates.values()):
+            gate.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def proxy_config(backend, **overrides):
+    config = base_config(mode="proxy", slots=2,
+                         proxy={"backend": f"127.0.0.1:{backend.port}", "timeout_ms": 3000})
+    config["limits"]["read_timeout_ms"] = 5000
+    config.update(overrides)
+    return config
+
+
+class Client:
+    """One raw client connection, so that each byte and each response is the test's to see."""
+
+    def __init__(self, port, timeout=10):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def _fill(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise EOFError("connection closed")
+        self.buf += data
+
+    def line(self):
+        while b"\r\n" not in self.buf:
+            self._fill()
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def head(self):
+        """The next response's status and headers (lower-cased names, in order)."""
+        status = self.line()
+        headers = []
+        while True:
+            line = self.line()
+            if not line:
+                break
+            name, _, value = line.partition(b":")
+            headers.append((name.decode().strip().lower(), value.decode().strip()))
+        return int(status.split()[1]), headers
+
+    def exactly(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def response(self, head_request=False):
+        """Status, headers and body of the next final response; interim ones are returned
+        in `interim`."""
+        interim = []
+        while True:
+            status, headers = self.head()
+            if 100 <= status < 200:
+                interim.append(status)
+                continue
+            break
+        h = dict(headers)
+        if head_request or status in (204, 304):
+            body = b""
+        elif h.get("transfer-encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size = int(self.line().split(b";")[0], 16)
+                if size == 0:
+                    while self.line():
+                        pass
+                    break
+                body += self.exactly(size)
+                self.line()
+        elif "content-length" in h:
+            body = self.exactly(int(h["content-length"]))
+        else:
+            while True:
+                try:
+                    self._fill()
+                except EOFError:
+                    break
+            body, self.buf = self.buf, b""
+        return status, headers, body, interim
+
+    def close(self):
+        self.sock.close()
+
+
+def request(method, path, key=ALICE, headers=(), body=None, version="HTTP/1.1"):
+    lines = [f"{method} {path} {version}", "Host: front.example"]
+    if key:
+        lines.append(f"Authorization: Bearer {key}")
+    lines += [f"{k}: {v}" for k, v in headers]
+    if body is not None and not any(k.lower() in ("content-length", "transfer-encoding")
+                                    for k, _ in headers):
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
+
+
+def names(headers):
+    return [k.lower() for k, _ in headers]
+
+
+class ProxyFraming(unittest.TestCase):
+    def setUp(self):
+        self.backend = Backend()
+        self.server = Server(proxy_config(self.backend))
+
+    def tearDown(self):
+        try:
+            self.assertEqual(self.server.stop(), 0, self.server.log())
+        finally:
+            self.backend.close()
+
+    def test_expect_100_continue_answers_its_own_request_and_the_pool_stays_in_step(self):
+        c = Client(self.server.port)
+        c.send(request("POST", "/upload?n=1", headers=[("Expect", "100-continue"),
+                                                      ("Content-Length", "11")]))
+        status, _ = c.head()
+        self.assertEqual(status, 100)  # the client may now send its body
+        c.send(b"hello world")
+        status, headers, body, _ = c.response()
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)["path"], "/upload?n=1")
+        self.assertEqual(json.loads(body)["body_len"], 11)
+        c.close()
+        # Every later request, from another tenant and on the pooled connection, gets its own.
+        for i in range(4):
+            c = Client(self.server.port)
+            c.send(request("GET", f"/mine?i={i}", key=BOB))
+            status, _, body, _ = c.response()
+            self.assertEqual(status, 200)
+            self.assertEqual(json.loads(body)["path"], f"/mine?i={i}")
+            c.close()
+        self.assertNotIn("expect", names(self.backend.recorder.find("/upload?n=1")["headers"]))
+
+    def test_head_is_bodiless_and_the_connection_goes_on(self):
+        c = Client(self.server.port)
+        c.send(request("HEAD", "/five"))
+        status, headers, _, _ = c.response(head_request=True)
+        self.assertEqual(status, 200)
+        self.assertEqual(dict(headers)["content-length"], "5")
+        self.assertLess(float(dict(headers)["x-creditloop-cost"]), 100)  # no timeout charged
+        c.send(request("GET", "/five"))
+        status, _, body, _ = c.response()
+        self.assertEqual((status, body), (200, b"12345"))
+        for code in (204, 304):
+            c.send(request("GET", f"/{code}"))
+            status, headers, body, _ = c.response()
+            self.assertEqual((status, body), (code, b""))
+            self.assertNotIn("transfer-encoding", names(headers))
+        c.send(request("GET", "/after"))
+        self.assertEqual(c.response()[0], 200)
+        c.close()
+
+    def test_trace_with_a_body_is_refused_and_the_server_lives(self):
+        c = Client(self.server.port)
+        c.send(request("TRACE", "/t", body=b"body"))
+        status, headers, _, _ = c.response()
+        self.assertEqual(status, 405)
+        c.close()
+        self.assertIsNone(self.server.proc.poll())
+        res, _ = self.server.request(ALICE, "/still-here")
+        self.assertEqual(res.status, 200)
+        self.assertNotIn("/t", self.backend.recorder.paths())
+
+    def test_forged_tenant_and_hop_by_hop_headers_never_reach_the_backend(self):
+        c = Client(self.server.port)
+        c.send(request("GET", "/forged", key=BOB, headers=[
+            ("X-Creditloop-Tenant", "mallory"), ("x-creditloop-tenant", "mallory"),
+            ("X_Creditloop_Tenant", "mallory"), ("X-CREDITLOOP_TENANT", "mallory"),
+            ("Connection", "keep-alive, X-Secret"), ("X-Secret", "s"), ("Keep-Alive", "300"),
+            ("TE", "trailers"), ("Upgrade", "websocket"), ("Proxy-Authorization", "Basic eA=="),
+            ("Proxy-Connection", "keep-alive"), ("X-Forwarded-For", "203.0.113.7"),
+            ("X-Request-Id", "req-42")]))
+        status, headers, _, _ = c.response()
+        self.assertEqual(status, 200)
+        self.assertEqual(dict(headers).get("x-request-id"), "req-42")
+        seen = self.backend.recorder.find("/forged")["headers"]
+        tenant = [v for k, v in seen if k.lower().replace("_", "-") == "x-creditloop-tenant"]
+        self.assertEqual(tenant, ["bob"])
+        for hop in ("connection", "x-secret", "keep-alive", "te", "upgrade",
+                    "proxy-authorization", "proxy-connection", "authorization"):
+            self.assertNotIn(hop, names(seen), hop)
+        h = {k.lower(): v for k, v in seen}
+        self.assertEqual(h["host"], "front.example")  # preserved by default
+        self.assertEqual(h["x-forwarded-for"], "203.0.113.7, 127.0.0.1")
+        self.assertEqual(h["x-forwarded-proto"], "http")
+        self.assertEqual(h["x-request-id"], "req-42")
+        # The backend's hop-by-hop headers stay with the proxy; a request id is made when the
+        # client sent none.
+        c.send(request("GET", "/hop"))
+        status, headers, _, _ = c.response()
+        self.assertEqual(status, 200)
+        self.assertNotIn("x-backend-private", names(headers))
+        self.assertNotIn("keep-alive", names(headers))
+        made = dict(headers).get("x-request-id", "")
+        self.assertGreaterEqual(len(made), 16)
+        self.assertEqual({k.lower(): v for k, v in self.backend.recorder.find("/hop")["headers"]}
+                         ["x-request-id"], made)
+        c.close()
+
+    def test_a_close_delimited_response_is_reframed_for_a_kept_alive_client(self):
+        c = Client(self.server.port)
+        c.send(request("GET", "/closing"))
+        status, headers, body, _ = c.response()
+        self.assertEqual((status, body), (200, b"until the end"))
+        h = dict(headers)
+        self.assertTrue(h.get("transfer-encoding") == "chunked" or "content-length" in h, h)
+        c.send(request("GET", "/next"))  # the client's connection is still good
+        self.assertEqual(c.response()[0], 200)
+        c.close()
+
+    def test_a_streamed_response_reaches_the_client_as_it_is_sent(self):
+        c = Client(self.server.port)
+        c.send(request("GET", "/stream"))
+        status, headers = c.head()
+        self.assertEqual(status, 200)
+        self.assertEqual(dict(headers).get("transfer-encoding"), "chunked")
+        size = int(c.line(), 16)
+        # The backend sends the second event only once this one has arrived here.
+        self.assertEqual(c.exactly(size), b"data: first\n\n")
+        self.backend.recorder.gate("stream").set()
+        c.line()
+        self.assertEqual(c.exactly(int(c.line(), 16)), b"data: second\n\n")
+        c.close()
+
+    def test_a_request_body_larger_than_body_bytes_streams_through(self):
+        body = os.urandom(3 * 1024 * 1024)  # limits.body_bytes is 1 KiB here
+        c = Client(self.server.port)
+        c.send(request("PUT", "/big", body=body))
+        status, _, reply, _ = c.response()
+        self.assertEqual(status, 200, reply)
+        seen = self.backend.recorder.find("/big")
+        self.assertEqual(seen["body_len"], len(body))
+        self.assertEqual(seen["body_sha"], hashlib.sha256(body).hexdigest())
+        chunked = b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
+        c.send(request("POST", "/chunked", headers=[("Transfer-Encoding", "chunked")]) + chunked)
+        self.assertEqual(c.response()[0], 200)
+        self.assertEqual(self.backend.recorder.find("/chunked")["body_len"], 11)
+        c.close()
+
+    def test_headers_are_checked_before_the_body_is_read(self):
+        c = Client(self.server.port)
+        c.send(request("POST", "/x", key="not-a-key-0000",
+                       headers=[("Content-Length", "100000000")]))
+        status, headers, _, _ = c.response()  # no body was sent: the answer cannot wait for it
+        self.assertEqual(status, 401)
+        c.close()
+
+    def test_chunk_extensions_and_trailers_are_bounded(self):
+        for tail in (b"1;" + b"e" * 200000 + b"\r\n", b"0\r\n" + b"X-T: v\r\n" * 20000):
+            c = Client(self.server.port)
+            c.send(request("POST", "/bounded", headers=[("Transfer-Encoding", "chunked")]))
+            try:
+                c.send(tail)
+                status, _, _, _ = c.response()
+                self.assertIn(status, (400, 413, 431))
+            except (BrokenPipeError, ConnectionResetError, EOFError):
+                pass  # refused before all of it was sent: as bounded as an answer
+            c.close()
+        self.assertIsNone(self.server.proc.poll())
+        self.assertNotIn("/bounded", self.backend.recorder.paths())
+
+
+class ProxyPool(unittest.TestCase):
+    def test_a_connection_the_backend_closed_while_idle_is_not_reused(self):
+        backend = Backend(idle_close_s=0.2)
+        server = Server(proxy_config(backend))
+        try:
+            res, _ = server.request(ALICE, "/first")
+            self.assertEqual(res.status, 200)
+            wait_for("the backend to close its idle connection",
+                     lambda: backend.recorder.closed >= 1)
+            # Not idempotent: no retry would save it. The pool must not hand out the dead one.
+            res, body = server.request(ALICE, "/after-gap", method="POST")
+            self.assertEqual(res.status, 200, body)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+            backend.close()
+
+
+def metric(server, name):
+    res, body = server.admin("/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+class QueuedRequests(unittest.TestCase):
+    def setUp(self):
+        self.backend = Backend()
+
+    def tearDown(self):
+        self.backend.close()
+
+    def test_a_client_that_leaves_while_queued_is_not_run(self):
+        server = Server(proxy_config(self.backend, slots=1))
+        try:
+            hold = test_server.Async(server, ALICE, "/hold")
+            wait_for("alice in flight", lambda: server.participants()["loop"]["in_flight"] == 1)
+            c = Client(server.port)
+            c.send(request("GET", "/abandoned", key=BOB))
+            wait_for("bob queued", lambda: server.tenant("bob")["queued"] == 1)
+            c.close()
+            wait_for("the departure counted",
+                     lambda: metric(server, "creditloop_requests_cancelled_total") == 1)
+            self.backend.recorder.gate("hold").set()
+            self.assertEqual(hold.get()[0], 200)
+            res, _ = server.request(BOB, "/later")
+            self.assertEqual(res.status, 200)
+            self.assertNotIn("/abandoned", self.backend.recorder.paths())
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_queue_timeout_answers_503_with_retry_after(self):
+        config = proxy_config(self.backend, slots=1)
+        config["tenants"][1]["queue_timeout_ms"] = 200
+        server = Server(config)
+        try:
+            hold = test_server.Async(server, ALICE, "/hold")
+            wait_for("alice in flight", lambda: server.participants()["loop"]["in_flight"] == 1)
+            began = time.monotonic()
+            res, body = server.request(BOB, "/too-late")
+            self.assertEqual(res.status, 503, body)
+            self.assertGreaterEqual(time.monotonic() - began, 0.2)
+            self.assertGreaterEqual(int(res.getheader("Retry-After")), 1)
+            self.backend.recorder.gate("hold").set()
+            self.assertEqual(hold.get()[0], 200)
+            self.assertNotIn("/too-late", self.backend.recorder.paths())
+            self.assertEqual(metric(server, "creditloop_requests_timed_out_total"), 1)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_shutdown_answers_the_queue_at_once_then_waits_for_flight(self):
+        d = test_server.tempfile.TemporaryDirectory()
+        log_path = os.path.join(d.name, "access.jsonl")
+        server = Server(proxy_config(self.backend, slots=1, access_log={"path": log_path}))
+        hold = test_server.Async(server, ALICE, "/hold")
+        wait_for("alice in flight", lambda: server.participants()["loop"]["in_flight"] == 1)
+        queued = [test_server.Async(server, BOB, f"/q{i}") for i in range(3)]
+        wait_for("bob queued", lambda: server.tenant("bob")["queued"] == 3)
+        server.proc.send_signal(signal.SIGTERM)
+        for q in queued:  # while alice's request still holds its slot
+            status, headers, _ = q.get()
+            self.assertEqual(status, 503)
+            self.assertIn("Retry-After", headers)
+        self.assertIsNone(server.proc.poll())
+        self.backend.recorder.gate("hold").set()
+        self.assertEqual(hold.get()[0], 200)
+        self.assertEqual(server.proc.wait(timeout=10), 0)
+        server.stop()
+        with open(log_path) as f:
+            lines = [json.loads(line) for line in f]
+        self.assertEqual(sorted(l["status"] for l in lines), [200, 503, 503, 503])
+        done = [l for l in lines if l["status"] == 200][0]
+        self.assertEqual(done["tenant"], "alice")
+        self.assertEqual(done["class"], "P1")
+        for field in ("wait_ms", "cost", "bytes", "request_id"):
+            self.assertIn(field, done)
+        d.cleanup()
+
+
+class Connections(unittest.TestCase):
+    def test_connections_beyond_the_limit_are_refused_and_room_comes_back(self):
+        config = base_config()
+        config["limits"]["max_connections"] = 3
+        server = Server(config)
+        try:
+            held = [Client(server.port) for _ in range(3)]
+            # The gauge counts the admin connection reading it too; that listener has no limit,
+            # so that an operator can look at a server whose tenants' listener is full.
+            wait_for("three connections open",
+                     lambda: metric(server, "creditloop_server_connections") == 4)
+            extra = Client(server.port)
+            try:
+                status, _, _, _ = extra.response()
+                self.assertEqual(status, 503)
+            except (EOFError, ConnectionResetError):
+                pass  # closed at once: refused all the same
+            self.assertGreaterEqual(metric(server, "creditloop_connections_refused_total"), 1)
+            held.pop().close()
+            wait_for("a place free", lambda: metric(server, "creditloop_server_connections") == 3)
+            res, _ = server.request(ALICE, "/work")
+            self.assertEqual(res.status, 200)
+            for c in held:
+                c.close()
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_out_of_descriptors_pauses_the_accept_loop(self):
+        config = base_config()
+        config["limits"]["max_connections"] = 100000
+        server = Server(config)
+        try:
+            # A small descriptor limit the process reaches with a few dozen connections.
+            subprocess.run(["prlimit", f"--pid={server.proc.pid}", "--nofile=64:64"], check=True)
+            clients = []
+            for _ in range(80):
+                try:
+                    clients.append(socket.create_connection(("127.0.0.1", server.port),
+                                                            timeout=2))
+                except OSError:
+                    break
+            wait_for("descriptors exhausted", lambda: "accept" in server.log())
+
+            def cpu_seconds():
+                with open(f"/proc/{server.proc.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+            before, t0 = cpu_seconds(), time.monotonic()
+            wait_for("a second of wall time", lambda: time.monotonic() - t0 >= 1.0)
+            used = (cpu_seconds() - before) / (time.monotonic() - t0)
+            self.assertLess(used, 0.3, "the accept loop spins on EMFILE")
+            for c in clients:
+                c.close()
+            wait_for("serving again", lambda: server.request(ALICE, "/work")[0].status == 200)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    args, rest = parser.parse_known_args()
+    test_server.SERVER = os.path.abspath(args.server)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)

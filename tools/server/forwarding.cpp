@@ -1,0 +1,158 @@
+#include "forwarding.hpp"
+
+#include <array>
+#include <cctype>
+#include <cstdint>
+#include <random>
+
+#include <boost/beast/http/rfc7230.hpp>
+
+namespace creditloop::server {
+namespace {
+
+bool same_token(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool hop_by_hop(http::field f) noexcept {
+  switch (f) {
+    case http::field::connection:
+    case http::field::keep_alive:
+    case http::field::proxy_connection:
+    case http::field::te:
+    case http::field::trailer:
+    case http::field::transfer_encoding:
+    case http::field::upgrade:
+    case http::field::proxy_authenticate:
+    case http::field::proxy_authorization:
+    case http::field::content_length:  // framing: the writing side sets its own
+    case http::field::expect:          // answered by the proxy, never passed on
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether a Connection header of `from` lists `name` (RFC 9110 section 7.6.1).
+bool named_by_connection(const http::fields& from, std::string_view name) {
+  for (auto it = from.find(http::field::connection);
+       it != from.end() && it->name() == http::field::connection; ++it) {
+    for (const auto token : http::token_list{it->value()}) {
+      if (same_token(std::string_view(token.data(), token.size()), name)) return true;
+    }
+  }
+  return false;
+}
+
+boost::beast::string_view text(std::string_view s) noexcept { return {s.data(), s.size()}; }
+
+}  // namespace
+
+bool keeps_alive(const http::request_header<>& req) {
+  bool close = false;
+  bool keep = false;
+  for (auto it = req.find(http::field::connection);
+       it != req.end() && it->name() == http::field::connection; ++it) {
+    for (const auto token : http::token_list{it->value()}) {
+      const std::string_view t(token.data(), token.size());
+      close = close || same_token(t, "close");
+      keep = keep || same_token(t, "keep-alive");
+    }
+  }
+  return req.version() >= 11 ? !close : keep && !close;
+}
+
+bool is_tenant_header(std::string_view name) noexcept {
+  if (name.size() != kTenantHeader.size()) return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i] == '_' ? '-' : name[i];
+    if (std::tolower(static_cast<unsigned char>(c)) !=
+        std::tolower(static_cast<unsigned char>(kTenantHeader[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void copy_end_to_end(const http::fields& from, http::fields& to) {
+  const bool lists = from.find(http::field::connection) != from.end();
+  for (const auto& f : from) {
+    if (hop_by_hop(f.name())) continue;
+    const std::string_view name(f.name_string().data(), f.name_string().size());
+    if (lists && named_by_connection(from, name)) continue;
+    to.insert(f.name_string(), f.value());
+  }
+}
+
+void backend_head(const http::request_header<>& client, const Forwarded& added,
+                  http::request_header<>& out) {
+  out.method(client.method());
+  if (client.method() == http::verb::unknown) out.method_string(client.method_string());
+  out.target(client.target());
+  out.version(11);
+  const bool lists = client.find(http::field::connection) != client.end();
+  std::string forwarded_for;
+  for (const auto& f : client) {
+    const std::string_view name(f.name_string().data(), f.name_string().size());
+    if (hop_by_hop(f.name()) || (lists && named_by_connection(client, name))) continue;
+    switch (f.name()) {
+      case http::field::authorization:  // the tenant's key stays with the proxy
+      case http::field::host:
+        continue;
+      default:
+        break;
+    }
+    if (same_token(name, "X-Forwarded-Proto")) continue;
+    if (same_token(name, "X-Forwarded-For")) {
+      if (!forwarded_for.empty()) forwarded_for += ", ";
+      forwarded_for.append(f.value().data(), f.value().size());
+      continue;
+    }
+    if (is_tenant_header(name) || same_token(name, "X-Request-Id")) continue;
+    out.insert(f.name_string(), f.value());
+  }
+  if (!added.host.empty()) {
+    out.set(http::field::host, text(added.host));
+  } else if (const auto host = client.find(http::field::host); host != client.end()) {
+    out.set(http::field::host, host->value());
+  }
+  if (!forwarded_for.empty()) forwarded_for += ", ";
+  forwarded_for += added.client_address;
+  out.set("X-Forwarded-For", forwarded_for);
+  out.set("X-Forwarded-Proto", "http");
+  out.set(text(kTenantHeader), text(added.tenant));
+  out.set("X-Request-Id", text(added.request_id));
+}
+
+bool usable_request_id(std::string_view id) noexcept {
+  if (id.empty() || id.size() > 128) return false;
+  for (const char c : id) {
+    if (c <= ' ' || c > '~') return false;
+  }
+  return true;
+}
+
+std::string make_request_id() {
+  // Unpredictable enough that ids from two processes or threads do not collide; not a secret.
+  thread_local std::mt19937_64 generator{[] {
+    std::random_device device;
+    return (std::uint64_t{device()} << 32) ^ device();
+  }()};
+  static constexpr std::array<char, 16> hex{'0', '1', '2', '3', '4', '5', '6', '7',
+                                            '8', '9', 'a', 'b', 'c', 'd', 'e', 'f'};
+  std::string id(32, '0');
+  for (std::size_t half = 0; half < 2; ++half) {
+    std::uint64_t bits = generator();
+    for (std::size_t i = 0; i < 16; ++i, bits >>= 4) id[half * 16 + i] = hex[bits & 0xf];
+  }
+  return id;
+}
+
+}  // namespace creditloop::server
