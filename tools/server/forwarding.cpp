@@ -3,6 +3,7 @@
 #include <array>
 #include <cctype>
 #include <cstdint>
+#include <optional>
 #include <random>
 
 #include <boost/beast/http/rfc7230.hpp>
@@ -81,9 +82,10 @@ bool is_tenant_header(std::string_view name) noexcept {
   return true;
 }
 
-void copy_end_to_end(const http::fields& from, http::fields& to) {
+void copy_end_to_end(const http::fields& from, http::fields& to, std::size_t count) {
   const bool lists = from.find(http::field::connection) != from.end();
   for (const auto& f : from) {
+    if (count-- == 0) break;  // the rest came as trailers
     if (hop_by_hop(f.name())) continue;
     const std::string_view name(f.name_string().data(), f.name_string().size());
     if (lists && named_by_connection(from, name)) continue;
@@ -95,7 +97,23 @@ void backend_head(const http::request_header<>& client, const Forwarded& added,
                   http::request_header<>& out) {
   out.method(client.method());
   if (client.method() == http::verb::unknown) out.method_string(client.method_string());
-  out.target(client.target());
+  // An absolute-form target (RFC 9112 section 3.2.2) names the host itself, which then wins over
+  // any Host header; the backend gets the origin form.
+  std::string_view target(client.target().data(), client.target().size());
+  std::string_view target_host;
+  for (const std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() > scheme.size() && same_token(target.substr(0, scheme.size()), scheme)) {
+      const std::string_view rest = target.substr(scheme.size());
+      const auto slash = rest.find_first_of("/?");
+      target_host = rest.substr(0, slash);
+      target = slash == std::string_view::npos ? std::string_view("/") : rest.substr(slash);
+    }
+  }
+  if (!target.empty() && target.front() == '?') {
+    out.target(text("/" + std::string(target)));
+  } else {
+    out.target(text(target));
+  }
   out.version(11);
   const bool lists = client.find(http::field::connection) != client.end();
   std::string forwarded_for;
@@ -120,8 +138,12 @@ void backend_head(const http::request_header<>& client, const Forwarded& added,
   }
   if (!added.host.empty()) {
     out.set(http::field::host, text(added.host));
+  } else if (!target_host.empty()) {
+    out.set(http::field::host, text(target_host));
   } else if (const auto host = client.find(http::field::host); host != client.end()) {
     out.set(http::field::host, host->value());
+  } else {
+    out.set(http::field::host, text(added.backend_address));  // HTTP/1.0 may send none
   }
   if (!forwarded_for.empty()) forwarded_for += ", ";
   forwarded_for += added.client_address;
@@ -129,6 +151,23 @@ void backend_head(const http::request_header<>& client, const Forwarded& added,
   out.set("X-Forwarded-Proto", "http");
   out.set(text(kTenantHeader), text(added.tenant));
   out.set("X-Request-Id", text(added.request_id));
+}
+
+std::optional<std::string> bad_host(const http::request_header<>& req) {
+  const auto first = req.find(http::field::host);
+  if (first == req.end()) {
+    if (req.version() >= 11) return std::string("an HTTP/1.1 request needs a Host header");
+    return std::nullopt;
+  }
+  auto next = first;
+  if (++next != req.end() && next->name() == http::field::host) {
+    return std::string("more than one Host header");
+  }
+  for (const char c : first->value()) {
+    if (c == ' ' || c == '\t' || c == '/' || c == '@')
+      return std::string("a malformed Host header");
+  }
+  return std::nullopt;
 }
 
 bool usable_request_id(std::string_view id) noexcept {

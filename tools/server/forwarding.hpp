@@ -13,6 +13,7 @@
 //   made.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -32,15 +33,19 @@ inline constexpr std::string_view kTenantHeader = "X-Creditloop-Tenant";
 /// Whether `name` is the tenant header in any spelling a backend might read as it.
 [[nodiscard]] bool is_tenant_header(std::string_view name) noexcept;
 
-/// Copies the end-to-end headers of `from` into `to`: everything but the hop-by-hop headers,
-/// those a Connection header of `from` names, framing (Content-Length), and Expect.
-void copy_end_to_end(const http::fields& from, http::fields& to);
+/// Copies the end-to-end headers among the first `count` fields of `from` into `to`: everything
+/// but the hop-by-hop headers, those a Connection header of `from` names, framing
+/// (Content-Length), and Expect. Fields past `count` are the trailers a parser appended; like
+/// nginx, the proxy drops trailers rather than let a trailer pass as a header.
+void copy_end_to_end(const http::fields& from, http::fields& to,
+                     std::size_t count = static_cast<std::size_t>(-1));
 
 /// What the proxy adds to a request it forwards.
 struct Forwarded {
   std::string_view tenant;
   std::string_view client_address;
-  std::string_view host;  // the Host to send; empty: the client's
+  std::string_view host;             // the Host to send; empty: the client's
+  std::string_view backend_address;  // the Host when the client sent none (HTTP/1.0)
   std::string_view request_id;
 };
 
@@ -48,6 +53,10 @@ struct Forwarded {
 /// (Content-Length or chunked) is the caller's, who knows how the body will be sent.
 void backend_head(const http::request_header<>& client, const Forwarded& added,
                   http::request_header<>& out);
+
+/// Why a request's Host cannot be trusted to name one site (RFC 9112 section 3.2: none in
+/// HTTP/1.1, two, or one with characters no authority has): such a request is answered 400.
+[[nodiscard]] std::optional<std::string> bad_host(const http::request_header<>& req);
 
 /// A request id the client sent that may be passed on: 1 to 128 visible ASCII characters.
 [[nodiscard]] bool usable_request_id(std::string_view id) noexcept;

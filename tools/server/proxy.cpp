@@ -3,6 +3,7 @@
 #include <sys/ioctl.h>
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <string>
@@ -107,6 +108,7 @@ class Exchanger {
   std::unique_ptr<Backend::Connection> conn_;
   std::optional<http::response_parser<http::buffer_body>> response_;
   std::optional<double> named_cost_;
+  std::size_t header_fields_ = 0;  // of the final response: what follows them are trailers
   bool backend_timed_out_ = false;
   ProxyOutcome out_;
 };
@@ -136,7 +138,8 @@ asio::awaitable<bool> Exchanger::send_request() {
   const bool body = client_body_pending();
   http::request<http::buffer_body> forward;
   backend_head(req,
-               Forwarded{e_.tenant->name, e_.client_address, config_.proxy.host, e_.request_id},
+               Forwarded{e_.tenant->name, e_.client_address, config_.proxy.host, backend_.address(),
+                         e_.request_id},
                forward.base());
   if (const auto length = e_.parser->content_length()) {
     forward.content_length(*length);
@@ -241,6 +244,8 @@ asio::awaitable<bool> Exchanger::read_response_head() {
     }
   }
   named_cost_ = cost_from(response_->get(), config_.proxy.cost_header);
+  const auto& fields = response_->get();
+  header_fields_ = static_cast<std::size_t>(std::distance(fields.begin(), fields.end()));
   co_return true;
 }
 
@@ -273,7 +278,7 @@ asio::awaitable<void> Exchanger::relay_response() {
   res.result(backend_res.result_int());
   res.reason(backend_res.reason());
   res.version(11);
-  copy_end_to_end(backend_res, res);
+  copy_end_to_end(backend_res, res, header_fields_);
   bool keep_alive = keeps_alive(req) && !client_body_pending();
   if (head_only) {
     // HEAD keeps the length the backend announced; 204 and 304 carry none.

@@ -312,6 +312,12 @@ long retry_after(std::optional<std::chrono::nanoseconds> next) {
 
 std::optional<Response> Server::admit(Exchange& e) {
   const RequestHead& head = e.head();
+  if (const std::optional<std::string> why = bad_host(head)) {
+    bad_requests.fetch_add(1, std::memory_order_relaxed);  // a statistic
+    Response res = refusal(head, http::status::bad_request, *why + "\n");
+    res.keep_alive(false);
+    return res;
+  }
   if (stopping()) return refusal(head, http::status::service_unavailable, "shutting down\n", 1);
   const std::shared_ptr<const Directory> dir = directory();
   const auto id = head.find("X-Request-Id");
