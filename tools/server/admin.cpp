@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 
@@ -54,15 +55,12 @@ std::map<std::string, ParticipantSnapshot> snapshots_by_name(Server& server) {
 }
 
 // The admin key, when configured, is compared in constant time like a tenant's.
-bool admitted(const Server& server, const Request& request) {
-  const std::string& key = server.directory()->config->admin_key;
-  if (key.empty()) return true;
-  const auto it = request.find(http::field::authorization);
-  if (it == request.end()) return false;
-  const std::string expected = "Bearer " + key;
-  const std::string_view given(it->value().data(), it->value().size());
-  return given.size() == expected.size() &&
-         CRYPTO_memcmp(given.data(), expected.data(), expected.size()) == 0;
+bool key_admitted(const ServerConfig& config, const Request& request) {
+  if (!config.admin_key) return true;
+  const std::optional<std::string_view> token = bearer_token(request);
+  if (!token) return false;
+  const std::optional<KeyDigest> given = key_digest(*token);
+  return given && CRYPTO_memcmp(given->data(), config.admin_key->data(), given->size()) == 0;
 }
 
 }  // namespace
@@ -302,14 +300,30 @@ std::string participants_json(Server& server) {
   return out.dump();
 }
 
+std::optional<std::string_view> bearer_token(const Request& request) {
+  const auto it = request.find(http::field::authorization);
+  if (it == request.end()) return std::nullopt;
+  std::string_view v(it->value().data(), it->value().size());
+  constexpr std::string_view scheme = "bearer ";
+  if (v.size() <= scheme.size()) return std::nullopt;
+  for (std::size_t i = 0; i < scheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(v[i])) != scheme[i]) return std::nullopt;
+  }
+  v.remove_prefix(scheme.size());
+  while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+  while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
+  if (v.empty()) return std::nullopt;
+  return v;
+}
+
 bool admin_admitted(const Server& server, const Request& request) {
-  return admitted(server, request);
+  return key_admitted(*server.directory()->config, request);
 }
 
 Response admin_response(Server& server, const Request& request) {
   const std::string_view target(request.target().data(), request.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
-  if (!admitted(server, request)) {
+  if (!key_admitted(*server.directory()->config, request)) {
     Response res = make_response(request, http::status::unauthorized, "admin key required\n");
     res.set(http::field::www_authenticate, "Bearer");
     return res;

@@ -5,7 +5,9 @@
 // is served here too; its event stream, /ui/events, by live.hpp.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "session.hpp"
@@ -18,7 +20,12 @@ namespace creditloop::server {
 
 class Server;
 
-/// Whether the request carries the admin key, when one is configured (compared in constant time).
+/// The token of `Authorization: Bearer TOKEN` (the scheme in any case, spaces around the token
+/// ignored); nothing for another scheme or none.
+[[nodiscard]] std::optional<std::string_view> bearer_token(const Request& request);
+
+/// Whether the request carries the admin key, when one is configured (compared in constant time,
+/// as a digest).
 [[nodiscard]] bool admin_admitted(const Server& server, const Request& request);
 
 [[nodiscard]] Response admin_response(Server& server, const Request& request);

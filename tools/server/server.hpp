@@ -7,7 +7,7 @@
 // cost by whoever finished it, answered on its connection's strand.
 //
 // Tenants' listener: every request needs `Authorization: Bearer KEY`. Admin listener (loopback by
-// default; with `admin.key`, that key too): /metrics, /debug/participants, /health, and the live
+// default; with an admin key, that key too): /metrics, /debug/participants, /health, and the live
 // picture /ui with its event stream /ui/events (live.hpp). A tenant's key is never accepted there.
 #pragma once
 
@@ -40,8 +40,6 @@ class Backend;
 class LiveView;
 class Fleet;
 struct Exchange;
-
-using KeyDigest = std::array<unsigned char, 32>;
 
 struct KeyDigestHash {
   std::size_t operator()(const KeyDigest& d) const noexcept;
