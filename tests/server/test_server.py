@@ -516,6 +516,37 @@ class KeySources(unittest.TestCase):
         self.assertNotIn("bob-key-0000", server.log())
 
 
+class AdminKeyDistinct(unittest.TestCase):
+    def test_an_admin_key_equal_to_a_tenant_key_is_refused_at_start_and_at_reload(self):
+        for admin, files, field in [({"key": "alice-key-0001"}, {}, "admin.key"),
+                                    ({"key_file": "k"}, {"k": "bob-key-00001\n"}, "admin.key_file")]:
+            with self.subTest(admin=admin):
+                status, err = check_config(base_config(admin={"listen": "127.0.0.1:0", **admin}),
+                                           files)
+                self.assertEqual(status, 3, err)
+                self.assertIn(f"{field}: is the key of tenant ", err)
+                self.assertNotIn("alice-key-0001", err)
+                self.assertNotIn("bob-key-00001", err)
+
+        config = base_config(admin={"listen": "127.0.0.1:0", "key": "admin-secret-1"})
+        server = Server(config)
+        try:
+            config["admin"] = {"listen": "127.0.0.1:0", "key_sha256": sha256_hex("bob-key-00001")}
+            server.write_config(config)
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for("refusal logged", lambda: "reload refused" in server.log())
+            self.assertIn('admin.key_sha256: is the key of tenant "bob" too', server.log())
+            res, _ = server.admin("/health", key="admin-secret-1")
+            self.assertEqual(res.status, 200)  # the old admin key stays
+            res, _ = server.admin("/health", key="bob-key-00001")
+            self.assertEqual(res.status, 401)
+            res, _ = server.request("bob-key-00001", "/work")
+            self.assertEqual(res.status, 200)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+        self.assertNotIn("bob-key-00001", server.log())
+
+
 class Reload(unittest.TestCase):
     def test_sighup_adds_removes_replans_and_refuses_bad_files(self):
         config = base_config(slots=1)

@@ -412,6 +412,14 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
   }
   if (const json* f = top.find("fleet")) s.fleet = fleet(*f);
   top.finish();
+  // Checked here, after the tenants: the admin key would otherwise open a tenant's account and
+  // a tenant's key the admin endpoints.
+  if (admin_key) {
+    if (const auto it = keys.find(admin_key->digest); it != keys.end()) {
+      fail(admin_key->path,
+           "is the key of tenant \"" + it->second + "\" too; the admin key must be another");
+    }
+  }
   return s;
 }
 

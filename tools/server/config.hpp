@@ -96,7 +96,7 @@ struct ServerConfig {
   Endpoint listen{"127.0.0.1", 8080};
   Endpoint admin_listen{"127.0.0.1", 9090};
   /// When set, the admin endpoints also demand `Authorization: Bearer ADMIN_KEY` (this is its
-  /// digest).
+  /// digest). Never equal to a tenant's.
   std::optional<KeyDigest> admin_key;
   unsigned io_threads = 2;
   unsigned workers = 4;  // work mode: threads running requests
