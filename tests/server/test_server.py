@@ -178,7 +178,11 @@ class Async:
 
 def raw_exchange(port, payload, timeout=5.0):
     """Sends bytes, returns whatever the server answers before closing."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+    return raw_exchange_to("127.0.0.1", port, payload, timeout)
+
+
+def raw_exchange_to(address, port, payload, timeout=5.0):
+    with socket.create_connection((address, port), timeout=timeout) as s:
         s.sendall(payload)
         chunks = []
         try:
@@ -545,6 +549,95 @@ class AdminKeyDistinct(unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0, server.log())
         self.assertNotIn("bob-key-00001", server.log())
+
+
+class AdminHosts(unittest.TestCase):
+    """The admin listener answers only to its own names: a page on another site that rebinds its
+    name to 127.0.0.1 still sends its own name in Host."""
+
+    def get(self, server, host, path="/health", key=None):
+        headers = {} if host is None else {"Host": host}
+        res, body = server.request(key, path, port=server.admin_port, headers=headers)
+        return res.status, body
+
+    def assert_misdirected(self, server, host, path="/metrics"):
+        status, body = self.get(server, host, path)
+        self.assertEqual(status, 421, (host, body[:80]))
+        self.assertLess(len(body), 100)
+        self.assertNotIn(b"creditloop_", body)
+
+    def test_default_names_and_others_refused(self):
+        server = Server(base_config())
+        try:
+            p = server.admin_port
+            for host in ["localhost", f"localhost:{p}", "LocalHost:1", f"127.0.0.1:{p}",
+                         "127.0.0.1", f"[::1]:{p}", "[::1]"]:
+                self.assertEqual(self.get(server, host)[0], 200, host)
+            for host in ["evil.example", f"evil.example:{p}", "localhost.evil.example",
+                         "127.0.0.1.nip.io", "[::2]", f"127.0.0.2:{p}", ""]:
+                self.assert_misdirected(server, host)
+            self.assert_misdirected(server, "evil.example", "/ui/events")  # no stream either
+            self.assert_misdirected(server, "evil.example", "/debug/participants")
+            # HTTP/1.1 needs a Host; HTTP/1.0 may go without (no browser sends that).
+            raw = raw_exchange(p, b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")
+            self.assertEqual(status_of(raw), 421, raw)
+            raw = raw_exchange(p, b"GET /health HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n"
+                                  b"Connection: close\r\n\r\n")
+            self.assertEqual(status_of(raw), 421, raw)
+            raw = raw_exchange(p, b"GET /health HTTP/1.0\r\n\r\n")
+            self.assertEqual(status_of(raw), 200, raw)
+            # The tenants' listener does not care.
+            res, _ = server.request("alice-key-0001", "/work", headers={"Host": "evil.example"})
+            self.assertEqual(res.status, 200)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+        # The admin listen address's own host is one of the defaults.
+        server = Server(base_config(admin={"listen": "127.0.0.2:0"}))
+        try:
+            raw = raw_exchange_to("127.0.0.2", server.admin_port,
+                                  b"GET /health HTTP/1.1\r\nHost: 127.0.0.2:%d\r\n"
+                                  b"Connection: close\r\n\r\n" % server.admin_port)
+            self.assertEqual(status_of(raw), 200, raw)
+            raw = raw_exchange_to("127.0.0.2", server.admin_port,
+                                  b"GET /health HTTP/1.1\r\nHost: 127.0.0.3\r\n"
+                                  b"Connection: close\r\n\r\n")
+            self.assertEqual(status_of(raw), 421, raw)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_configured_names_replace_the_defaults_and_reload(self):
+        config = base_config(admin={"listen": "127.0.0.1:0",
+                                    "hosts": ["Admin.Example", "mon.example:9999", "::1"]})
+        server = Server(config)
+        try:
+            for host in ["admin.example", "ADMIN.EXAMPLE:1234", "mon.example:9999", "[::1]:80"]:
+                self.assertEqual(self.get(server, host)[0], 200, host)
+            for host in ["mon.example", "mon.example:9998", "localhost", "127.0.0.1",
+                         "admin.example.evil"]:
+                self.assert_misdirected(server, host)
+            config["admin"]["hosts"] = ["other.example"]
+            server.write_config(config)
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for("reload", lambda: "configuration reloaded" in server.log())
+            self.assertEqual(self.get(server, "other.example")[0], 200)
+            self.assert_misdirected(server, "admin.example")
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_bad_hosts_name_the_field(self):
+        for hosts, message in [("localhost", "admin.hosts: must be a list of host names"),
+                               ([], "admin.hosts: must name at least one host"),
+                               (["ok", 7], "admin.hosts[1]: must be a string"),
+                               (["a b"], 'admin.hosts[0]: must be a host name'),
+                               (["h:99999"], "admin.hosts[0]: port must be from 1 to 65535"),
+                               (["h:"], 'admin.hosts[0]: must be a host name'),
+                               (["[::1"], 'admin.hosts[0]: must be a host name')]:
+            with self.subTest(hosts=hosts):
+                status, err = check_config(base_config(admin={"listen": "127.0.0.1:0",
+                                                              "hosts": hosts}))
+                self.assertEqual(status, 3, err)
+                self.assertIn(message, err)
 
 
 class Reload(unittest.TestCase):

@@ -316,14 +316,43 @@ std::optional<std::string_view> bearer_token(const Request& request) {
   return v;
 }
 
+bool admin_host_allowed(const std::vector<HostName>& names, const Request& request) {
+  // Two Host fields are two answers to one question: neither is believed.
+  const std::size_t fields = request.count(http::field::host);
+  if (fields == 0) return request.version() < 11;
+  if (fields > 1) return false;
+  const auto value = request[http::field::host];
+  const auto parsed = parse_host_name(std::string_view(value.data(), value.size()));
+  const HostName* given = std::get_if<HostName>(&parsed);
+  if (given == nullptr) return false;
+  return std::any_of(names.begin(), names.end(), [given](const HostName& name) {
+    return name.host == given->host && (!name.port || name.port == given->port);
+  });
+}
+
 bool admin_admitted(const Server& server, const Request& request) {
-  return key_admitted(*server.directory()->config, request);
+  const std::shared_ptr<const Directory> dir = server.directory();
+  return admin_host_allowed(dir->config->admin_hosts, request) &&
+         key_admitted(*dir->config, request);
 }
 
 Response admin_response(Server& server, const Request& request) {
   const std::string_view target(request.target().data(), request.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
-  if (!key_admitted(*server.directory()->config, request)) {
+  const std::shared_ptr<const Directory> dir = server.directory();
+  // Checked first, before the key: a page that reached this listener by rebinding its own name
+  // to this address sends that name, and learns nothing, not even whether a key is wanted.
+  // 421 Misdirected Request (RFC 9110, 15.5.20) says exactly this: the authority asked for is
+  // not one this server answers for. It is what nginx answers when a request names a host that
+  // its connection's server does not serve, and, unlike 403, it does not read as a missing
+  // permission that a key would grant, nor set off the alerts operators keep for those.
+  if (!admin_host_allowed(dir->config->admin_hosts, request)) {
+    Response res =
+        make_response(request, http::status::misdirected_request, "unknown Host for this server\n");
+    res.keep_alive(false);  // a client at the wrong authority has no business on this connection
+    return res;
+  }
+  if (!key_admitted(*dir->config, request)) {
     Response res = make_response(request, http::status::unauthorized, "admin key required\n");
     res.set(http::field::www_authenticate, "Bearer");
     return res;

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config.hpp"
 #include "session.hpp"
 
 namespace prometheus {
@@ -24,8 +25,12 @@ class Server;
 /// ignored); nothing for another scheme or none.
 [[nodiscard]] std::optional<std::string_view> bearer_token(const Request& request);
 
-/// Whether the request carries the admin key, when one is configured (compared in constant time,
-/// as a digest).
+/// Whether the request's `Host` is one of `admin.hosts`: case-insensitive, and any port for a
+/// name given without one. HTTP/1.0 may leave it out; HTTP/1.1 may not.
+[[nodiscard]] bool admin_host_allowed(const std::vector<HostName>& names, const Request& request);
+
+/// Whether the admin listener may serve the request: a `Host` of its own and, when one is
+/// configured, the admin key (compared in constant time, as a digest).
 [[nodiscard]] bool admin_admitted(const Server& server, const Request& request);
 
 [[nodiscard]] Response admin_response(Server& server, const Request& request);

@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -253,6 +255,29 @@ std::optional<GivenKey> given_key(Fields& f, const std::string& base_dir, bool r
   return given;
 }
 
+std::vector<HostName> admin_hosts(const json* v, const std::string& path, const Endpoint& listen) {
+  std::vector<HostName> out;
+  if (v == nullptr) {
+    // What a browser on this machine sends, and the address the listener was told to take.
+    for (const std::string& name :
+         {std::string("localhost"), std::string("127.0.0.1"), std::string("[::1]"), listen.host}) {
+      auto parsed = parse_host_name(name);
+      if (auto* h = std::get_if<HostName>(&parsed)) out.push_back(std::move(*h));
+    }
+    return out;
+  }
+  if (!v->is_array()) fail(path, "must be a list of host names");
+  if (v->empty()) fail(path, "must name at least one host");
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    if (!(*v)[i].is_string()) fail(at, "must be a string");
+    auto parsed = parse_host_name((*v)[i].get_ref<const std::string&>());
+    if (auto* why = std::get_if<std::string>(&parsed)) fail(at, *why);
+    out.push_back(std::get<HostName>(std::move(parsed)));
+  }
+  return out;
+}
+
 Config plans(const json& root, Fields& top) {
   Config config;
   config.classes = static_cast<int>(top.integer("classes", 2, 1, kMaxClasses));
@@ -338,7 +363,10 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
     Fields f(*a, "admin");
     s.admin_listen = endpoint(f, "listen", s.admin_listen);
     admin_key = given_key(f, base_dir, false);
+    s.admin_hosts = admin_hosts(f.find("hosts"), f.path("hosts"), s.admin_listen);
     f.finish();
+  } else {
+    s.admin_hosts = admin_hosts(nullptr, "admin.hosts", s.admin_listen);
   }
   if (admin_key) s.admin_key = admin_key->digest;
   s.io_threads = static_cast<unsigned>(top.integer("io_threads", s.io_threads, 1, 256));
@@ -433,6 +461,65 @@ std::optional<KeyDigest> key_digest(std::string_view key) noexcept {
     return std::nullopt;
   }
   return d;
+}
+
+std::variant<HostName, std::string> parse_host_name(std::string_view text) {
+  const auto bad = [text] {
+    return "must be a host name, optionally with :PORT, got \"" + std::string(text) + "\"";
+  };
+  const auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  const auto only = [](std::string_view s, std::string_view allowed_punctuation) {
+    for (const char c : s) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      allowed_punctuation.find(c) != std::string_view::npos;
+      if (!ok) return false;
+    }
+    return true;
+  };
+  const auto ipv6 = [](std::string_view s) {
+    return !s.empty() && s.size() <= 45 && s.find(':') != std::string_view::npos &&
+           s.find_first_not_of("0123456789abcdefABCDEF:.") == std::string_view::npos;
+  };
+  HostName h;
+  std::string_view port;
+  bool has_port = false;
+  if (text.starts_with('[')) {
+    const auto close = text.find(']');
+    if (close == std::string_view::npos || !ipv6(text.substr(1, close - 1))) return bad();
+    h.host = "[" + lower(text.substr(1, close - 1)) + "]";
+    const std::string_view rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return bad();
+      port = rest.substr(1);
+      has_port = true;
+    }
+  } else if (std::count(text.begin(), text.end(), ':') > 1) {
+    if (!ipv6(text)) return bad();  // a bare IPv6 address, as `admin.listen` holds one
+    h.host = "[" + lower(text) + "]";
+  } else {
+    const auto colon = text.find(':');
+    const std::string_view name = text.substr(0, colon);
+    if (name.empty() || name.size() > 253 || !only(name, ".-_")) return bad();
+    h.host = lower(name);
+    if (colon != std::string_view::npos) {
+      port = text.substr(colon + 1);
+      has_port = true;
+    }
+  }
+  if (has_port) {
+    if (port.empty() || port.size() > 5 ||
+        port.find_first_not_of("0123456789") != std::string_view::npos) {
+      return bad();
+    }
+    const unsigned long p = std::stoul(std::string(port));
+    if (p == 0 || p > 65535) return std::string("port must be from 1 to 65535");
+    h.port = static_cast<std::uint16_t>(p);
+  }
+  return h;
 }
 
 ConfigResult parse_config(std::string_view json_text, const std::string& base_dir) {

@@ -33,6 +33,16 @@ using KeyDigest = std::array<unsigned char, 32>;
 /// Nothing only when libcrypto cannot compute a SHA-256, which leaves nothing to compare.
 [[nodiscard]] std::optional<KeyDigest> key_digest(std::string_view key) noexcept;
 
+/// A name the admin listener answers to, as `Host` gives it.
+struct HostName {
+  std::string host;                   // lower case; an IPv6 address in brackets
+  std::optional<std::uint16_t> port;  // none: any port
+  bool operator==(const HostName&) const = default;
+};
+
+/// `NAME`, `NAME:PORT`, `[IPV6]`, `[IPV6]:PORT`, or a bare IPv6 address; otherwise why not.
+[[nodiscard]] std::variant<HostName, std::string> parse_host_name(std::string_view text);
+
 struct TenantConfig {
   std::string name;
   KeyDigest key{};  // the digest of its bearer token (given as key, key_sha256, key_file, key_env)
@@ -98,6 +108,8 @@ struct ServerConfig {
   /// When set, the admin endpoints also demand `Authorization: Bearer ADMIN_KEY` (this is its
   /// digest). Never equal to a tenant's.
   std::optional<KeyDigest> admin_key;
+  /// The names the admin listener answers to (`admin.hosts`, or the defaults); never empty.
+  std::vector<HostName> admin_hosts;
   unsigned io_threads = 2;
   unsigned workers = 4;  // work mode: threads running requests
   /// Room: requests in flight at once (work: on the workers; proxy: the backend's concurrency

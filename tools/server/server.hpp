@@ -7,8 +7,9 @@
 // cost by whoever finished it, answered on its connection's strand.
 //
 // Tenants' listener: every request needs `Authorization: Bearer KEY`. Admin listener (loopback by
-// default; with an admin key, that key too): /metrics, /debug/participants, /health, and the live
-// picture /ui with its event stream /ui/events (live.hpp). A tenant's key is never accepted there.
+// default; only under its own names in `Host`; with an admin key, that key too): /metrics,
+// /debug/participants, /health, and the live picture /ui with its event stream /ui/events
+// (live.hpp). A tenant's key is never accepted there.
 #pragma once
 
 #include <array>
