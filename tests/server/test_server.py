@@ -401,6 +401,13 @@ def check_config(config, files=None, env=None):
         return r.returncode, r.stderr
 
 
+def metric(text, line_start):
+    """The value of the one sample whose line starts with `line_start` (name and labels)."""
+    values = [float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(line_start + " ")]
+    assert len(values) == 1, (line_start, text)
+    return values[0]
+
+
 class KeySources(unittest.TestCase):
     """A tenant's or the admin's key: in the file, as its SHA-256, in a file, or in a variable."""
 
@@ -638,6 +645,37 @@ class AdminHosts(unittest.TestCase):
                                                               "hosts": hosts}))
                 self.assertEqual(status, 3, err)
                 self.assertIn(message, err)
+
+
+class Unauthorized(unittest.TestCase):
+    def test_failed_authentications_are_counted_per_listener(self):
+        server = Server(base_config(admin={"listen": "127.0.0.1:0", "key": "admin-secret-1"}))
+        try:
+            def counts():
+                res, body = server.admin("/metrics", key="admin-secret-1")
+                self.assertEqual(res.status, 200)
+                text = body.decode()
+                types = [l for l in text.splitlines()
+                         if l.startswith("# TYPE creditloop_server_unauthorized_total ")]
+                self.assertEqual(types, ["# TYPE creditloop_server_unauthorized_total counter"])
+                return (metric(text, 'creditloop_server_unauthorized_total{listener="tenants"}'),
+                        metric(text, 'creditloop_server_unauthorized_total{listener="admin"}'))
+
+            self.assertEqual(counts(), (0, 0))
+            self.assertEqual(server.request(None, "/work")[0].status, 401)
+            self.assertEqual(server.request("alice-key-0002", "/work")[0].status, 401)
+            self.assertEqual(server.request(None, "/work", headers={
+                "Authorization": "Basic YWxpY2U6eA=="})[0].status, 401)
+            self.assertEqual(server.request("alice-key-0001", "/work")[0].status, 200)
+            self.assertEqual(server.admin("/metrics")[0].status, 401)
+            self.assertEqual(server.admin("/ui/events", key="alice-key-0001")[0].status, 401)
+            # A wrong name is not a failed authentication.
+            res, _ = server.request("admin-secret-1", "/metrics", port=server.admin_port,
+                                    headers={"Host": "evil.example"})
+            self.assertEqual(res.status, 421)
+            self.assertEqual(counts(), (3, 2))
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
 
 
 class Reload(unittest.TestCase):

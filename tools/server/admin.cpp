@@ -198,6 +198,16 @@ std::string metrics_text(Server& server) {
                             "Requests refused as malformed or too large", MetricType::Counter);
   add_counter(bad, {}, static_cast<double>(server.bad_requests.load(std::memory_order_relaxed)));
   families.push_back(std::move(bad));
+  // relaxed: statistics, read alone; they pair with the relaxed increments where a 401 is
+  // answered (Server::accept_request, admin_response) and order nothing else.
+  MetricFamily unauthorized =
+      family("creditloop_server_unauthorized_total",
+             "Requests refused for want of a valid key, by listener", MetricType::Counter);
+  add_counter(unauthorized, labelled({{"listener", "tenants"}}),
+              static_cast<double>(server.unauthorized_tenants.load(std::memory_order_relaxed)));
+  add_counter(unauthorized, labelled({{"listener", "admin"}}),
+              static_cast<double>(server.unauthorized_admin.load(std::memory_order_relaxed)));
+  families.push_back(std::move(unauthorized));
   if (const Fleet* fleet = server.fleet()) add_fleet_metrics(families, *fleet);
   if (const std::optional<CaptureStats> c = server.scheduler().capture_stats()) {
     // An operator's two questions: is it recording everything, and can it write?
@@ -353,6 +363,8 @@ Response admin_response(Server& server, const Request& request) {
     return res;
   }
   if (!key_admitted(*dir->config, request)) {
+    // relaxed: a statistic; pairs with the relaxed load in metrics_text(), nothing else.
+    server.unauthorized_admin.fetch_add(1, std::memory_order_relaxed);
     Response res = make_response(request, http::status::unauthorized, "admin key required\n");
     res.set(http::field::www_authenticate, "Bearer");
     return res;

@@ -259,6 +259,8 @@ void Server::accept_request(std::unique_ptr<Exchange> e) {
   const std::optional<KeyDigest> digest = key ? key_digest(*key) : std::nullopt;
   const auto found = digest ? dir->by_key.find(*digest) : dir->by_key.end();
   if (found == dir->by_key.end()) {
+    // relaxed: a statistic; pairs with the relaxed load in metrics_text(), nothing else.
+    unauthorized_tenants.fetch_add(1, std::memory_order_relaxed);
     refuse(std::move(e), 401, key ? "unknown key\n" : "Authorization: Bearer KEY required\n");
     return;
   }

@@ -108,6 +108,9 @@ class Server {
 
   std::atomic<std::uint64_t> connections_open{0};
   std::atomic<std::uint64_t> bad_requests{0};
+  /// Requests answered 401 (no key, an unknown one, another scheme), per listener.
+  std::atomic<std::uint64_t> unauthorized_tenants{0};
+  std::atomic<std::uint64_t> unauthorized_admin{0};
 
  private:
   void start_request(Pending& p);
