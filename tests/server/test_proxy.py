@@ -463,7 +463,7 @@ class QueuedRequests(unittest.TestCase):
             wait_for("bob queued", lambda: server.tenant("bob")["queued"] == 1)
             c.close()
             wait_for("the departure counted",
-                     lambda: metric(server, "creditloop_requests_cancelled_total") == 1)
+                     lambda: metric(server, "creditloop_server_requests_cancelled_total") == 1)
             self.backend.recorder.gate("hold").set()
             self.assertEqual(hold.get()[0], 200)
             res, _ = server.request(BOB, "/later")
@@ -487,7 +487,7 @@ class QueuedRequests(unittest.TestCase):
             self.backend.recorder.gate("hold").set()
             self.assertEqual(hold.get()[0], 200)
             self.assertNotIn("/too-late", self.backend.recorder.paths())
-            self.assertEqual(metric(server, "creditloop_requests_timed_out_total"), 1)
+            self.assertEqual(metric(server, "creditloop_server_requests_timed_out_total"), 1)
         finally:
             self.assertEqual(server.stop(), 0, server.log())
 
@@ -537,7 +537,7 @@ class Connections(unittest.TestCase):
                 self.assertEqual(status, 503)
             except (EOFError, ConnectionResetError):
                 pass  # closed at once: refused all the same
-            self.assertGreaterEqual(metric(server, "creditloop_connections_refused_total"), 1)
+            self.assertGreaterEqual(metric(server, "creditloop_server_connections_refused_total"), 1)
             held.pop().close()
             wait_for("a place free", lambda: metric(server, "creditloop_server_connections") == 3)
             res, _ = server.request(ALICE, "/work")

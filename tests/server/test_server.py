@@ -7,6 +7,7 @@ Every wait is a poll with a deadline on something observable (a response, the pa
 snapshot, the process's exit, a log line), never a fixed sleep.
 """
 import argparse
+import hashlib
 import http.client
 import json
 import os
@@ -67,15 +68,18 @@ def wait_for(what, predicate, timeout=10.0, interval=0.02):
 class Server:
     """One creditloop-server process with a config of our own; ports are the kernel's choice."""
 
-    def __init__(self, config, *args):
+    def __init__(self, config, *args, env=None, files=None):
         self.dir = tempfile.TemporaryDirectory()
         self.config_path = os.path.join(self.dir.name, "config.json")
+        for name, content in (files or {}).items():
+            self.write_file(name, content)
         self.write_config(config)
         self.stderr_path = os.path.join(self.dir.name, "stderr.log")
         self.stderr = open(self.stderr_path, "w")
         self.final_log = None
         self.proc = subprocess.Popen([SERVER, "-c", self.config_path, *args],
-                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True)
+                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+                                     env=None if env is None else {**os.environ, **env})
         line = self.proc.stdout.readline()
         if "listening on" not in line:
             self.proc.kill()
@@ -89,6 +93,14 @@ class Server:
         with open(tmp, "w") as f:
             json.dump(config, f)
         os.replace(tmp, self.config_path)
+
+    def write_file(self, name, content):
+        """A file next to the configuration (a key file), replaced atomically."""
+        path = os.path.join(self.dir.name, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(content)
+        os.replace(path + ".tmp", path)
+        return path
 
     def log(self):
         if self.final_log is not None:
@@ -166,7 +178,11 @@ class Async:
 
 def raw_exchange(port, payload, timeout=5.0):
     """Sends bytes, returns whatever the server answers before closing."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+    return raw_exchange_to("127.0.0.1", port, payload, timeout)
+
+
+def raw_exchange_to(address, port, payload, timeout=5.0):
+    with socket.create_connection((address, port), timeout=timeout) as s:
         s.sendall(payload)
         chunks = []
         try:
@@ -365,6 +381,301 @@ class AdminListener(unittest.TestCase):
             self.assertNotIn("alice-key-0001", body.decode())
         finally:
             self.assertEqual(server.stop(), 0)
+
+
+def sha256_hex(key):
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def check_config(config, files=None, env=None):
+    """`--check` on a configuration written with `files` beside it: (exit status, stderr)."""
+    with tempfile.TemporaryDirectory() as d:
+        for name, content in (files or {}).items():
+            with open(os.path.join(d, name), "w") as f:
+                f.write(content)
+        path = os.path.join(d, "c.json")
+        with open(path, "w") as f:
+            json.dump(config, f)
+        r = subprocess.run([SERVER, "-c", path, "--check"], capture_output=True, text=True,
+                           timeout=20, env={**os.environ, **(env or {})})
+        return r.returncode, r.stderr
+
+
+def metric(text, line_start):
+    """The value of the one sample whose line starts with `line_start` (name and labels)."""
+    values = [float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(line_start + " ")]
+    assert len(values) == 1, (line_start, text)
+    return values[0]
+
+
+class KeySources(unittest.TestCase):
+    """A tenant's or the admin's key: in the file, as its SHA-256, in a file, or in a variable."""
+
+    def test_keys_from_a_digest_a_file_and_the_environment(self):
+        config = base_config()
+        config["tenants"] = [
+            {"name": "alice", "key_sha256": sha256_hex("alice-key-0001").upper(), "plan": "pro"},
+            {"name": "bob", "key_file": "bob.key", "plan": "lite"},  # beside the config file
+            {"name": "carol", "key_env": "CREDITLOOP_TEST_CAROL_KEY", "plan": "pro"},
+            {"name": "dave", "key": "dave-key-0001", "plan": "lite"},
+        ]
+        admins = [({"key_sha256": sha256_hex("admin-secret-1")}, {}, {}),
+                  ({"key_file": "admin.key"}, {"admin.key": "admin-secret-1"}, {}),  # no newline
+                  ({"key_env": "CREDITLOOP_TEST_ADMIN_KEY"}, {},
+                   {"CREDITLOOP_TEST_ADMIN_KEY": "admin-secret-1"})]
+        for admin, files, env in admins:
+            with self.subTest(admin=admin):
+                config["admin"] = {"listen": "127.0.0.1:0", **admin}
+                server = Server(config, files={"bob.key": "bob-key-00001\n", **files},
+                                env={"CREDITLOOP_TEST_CAROL_KEY": "carol-key-001", **env})
+                try:
+                    for key, name in [("alice-key-0001", "alice"), ("bob-key-00001", "bob"),
+                                      ("carol-key-001", "carol"), ("dave-key-0001", "dave")]:
+                        res, body = server.request(key, "/work")
+                        self.assertEqual(res.status, 200, (name, body))
+                        self.assertEqual(json.loads(body)["tenant"], name)
+                    res, _ = server.request(sha256_hex("alice-key-0001"), "/work")
+                    self.assertEqual(res.status, 401)  # the digest is not a key
+                    res, _ = server.admin("/metrics")
+                    self.assertEqual(res.status, 401)
+                    res, _ = server.admin("/metrics", key="admin-secret-1")
+                    self.assertEqual(res.status, 200)
+                finally:
+                    self.assertEqual(server.stop(), 0, server.log())
+                for secret in ["alice-key-0001", "bob-key-00001", "carol-key-001", "admin-secret-1"]:
+                    self.assertNotIn(secret, server.log())
+
+    def test_bad_key_sources_name_the_field(self):
+        alice = {"name": "alice", "plan": "pro"}
+        unset = "CREDITLOOP_TEST_UNSET_VARIABLE"
+        os.environ.pop(unset, None)
+        cases = [
+            ({"key": "alice-key-0001", "key_file": "a.key"}, None,
+             "tenants[0].key_file: give one of key, key_sha256, key_file, key_env, not two"),
+            ({"key_sha256": sha256_hex("x"), "key_env": "X"}, None,
+             "tenants[0].key_env: give one of key, key_sha256, key_file, key_env, not two"),
+            ({}, None, "tenants[0].key: is required (or key_sha256, key_file, key_env)"),
+            ({"key_sha256": "abc123"}, None, "tenants[0].key_sha256: must be 64 hex digits"),
+            ({"key_sha256": "g" * 64}, None, "tenants[0].key_sha256: must be 64 hex digits"),
+            ({"key_sha256": 5}, None, "tenants[0].key_sha256: must be a string"),
+            ({"key_file": "missing.key"}, None, "tenants[0].key_file: cannot read "),
+            ({"key_file": "a.key"}, "", "tenants[0].key_file: the key is empty"),
+            ({"key_file": "a.key"}, "\n", "tenants[0].key_file: the key is empty"),
+            ({"key_file": "a.key"}, "short\n", "tenants[0].key_file: the key must be at least 8"),
+            ({"key_file": "a.key"}, "alice-key-0001\n\n",
+             "tenants[0].key_file: the key must not contain white space"),
+            ({"key_file": ""}, None, "tenants[0].key_file: must name a file"),
+            ({"key_env": unset}, None, f"tenants[0].key_env: {unset} is not set"),
+            ({"key_env": "CREDITLOOP_TEST_EMPTY"}, None,
+             "tenants[0].key_env: CREDITLOOP_TEST_EMPTY is empty"),
+            ({"key_env": ""}, None, "tenants[0].key_env: must name an environment variable"),
+            ({"key": ""}, None, "tenants[0].key: the key is empty"),
+        ]
+        for fields, file_content, message in cases:
+            with self.subTest(fields=fields, file=file_content):
+                config = base_config()
+                config["tenants"][0] = {**alice, **fields}
+                files = {} if file_content is None else {"a.key": file_content}
+                status, err = check_config(config, files, {"CREDITLOOP_TEST_EMPTY": ""})
+                self.assertEqual(status, 3, err)
+                self.assertIn(message, err)
+                self.assertNotIn("alice-key-0001", err)
+
+        # Two tenants with one key, however each gives it.
+        config = base_config()
+        config["tenants"][1]["key_sha256"] = sha256_hex("alice-key-0001")
+        del config["tenants"][1]["key"]
+        status, err = check_config(config)
+        self.assertEqual(status, 3, err)
+        self.assertIn('tenants[1].key_sha256: is the key of tenant "alice" too', err)
+
+        for admin, message in [
+                ({"key": "admin-secret-1", "key_env": "X"},
+                 "admin.key_env: give one of key, key_sha256, key_file, key_env, not two"),
+                ({"key_sha256": "00"}, "admin.key_sha256: must be 64 hex digits"),
+                ({"key_file": "nowhere/admin.key"}, "admin.key_file: cannot read "),
+                ({"key_env": unset}, f"admin.key_env: {unset} is not set"),
+                ({"key": ""}, "admin.key: the key is empty")]:
+            with self.subTest(admin=admin):
+                status, err = check_config(base_config(admin={"listen": "127.0.0.1:0", **admin}))
+                self.assertEqual(status, 3, err)
+                self.assertIn(message, err)
+
+    def test_sighup_rereads_key_files_and_keeps_the_old_keys_when_one_is_bad(self):
+        config = base_config()
+        config["tenants"][1] = {"name": "bob", "key_file": "bob.key", "plan": "lite"}
+        server = Server(config, files={"bob.key": "bob-key-00001\n"})
+        try:
+            res, _ = server.request("bob-key-00001", "/work")
+            self.assertEqual(res.status, 200)
+            server.write_file("bob.key", "bob-key-00002\n")
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for("reload", lambda: "configuration reloaded" in server.log())
+            res, _ = server.request("bob-key-00002", "/work")
+            self.assertEqual(res.status, 200)
+            res, _ = server.request("bob-key-00001", "/work")
+            self.assertEqual(res.status, 401)
+
+            os.remove(os.path.join(server.dir.name, "bob.key"))
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for("refusal logged", lambda: "reload refused" in server.log())
+            self.assertIn("tenants[1].key_file: cannot read ", server.log())
+            res, _ = server.request("bob-key-00002", "/work")
+            self.assertEqual(res.status, 200)  # the old configuration stays
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+        self.assertNotIn("bob-key-0000", server.log())
+
+
+class AdminKeyDistinct(unittest.TestCase):
+    def test_an_admin_key_equal_to_a_tenant_key_is_refused_at_start_and_at_reload(self):
+        for admin, files, field in [({"key": "alice-key-0001"}, {}, "admin.key"),
+                                    ({"key_file": "k"}, {"k": "bob-key-00001\n"}, "admin.key_file")]:
+            with self.subTest(admin=admin):
+                status, err = check_config(base_config(admin={"listen": "127.0.0.1:0", **admin}),
+                                           files)
+                self.assertEqual(status, 3, err)
+                self.assertIn(f"{field}: is the key of tenant ", err)
+                self.assertNotIn("alice-key-0001", err)
+                self.assertNotIn("bob-key-00001", err)
+
+        config = base_config(admin={"listen": "127.0.0.1:0", "key": "admin-secret-1"})
+        server = Server(config)
+        try:
+            config["admin"] = {"listen": "127.0.0.1:0", "key_sha256": sha256_hex("bob-key-00001")}
+            server.write_config(config)
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for("refusal logged", lambda: "reload refused" in server.log())
+            self.assertIn('admin.key_sha256: is the key of tenant "bob" too', server.log())
+            res, _ = server.admin("/health", key="admin-secret-1")
+            self.assertEqual(res.status, 200)  # the old admin key stays
+            res, _ = server.admin("/health", key="bob-key-00001")
+            self.assertEqual(res.status, 401)
+            res, _ = server.request("bob-key-00001", "/work")
+            self.assertEqual(res.status, 200)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+        self.assertNotIn("bob-key-00001", server.log())
+
+
+class AdminHosts(unittest.TestCase):
+    """The admin listener answers only to its own names: a page on another site that rebinds its
+    name to 127.0.0.1 still sends its own name in Host."""
+
+    def get(self, server, host, path="/health", key=None):
+        headers = {} if host is None else {"Host": host}
+        res, body = server.request(key, path, port=server.admin_port, headers=headers)
+        return res.status, body
+
+    def assert_misdirected(self, server, host, path="/metrics"):
+        status, body = self.get(server, host, path)
+        self.assertEqual(status, 421, (host, body[:80]))
+        self.assertLess(len(body), 100)
+        self.assertNotIn(b"creditloop_", body)
+
+    def test_default_names_and_others_refused(self):
+        server = Server(base_config())
+        try:
+            p = server.admin_port
+            for host in ["localhost", f"localhost:{p}", "LocalHost:1", f"127.0.0.1:{p}",
+                         "127.0.0.1", f"[::1]:{p}", "[::1]"]:
+                self.assertEqual(self.get(server, host)[0], 200, host)
+            for host in ["evil.example", f"evil.example:{p}", "localhost.evil.example",
+                         "127.0.0.1.nip.io", "[::2]", f"127.0.0.2:{p}", ""]:
+                self.assert_misdirected(server, host)
+            self.assert_misdirected(server, "evil.example", "/ui/events")  # no stream either
+            self.assert_misdirected(server, "evil.example", "/debug/participants")
+            # HTTP/1.1 needs a Host; HTTP/1.0 may go without (no browser sends that).
+            raw = raw_exchange(p, b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")
+            self.assertEqual(status_of(raw), 421, raw)
+            raw = raw_exchange(p, b"GET /health HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n"
+                                  b"Connection: close\r\n\r\n")
+            self.assertEqual(status_of(raw), 421, raw)
+            raw = raw_exchange(p, b"GET /health HTTP/1.0\r\n\r\n")
+            self.assertEqual(status_of(raw), 200, raw)
+            # The tenants' listener does not care.
+            res, _ = server.request("alice-key-0001", "/work", headers={"Host": "evil.example"})
+            self.assertEqual(res.status, 200)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+        # The admin listen address's own host is one of the defaults.
+        server = Server(base_config(admin={"listen": "127.0.0.2:0"}))
+        try:
+            raw = raw_exchange_to("127.0.0.2", server.admin_port,
+                                  b"GET /health HTTP/1.1\r\nHost: 127.0.0.2:%d\r\n"
+                                  b"Connection: close\r\n\r\n" % server.admin_port)
+            self.assertEqual(status_of(raw), 200, raw)
+            raw = raw_exchange_to("127.0.0.2", server.admin_port,
+                                  b"GET /health HTTP/1.1\r\nHost: 127.0.0.3\r\n"
+                                  b"Connection: close\r\n\r\n")
+            self.assertEqual(status_of(raw), 421, raw)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_configured_names_replace_the_defaults_and_reload(self):
+        config = base_config(admin={"listen": "127.0.0.1:0",
+                                    "hosts": ["Admin.Example", "mon.example:9999", "::1"]})
+        server = Server(config)
+        try:
+            for host in ["admin.example", "ADMIN.EXAMPLE:1234", "mon.example:9999", "[::1]:80"]:
+                self.assertEqual(self.get(server, host)[0], 200, host)
+            for host in ["mon.example", "mon.example:9998", "localhost", "127.0.0.1",
+                         "admin.example.evil"]:
+                self.assert_misdirected(server, host)
+            config["admin"]["hosts"] = ["other.example"]
+            server.write_config(config)
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for("reload", lambda: "configuration reloaded" in server.log())
+            self.assertEqual(self.get(server, "other.example")[0], 200)
+            self.assert_misdirected(server, "admin.example")
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_bad_hosts_name_the_field(self):
+        for hosts, message in [("localhost", "admin.hosts: must be a list of host names"),
+                               ([], "admin.hosts: must name at least one host"),
+                               (["ok", 7], "admin.hosts[1]: must be a string"),
+                               (["a b"], 'admin.hosts[0]: must be a host name'),
+                               (["h:99999"], "admin.hosts[0]: port must be from 1 to 65535"),
+                               (["h:"], 'admin.hosts[0]: must be a host name'),
+                               (["[::1"], 'admin.hosts[0]: must be a host name')]:
+            with self.subTest(hosts=hosts):
+                status, err = check_config(base_config(admin={"listen": "127.0.0.1:0",
+                                                              "hosts": hosts}))
+                self.assertEqual(status, 3, err)
+                self.assertIn(message, err)
+
+
+class Unauthorized(unittest.TestCase):
+    def test_failed_authentications_are_counted_per_listener(self):
+        server = Server(base_config(admin={"listen": "127.0.0.1:0", "key": "admin-secret-1"}))
+        try:
+            def counts():
+                res, body = server.admin("/metrics", key="admin-secret-1")
+                self.assertEqual(res.status, 200)
+                text = body.decode()
+                types = [l for l in text.splitlines()
+                         if l.startswith("# TYPE creditloop_server_unauthorized_total ")]
+                self.assertEqual(types, ["# TYPE creditloop_server_unauthorized_total counter"])
+                return (metric(text, 'creditloop_server_unauthorized_total{listener="tenants"}'),
+                        metric(text, 'creditloop_server_unauthorized_total{listener="admin"}'))
+
+            self.assertEqual(counts(), (0, 0))
+            self.assertEqual(server.request(None, "/work")[0].status, 401)
+            self.assertEqual(server.request("alice-key-0002", "/work")[0].status, 401)
+            self.assertEqual(server.request(None, "/work", headers={
+                "Authorization": "Basic YWxpY2U6eA=="})[0].status, 401)
+            self.assertEqual(server.request("alice-key-0001", "/work")[0].status, 200)
+            self.assertEqual(server.admin("/metrics")[0].status, 401)
+            self.assertEqual(server.admin("/ui/events", key="alice-key-0001")[0].status, 401)
+            # A wrong name is not a failed authentication.
+            res, _ = server.request("admin-secret-1", "/metrics", port=server.admin_port,
+                                    headers={"Host": "evil.example"})
+            self.assertEqual(res.status, 421)
+            self.assertEqual(counts(), (3, 2))
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
 
 
 class Reload(unittest.TestCase):

@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 
@@ -54,15 +55,12 @@ std::map<std::string, ParticipantSnapshot> snapshots_by_name(Server& server) {
 }
 
 // The admin key, when configured, is compared in constant time like a tenant's.
-bool admitted(const Server& server, const Request& request) {
-  const std::string& key = server.directory()->config->admin_key;
-  if (key.empty()) return true;
-  const auto it = request.find(http::field::authorization);
-  if (it == request.end()) return false;
-  const std::string expected = "Bearer " + key;
-  const std::string_view given(it->value().data(), it->value().size());
-  return given.size() == expected.size() &&
-         CRYPTO_memcmp(given.data(), expected.data(), expected.size()) == 0;
+bool key_admitted(const ServerConfig& config, const Request& request) {
+  if (!config.admin_key) return true;
+  const std::optional<std::string_view> token = bearer_token(request);
+  if (!token) return false;
+  const std::optional<KeyDigest> given = key_digest(*token);
+  return given && CRYPTO_memcmp(given->data(), config.admin_key->data(), given->size()) == 0;
 }
 
 }  // namespace
@@ -209,14 +207,24 @@ std::string metrics_text(Server& server) {
   const auto read = [](const std::atomic<std::uint64_t>& v) {
     return v.load(std::memory_order_relaxed);
   };
-  counter("creditloop_requests_cancelled_total",
+  counter("creditloop_server_requests_cancelled_total",
           "Queued requests withdrawn because their client left", read(server.cancelled));
-  counter("creditloop_requests_timed_out_total",
+  counter("creditloop_server_requests_timed_out_total",
           "Queued requests answered 503 at their tenant's queue timeout", read(server.timed_out));
-  counter("creditloop_connections_refused_total",
+  counter("creditloop_server_connections_refused_total",
           "Client connections refused at the connection limits", read(server.connections_refused));
-  counter("creditloop_accept_pauses_total", "Times accepting paused for want of file descriptors",
-          read(server.accept_pauses));
+  counter("creditloop_server_accept_pauses_total",
+          "Times accepting paused for want of file descriptors", read(server.accept_pauses));
+  // relaxed: statistics, read alone; they pair with the relaxed increments where a 401 is
+  // answered (Server::admit, admin_response) and order nothing else.
+  MetricFamily unauthorized =
+      family("creditloop_server_unauthorized_total",
+             "Requests refused for want of a valid key, by listener", MetricType::Counter);
+  add_counter(unauthorized, labelled({{"listener", "tenants"}}),
+              static_cast<double>(server.unauthorized_tenants.load(std::memory_order_relaxed)));
+  add_counter(unauthorized, labelled({{"listener", "admin"}}),
+              static_cast<double>(server.unauthorized_admin.load(std::memory_order_relaxed)));
+  families.push_back(std::move(unauthorized));
   if (const Fleet* fleet = server.fleet()) add_fleet_metrics(families, *fleet);
   if (const std::optional<CaptureStats> c = server.scheduler().capture_stats()) {
     // An operator's two questions: is it recording everything, and can it write?
@@ -314,14 +322,61 @@ std::string participants_json(Server& server) {
   return out.dump();
 }
 
+std::optional<std::string_view> bearer_token(const RequestHead& request) {
+  const auto it = request.find(http::field::authorization);
+  if (it == request.end()) return std::nullopt;
+  std::string_view v(it->value().data(), it->value().size());
+  constexpr std::string_view scheme = "bearer ";
+  if (v.size() <= scheme.size()) return std::nullopt;
+  for (std::size_t i = 0; i < scheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(v[i])) != scheme[i]) return std::nullopt;
+  }
+  v.remove_prefix(scheme.size());
+  while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+  while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
+  if (v.empty()) return std::nullopt;
+  return v;
+}
+
+bool admin_host_allowed(const std::vector<HostName>& names, const Request& request) {
+  // Two Host fields are two answers to one question: neither is believed.
+  const std::size_t fields = request.count(http::field::host);
+  if (fields == 0) return request.version() < 11;
+  if (fields > 1) return false;
+  const auto value = request[http::field::host];
+  const auto parsed = parse_host_name(std::string_view(value.data(), value.size()));
+  const HostName* given = std::get_if<HostName>(&parsed);
+  if (given == nullptr) return false;
+  return std::any_of(names.begin(), names.end(), [given](const HostName& name) {
+    return name.host == given->host && (!name.port || name.port == given->port);
+  });
+}
+
 bool admin_admitted(const Server& server, const Request& request) {
-  return admitted(server, request);
+  const std::shared_ptr<const Directory> dir = server.directory();
+  return admin_host_allowed(dir->config->admin_hosts, request) &&
+         key_admitted(*dir->config, request);
 }
 
 Response admin_response(Server& server, const Request& request) {
   const std::string_view target(request.target().data(), request.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
-  if (!admitted(server, request)) {
+  const std::shared_ptr<const Directory> dir = server.directory();
+  // Checked first, before the key: a page that reached this listener by rebinding its own name
+  // to this address sends that name, and learns nothing, not even whether a key is wanted.
+  // 421 Misdirected Request (RFC 9110, 15.5.20) says exactly this: the authority asked for is
+  // not one this server answers for. It is what nginx answers when a request names a host that
+  // its connection's server does not serve, and, unlike 403, it does not read as a missing
+  // permission that a key would grant, nor set off the alerts operators keep for those.
+  if (!admin_host_allowed(dir->config->admin_hosts, request)) {
+    Response res =
+        make_response(request, http::status::misdirected_request, "unknown Host for this server\n");
+    res.keep_alive(false);  // a client at the wrong authority has no business on this connection
+    return res;
+  }
+  if (!key_admitted(*dir->config, request)) {
+    // relaxed: a statistic; pairs with the relaxed load in metrics_text(), nothing else.
+    server.unauthorized_admin.fetch_add(1, std::memory_order_relaxed);
     Response res = make_response(request, http::status::unauthorized, "admin key required\n");
     res.set(http::field::www_authenticate, "Bearer");
     return res;

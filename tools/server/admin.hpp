@@ -5,9 +5,12 @@
 // is served here too; its event stream, /ui/events, by live.hpp.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "config.hpp"
 #include "session.hpp"
 
 namespace prometheus {
@@ -18,7 +21,16 @@ namespace creditloop::server {
 
 class Server;
 
-/// Whether the request carries the admin key, when one is configured (compared in constant time).
+/// The token of `Authorization: Bearer TOKEN` (the scheme in any case, spaces around the token
+/// ignored); nothing for another scheme or none.
+[[nodiscard]] std::optional<std::string_view> bearer_token(const RequestHead& request);
+
+/// Whether the request's `Host` is one of `admin.hosts`: case-insensitive, and any port for a
+/// name given without one. HTTP/1.0 may leave it out; HTTP/1.1 may not.
+[[nodiscard]] bool admin_host_allowed(const std::vector<HostName>& names, const Request& request);
+
+/// Whether the admin listener may serve the request: a `Host` of its own and, when one is
+/// configured, the admin key (compared in constant time, as a digest).
 [[nodiscard]] bool admin_admitted(const Server& server, const Request& request);
 
 [[nodiscard]] Response admin_response(Server& server, const Request& request);

@@ -1,11 +1,22 @@
 #include "config.hpp"
 
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -134,6 +145,139 @@ bool valid_name(std::string_view name) {
   return true;
 }
 
+// A key as the file gives it: its digest, and the path of the field it came from, for the
+// messages that must name it.
+struct GivenKey {
+  KeyDigest digest{};
+  std::string path;
+};
+
+// Far above any token, far below what would hurt: a key_file naming /dev/zero or a log file is
+// refused rather than read whole.
+constexpr std::size_t kMaxKeyFile = 4096;
+
+std::string read_key_file(const std::string& field, const std::string& file) {
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(file.c_str(), "rb"),
+                                                           &std::fclose);
+  if (!in) fail(field, "cannot read \"" + file + "\": " + std::generic_category().message(errno));
+  std::string content(kMaxKeyFile + 1, '\0');
+  const std::size_t n = std::fread(content.data(), 1, content.size(), in.get());
+  if (std::ferror(in.get())) {
+    fail(field, "cannot read \"" + file + "\": " + std::generic_category().message(errno));
+  }
+  if (n > kMaxKeyFile) {
+    fail(field, "\"" + file + "\" is larger than " + std::to_string(kMaxKeyFile) +
+                    " bytes: not a key file");
+  }
+  content.resize(n);
+  // What `echo KEY > file` and editors leave; anything more is refused below as white space.
+  if (!content.empty() && content.back() == '\n') content.pop_back();
+  return content;
+}
+
+std::optional<KeyDigest> hex_digest(std::string_view text) {
+  KeyDigest d{};
+  if (text.size() != 2 * d.size()) return std::nullopt;
+  const auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    const int hi = nibble(text[2 * i]);
+    const int lo = nibble(text[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    d[i] = static_cast<unsigned char>(hi * 16 + lo);
+  }
+  return d;
+}
+
+// Exactly one of `key`, `key_sha256`, `key_file`, `key_env`. No message ever holds a key or a
+// digest: they end up in logs, and a key pasted into key_sha256 by mistake is still a key.
+std::optional<GivenKey> given_key(Fields& f, const std::string& base_dir, bool required) {
+  constexpr std::array<std::string_view, 4> kinds{"key", "key_sha256", "key_file", "key_env"};
+  const json* value = nullptr;
+  std::string_view kind;
+  for (const std::string_view k : kinds) {
+    const json* v = f.find(k);
+    if (v == nullptr) continue;
+    if (value != nullptr) {
+      fail(f.path(k), "give one of key, key_sha256, key_file, key_env, not two (" +
+                          std::string(kind) + " is given too)");
+    }
+    value = v;
+    kind = k;
+  }
+  if (value == nullptr) {
+    if (required) fail(f.path("key"), "is required (or key_sha256, key_file, key_env)");
+    return std::nullopt;
+  }
+  GivenKey given;
+  given.path = f.path(kind);
+  if (!value->is_string()) fail(given.path, "must be a string");
+  const std::string& text = value->get_ref<const std::string&>();
+  if (kind == "key_sha256") {
+    const std::optional<KeyDigest> d = hex_digest(text);
+    if (!d) {
+      fail(given.path, "must be 64 hex digits (the SHA-256 of the key), got " +
+                           std::to_string(text.size()) + " characters");
+    }
+    given.digest = *d;
+    return given;
+  }
+  std::string key;
+  if (kind == "key") {
+    key = text;
+  } else if (kind == "key_file") {
+    if (text.empty()) fail(given.path, "must name a file");
+    const std::filesystem::path file(text);
+    key = read_key_file(given.path, file.is_relative() && !base_dir.empty()
+                                        ? (std::filesystem::path(base_dir) / file).string()
+                                        : text);
+  } else {
+    if (text.empty()) fail(given.path, "must name an environment variable");
+    // Nothing in the server sets variables, so reading them from the reloading thread is safe.
+    const char* v = std::getenv(text.c_str());
+    if (v == nullptr) fail(given.path, text + " is not set");
+    key = v;
+    if (key.empty()) fail(given.path, text + " is empty");
+  }
+  if (key.empty()) fail(given.path, "the key is empty");
+  if (key.size() < 8) fail(given.path, "the key must be at least 8 characters");
+  // A bearer token is one word: a key with white space could never be presented.
+  if (key.find_first_of(" \t\r\n\v\f") != std::string::npos) {
+    fail(given.path, "the key must not contain white space");
+  }
+  const std::optional<KeyDigest> d = key_digest(key);
+  if (!d) fail(given.path, "SHA-256 is unavailable (libcrypto)");
+  given.digest = *d;
+  return given;
+}
+
+std::vector<HostName> admin_hosts(const json* v, const std::string& path, const Endpoint& listen) {
+  std::vector<HostName> out;
+  if (v == nullptr) {
+    // What a browser on this machine sends, and the address the listener was told to take.
+    for (const std::string& name :
+         {std::string("localhost"), std::string("127.0.0.1"), std::string("[::1]"), listen.host}) {
+      auto parsed = parse_host_name(name);
+      if (auto* h = std::get_if<HostName>(&parsed)) out.push_back(std::move(*h));
+    }
+    return out;
+  }
+  if (!v->is_array()) fail(path, "must be a list of host names");
+  if (v->empty()) fail(path, "must name at least one host");
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    if (!(*v)[i].is_string()) fail(at, "must be a string");
+    auto parsed = parse_host_name((*v)[i].get_ref<const std::string&>());
+    if (auto* why = std::get_if<std::string>(&parsed)) fail(at, *why);
+    out.push_back(std::get<HostName>(std::move(parsed)));
+  }
+  return out;
+}
+
 Config plans(const json& root, Fields& top) {
   Config config;
   config.classes = static_cast<int>(top.integer("classes", 2, 1, kMaxClasses));
@@ -202,7 +346,7 @@ FleetConfig fleet(const json& body) {
   return c;
 }
 
-ServerConfig parse(const json& root) {
+ServerConfig parse(const json& root, const std::string& base_dir) {
   Fields top(root, "");
   ServerConfig s;
   const std::string mode = top.text("mode", "work");
@@ -214,12 +358,17 @@ ServerConfig parse(const json& root) {
     fail("mode", "must be \"work\" or \"proxy\", got \"" + mode + "\"");
   }
   s.listen = endpoint(top, "listen", s.listen);
+  std::optional<GivenKey> admin_key;
   if (const json* a = top.find("admin")) {
     Fields f(*a, "admin");
     s.admin_listen = endpoint(f, "listen", s.admin_listen);
-    s.admin_key = f.text("key", "");
+    admin_key = given_key(f, base_dir, false);
+    s.admin_hosts = admin_hosts(f.find("hosts"), f.path("hosts"), s.admin_listen);
     f.finish();
+  } else {
+    s.admin_hosts = admin_hosts(nullptr, "admin.hosts", s.admin_listen);
   }
+  if (admin_key) s.admin_key = admin_key->digest;
   s.io_threads = static_cast<unsigned>(top.integer("io_threads", s.io_threads, 1, 256));
   s.workers = static_cast<unsigned>(top.integer("workers", s.workers, 1, 1024));
   s.slots = static_cast<std::uint32_t>(top.integer("slots", s.slots, 1, 1'000'000));
@@ -231,7 +380,7 @@ ServerConfig parse(const json& root) {
   const json* tenants = top.find("tenants");
   if (tenants != nullptr && !tenants->is_array()) fail("tenants", "must be an array");
   std::set<std::string, std::less<>> names;
-  std::set<std::string, std::less<>> keys;
+  std::map<KeyDigest, std::string> keys;  // to the tenant it belongs to
   if (tenants != nullptr) {
     for (std::size_t i = 0; i < tenants->size(); ++i) {
       Fields f((*tenants)[i], "tenants[" + std::to_string(i) + "]");
@@ -239,13 +388,10 @@ ServerConfig parse(const json& root) {
       t.name = f.text("name", "", true);
       if (!valid_name(t.name)) fail(f.path("name"), "a tenant's name is 1 to 64 of [A-Za-z0-9._-]");
       if (!names.insert(t.name).second) fail(f.path("name"), "\"" + t.name + "\" is named twice");
-      t.key = f.text("key", "", true);
-      // The key itself is never echoed: error messages end up in logs.
-      if (t.key.size() < 8) fail(f.path("key"), "must be at least 8 characters");
-      if (t.key.find_first_of(" \t\r\n") != std::string::npos) {
-        fail(f.path("key"), "must not contain white space");
-      }
-      if (!keys.insert(t.key).second) fail(f.path("key"), "is the key of another tenant too");
+      const GivenKey key = *given_key(f, base_dir, true);
+      const auto [other, added] = keys.emplace(key.digest, t.name);
+      if (!added) fail(key.path, "is the key of tenant \"" + other->second + "\" too");
+      t.key = key.digest;
       t.plan = f.text("plan", "", true);
       bool known = false;
       for (const Plan& p : s.plans.plans) known = known || p.name == t.plan;
@@ -313,12 +459,89 @@ ServerConfig parse(const json& root) {
   }
   if (const json* f = top.find("fleet")) s.fleet = fleet(*f);
   top.finish();
+  // Checked here, after the tenants: the admin key would otherwise open a tenant's account and
+  // a tenant's key the admin endpoints.
+  if (admin_key) {
+    if (const auto it = keys.find(admin_key->digest); it != keys.end()) {
+      fail(admin_key->path,
+           "is the key of tenant \"" + it->second + "\" too; the admin key must be another");
+    }
+  }
   return s;
 }
 
 }  // namespace
 
-ConfigResult parse_config(std::string_view json_text) {
+std::optional<KeyDigest> key_digest(std::string_view key) noexcept {
+  KeyDigest d{};
+  unsigned length = 0;
+  if (EVP_Digest(key.data(), key.size(), d.data(), &length, EVP_sha256(), nullptr) != 1 ||
+      length != d.size()) {
+    return std::nullopt;
+  }
+  return d;
+}
+
+std::variant<HostName, std::string> parse_host_name(std::string_view text) {
+  const auto bad = [text] {
+    return "must be a host name, optionally with :PORT, got \"" + std::string(text) + "\"";
+  };
+  const auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  const auto only = [](std::string_view s, std::string_view allowed_punctuation) {
+    for (const char c : s) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      allowed_punctuation.find(c) != std::string_view::npos;
+      if (!ok) return false;
+    }
+    return true;
+  };
+  const auto ipv6 = [](std::string_view s) {
+    return !s.empty() && s.size() <= 45 && s.find(':') != std::string_view::npos &&
+           s.find_first_not_of("0123456789abcdefABCDEF:.") == std::string_view::npos;
+  };
+  HostName h;
+  std::string_view port;
+  bool has_port = false;
+  if (text.starts_with('[')) {
+    const auto close = text.find(']');
+    if (close == std::string_view::npos || !ipv6(text.substr(1, close - 1))) return bad();
+    h.host = "[" + lower(text.substr(1, close - 1)) + "]";
+    const std::string_view rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return bad();
+      port = rest.substr(1);
+      has_port = true;
+    }
+  } else if (std::count(text.begin(), text.end(), ':') > 1) {
+    if (!ipv6(text)) return bad();  // a bare IPv6 address, as `admin.listen` holds one
+    h.host = "[" + lower(text) + "]";
+  } else {
+    const auto colon = text.find(':');
+    const std::string_view name = text.substr(0, colon);
+    if (name.empty() || name.size() > 253 || !only(name, ".-_")) return bad();
+    h.host = lower(name);
+    if (colon != std::string_view::npos) {
+      port = text.substr(colon + 1);
+      has_port = true;
+    }
+  }
+  if (has_port) {
+    if (port.empty() || port.size() > 5 ||
+        port.find_first_not_of("0123456789") != std::string_view::npos) {
+      return bad();
+    }
+    const unsigned long p = std::stoul(std::string(port));
+    if (p == 0 || p > 65535) return std::string("port must be from 1 to 65535");
+    h.port = static_cast<std::uint16_t>(p);
+  }
+  return h;
+}
+
+ConfigResult parse_config(std::string_view json_text, const std::string& base_dir) {
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());
@@ -326,7 +549,7 @@ ConfigResult parse_config(std::string_view json_text) {
     return std::string("not valid JSON: ") + e.what();
   }
   try {
-    return parse(root);
+    return parse(root, base_dir);
   } catch (const BadField& e) {
     return std::string(e.what());
   }
@@ -338,7 +561,7 @@ ConfigResult load_config(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return path + ": cannot be read";
-  return parse_config(text.str());
+  return parse_config(text.str(), std::filesystem::path(path).parent_path().string());
 }
 
 std::optional<std::string> reload_problem(const ServerConfig& current, const ServerConfig& next) {

@@ -5,6 +5,7 @@
 // Unknown fields are refused too, so that a misspelt limit is never silently ignored.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -26,9 +27,25 @@ struct Endpoint {
   bool operator==(const Endpoint&) const = default;
 };
 
+/// The SHA-256 of a bearer token: all the server keeps of a key, whichever way it was given.
+using KeyDigest = std::array<unsigned char, 32>;
+
+/// Nothing only when libcrypto cannot compute a SHA-256, which leaves nothing to compare.
+[[nodiscard]] std::optional<KeyDigest> key_digest(std::string_view key) noexcept;
+
+/// A name the admin listener answers to, as `Host` gives it.
+struct HostName {
+  std::string host;                   // lower case; an IPv6 address in brackets
+  std::optional<std::uint16_t> port;  // none: any port
+  bool operator==(const HostName&) const = default;
+};
+
+/// `NAME`, `NAME:PORT`, `[IPV6]`, `[IPV6]:PORT`, or a bare IPv6 address; otherwise why not.
+[[nodiscard]] std::variant<HostName, std::string> parse_host_name(std::string_view text);
+
 struct TenantConfig {
   std::string name;
-  std::string key;  // the bearer token; never logged
+  KeyDigest key{};  // the digest of its bearer token (given as key, key_sha256, key_file, key_env)
   std::string plan;
   std::uint32_t shares = 1;
   /// Most requests queued at once before 429 (0: no limit, the scheduler's own way).
@@ -112,8 +129,11 @@ struct ServerConfig {
   ServeMode mode = ServeMode::work;
   Endpoint listen{"127.0.0.1", 8080};
   Endpoint admin_listen{"127.0.0.1", 9090};
-  /// When set, the admin endpoints also demand `Authorization: Bearer ADMIN_KEY`.
-  std::string admin_key;
+  /// When set, the admin endpoints also demand `Authorization: Bearer ADMIN_KEY` (this is its
+  /// digest). Never equal to a tenant's.
+  std::optional<KeyDigest> admin_key;
+  /// The names the admin listener answers to (`admin.hosts`, or the defaults); never empty.
+  std::vector<HostName> admin_hosts;
   unsigned io_threads = 2;
   unsigned workers = 4;  // work mode: threads running requests
   /// Room: requests in flight at once (work: on the workers; proxy: the backend's concurrency
@@ -136,7 +156,11 @@ struct ServerConfig {
 /// A configuration, or the reason it was refused (one line, naming the field).
 using ConfigResult = std::variant<ServerConfig, std::string>;
 
-[[nodiscard]] ConfigResult parse_config(std::string_view json_text);
+/// `key_file` paths that are relative are taken from `base_dir` (the working directory when
+/// it is empty); `key_env` names are looked up in the environment now.
+[[nodiscard]] ConfigResult parse_config(std::string_view json_text,
+                                        const std::string& base_dir = {});
+/// Reads the file at `path` and the key files and variables it names.
 [[nodiscard]] ConfigResult load_config(const std::string& path);
 
 /// Nothing when `next` can replace `current` in a running server (SIGHUP); otherwise why not.

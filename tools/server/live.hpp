@@ -120,7 +120,8 @@ class LiveView {
   std::thread sampler_;
 };
 
-/// Whether an admin request asks for the event stream and may have it (the admin key, GET).
+/// Whether an admin request asks for the event stream and may have it (its Host, the admin key,
+/// GET).
 [[nodiscard]] bool wants_live_stream(const Server& server, const Request& request);
 
 }  // namespace creditloop::server

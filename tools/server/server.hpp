@@ -8,8 +8,9 @@
 // whoever finished it, answered on its connection's strand.
 //
 // Tenants' listener: every request needs `Authorization: Bearer KEY`. Admin listener (loopback by
-// default; with `admin.key`, that key too): /metrics, /debug/participants, /health, and the live
-// picture /ui with its event stream /ui/events (live.hpp). A tenant's key is never accepted there.
+// default; only under its own names in `Host`; with an admin key, that key too): /metrics,
+// /debug/participants, /health, and the live picture /ui with its event stream /ui/events
+// (live.hpp). A tenant's key is never accepted there.
 #pragma once
 
 #include <array>
@@ -43,8 +44,6 @@ class Backend;
 class LiveView;
 class Fleet;
 struct Exchange;
-
-using KeyDigest = std::array<unsigned char, 32>;
 
 struct KeyDigestHash {
   std::size_t operator()(const KeyDigest& d) const noexcept;
@@ -145,6 +144,9 @@ class Server {
   std::atomic<std::uint64_t> timed_out{0};  // queued requests past their queue timeout
   std::atomic<std::uint64_t> connections_refused{0};
   std::atomic<std::uint64_t> accept_pauses{0};
+  /// Requests answered 401 (no key, an unknown one, another scheme), per listener.
+  std::atomic<std::uint64_t> unauthorized_tenants{0};
+  std::atomic<std::uint64_t> unauthorized_admin{0};
 
  private:
   void start_request(Pending& p);

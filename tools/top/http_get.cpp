@@ -40,7 +40,10 @@ GetResult exchange(boost::asio::io_context& io, const Url& url, std::string_view
   if (ec) return Failure{"resolve " + url.host + ": " + ec.message(), true};
 
   http::request<http::empty_body> request{http::verb::get, url.base + std::string(path), 11};
-  request.set(http::field::host, url.host + ":" + url.port);
+  // An IPv6 address goes back into its brackets, as Host wants it: `::1:9090` names no host, and
+  // the admin listener answers only to names it knows.
+  const bool ipv6 = url.host.find(':') != std::string::npos;
+  request.set(http::field::host, (ipv6 ? "[" + url.host + "]" : url.host) + ":" + url.port);
   request.set(http::field::user_agent, "creditloop-top");
   request.set(http::field::accept, "application/json");
   request.keep_alive(false);
