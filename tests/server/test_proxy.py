@@ -398,6 +398,18 @@ class ProxyFraming(unittest.TestCase):
         self.assertEqual(self.backend.recorder.find("/chunked")["body_len"], 11)
         c.close()
 
+    def test_a_transfer_coding_other_than_chunked_is_refused(self):
+        # Otherwise its body, never decoded, would be read as the connection's next request.
+        for coding in ("gzip", "chunked, gzip", "identity", "gzip, chunked"):
+            c = Client(self.server.port)
+            c.send(request("POST", "/coded", headers=[("Transfer-Encoding", coding)]) +
+                   b"3\r\nabc\r\n0\r\n\r\n")
+            status, headers, _, _ = c.response()
+            self.assertEqual(status, 501, coding)
+            self.assertEqual(dict(headers).get("connection"), "close")
+            c.close()
+        self.assertNotIn("/coded", self.backend.recorder.paths())
+
     def test_headers_are_checked_before_the_body_is_read(self):
         c = Client(self.server.port)
         c.send(request("POST", "/x", key="not-a-key-0000",

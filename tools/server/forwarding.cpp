@@ -95,8 +95,11 @@ void copy_end_to_end(const http::fields& from, http::fields& to, std::size_t cou
 
 void backend_head(const http::request_header<>& client, const Forwarded& added,
                   http::request_header<>& out) {
-  out.method(client.method());
-  if (client.method() == http::verb::unknown) out.method_string(client.method_string());
+  if (client.method() == http::verb::unknown) {
+    out.method_string(client.method_string());  // a method Beast has no name for, passed as is
+  } else {
+    out.method(client.method());
+  }
   // An absolute-form target (RFC 9112 section 3.2.2) names the host itself, which then wins over
   // any Host header; the backend gets the origin form.
   std::string_view target(client.target().data(), client.target().size());
@@ -168,6 +171,17 @@ std::optional<std::string> bad_host(const http::request_header<>& req) {
       return std::string("a malformed Host header");
   }
   return std::nullopt;
+}
+
+bool unsupported_coding(const http::request_header<>& req) {
+  const auto first = req.find(http::field::transfer_encoding);
+  if (first == req.end()) return false;
+  auto next = first;
+  if (++next != req.end() && next->name() == http::field::transfer_encoding) return true;
+  std::string_view v(first->value().data(), first->value().size());
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return !same_token(v, "chunked");
 }
 
 bool usable_request_id(std::string_view id) noexcept {

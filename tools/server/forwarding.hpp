@@ -58,6 +58,11 @@ void backend_head(const http::request_header<>& client, const Forwarded& added,
 /// HTTP/1.1, two, or one with characters no authority has): such a request is answered 400.
 [[nodiscard]] std::optional<std::string> bad_host(const http::request_header<>& req);
 
+/// Whether a request's Transfer-Encoding is anything but exactly `chunked`: no other coding is
+/// carried, and one the proxy did not decode would let the body's bytes be read as a request
+/// (RFC 9112 section 6.3). Answered 501, as nginx does.
+[[nodiscard]] bool unsupported_coding(const http::request_header<>& req);
+
 /// A request id the client sent that may be passed on: 1 to 128 visible ASCII characters.
 [[nodiscard]] bool usable_request_id(std::string_view id) noexcept;
 

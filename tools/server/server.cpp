@@ -289,6 +289,13 @@ std::optional<Response> Server::admit(Exchange& e) {
     res.keep_alive(false);
     return res;
   }
+  if (unsupported_coding(head)) {
+    bad_requests.fetch_add(1, std::memory_order_relaxed);  // a statistic
+    Response res =
+        refusal(head, http::status::not_implemented, "Transfer-Encoding: only chunked is taken\n");
+    res.keep_alive(false);
+    return res;
+  }
   if (stopping()) return refusal(head, http::status::service_unavailable, "shutting down\n", 1);
   const std::shared_ptr<const Directory> dir = directory();
   const auto id = head.find("X-Request-Id");

@@ -158,7 +158,12 @@ asio::awaitable<void> Session::serve() {
       co_await refuse_head(ec);
       co_return;
     }
-    const bool more = admin_ ? co_await serve_admin(head) : co_await serve_tenant(head);
+    bool more = false;
+    if (admin_) {  // not a conditional expression: GCC 12 mis-sequences co_await in those
+      more = co_await serve_admin(head);
+    } else {
+      more = co_await serve_tenant(head);
+    }
     if (!more) co_return;
   }
 }
@@ -232,6 +237,14 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
     server_.log_access(*e, e->answer.result_int(), e->answer.body().size());
     co_return more;
   }
+  // Whatever ends this exchange, an exception included, its slot goes back to the runtime.
+  struct SlotBack {
+    Server& server;
+    Exchange& e;
+    ~SlotBack() {
+      if (!e.cost) server.finish(e, 0);
+    }
+  } slot_back{server_, *e};
   std::size_t size = 0;
   char* buffer = scratch(size);
   const ProxyOutcome o =
@@ -335,8 +348,13 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
   co_await stop_watching();
   if (left) {
     // Its turn came as the client left: nothing is sent to the backend, nothing is charged.
-    if (server_.mode() == ServeMode::proxy) server_.finish(*e, 0);
-    while (server_.mode() == ServeMode::work && (co_await next_event() & Event::answered) == 0) {
+    if (server_.mode() == ServeMode::proxy) {
+      server_.finish(*e, 0);
+    } else {
+      // The work runs regardless; its exchange lives until it is done. (No co_await in a
+      // short-circuit condition: GCC 12 evaluates it even when the left side is false.)
+      while ((co_await next_event() & Event::answered) == 0) {
+      }
     }
     server_.log_access(*e, 499, 0);
     close();
