@@ -4,6 +4,7 @@
 Usage: test_fleet.py --server PATH [--redis-server PATH] [--wrk PATH] [--keep DIR]
 
 One run, in phases, each checked as it ends (docs/fleet.md, "Faults"):
+  0. a second server with a live server's id refuses to start, and leaves the holder as it was;
   1. tenant A's traffic all to server 1, tenant B's spread over all three: after convergence each
      tenant's fleet-wide P1 rate (the servers' P1 request counters, summed) is within 10 % of its
      plan's P1 rate x shares;
@@ -16,7 +17,10 @@ One run, in phases, each checked as it ends (docs/fleet.md, "Faults"):
      reconnect, load the function again, and converge;
   5. server 3 killed (SIGKILL): its entries age out, the live count drops to two, and the other
      servers' fractions of B grow to the whole plan;
-  and every request wrk sent to a surviving server got a 2xx, none a socket error.
+  and every request wrk sent to a surviving server got a 2xx, none a socket error. Then: a server
+  restarted under an id whose claim a dead process left waits for it to expire and joins; a
+  duplicate that could not reach Redis at start takes no part once it can, and its stop takes
+  nothing of the holder's; a clean stop gives each id back.
 
 Every wait is a poll with a deadline on something observable; nothing sleeps to synchronise.
 """
@@ -67,6 +71,46 @@ def redis_command(port, *words, timeout=1.0):
         return None
 
 
+def redis_value(port, *words, timeout=1.0):
+    """One command; its reply as a Python value (a bulk string as str, nil as None)."""
+    payload = f"*{len(words)}\r\n" + "".join(f"${len(w)}\r\n{w}\r\n" for w in words)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(payload.encode())
+        data = b""
+
+        def line():
+            nonlocal data
+            while b"\r\n" not in data:
+                chunk = s.recv(65536)
+                assert chunk, "redis closed the connection"
+                data += chunk
+            head, data = data.split(b"\r\n", 1)
+            return head.decode()
+
+        def value():
+            nonlocal data
+            head = line()
+            kind, rest = head[0], head[1:]
+            if kind == "+":
+                return rest
+            if kind == "-":
+                raise AssertionError(f"redis: {rest}")
+            if kind == ":":
+                return int(rest)
+            if kind == "$":
+                if int(rest) < 0:
+                    return None
+                while len(data) < int(rest) + 2:
+                    data += s.recv(65536)
+                text, data = data[:int(rest)].decode(), data[int(rest) + 2:]
+                return text
+            if kind == "*":
+                return None if int(rest) < 0 else [value() for _ in range(int(rest))]
+            raise AssertionError(f"redis: unexpected reply {head!r}")
+
+        return value()
+
+
 class Redis:
     def __init__(self, binary, port, workdir):
         self.binary, self.port, self.workdir = binary, port, workdir
@@ -87,29 +131,55 @@ class Redis:
         self.log.close()
 
 
+def server_config(name, redis_port, **fleet):
+    """A server's configuration; `fleet` overrides fields of its "fleet" object."""
+    config = {
+        "mode": "work",
+        "listen": "127.0.0.1:0",
+        "admin": {"listen": "127.0.0.1:0"},
+        "io_threads": 1,
+        "workers": 1,
+        "slots": SLOTS,
+        # 1e6 ms per credit: a request's wait costs ~0 credits, so each P1 request takes
+        # exactly its 1 credit and the P1 request rate is the P1 credit rate.
+        "cost_unit_ms": 1_000_000,
+        "classes": 2,
+        "plans": {"pro": {"P1": {"rate": P1_RATE, "burst": P1_BURST},
+                          "P2": {"rate": 50, "burst": 10}}},
+        "tenants": [{"name": t, "key": KEYS[t], "plan": "pro", "shares": SHARES[t]}
+                    for t in ("a", "b")],
+        "work": {"max_cpu_ms": 10, "max_wait_ms": 1000},
+        "shutdown_deadline_ms": 5000,
+        "fleet": {"redis": f"127.0.0.1:{redis_port}", "server_id": name,
+                  "epoch_ms": EPOCH_MS, "grace_ms": GRACE_MS, "expected_servers": 3},
+    }
+    config["fleet"].update(fleet)
+    return config
+
+
+def refused_start(binary, workdir, name, redis_port, **fleet):
+    """Starts a server expected to refuse to start; returns (exit status, its standard error)."""
+    path = os.path.join(workdir, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(server_config(name, redis_port, **fleet), f)
+    proc = subprocess.Popen([binary, "-c", path], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        # A live holder renews its claim every epoch; the refusal comes within the TTL.
+        wait_for(f"{name} to refuse to start", lambda: proc.poll() is not None,
+                 timeout=4 * EPOCH_MS / 1000 + 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out, err = proc.communicate(timeout=10)
+    assert "listening on" not in out, out
+    return proc.returncode, err
+
+
 class Server:
-    def __init__(self, binary, workdir, name, redis_port):
+    def __init__(self, binary, workdir, name, redis_port, **fleet):
         self.name = name
-        config = {
-            "mode": "work",
-            "listen": "127.0.0.1:0",
-            "admin": {"listen": "127.0.0.1:0"},
-            "io_threads": 1,
-            "workers": 1,
-            "slots": SLOTS,
-            # 1e6 ms per credit: a request's wait costs ~0 credits, so each P1 request takes
-            # exactly its 1 credit and the P1 request rate is the P1 credit rate.
-            "cost_unit_ms": 1_000_000,
-            "classes": 2,
-            "plans": {"pro": {"P1": {"rate": P1_RATE, "burst": P1_BURST},
-                              "P2": {"rate": 50, "burst": 10}}},
-            "tenants": [{"name": t, "key": KEYS[t], "plan": "pro", "shares": SHARES[t]}
-                        for t in ("a", "b")],
-            "work": {"max_cpu_ms": 10, "max_wait_ms": 1000},
-            "shutdown_deadline_ms": 5000,
-            "fleet": {"redis": f"127.0.0.1:{redis_port}", "server_id": name,
-                      "epoch_ms": EPOCH_MS, "grace_ms": GRACE_MS, "expected_servers": 3},
-        }
+        config = server_config(name, redis_port, **fleet)
         self.config = config
         self.config_path = os.path.join(workdir, f"{name}.json")
         self.write_config(config)
@@ -153,6 +223,7 @@ class Server:
     def fleet(self):
         j = json.loads(self.get("/debug/participants"))
         return j["fleet"], {t["name"]: t.get("fleet", {}) for t in j["tenants"]}
+
 
     def stop(self):
         if self.proc.poll() is None:
@@ -300,6 +371,16 @@ def main():
                  lambda: all(abs(f - 1 / 3) < 1e-3 for t in SHARES
                              for f in fractions(servers, t)), timeout=3)
 
+        # A second server with a live server's id is refused at start (exit status 3, the
+        # reason in its log), and leaves the holder's place in the fleet as it was.
+        claim_s2 = redis_value(redis.port, "GET", "creditloop:server:s2")
+        status, err = refused_start(args.server, workdir, "s2-again", redis.port, server_id="s2")
+        log("a second s2:", err.strip().splitlines()[-1] if err.strip() else "(no log)")
+        assert status == 3 and 'server id "s2" is in use by another live server' in err, (
+            status, err)
+        assert claim_s2 and redis_value(redis.port, "GET", "creditloop:server:s2") == claim_s2
+        assert state_of(s2) == "connected" and s2.fleet()[0]["live_servers"] == 3
+
         # ---- 1: A on s1 only, B spread ------------------------------------------------------
         w_a1 = Wrk(args.wrk, workdir, "a-s1", s1, "a", 9)
         w_b = [Wrk(args.wrk, workdir, f"b-{s.name}", s, "b", WRK_SECONDS) for s in servers]
@@ -441,23 +522,64 @@ def main():
             assert text.count("of its plan") == 1, text
             assert text.count("Redis answers again") == 2, text
 
+        # ---- server ids ---------------------------------------------------------------------
+        # A server restarted under its id after a crash finds its previous claim still live in
+        # Redis: it waits for the claim to expire (nothing renews it), then joins.
+        assert redis_value(redis.port, "SET", "creditloop:server:s3", "crashed-host/4242/0",
+                           "PX", "1500") == "OK"
+        s3 = Server(args.server, workdir, "s3-restarted", redis.port, server_id="s3")
+        servers.append(s3)
+        assert 'server id "s3" is held by crashed-host/4242/0' in s3.log(), s3.log()
+        wait_for("the restarted s3 to join",
+                 lambda: all(state_of(s) == "connected" and s.fleet()[0]["live_servers"] == 3
+                             for s in (s1, s2, s3)), timeout=5)
+        # A duplicate that could not reach Redis at start (here: its ACL user did not exist yet)
+        # finds the id held once it can: it takes no part (1/expected_servers, no reports), says
+        # so, and its stop takes nothing of the holder's.
+        claim_s1 = redis_value(redis.port, "GET", "creditloop:server:s1")
+        dup = Server(args.server, workdir, "s1-dup", redis.port, server_id="s1", user="late",
+                     password="late-password")
+        servers.append(dup)
+        wait_for("the duplicate in fallback", lambda: state_of(dup) == "fallback", timeout=5)
+        assert redis_value(redis.port, "ACL", "SETUSER", "late", "on", ">late-password", "~*",
+                           "+@all") == "OK"
+        wait_for("the duplicate refused",
+                 lambda: metric(dup.metrics(), "creditloop_fleet_errors_total",
+                                kind="duplicate_id") >= 1, timeout=5)
+        assert 'server id "s1" is held by' in dup.log(), dup.log()
+        assert state_of(dup) == "fallback"
+        assert all(abs(f - 1 / 3) < 1e-3 for t in SHARES for f in fractions([dup], t))
+        req = urllib.request.Request(f"http://127.0.0.1:{dup.port}/work",
+                                     headers={"Authorization": f"Bearer {KEYS['b']}"})
+        with urllib.request.urlopen(req, timeout=5) as res:
+            assert res.status == 200
+        assert state_of(s1) == "connected"
+        assert dup.stop() == 0, dup.log()
+        servers.remove(dup)
+        assert redis_value(redis.port, "GET", "creditloop:server:s1") == claim_s1
+        assert redis_value(redis.port, "ZSCORE", "creditloop:servers", "s1") is not None
+        redis_value(redis.port, "ACL", "DELUSER", "late")
+
         # SIGHUP: a tenant added by a reload starts at 1/n; the fleet's settings need a restart.
+        n = s1.fleet()[0]["live_servers"]
         config = json.loads(json.dumps(s1.config))
         config["tenants"].append({"name": "c", "key": "tenant-c-key-0001", "plan": "pro"})
         s1.write_config(config)
         s1.proc.send_signal(signal.SIGHUP)
-        wait_for("the new tenant at 1/2",
-                 lambda: abs(s1.fleet()[1].get("c", {}).get("fraction", 0) - 0.5) < 1e-3)
+        wait_for("the new tenant at 1/n",
+                 lambda: abs(s1.fleet()[1].get("c", {}).get("fraction", 0) - 1 / n) < 1e-3)
         config["fleet"]["epoch_ms"] = 300
         s1.write_config(config)
         s1.proc.send_signal(signal.SIGHUP)
         wait_for("the fleet change refused",
                  lambda: "fleet: changes only at restart" in s1.log())
 
-        # A clean stop leaves the fleet at once.
-        for s in (s1, s2):
+        # A clean stop leaves the fleet at once, and gives its id back.
+        for s in (s1, s2, s3):
             assert s.stop() == 0, s.log()
         assert redis_command(redis.port, "ZCARD", "creditloop:servers") == ":0"
+        for name in ("s1", "s2", "s3"):
+            assert redis_value(redis.port, "EXISTS", f"creditloop:server:{name}") == 0, name
         log(f"fleet test passed in {time.monotonic() - started:.1f} s")
     finally:
         for w in wrks:

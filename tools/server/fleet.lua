@@ -85,6 +85,38 @@ local function leave(keys, args)
   return redis.call('ZREM', keys[1], args[1])
 end
 
+-- KEYS[1] = <prefix>server:<server id> (a string: the token of the process holding the id)
+-- ARGV = token, ttl (ms)
+-- Takes or renews the id for this process unless another holds it. Returns {1} when this process
+-- holds it now, else {0, the holder's token, the holder's claim's ms to live}. Redis expires a
+-- claim nobody renews, so a process that died gives its id back after one TTL; a claim without
+-- an expiry was not written here, and is taken.
+local function claim(keys, args)
+  local ttl, err = whole(args[2], 'ttl', 1, 86400000)
+  if ttl == nil then return err end
+  local holder = redis.call('GET', keys[1])
+  if holder and holder ~= args[1] then
+    local left = redis.call('PTTL', keys[1])
+    if left >= 0 then return {0, holder, left} end
+  end
+  redis.call('SET', keys[1], args[1], 'PX', ttl)
+  return {1}
+end
+
+-- KEYS[1] = <prefix>server:<server id>; ARGV = token. A server stopping cleanly gives its id
+-- back at once, and only if it still holds it.
+local function release(keys, args)
+  if redis.call('GET', keys[1]) == args[1] then return redis.call('DEL', keys[1]) end
+  return 0
+end
+
+-- KEYS[1] = <prefix>servers; ARGV = server id. A server stopping cleanly leaves at once.
+local function leave(keys, args)
+  return redis.call('ZREM', keys[1], args[1])
+end
+
 redis.register_function('creditloop_report', report)
 redis.register_function('creditloop_heartbeat', heartbeat)
 redis.register_function('creditloop_leave', leave)
+redis.register_function('creditloop_claim', claim)
+redis.register_function('creditloop_release', release)
