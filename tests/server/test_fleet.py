@@ -7,7 +7,9 @@ One run, in phases, each checked as it ends (docs/fleet.md, "Faults"):
   0. a second server with a live server's id refuses to start, and leaves the holder as it was;
   1. tenant A's traffic all to server 1, tenant B's spread over all three: after convergence each
      tenant's fleet-wide P1 rate (the servers' P1 request counters, summed) is within 10 % of its
-     plan's P1 rate x shares;
+     plan's P1 rate x shares; then, among B's entries, an entry (and a heartbeat) stamped an hour
+     ahead of Redis's clock is dropped, one half a second ahead (within the allowance) is
+     counted, and a demand of 10^30 counts as 10^9;
   2. A's traffic moves from server 1 to server 2: server 2's fraction of A passes one half within
      two epochs;
   3. Redis stopped (SIGSTOP) for longer than the grace period: every server goes to grace, then to
@@ -109,6 +111,11 @@ def redis_value(port, *words, timeout=1.0):
             raise AssertionError(f"redis: unexpected reply {head!r}")
 
         return value()
+
+
+def redis_now_ms(port):
+    seconds, micros = redis_value(port, "TIME")
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 class Redis:
@@ -420,6 +427,42 @@ def main():
             column = heading.split().index("FLEET")
             row_b = next(line.split() for line in lines if line.split()[:1] == ["b"])
             assert 0 < float(row_b[column]) < 1, top.stdout
+
+        # ---- entries no server would write ---------------------------------------------------
+        key_b = "creditloop:{b}:demand"
+        # Stamped an hour ahead (a clock stepped back by an hour, or a hostile write): stale, so
+        # the next report drops the entry and the next heartbeat the server.
+        ahead = redis_now_ms(redis.port) + 3_600_000
+        redis_value(redis.port, "HSET", key_b, "future", f"10 {ahead}")
+        redis_value(redis.port, "ZADD", "creditloop:servers", str(ahead), "future")
+        wait_for("the entry stamped an hour ahead to be dropped",
+                 lambda: redis_value(redis.port, "HEXISTS", key_b, "future") == 0,
+                 timeout=3 * epoch + 1)
+        wait_for("the heartbeat stamped an hour ahead to be dropped",
+                 lambda: redis_value(redis.port, "ZSCORE", "creditloop:servers", "future") is None,
+                 timeout=3 * epoch + 1)
+        assert all(s.fleet()[0]["live_servers"] == 3 for s in servers)
+        # Half a second ahead is within the allowance for Redis's clock stepping back: counted.
+        redis_value(redis.port, "HSET", key_b, "skewed", f"0 {redis_now_ms(redis.port) + 500}")
+        wait_for("the entry half a second ahead to be counted",
+                 lambda: any(s.fleet()[1]["b"].get("live_entries") == 4 for s in servers),
+                 timeout=1.0, interval=0.005)
+        wait_for("the entry half a second ahead to age out",
+                 lambda: redis_value(redis.port, "HEXISTS", key_b, "skewed") == 0,
+                 timeout=3 * epoch + 2)
+        # A demand of 10^30 (corrupt or hostile) counts as 10^9, the most a server writes, so D
+        # stays exact. Stamped 0.4 s ahead, within the allowance, so that it lives 1 s.
+        redis_value(redis.port, "HSET", key_b, "huge",
+                    f"1{'0' * 30} {redis_now_ms(redis.port) + 400}")
+
+        def clipped():
+            views = [s.fleet()[1]["b"] for s in servers]
+            return any(v.get("live_entries") == 4 and 10**9 <= v["fleet_demand"] <= 10**9 + 10**4
+                       for v in views)
+
+        wait_for("D with the demand of 10^30 counted as 10^9", clipped, timeout=1.0,
+                 interval=0.005)
+        redis_value(redis.port, "HDEL", key_b, "huge")
 
         # ---- 2: A moves to s2 ---------------------------------------------------------------
         r = w_a1.result(timeout=15)

@@ -286,8 +286,13 @@ bool Fleet::round_trip(std::vector<Report>& reports, std::uint32_t& live_servers
       }
       r.answered = true;
       r.fraction = static_cast<std::uint32_t>(reply->element[0]->integer);
-      r.track->view.fleet_demand = static_cast<std::uint64_t>(reply->element[2]->integer);
-      r.track->view.live_entries = static_cast<std::uint32_t>(reply->element[1]->integer);
+      // Shown, not applied; clipped as the function clips every entry, so that a reply out of
+      // range cannot show as a wrapped-around count.
+      const long long live = std::clamp<long long>(reply->element[1]->integer, 1,
+                                                   std::numeric_limits<std::uint32_t>::max());
+      r.track->view.live_entries = static_cast<std::uint32_t>(live);
+      r.track->view.fleet_demand = static_cast<std::uint64_t>(std::clamp<long long>(
+          reply->element[2]->integer, 0, static_cast<long long>(kMaxDemand) * live));
     }
     if (!missing) {
       claimed_ = held;
