@@ -22,7 +22,8 @@ One run, in phases, each checked as it ends (docs/fleet.md, "Faults"):
   and every request wrk sent to a surviving server got a 2xx, none a socket error. Then: a server
   restarted under an id whose claim a dead process left waits for it to expire and joins; a
   duplicate that could not reach Redis at start takes no part once it can, and its stop takes
-  nothing of the holder's; a clean stop gives each id back.
+  nothing of the holder's; a tenant added by SIGHUP is at 1/n from the first instant it is
+  listed; a clean stop gives each id back.
 
 Every wait is a poll with a deadline on something observable; nothing sleeps to synchronise.
 """
@@ -231,6 +232,11 @@ class Server:
         j = json.loads(self.get("/debug/participants"))
         return j["fleet"], {t["name"]: t.get("fleet", {}) for t in j["tenants"]}
 
+    def tenant(self, name):
+        """The tenant's entry in /debug/participants, or None while the server has no such
+        tenant."""
+        j = json.loads(self.get("/debug/participants"))
+        return next((t for t in j["tenants"] if t["name"] == name), None)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -603,14 +609,23 @@ def main():
         assert redis_value(redis.port, "ZSCORE", "creditloop:servers", "s1") is not None
         redis_value(redis.port, "ACL", "DELUSER", "late")
 
-        # SIGHUP: a tenant added by a reload starts at 1/n; the fleet's settings need a restart.
+        # SIGHUP: a tenant added by a reload is at 1/n from the first instant it can be asked
+        # for (the directory lists it once its requests are taken); twice, so that a fix that
+        # only lands at the next epoch cannot pass by luck. The fleet's settings need a restart.
         n = s1.fleet()[0]["live_servers"]
+        assert n == 3, n
         config = json.loads(json.dumps(s1.config))
-        config["tenants"].append({"name": "c", "key": "tenant-c-key-0001", "plan": "pro"})
-        s1.write_config(config)
-        s1.proc.send_signal(signal.SIGHUP)
-        wait_for("the new tenant at 1/n",
-                 lambda: abs(s1.fleet()[1].get("c", {}).get("fraction", 0) - 1 / n) < 1e-3)
+        for name in ("c", "d"):
+            config["tenants"].append({"name": name, "key": f"tenant-{name}-key-0001",
+                                      "plan": "pro"})
+            s1.write_config(config)
+            s1.proc.send_signal(signal.SIGHUP)
+            first = wait_for(f"tenant {name} listed", lambda: s1.tenant(name), timeout=5,
+                             interval=0.001)
+            assert first["scale_millionths"] == 1_000_000 // n, (name, first, n)
+        wait_for("the fleet to show the new tenants at 1/n",
+                 lambda: all(abs(s1.fleet()[1].get(t, {}).get("fraction", 0) - 1 / n) < 1e-3
+                             for t in ("c", "d")))
         config["fleet"]["epoch_ms"] = 300
         s1.write_config(config)
         s1.proc.send_signal(signal.SIGHUP)

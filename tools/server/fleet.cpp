@@ -463,6 +463,17 @@ bool Fleet::claim_at_start() {
   }
 }
 
+void Fleet::admit(ParticipantId participant) {
+  std::uint32_t n = 1;
+  {
+    std::lock_guard lock(view_mutex_);
+    n = view_.live_servers;
+  }
+  // The fleet thread meets the tenant at its next epoch and applies 1/n again, with n as it is
+  // then; if this fails (the runtime is shutting down), that is all there is to do.
+  (void)runtime_.scale(participant, kWholePlan / std::max<std::uint32_t>(1, n));
+}
+
 void Fleet::start() {
   std::vector<Report> none;
   std::uint32_t live = live_servers_;

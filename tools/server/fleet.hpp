@@ -81,6 +81,10 @@ class Fleet {
   /// held, until that claim expires (at most 3 s and an epoch). Throws std::runtime_error when
   /// another live server holds the id: it renews its claim while this one waits.
   void start();
+  /// A tenant added by a reload, before its requests can reach it: scaled to 1/n at once, n as
+  /// the last epoch counted it, rather than holding its whole plan until the next epoch. Any
+  /// thread; blocks for a round trip to the dispatcher.
+  void admit(ParticipantId participant);
   /// Stops the epoch thread and, if Redis answers, takes this server's entries out at once.
   /// Blocks up to one round trip's timeout. Idempotent; any thread but the fleet's.
   void stop();
