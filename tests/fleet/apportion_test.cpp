@@ -63,6 +63,22 @@ TEST(FleetApportion, EntriesOlderThanTheTtlAreDroppedAndNoLonger) {
   EXPECT_EQ(entries[0].server, 2u);
 }
 
+TEST(FleetApportion, EntriesStampedAheadCountWithinTheAllowanceOnly) {
+  std::vector<DemandEntry> entries{{1, 100, 10'000 + kMaxAheadMs}, {3, 100, 10'000 + 3'600'000}};
+  Apportioned a = report(entries, 2, 100, 10'000, kTtl);
+  EXPECT_EQ(a.live, 2u);  // server 1, exactly the allowance ahead, and server 2
+  EXPECT_EQ(a.millionths, 500'000u);
+  entries.push_back({4, 100, 10'001 + kMaxAheadMs});
+  a = report(entries, 2, 100, 10'000, kTtl);
+  EXPECT_EQ(a.live, 2u);
+  ASSERT_EQ(entries.size(), 2u);
+  // Server 1's entry stays until it is a TTL old, counted from its stamp.
+  a = report(entries, 2, 100, 10'000 + kMaxAheadMs + kTtl + 1, kTtl);
+  EXPECT_EQ(a.live, 1u);
+  std::vector<Heartbeat> live{{1, 10'000 + kMaxAheadMs}, {3, 10'001 + kMaxAheadMs}};
+  EXPECT_EQ(heartbeat(live, 2, 10'000, kTtl), 2u);
+}
+
 TEST(FleetApportion, HeartbeatCountsLiveServersAndForgetsSilentOnes) {
   std::vector<Heartbeat> live;
   EXPECT_EQ(heartbeat(live, 1, 0, kTtl), 1u);
@@ -94,9 +110,14 @@ TEST(FleetApportion, FractionsFromOneStateSumToAtMostAWholePlan) {
 TEST(FleetApportion, DemandsAboveTheLimitAreClipped) {
   std::vector<DemandEntry> entries;
   (void)report(entries, 1, ~std::uint64_t{0}, 0, kTtl);
-  const Apportioned a = report(entries, 2, kMaxDemand, 0, kTtl);
+  Apportioned a = report(entries, 2, kMaxDemand, 0, kTtl);
   EXPECT_EQ(a.total, 2 * kMaxDemand);
   EXPECT_EQ(a.millionths, 500'000u);
+  // Read back too: an entry above the limit, written by anything but a server, counts as it.
+  entries.push_back({3, ~std::uint64_t{0}, 0});
+  a = report(entries, 2, kMaxDemand, 0, kTtl);
+  EXPECT_EQ(a.total, 3 * kMaxDemand);
+  EXPECT_EQ(a.millionths, 333'333u);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 """fleet_sim.lua_rule: the Redis function (tools/server/fleet.lua) and the simulator's rule
 (tools/fleet-sim/apportion.hpp, through creditloop-fleet-sim --apportion) give the same answer
 and leave the same entries, on random stored states: demands of zero, small and above the clip,
-entries on both sides of the TTL and exactly at it, the reporting server new or already there.
+entries on both sides of the TTL and exactly at it, stamped ahead of Redis's clock on both sides of
+the allowance and exactly at it, stored demands above the clip (not written by a server), the
+reporting server new or already there.
 
 Starts its own redis-server on a free loopback port. Exits 77 (skipped) when there is no
 redis-server or no fleet.lua, so that a build without the server's fleet mode does not fail."""
@@ -18,6 +20,7 @@ import time
 
 SKIP = 77
 TTL_MS = 750
+MAX_AHEAD_MS = 1000
 
 
 class Redis:
@@ -117,8 +120,10 @@ def main():
             entries = []
             for name in names[1:]:
                 demand = rng.choice([0, 0, rng.randint(1, 20), rng.randint(1, 10**6),
-                                     rng.randint(1, 10**9)])
-                age = rng.choice([0, rng.randint(0, 2 * TTL_MS), TTL_MS - 1, TTL_MS, TTL_MS + 1])
+                                     rng.randint(1, 10**9), rng.randint(10**9 + 1, 2**64 - 1)])
+                age = rng.choice([0, rng.randint(0, 2 * TTL_MS), TTL_MS - 1, TTL_MS, TTL_MS + 1,
+                                  -rng.randint(1, 2 * MAX_AHEAD_MS), -MAX_AHEAD_MS + 1,
+                                  -MAX_AHEAD_MS, -MAX_AHEAD_MS - 1, -3_600_000])
                 entries.append({"server": name, "demand": demand, "ms": now0 - age})
             demand = rng.choice([0, rng.randint(1, 20), rng.randint(1, 10**6), 10**9 + 5,
                                  2**40])

@@ -4,9 +4,12 @@
 Usage: test_fleet.py --server PATH [--redis-server PATH] [--wrk PATH] [--keep DIR]
 
 One run, in phases, each checked as it ends (docs/fleet.md, "Faults"):
+  0. a second server with a live server's id refuses to start, and leaves the holder as it was;
   1. tenant A's traffic all to server 1, tenant B's spread over all three: after convergence each
      tenant's fleet-wide P1 rate (the servers' P1 request counters, summed) is within 10 % of its
-     plan's P1 rate x shares;
+     plan's P1 rate x shares; then, among B's entries, an entry (and a heartbeat) stamped an hour
+     ahead of Redis's clock is dropped, one half a second ahead (within the allowance) is
+     counted, and a demand of 10^30 counts as 10^9;
   2. A's traffic moves from server 1 to server 2: server 2's fraction of A passes one half within
      two epochs;
   3. Redis stopped (SIGSTOP) for longer than the grace period: every server goes to grace, then to
@@ -16,7 +19,11 @@ One run, in phases, each checked as it ends (docs/fleet.md, "Faults"):
      reconnect, load the function again, and converge;
   5. server 3 killed (SIGKILL): its entries age out, the live count drops to two, and the other
      servers' fractions of B grow to the whole plan;
-  and every request wrk sent to a surviving server got a 2xx, none a socket error.
+  and every request wrk sent to a surviving server got a 2xx, none a socket error. Then: a server
+  restarted under an id whose claim a dead process left waits for it to expire and joins; a
+  duplicate that could not reach Redis at start takes no part once it can, and its stop takes
+  nothing of the holder's; a tenant added by SIGHUP is at 1/n from the first instant it is
+  listed; a clean stop gives each id back.
 
 Every wait is a poll with a deadline on something observable; nothing sleeps to synchronise.
 """
@@ -67,6 +74,51 @@ def redis_command(port, *words, timeout=1.0):
         return None
 
 
+def redis_value(port, *words, timeout=1.0):
+    """One command; its reply as a Python value (a bulk string as str, nil as None)."""
+    payload = f"*{len(words)}\r\n" + "".join(f"${len(w)}\r\n{w}\r\n" for w in words)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(payload.encode())
+        data = b""
+
+        def line():
+            nonlocal data
+            while b"\r\n" not in data:
+                chunk = s.recv(65536)
+                assert chunk, "redis closed the connection"
+                data += chunk
+            head, data = data.split(b"\r\n", 1)
+            return head.decode()
+
+        def value():
+            nonlocal data
+            head = line()
+            kind, rest = head[0], head[1:]
+            if kind == "+":
+                return rest
+            if kind == "-":
+                raise AssertionError(f"redis: {rest}")
+            if kind == ":":
+                return int(rest)
+            if kind == "$":
+                if int(rest) < 0:
+                    return None
+                while len(data) < int(rest) + 2:
+                    data += s.recv(65536)
+                text, data = data[:int(rest)].decode(), data[int(rest) + 2:]
+                return text
+            if kind == "*":
+                return None if int(rest) < 0 else [value() for _ in range(int(rest))]
+            raise AssertionError(f"redis: unexpected reply {head!r}")
+
+        return value()
+
+
+def redis_now_ms(port):
+    seconds, micros = redis_value(port, "TIME")
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 class Redis:
     def __init__(self, binary, port, workdir):
         self.binary, self.port, self.workdir = binary, port, workdir
@@ -87,29 +139,55 @@ class Redis:
         self.log.close()
 
 
+def server_config(name, redis_port, **fleet):
+    """A server's configuration; `fleet` overrides fields of its "fleet" object."""
+    config = {
+        "mode": "work",
+        "listen": "127.0.0.1:0",
+        "admin": {"listen": "127.0.0.1:0"},
+        "io_threads": 1,
+        "workers": 1,
+        "slots": SLOTS,
+        # 1e6 ms per credit: a request's wait costs ~0 credits, so each P1 request takes
+        # exactly its 1 credit and the P1 request rate is the P1 credit rate.
+        "cost_unit_ms": 1_000_000,
+        "classes": 2,
+        "plans": {"pro": {"P1": {"rate": P1_RATE, "burst": P1_BURST},
+                          "P2": {"rate": 50, "burst": 10}}},
+        "tenants": [{"name": t, "key": KEYS[t], "plan": "pro", "shares": SHARES[t]}
+                    for t in ("a", "b")],
+        "work": {"max_cpu_ms": 10, "max_wait_ms": 1000},
+        "shutdown_deadline_ms": 5000,
+        "fleet": {"redis": f"127.0.0.1:{redis_port}", "server_id": name,
+                  "epoch_ms": EPOCH_MS, "grace_ms": GRACE_MS, "expected_servers": 3},
+    }
+    config["fleet"].update(fleet)
+    return config
+
+
+def refused_start(binary, workdir, name, redis_port, **fleet):
+    """Starts a server expected to refuse to start; returns (exit status, its standard error)."""
+    path = os.path.join(workdir, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(server_config(name, redis_port, **fleet), f)
+    proc = subprocess.Popen([binary, "-c", path], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        # A live holder renews its claim every epoch; the refusal comes within the TTL.
+        wait_for(f"{name} to refuse to start", lambda: proc.poll() is not None,
+                 timeout=4 * EPOCH_MS / 1000 + 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out, err = proc.communicate(timeout=10)
+    assert "listening on" not in out, out
+    return proc.returncode, err
+
+
 class Server:
-    def __init__(self, binary, workdir, name, redis_port):
+    def __init__(self, binary, workdir, name, redis_port, **fleet):
         self.name = name
-        config = {
-            "mode": "work",
-            "listen": "127.0.0.1:0",
-            "admin": {"listen": "127.0.0.1:0"},
-            "io_threads": 1,
-            "workers": 1,
-            "slots": SLOTS,
-            # 1e6 ms per credit: a request's wait costs ~0 credits, so each P1 request takes
-            # exactly its 1 credit and the P1 request rate is the P1 credit rate.
-            "cost_unit_ms": 1_000_000,
-            "classes": 2,
-            "plans": {"pro": {"P1": {"rate": P1_RATE, "burst": P1_BURST},
-                              "P2": {"rate": 50, "burst": 10}}},
-            "tenants": [{"name": t, "key": KEYS[t], "plan": "pro", "shares": SHARES[t]}
-                        for t in ("a", "b")],
-            "work": {"max_cpu_ms": 10, "max_wait_ms": 1000},
-            "shutdown_deadline_ms": 5000,
-            "fleet": {"redis": f"127.0.0.1:{redis_port}", "server_id": name,
-                      "epoch_ms": EPOCH_MS, "grace_ms": GRACE_MS, "expected_servers": 3},
-        }
+        config = server_config(name, redis_port, **fleet)
         self.config = config
         self.config_path = os.path.join(workdir, f"{name}.json")
         self.write_config(config)
@@ -153,6 +231,12 @@ class Server:
     def fleet(self):
         j = json.loads(self.get("/debug/participants"))
         return j["fleet"], {t["name"]: t.get("fleet", {}) for t in j["tenants"]}
+
+    def tenant(self, name):
+        """The tenant's entry in /debug/participants, or None while the server has no such
+        tenant."""
+        j = json.loads(self.get("/debug/participants"))
+        return next((t for t in j["tenants"] if t["name"] == name), None)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -300,6 +384,16 @@ def main():
                  lambda: all(abs(f - 1 / 3) < 1e-3 for t in SHARES
                              for f in fractions(servers, t)), timeout=3)
 
+        # A second server with a live server's id is refused at start (exit status 3, the
+        # reason in its log), and leaves the holder's place in the fleet as it was.
+        claim_s2 = redis_value(redis.port, "GET", "creditloop:server:s2")
+        status, err = refused_start(args.server, workdir, "s2-again", redis.port, server_id="s2")
+        log("a second s2:", err.strip().splitlines()[-1] if err.strip() else "(no log)")
+        assert status == 3 and 'server id "s2" is in use by another live server' in err, (
+            status, err)
+        assert claim_s2 and redis_value(redis.port, "GET", "creditloop:server:s2") == claim_s2
+        assert state_of(s2) == "connected" and s2.fleet()[0]["live_servers"] == 3
+
         # ---- 1: A on s1 only, B spread ------------------------------------------------------
         w_a1 = Wrk(args.wrk, workdir, "a-s1", s1, "a", 9)
         w_b = [Wrk(args.wrk, workdir, f"b-{s.name}", s, "b", WRK_SECONDS) for s in servers]
@@ -339,6 +433,42 @@ def main():
             column = heading.split().index("FLEET")
             row_b = next(line.split() for line in lines if line.split()[:1] == ["b"])
             assert 0 < float(row_b[column]) < 1, top.stdout
+
+        # ---- entries no server would write ---------------------------------------------------
+        key_b = "creditloop:{b}:demand"
+        # Stamped an hour ahead (a clock stepped back by an hour, or a hostile write): stale, so
+        # the next report drops the entry and the next heartbeat the server.
+        ahead = redis_now_ms(redis.port) + 3_600_000
+        redis_value(redis.port, "HSET", key_b, "future", f"10 {ahead}")
+        redis_value(redis.port, "ZADD", "creditloop:servers", str(ahead), "future")
+        wait_for("the entry stamped an hour ahead to be dropped",
+                 lambda: redis_value(redis.port, "HEXISTS", key_b, "future") == 0,
+                 timeout=3 * epoch + 1)
+        wait_for("the heartbeat stamped an hour ahead to be dropped",
+                 lambda: redis_value(redis.port, "ZSCORE", "creditloop:servers", "future") is None,
+                 timeout=3 * epoch + 1)
+        assert all(s.fleet()[0]["live_servers"] == 3 for s in servers)
+        # Half a second ahead is within the allowance for Redis's clock stepping back: counted.
+        redis_value(redis.port, "HSET", key_b, "skewed", f"0 {redis_now_ms(redis.port) + 500}")
+        wait_for("the entry half a second ahead to be counted",
+                 lambda: any(s.fleet()[1]["b"].get("live_entries") == 4 for s in servers),
+                 timeout=1.0, interval=0.005)
+        wait_for("the entry half a second ahead to age out",
+                 lambda: redis_value(redis.port, "HEXISTS", key_b, "skewed") == 0,
+                 timeout=3 * epoch + 2)
+        # A demand of 10^30 (corrupt or hostile) counts as 10^9, the most a server writes, so D
+        # stays exact. Stamped 0.4 s ahead, within the allowance, so that it lives 1 s.
+        redis_value(redis.port, "HSET", key_b, "huge",
+                    f"1{'0' * 30} {redis_now_ms(redis.port) + 400}")
+
+        def clipped():
+            views = [s.fleet()[1]["b"] for s in servers]
+            return any(v.get("live_entries") == 4 and 10**9 <= v["fleet_demand"] <= 10**9 + 10**4
+                       for v in views)
+
+        wait_for("D with the demand of 10^30 counted as 10^9", clipped, timeout=1.0,
+                 interval=0.005)
+        redis_value(redis.port, "HDEL", key_b, "huge")
 
         # ---- 2: A moves to s2 ---------------------------------------------------------------
         r = w_a1.result(timeout=15)
@@ -441,23 +571,73 @@ def main():
             assert text.count("of its plan") == 1, text
             assert text.count("Redis answers again") == 2, text
 
-        # SIGHUP: a tenant added by a reload starts at 1/n; the fleet's settings need a restart.
+        # ---- server ids ---------------------------------------------------------------------
+        # A server restarted under its id after a crash finds its previous claim still live in
+        # Redis: it waits for the claim to expire (nothing renews it), then joins.
+        assert redis_value(redis.port, "SET", "creditloop:server:s3", "crashed-host/4242/0",
+                           "PX", "1500") == "OK"
+        s3 = Server(args.server, workdir, "s3-restarted", redis.port, server_id="s3")
+        servers.append(s3)
+        assert 'server id "s3" is held by crashed-host/4242/0' in s3.log(), s3.log()
+        wait_for("the restarted s3 to join",
+                 lambda: all(state_of(s) == "connected" and s.fleet()[0]["live_servers"] == 3
+                             for s in (s1, s2, s3)), timeout=5)
+        # A duplicate that could not reach Redis at start (here: its ACL user did not exist yet)
+        # finds the id held once it can: it takes no part (1/expected_servers, no reports), says
+        # so, and its stop takes nothing of the holder's.
+        claim_s1 = redis_value(redis.port, "GET", "creditloop:server:s1")
+        dup = Server(args.server, workdir, "s1-dup", redis.port, server_id="s1", user="late",
+                     password="late-password")
+        servers.append(dup)
+        wait_for("the duplicate in fallback", lambda: state_of(dup) == "fallback", timeout=5)
+        assert redis_value(redis.port, "ACL", "SETUSER", "late", "on", ">late-password", "~*",
+                           "+@all") == "OK"
+        wait_for("the duplicate refused",
+                 lambda: metric(dup.metrics(), "creditloop_fleet_errors_total",
+                                kind="duplicate_id") >= 1, timeout=5)
+        assert 'server id "s1" is held by' in dup.log(), dup.log()
+        assert state_of(dup) == "fallback"
+        assert all(abs(f - 1 / 3) < 1e-3 for t in SHARES for f in fractions([dup], t))
+        req = urllib.request.Request(f"http://127.0.0.1:{dup.port}/work",
+                                     headers={"Authorization": f"Bearer {KEYS['b']}"})
+        with urllib.request.urlopen(req, timeout=5) as res:
+            assert res.status == 200
+        assert state_of(s1) == "connected"
+        assert dup.stop() == 0, dup.log()
+        servers.remove(dup)
+        assert redis_value(redis.port, "GET", "creditloop:server:s1") == claim_s1
+        assert redis_value(redis.port, "ZSCORE", "creditloop:servers", "s1") is not None
+        redis_value(redis.port, "ACL", "DELUSER", "late")
+
+        # SIGHUP: a tenant added by a reload is at 1/n from the first instant it can be asked
+        # for (the directory lists it once its requests are taken); twice, so that a fix that
+        # only lands at the next epoch cannot pass by luck. The fleet's settings need a restart.
+        n = s1.fleet()[0]["live_servers"]
+        assert n == 3, n
         config = json.loads(json.dumps(s1.config))
-        config["tenants"].append({"name": "c", "key": "tenant-c-key-0001", "plan": "pro"})
-        s1.write_config(config)
-        s1.proc.send_signal(signal.SIGHUP)
-        wait_for("the new tenant at 1/2",
-                 lambda: abs(s1.fleet()[1].get("c", {}).get("fraction", 0) - 0.5) < 1e-3)
+        for name in ("c", "d"):
+            config["tenants"].append({"name": name, "key": f"tenant-{name}-key-0001",
+                                      "plan": "pro"})
+            s1.write_config(config)
+            s1.proc.send_signal(signal.SIGHUP)
+            first = wait_for(f"tenant {name} listed", lambda: s1.tenant(name), timeout=5,
+                             interval=0.001)
+            assert first["scale_millionths"] == 1_000_000 // n, (name, first, n)
+        wait_for("the fleet to show the new tenants at 1/n",
+                 lambda: all(abs(s1.fleet()[1].get(t, {}).get("fraction", 0) - 1 / n) < 1e-3
+                             for t in ("c", "d")))
         config["fleet"]["epoch_ms"] = 300
         s1.write_config(config)
         s1.proc.send_signal(signal.SIGHUP)
         wait_for("the fleet change refused",
                  lambda: "fleet: changes only at restart" in s1.log())
 
-        # A clean stop leaves the fleet at once.
-        for s in (s1, s2):
+        # A clean stop leaves the fleet at once, and gives its id back.
+        for s in (s1, s2, s3):
             assert s.stop() == 0, s.log()
         assert redis_command(redis.port, "ZCARD", "creditloop:servers") == ":0"
+        for name in ("s1", "s2", "s3"):
+            assert redis_value(redis.port, "EXISTS", f"creditloop:server:{name}") == 0, name
         log(f"fleet test passed in {time.monotonic() - started:.1f} s")
     finally:
         for w in wrks:

@@ -4,8 +4,10 @@
 //
 // The data of one tenant is a set of entries, one per server: the demand that server reported and
 // the store's own clock (milliseconds) when it wrote it. The live servers are a second set:
-// server -> the store's milliseconds at its last heartbeat. An entry is *older than the TTL*, and
-// is dropped, when now_ms - written_ms > ttl_ms: an entry written exactly ttl_ms ago still counts.
+// server -> the store's milliseconds at its last heartbeat. An entry is *stale*, and is dropped,
+// when now_ms - written_ms > ttl_ms (an entry written exactly ttl_ms ago still counts) or when it
+// is stamped more than kMaxAheadMs ahead of now_ms (the store's clock stepped back further than
+// that, or the entry was not written by a server).
 //
 // The rule, for one report (server s, demand d, at now_ms):
 //   1. write s's entry (d, now_ms), replacing any earlier one of s;
@@ -16,8 +18,9 @@
 // most kWhole; fractions computed at different instants (servers report at different points of
 // an epoch) may add up to more, which is the over-grant the simulator measures.
 //
-// All arithmetic is on integers. A demand is at most kMaxDemand, so d * 1e6 fits 64 bits and,
-// in the Lua port, a double holds it exactly (below 2^53).
+// All arithmetic is on integers. A demand is at most kMaxDemand, the one reported and every one
+// read back alike (an entry above it was not written by a server), so d * 1e6 fits 64 bits and,
+// in the Lua port, a double holds it and D exactly (below 2^53).
 //
 // Cost: O(entries of the tenant) per report, O(live servers) per heartbeat; nothing else.
 #pragma once
@@ -32,6 +35,10 @@ namespace creditloop::fleet {
 inline constexpr std::uint32_t kWhole = 1'000'000;
 /// Demands above this are clipped to it (requests per epoch: far beyond any real server).
 inline constexpr std::uint64_t kMaxDemand = 1'000'000'000;
+/// How far ahead of the store's clock a stamp may be and still count: a step back of that clock
+/// (NTP, a fail-over to a replica whose clock is behind) within this keeps the entries, and an
+/// entry stamped further ahead does not live for ever (tools/server/fleet.lua says why 1 s).
+inline constexpr std::int64_t kMaxAheadMs = 1000;
 
 /// One server's entry in a tenant's demand set.
 struct DemandEntry {
@@ -47,9 +54,9 @@ struct Apportioned {
   std::uint64_t total = 0;
 };
 
-[[nodiscard]] constexpr bool older_than_ttl(std::int64_t written_ms, std::int64_t now_ms,
-                                            std::int64_t ttl_ms) noexcept {
-  return now_ms - written_ms > ttl_ms;
+[[nodiscard]] constexpr bool stale(std::int64_t written_ms, std::int64_t now_ms,
+                                   std::int64_t ttl_ms) noexcept {
+  return now_ms - written_ms > ttl_ms || written_ms - now_ms > kMaxAheadMs;
 }
 
 /// Step 3 alone: a server's fraction from its own demand, the live total and the live count.
@@ -81,10 +88,9 @@ inline Apportioned report(std::vector<DemandEntry>& entries, std::uint32_t serve
     }
   }
   if (!written) entries.push_back(DemandEntry{server, demand, now_ms});
-  std::erase_if(entries,
-                [&](const DemandEntry& e) { return older_than_ttl(e.written_ms, now_ms, ttl_ms); });
+  std::erase_if(entries, [&](const DemandEntry& e) { return stale(e.written_ms, now_ms, ttl_ms); });
   Apportioned out;
-  for (const DemandEntry& e : entries) out.total += e.demand;
+  for (const DemandEntry& e : entries) out.total += std::min(e.demand, kMaxDemand);
   out.live = static_cast<std::uint32_t>(entries.size());
   out.millionths = fraction(demand, out.total, out.live);
   return out;
@@ -96,8 +102,8 @@ struct Heartbeat {
   std::int64_t at_ms = 0;
 };
 
-/// Records `server`'s heartbeat at now_ms, drops the servers whose last heartbeat is older than
-/// the TTL, and returns the live count n (at least 1: the caller itself).
+/// Records `server`'s heartbeat at now_ms, drops the servers whose last heartbeat is stale, and
+/// returns the live count n (at least 1: the caller itself).
 inline std::uint32_t heartbeat(std::vector<Heartbeat>& live, std::uint32_t server,
                                std::int64_t now_ms, std::int64_t ttl_ms) {
   bool written = false;
@@ -109,7 +115,7 @@ inline std::uint32_t heartbeat(std::vector<Heartbeat>& live, std::uint32_t serve
     }
   }
   if (!written) live.push_back(Heartbeat{server, now_ms});
-  std::erase_if(live, [&](const Heartbeat& h) { return older_than_ttl(h.at_ms, now_ms, ttl_ms); });
+  std::erase_if(live, [&](const Heartbeat& h) { return stale(h.at_ms, now_ms, ttl_ms); });
   return static_cast<std::uint32_t>(live.size());
 }
 

@@ -6,9 +6,12 @@
 // burns N ms of CPU on a worker thread, then waits M ms on a timer (a modelled database or disk:
 // the wait holds the request, not a thread, so a few threads serve any concurrency), and answers
 // 200 with `X-Cost: credits`, the milliseconds used unless `cost` names the credits. `status`
-// answers that status instead; `fail=1` closes the connection without answering, after the work,
-// as a backend that dies part-way does. Any path is taken, so that a proxy may forward whatever its
-// clients asked for. Connections are kept alive as HTTP/1.1 says.
+// answers that status instead, any final one (200 to 599), framed as HTTP/1.1 says: no body on a
+// 204 or a 304, an empty one on a 205, and the headers a 206, 401, 405, 407 or 426 must carry; a
+// 1xx is an interim answer, never a final one, and is refused with a 400 like any other value.
+// `fail=1` closes the connection without answering, after the work, as a backend that dies
+// part-way does. Any path and method are taken, so that a proxy may forward whatever its clients
+// asked for; a HEAD is answered without its body. Connections are kept alive as HTTP/1.1 says.
 //
 // `--listen HOST:PORT` (port 0: any free port) prints `... listening on HOST:PORT` on standard
 // output once it accepts. SIGINT or SIGTERM stops it.
@@ -103,6 +106,22 @@ std::variant<Work, std::string> parse_work(std::string_view target, const Limits
         name != "fail") {
       continue;
     }
+    if (name == "status") {
+      // Digits only: "2e2" or "204.0" name no status code.
+      const bool digits = !value.empty() && value.size() <= 3 &&
+                          value.find_first_not_of("0123456789") == std::string::npos;
+      const unsigned code = digits ? static_cast<unsigned>(std::stoul(value)) : 0;
+      if (code >= 100 && code <= 199) {
+        return "status: " + value +
+               " is an interim status (1xx), never a final answer; ask for 200 to 599";
+      }
+      if (code < 200 || code > 599) {
+        return "status: must be a final status, a whole number from 200 to 599, got \"" + value +
+               "\"";
+      }
+      w.status = code;
+      continue;
+    }
     const std::optional<double> v = number(value);
     if (!v) return std::string(name) + ": must be a number, at least 0";
     if (name == "cpu_ms") {
@@ -113,9 +132,6 @@ std::variant<Work, std::string> parse_work(std::string_view target, const Limits
       w.wait_ms = *v;
     } else if (name == "cost") {
       w.cost = *v;
-    } else if (name == "status") {
-      if (*v < 200 || *v > 599 || *v != std::floor(*v)) return "status: from 200 to 599";
-      w.status = static_cast<unsigned>(*v);
     } else {
       w.fail = *v != 0;
     }
@@ -123,13 +139,57 @@ std::variant<Work, std::string> parse_work(std::string_view target, const Limits
   return w;
 }
 
+// Whether a response with this status may have content at all (RFC 9110, 15.3.5, 15.3.6, 15.4.5).
+bool has_content(unsigned status) { return status != 204 && status != 205 && status != 304; }
+
+// The headers RFC 9110 says a response with this status must carry. Values that fit any request:
+// the backend takes every method, and a client that asked for one of these asked for it by name.
+void add_required_headers(Response& res, unsigned status) {
+  switch (status) {
+    case 206:  // 14.4: the range sent; here the whole body, which is never empty
+      if (!res.body().empty()) {
+        res.set(http::field::content_range, "bytes 0-" + std::to_string(res.body().size() - 1) +
+                                                "/" + std::to_string(res.body().size()));
+      }
+      break;
+    case 401:  // 11.6.1
+      res.set(http::field::www_authenticate, "Bearer");
+      break;
+    case 405:  // 10.2.1
+      res.set(http::field::allow, "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
+      break;
+    case 407:  // 11.7.1
+      res.set(http::field::proxy_authenticate, "Bearer");
+      break;
+    case 426:  // 15.5.22; "Connection: upgrade" goes with it (7.8)
+      res.set(http::field::upgrade, "HTTP/2.0");
+      res.set(http::field::connection, "upgrade");
+      break;
+    default:
+      break;
+  }
+}
+
+// Throws only what allocation throws. Beast's framing (prepare_payload) is asked only about a
+// status that may have content: it throws on a body for a 204 or a 304, and without one it would
+// still give them a Content-Length, which a 204 must not carry (RFC 9110, 8.6) and which on a 304
+// would misstate the length of the content it stands for.
 Response make_response(const Request& request, unsigned status, std::string body) {
   Response res{static_cast<http::status>(status), request.version()};
   res.set(http::field::server, "creditloop-demo-backend");
-  res.set(http::field::content_type, "text/plain; charset=utf-8");
   res.keep_alive(request.keep_alive());
-  res.body() = std::move(body);
-  res.prepare_payload();
+  if (has_content(status)) {
+    res.set(http::field::content_type, "text/plain; charset=utf-8");
+    res.body() = std::move(body);
+    res.prepare_payload();
+  } else if (status == 205) {
+    res.content_length(0);  // 15.3.6: no content, said so
+  }
+  add_required_headers(res, status);
+  if (request.method() == http::verb::head) {
+    // The headers a GET would get, Content-Length included, and no body (RFC 9110, 9.3.2).
+    res.body().clear();
+  }
   return res;
 }
 
@@ -139,16 +199,30 @@ class Session : public std::enable_shared_from_this<Session> {
       : stream_(std::move(socket)), workers_(workers), limits_(limits) {}
 
   void start() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
+    asio::dispatch(stream_.get_executor(),
+                   [self = shared_from_this()] { self->guarded([&] { self->read(); }); });
   }
 
  private:
+  // Every handler runs through this: an exception out of one would end the process, and with it
+  // every connection. What can throw here is allocation; this connection is dropped for it.
+  template <class F>
+  void guarded(F&& f) noexcept {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "creditloop-demo-backend: connection dropped: %s\n", e.what());
+      close();
+    }
+  }
+
   void read() {
     request_ = {};
     stream_.expires_after(limits_.idle);
-    http::async_read(
-        stream_, buffer_, request_,
-        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+    http::async_read(stream_, buffer_, request_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                       self->guarded([&] { self->on_read(ec); });
+                     });
   }
 
   void on_read(beast::error_code ec) {
@@ -169,7 +243,14 @@ class Session : public std::enable_shared_from_this<Session> {
       // CPU runs on the workers so that a long burn never delays another connection's I/O.
       asio::post(workers_, [self = shared_from_this()] {
         (void)creditloop::server::burn_cpu(self->work_.cpu_ms);
-        asio::post(self->stream_.get_executor(), [self] { self->wait(); });
+        try {
+          asio::post(self->stream_.get_executor(),
+                     [self] { self->guarded([&] { self->wait(); }); });
+        } catch (const std::exception& e) {
+          // Off the connection's strand, so not closed here: nothing else is pending on it, and
+          // the last reference, dropped with this handler, closes it.
+          std::fprintf(stderr, "creditloop-demo-backend: connection dropped: %s\n", e.what());
+        }
       });
     } else {
       wait();
@@ -184,7 +265,8 @@ class Session : public std::enable_shared_from_this<Session> {
     timer_ = std::make_unique<asio::steady_timer>(stream_.get_executor());
     timer_->expires_after(std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double, std::milli>(work_.wait_ms)));
-    timer_->async_wait([self = shared_from_this()](beast::error_code) { self->done(); });
+    timer_->async_wait(
+        [self = shared_from_this()](beast::error_code) { self->guarded([&] { self->done(); }); });
   }
 
   void done() {
@@ -194,13 +276,12 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     const double used_ms = ms_since(began_);
     const double cost = work_.cost.value_or(used_ms);
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.3f", cost);
-    Response res = make_response(request_, work_.status, "");
-    res.set("X-Cost", buf);
-    std::snprintf(buf, sizeof buf, "used_ms=%.3f cost=%.3f\n", used_ms, cost);
-    res.body() = buf;
-    res.prepare_payload();
+    char body[64];
+    std::snprintf(body, sizeof body, "used_ms=%.3f cost=%.3f\n", used_ms, cost);
+    char credits[32];
+    std::snprintf(credits, sizeof credits, "%.3f", cost);
+    Response res = make_response(request_, work_.status, body);
+    res.set("X-Cost", credits);  // on a 204 or a 304 too: the proxy charges it all the same
     write(std::move(res));
   }
 
@@ -208,17 +289,19 @@ class Session : public std::enable_shared_from_this<Session> {
     response_ = std::make_unique<Response>(std::move(res));
     http::async_write(stream_, *response_,
                       [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                        const bool keep = self->response_->keep_alive();
-                        self->response_.reset();
-                        if (ec || !keep) {
-                          self->close();
-                          return;
-                        }
-                        self->read();
+                        self->guarded([&] {
+                          const bool keep = self->response_->keep_alive();
+                          self->response_.reset();
+                          if (ec || !keep) {
+                            self->close();
+                            return;
+                          }
+                          self->read();
+                        });
                       });
   }
 
-  void close() {
+  void close() noexcept {
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.socket().close(ignored);
@@ -242,7 +325,11 @@ void accept(tcp::acceptor& acceptor, asio::io_context& io, asio::thread_pool& wo
     if (!ec) {
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<Session>(std::move(socket), workers, limits)->start();
+      try {
+        std::make_shared<Session>(std::move(socket), workers, limits)->start();
+      } catch (const std::exception& e) {  // out of memory: this connection only
+        std::fprintf(stderr, "creditloop-demo-backend: connection refused: %s\n", e.what());
+      }
     }
     accept(acceptor, io, workers, limits);
   });

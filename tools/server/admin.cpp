@@ -312,6 +312,9 @@ std::string participants_json(Server& server) {
         j["oldest_queued_age_s"] = seconds(*s->second.oldest_queued_age);
       }
       if (s->second.last_class) j["last_class"] = class_name(*s->second.last_class);
+      // What the runtime enforces at this instant; the fleet's own "fraction" is what its thread
+      // last applied, published once an epoch, so it may lag a tenant just added.
+      j["scale_millionths"] = s->second.scale;
     }
     j["balance"] = bal;
     j["next_credit_in_s"] = next;

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <limits>
+#include <random>
+#include <stdexcept>
 
 #include <prometheus/histogram.h>
 #include <prometheus/metric_family.h>
@@ -28,6 +30,26 @@ void log(const std::string& line) {
 // Requests per epoch, far beyond any server; the rule clips to it too (fleet.lua), which keeps
 // its arithmetic exact in Lua's doubles.
 constexpr std::uint64_t kMaxDemand = 1'000'000'000;
+
+// A claim is renewed every epoch and lives 3 epochs, at most 3 s (epoch_ms is at most 1000); one
+// that lives longer was not written by a server, and is waited for no longer than that.
+constexpr long long kMaxClaimWaitMs = 3000;
+
+std::string hostname() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "server";
+  return host;
+}
+
+// "<host>/<pid>/<random>": names the holder in a refusal's log line, and differs between two
+// processes on one host even when the pid is reused.
+std::string make_token() {
+  std::random_device entropy;
+  const std::uint64_t r = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy();
+  char random[17];
+  std::snprintf(random, sizeof random, "%016llx", static_cast<unsigned long long>(r));
+  return hostname() + "/" + std::to_string(getpid()) + "/" + random;
+}
 
 timeval to_timeval(std::chrono::microseconds d) {
   const auto us = std::max<std::int64_t>(d.count(), 1000);  // a zero timeout would mean "none"
@@ -71,9 +93,7 @@ const char* state_name(FleetState s) noexcept {
 }
 
 std::string default_server_id(std::uint16_t port) {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, 10, "server");
-  return std::string(host) + ":" + std::to_string(port);
+  return hostname() + ":" + std::to_string(port);
 }
 
 struct Fleet::Track {
@@ -105,6 +125,8 @@ Fleet::Fleet(FleetConfig config, std::string server_id, Runtime& runtime, Member
     : config_(std::move(config)),
       server_id_(std::move(server_id)),
       servers_key_(config_.prefix + "servers"),
+      claim_key_(config_.prefix + "server:" + server_id_),
+      token_(make_token()),
       runtime_(runtime),
       members_(std::move(members)),
       round_trip_(std::make_shared<prometheus::Histogram>(round_trip_buckets())) {
@@ -177,24 +199,33 @@ bool Fleet::connect() {
   return true;
 }
 
-bool Fleet::round_trip(std::vector<Report>& reports, std::uint32_t& live_servers) {
+bool Fleet::round_trip(std::vector<Report>& reports, std::uint32_t& live_servers, bool claim_only) {
   const std::string ttl = std::to_string(3 * config_.epoch.count());
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (!redis_ && !connect()) return false;
     redisContext* c = redis_->context;
     const auto deadline = Steady::now() + config_.epoch / 2;
-    for (const Report& r : reports) {
-      const std::string demand = std::to_string(r.demand);
-      redisAppendCommand(c, "FCALL creditloop_report 1 %b %b %b %b", r.key.data(), r.key.size(),
-                         server_id_.data(), server_id_.size(), demand.data(), demand.size(),
-                         ttl.data(), ttl.size());
+    // First, so that Redis renews the claim before this epoch's reports; when it says another
+    // server holds the id, they have been written all the same (a pipeline, not a transaction),
+    // which happens only to a server whose claim lapsed, once.
+    redisAppendCommand(c, "FCALL creditloop_claim 1 %b %b %b", claim_key_.data(), claim_key_.size(),
+                       token_.data(), token_.size(), ttl.data(), ttl.size());
+    const std::size_t replies = claim_only ? 1 : reports.size() + 2;
+    if (!claim_only) {
+      for (const Report& r : reports) {
+        const std::string demand = std::to_string(r.demand);
+        redisAppendCommand(c, "FCALL creditloop_report 1 %b %b %b %b", r.key.data(), r.key.size(),
+                           server_id_.data(), server_id_.size(), demand.data(), demand.size(),
+                           ttl.data(), ttl.size());
+      }
+      redisAppendCommand(c, "FCALL creditloop_heartbeat 1 %b %b %b", servers_key_.data(),
+                         servers_key_.size(), server_id_.data(), server_id_.size(), ttl.data(),
+                         ttl.size());
     }
-    redisAppendCommand(c, "FCALL creditloop_heartbeat 1 %b %b %b", servers_key_.data(),
-                       servers_key_.size(), server_id_.data(), server_id_.size(), ttl.data(),
-                       ttl.size());
     bool missing = false;
     bool ok = true;
-    for (std::size_t i = 0; i <= reports.size(); ++i) {
+    bool held = claimed_;
+    for (std::size_t i = 0; i < replies; ++i) {
       const auto left =
           std::chrono::duration_cast<std::chrono::microseconds>(deadline - Steady::now());
       void* raw = nullptr;
@@ -212,7 +243,28 @@ bool Fleet::round_trip(std::vector<Report>& reports, std::uint32_t& live_servers
         missing = true;
         continue;
       }
-      if (i == reports.size()) {
+      if (i == 0) {
+        const redisReply* r = reply.get();
+        const auto integer = [r](std::size_t k) {
+          return r->element[k]->type == REDIS_REPLY_INTEGER;
+        };
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 && integer(0) &&
+            r->element[0]->integer == 1) {
+          held = true;
+        } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && integer(0) &&
+                   r->element[0]->integer == 0 && r->element[1]->type == REDIS_REPLY_STRING &&
+                   integer(2)) {
+          held = false;
+          holder_.assign(r->element[1]->str, r->element[1]->len);
+          holder_ttl_ms_ = r->element[2]->integer;
+          fail("duplicate_id", "server id " + server_id_ + " is held by " + holder_);
+        } else {
+          fail("reply", "claim: " + describe_reply_error(r));
+          ok = false;
+        }
+        continue;
+      }
+      if (i == replies - 1) {
         if (reply->type != REDIS_REPLY_INTEGER || reply->integer < 1) {
           fail("reply", "heartbeat: " + describe_reply_error(reply.get()));
           ok = false;
@@ -222,7 +274,7 @@ bool Fleet::round_trip(std::vector<Report>& reports, std::uint32_t& live_servers
             std::min<long long>(reply->integer, std::numeric_limits<std::uint32_t>::max()));
         continue;
       }
-      Report& r = reports[i];
+      Report& r = reports[i - 1];
       if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
           reply->element[0]->type != REDIS_REPLY_INTEGER ||
           reply->element[1]->type != REDIS_REPLY_INTEGER ||
@@ -234,10 +286,22 @@ bool Fleet::round_trip(std::vector<Report>& reports, std::uint32_t& live_servers
       }
       r.answered = true;
       r.fraction = static_cast<std::uint32_t>(reply->element[0]->integer);
-      r.track->view.fleet_demand = static_cast<std::uint64_t>(reply->element[2]->integer);
-      r.track->view.live_entries = static_cast<std::uint32_t>(reply->element[1]->integer);
+      // Shown, not applied; clipped as the function clips every entry, so that a reply out of
+      // range cannot show as a wrapped-around count.
+      const long long live = std::clamp<long long>(reply->element[1]->integer, 1,
+                                                   std::numeric_limits<std::uint32_t>::max());
+      r.track->view.live_entries = static_cast<std::uint32_t>(live);
+      r.track->view.fleet_demand = static_cast<std::uint64_t>(std::clamp<long long>(
+          reply->element[2]->integer, 0, static_cast<long long>(kMaxDemand) * live));
     }
-    if (!missing) return ok;
+    if (!missing) {
+      claimed_ = held;
+      if (!held) {
+        // Apportioned against an entry another server writes too: worth nothing.
+        for (Report& r : reports) r.answered = false;
+      }
+      return ok;
+    }
     // Redis lost the library (a restart without persistence, FUNCTION FLUSH, a fail-over to a
     // replica without it): load it again and send the epoch once more.
     fail("function_missing", "the creditloop library was not loaded");
@@ -290,7 +354,13 @@ void Fleet::epoch() {
   ++epochs_;
   const auto began = Steady::now();
   std::uint32_t live = live_servers_;
-  const bool answered = round_trip(reports, live);
+  bool answered = true;
+  if (!claimed_) {
+    // Asked alone first, so that a server without its id writes nothing under it.
+    std::vector<Report> none;
+    answered = round_trip(none, live, true);
+  }
+  if (answered && claimed_) answered = round_trip(reports, live, false);
   const auto now = Steady::now();
   // Applied once every reply is in, so that the dispatcher's round trips do not eat into
   // Redis's deadline; a reply that came before a failure is as good as any.
@@ -299,10 +369,25 @@ void Fleet::epoch() {
     r.track->apportioned = true;
     set_fraction(*r.track, r.fraction);
   }
-  if (answered) {
+  if (answered && !claimed_) {
+    // Another live server has this id: sharing its entries would skew every tenant's fractions
+    // on both, so this one takes no part, as in a fallback, until the other gives the id back.
+    if (!id_refused_) {
+      log("server id \"" + server_id_ + "\" is held by " + holder_ +
+          ", another live server; this one takes no part in the fleet (every tenant at 1/" +
+          std::to_string(live_servers_) +
+          " of its plan, nothing reported) until that one stops: give each server its own "
+          "fleet.server_id");
+      id_refused_ = true;
+    }
+    state_ = FleetState::fallback;
+  } else if (answered) {
     round_trip_->Observe(std::chrono::duration<double>(now - began).count());
     live_servers_ = live;
-    if (state_ != FleetState::connected) {
+    if (id_refused_) {
+      log("server id \"" + server_id_ + "\" given back; this server takes part in the fleet now");
+      id_refused_ = false;
+    } else if (state_ != FleetState::connected) {
       log("Redis answers again after " +
           std::to_string(
               std::chrono::duration_cast<std::chrono::milliseconds>(now - failing_since_).count()) +
@@ -344,10 +429,55 @@ void Fleet::publish() {
   for (const auto& [name, track] : tracks_) view_.tenants.emplace(name, track.view);
 }
 
+bool Fleet::claim_at_start() {
+  std::vector<Report> none;
+  std::uint32_t unused = 0;
+  if (!round_trip(none, unused, true)) return false;
+  if (claimed_) return true;
+  // Held by a process that died without giving the id back (this server before a crash, most
+  // often): nothing renews that claim, and it expires within its TTL. Or by a live server, which
+  // renews it every epoch, so that its time to live goes up again. Refusing a second server at
+  // once, rather than renaming it, is what keeps an id naming one server: copied configurations
+  // are found when they are deployed, and the same server keeps the same id across restarts.
+  const std::string first = holder_;
+  long long left = holder_ttl_ms_;
+  log("server id \"" + server_id_ + "\" is held by " + holder_ + " for " + std::to_string(left) +
+      " ms more; waiting in case a server that died without giving the id back left it");
+  const auto deadline =
+      Steady::now() + std::chrono::milliseconds(std::min(left, kMaxClaimWaitMs)) + config_.epoch;
+  for (;;) {
+    std::this_thread::sleep_for(config_.epoch / 4);     // a poll with a deadline, on Redis's answer
+    if (!round_trip(none, unused, true)) return false;  // as if unreachable at start
+    if (claimed_) {
+      log("server id \"" + server_id_ + "\": the previous claim expired; taken");
+      return true;
+    }
+    if (holder_ != first || holder_ttl_ms_ > left || Steady::now() >= deadline) {
+      redis_.reset();
+      throw std::runtime_error("fleet: server id \"" + server_id_ +
+                               "\" is in use by another live server (" + holder_ +
+                               " renews its claim in Redis); refusing to start: give each server "
+                               "its own fleet.server_id");
+    }
+    left = holder_ttl_ms_;
+  }
+}
+
+void Fleet::admit(ParticipantId participant) {
+  std::uint32_t n = 1;
+  {
+    std::lock_guard lock(view_mutex_);
+    n = view_.live_servers;
+  }
+  // The fleet thread meets the tenant at its next epoch and applies 1/n again, with n as it is
+  // then; if this fails (the runtime is shutting down), that is all there is to do.
+  (void)runtime_.scale(participant, kWholePlan / std::max<std::uint32_t>(1, n));
+}
+
 void Fleet::start() {
   std::vector<Report> none;
   std::uint32_t live = live_servers_;
-  if (round_trip(none, live)) {
+  if (claim_at_start() && round_trip(none, live, false)) {
     live_servers_ = live;
     state_ = FleetState::connected;
     log("server " + server_id_ + " joined through " + config_.redis_text() + ": " +
@@ -387,6 +517,11 @@ void Fleet::stop() {
   stop_signal_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (!redis_) return;
+  // Without the id, the entries under it are another server's.
+  if (!claimed_) {
+    redis_.reset();
+    return;
+  }
   // Leaving at once rather than after the TTL gives the others this server's share sooner.
   redisContext* c = redis_->context;
   (void)redisSetTimeout(
@@ -398,7 +533,9 @@ void Fleet::stop() {
   }
   redisAppendCommand(c, "FCALL creditloop_leave 1 %b %b", servers_key_.data(), servers_key_.size(),
                      server_id_.data(), server_id_.size());
-  for (std::size_t i = 0; i <= tracks_.size(); ++i) {
+  redisAppendCommand(c, "FCALL creditloop_release 1 %b %b", claim_key_.data(), claim_key_.size(),
+                     token_.data(), token_.size());
+  for (std::size_t i = 0; i < tracks_.size() + 2; ++i) {
     void* raw = nullptr;
     if (redisGetReply(c, &raw) != REDIS_OK) break;
     freeReplyObject(raw);
@@ -466,7 +603,8 @@ void add_fleet_metrics(std::vector<prometheus::MetricFamily>& out, const Fleet& 
                                   "Failed round trips and connections to Redis, by kind",
                                   prometheus::MetricType::Counter,
                                   {}};
-  for (const char* kind : {"connect", "timeout", "connection", "reply", "function_missing"}) {
+  for (const char* kind :
+       {"connect", "timeout", "connection", "reply", "function_missing", "duplicate_id"}) {
     prometheus::ClientMetric m = with_labels({{"kind", kind}});
     const auto it = v.errors.find(kind);
     m.counter.value = it == v.errors.end() ? 0.0 : static_cast<double>(it->second);

@@ -54,7 +54,7 @@ struct FleetView {
   std::uint32_t live_servers = 1;
   std::chrono::milliseconds epoch{0};
   std::uint64_t epochs = 0;  // round trips attempted
-  /// Failures by kind: connect, timeout, connection, reply, function_missing.
+  /// Failures by kind: connect, timeout, connection, reply, function_missing, duplicate_id.
   std::map<std::string, std::uint64_t> errors;
   std::map<std::string, FleetTenantView> tenants;
 };
@@ -75,10 +75,16 @@ class Fleet {
   Fleet(const Fleet&) = delete;
   Fleet& operator=(const Fleet&) = delete;
 
-  /// Blocks for at most the connect and command timeouts (epoch / 2 each): learns n from a first
-  /// heartbeat (or takes `expected_servers` if Redis is unreachable), scales every tenant to 1/n,
-  /// then starts the epoch thread. Call once, before serving.
+  /// Claims the server id, learns n from a first heartbeat (or takes `expected_servers` if Redis
+  /// is unreachable), scales every tenant to 1/n, then starts the epoch thread. Call once, before
+  /// serving. Blocks for the connect and command timeouts (epoch / 2 each), and, when the id is
+  /// held, until that claim expires (at most 3 s and an epoch). Throws std::runtime_error when
+  /// another live server holds the id: it renews its claim while this one waits.
   void start();
+  /// A tenant added by a reload, before its requests can reach it: scaled to 1/n at once, n as
+  /// the last epoch counted it, rather than holding its whole plan until the next epoch. Any
+  /// thread; blocks for a round trip to the dispatcher.
+  void admit(ParticipantId participant);
   /// Stops the epoch thread and, if Redis answers, takes this server's entries out at once.
   /// Blocks up to one round trip's timeout. Idempotent; any thread but the fleet's.
   void stop();
@@ -101,9 +107,13 @@ class Fleet {
   /// one's demand over the epoch just ended; returns those to report.
   std::vector<Report> gather();
   void epoch();
-  /// The heartbeat and one report per entry of `reports`, pipelined; false on any failure
-  /// (recorded). Reloads the function and tries once more if Redis has lost it.
-  bool round_trip(std::vector<Report>& reports, std::uint32_t& live_servers);
+  /// The claim on the server id, then (unless `claim_only`) one report per entry of `reports`
+  /// and the heartbeat, pipelined; false on any failure (recorded). Sets `claimed_`; when the id
+  /// turns out to be held by another server, no report counts as answered. Reloads the function
+  /// and tries once more if Redis has lost it.
+  bool round_trip(std::vector<Report>& reports, std::uint32_t& live_servers, bool claim_only);
+  /// start()'s claim: false if Redis does not answer; throws if a live server holds the id.
+  bool claim_at_start();
   bool connect();
   void fail(const std::string& kind, const std::string& why);
   void set_fraction(Track& t, std::uint32_t millionths);
@@ -113,6 +123,10 @@ class Fleet {
   const FleetConfig config_;
   const std::string server_id_;
   const std::string servers_key_;
+  const std::string claim_key_;
+  /// This process's claim on the id: a restart under the same id is another process, so that a
+  /// server's claim is never mistaken for the one it left when it died.
+  const std::string token_;
   Runtime& runtime_;
   const Members members_;
   std::shared_ptr<prometheus::Histogram> round_trip_;
@@ -126,6 +140,10 @@ class Fleet {
   std::uint64_t epochs_ = 0;
   std::map<std::string, std::uint64_t> errors_;
   std::string last_error_;
+  bool claimed_ = false;     // whether Redis last said this process holds the id
+  bool id_refused_ = false;  // another server held the id at the last answer (logged once)
+  std::string holder_;       // that server's token, when refused
+  long long holder_ttl_ms_ = 0;
 
   mutable std::mutex view_mutex_;
   FleetView view_;

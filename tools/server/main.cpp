@@ -2,7 +2,8 @@
 // creditloop runtime. See docs/server.md.
 //
 // Exit status: 0 stopped cleanly; 1 the deadline passed with requests unanswered; 2 a bad
-// command line; 3 a bad configuration or a listener that could not be opened.
+// command line; 3 a bad configuration, a listener that could not be opened, or a fleet server id
+// that a live server holds.
 #include <csignal>
 #include <cstdio>
 #include <exception>

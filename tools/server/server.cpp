@@ -162,6 +162,8 @@ std::shared_ptr<Directory> Server::build_directory(std::shared_ptr<const ServerC
                                  ": cannot add: " + std::string(describe(id.error())));
       }
       tenant->participant = id.value();
+      // Before this directory lists it: a fleet's new tenant never holds its whole plan here.
+      if (fleet_) fleet_->admit(tenant->participant);
       entry.tenant = std::move(tenant);
       if (previous != nullptr) log("tenant " + t.name + " added");
     }
