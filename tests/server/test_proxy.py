@@ -559,6 +559,9 @@ class Connections(unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0, server.log())
 
+    @unittest.skipIf("undefined" in os.environ.get("CREDITLOOP_SANITIZE", ""),
+                     "UBSan checks a virtual call's object with pipe(2), which fails without "
+                     "descriptors, and then reports every such call falsely")
     def test_out_of_descriptors_pauses_the_accept_loop(self):
         config = base_config()
         config["limits"]["max_connections"] = 100000

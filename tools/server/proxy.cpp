@@ -85,6 +85,7 @@ class Exchanger {
   asio::awaitable<bool> send_request();
   asio::awaitable<bool> read_response_head();
   asio::awaitable<void> relay_response();
+  asio::awaitable<std::size_t> fill(beast::error_code& ec);
   asio::awaitable<void> answer_error(unsigned status, const std::string& why);
 
   void settle() {
@@ -249,6 +250,27 @@ asio::awaitable<bool> Exchanger::read_response_head() {
   co_return true;
 }
 
+// Reads response body into the scratch buffer until it is full, the body has ended, or (after at
+// least one byte) nothing more is in hand: one write to the client per burst of the backend's,
+// not one per segment, and a stream's pieces go out as soon as the backend pauses.
+asio::awaitable<std::size_t> Exchanger::fill(beast::error_code& ec) {
+  auto& body = response_->get().body();
+  std::size_t got = 0;
+  while (!response_->is_done() && got < client_.scratch_size) {
+    body.data = client_.scratch + got;
+    body.size = client_.scratch_size - got;
+    conn_->stream.expires_after(backend_.timeout());
+    co_await http::async_read_some(conn_->stream, conn_->buffer, *response_, redirect(ec));
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) break;
+    got = client_.scratch_size - body.size;
+    // Nothing more in hand (at most a chunk's closing CRLF, which the parser keeps for the next
+    // chunk's header) and nothing in the kernel: the backend paused.
+    if (got > 0 && conn_->buffer.size() <= 2 && !more_waiting(*conn_)) break;
+  }
+  co_return got;
+}
+
 asio::awaitable<void> Exchanger::relay_response() {
   const RequestHead& req = e_.head();
   auto& backend_res = response_->get();
@@ -258,20 +280,7 @@ asio::awaitable<void> Exchanger::relay_response() {
   beast::error_code ec;
 
   // Gather what the backend has already sent: a response that is all here is answered whole.
-  std::size_t got = 0;
-  while (!response_->is_done() && got < client_.scratch_size) {
-    auto& body = backend_res.body();
-    body.data = client_.scratch + got;
-    body.size = client_.scratch_size - got;
-    conn_->stream.expires_after(backend_.timeout());
-    co_await http::async_read_some(conn_->stream, conn_->buffer, *response_, redirect(ec));
-    if (ec == http::error::need_buffer) ec = {};
-    if (ec) break;
-    got = client_.scratch_size - body.size;
-    // Nothing more in hand (at most a chunk's closing CRLF, which the parser keeps for the next
-    // chunk's header) and nothing in the kernel: the backend paused, so this is a stream.
-    if (got > 0 && conn_->buffer.size() <= 2 && !more_waiting(*conn_)) break;
-  }
+  std::size_t got = co_await fill(ec);
   const bool whole = !ec && response_->is_done();
 
   http::response<http::buffer_body> res;
@@ -330,14 +339,8 @@ asio::awaitable<void> Exchanger::relay_response() {
   out_.bytes += got;
   // Then piece by piece: the next read from the backend waits for the client to take this one.
   while (!client_ec && !ec && !whole && !head_only && !response_->is_done()) {
-    auto& body = backend_res.body();
-    body.data = client_.scratch;
-    body.size = client_.scratch_size;
-    conn_->stream.expires_after(backend_.timeout());
-    co_await http::async_read_some(conn_->stream, conn_->buffer, *response_, redirect(ec));
-    if (ec == http::error::need_buffer) ec = {};
+    const std::size_t n = co_await fill(ec);
     if (ec) break;
-    const std::size_t n = client_.scratch_size - body.size;
     if (response_->is_done()) finish_backend();
     res.body().data = n > 0 ? client_.scratch : nullptr;
     res.body().size = n;

@@ -170,6 +170,12 @@ class Server {
 
   ServerOptions options_;
   ServeMode mode_ = ServeMode::work;
+  // The tenants' listener's connections, in all and per client address (the admin listener has
+  // no limit: an operator must be able to look at a server whose tenants fill it). Before io_:
+  // sessions still pending when the context is destroyed count themselves out here.
+  std::mutex tenant_connections_mutex_;
+  std::uint32_t tenant_connections_ = 0;
+  std::unordered_map<std::string, std::uint32_t> per_address_;
   boost::asio::io_context io_;
   // A request waiting for its turn has no operation pending on the I/O context; without this,
   // the context would run out of work while answers are still to be posted to it (at shutdown,
@@ -183,11 +189,6 @@ class Server {
   std::unique_ptr<AccessLog> access_log_;
   boost::asio::steady_timer accept_pause_;  // one per listener: each pauses on its own
   boost::asio::steady_timer admin_accept_pause_;
-  // The tenants' listener's connections, in all and per client address (the admin listener has
-  // no limit: an operator must be able to look at a server whose tenants fill it).
-  std::mutex tenant_connections_mutex_;
-  std::uint32_t tenant_connections_ = 0;
-  std::unordered_map<std::string, std::uint32_t> per_address_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<LiveView> live_;  // after scheduler_: its sampler uses the runtime
   std::unique_ptr<Fleet> fleet_;    // after scheduler_: stopped before the runtime it scales

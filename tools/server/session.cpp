@@ -124,7 +124,7 @@ void Session::close() {
 char* Session::scratch(std::size_t& size) {
   if (!scratch_) {
     const std::uint64_t wanted = server_.directory()->config->limits.body_bytes;
-    scratch_size_ = static_cast<std::size_t>(std::clamp<std::uint64_t>(wanted, 4096, 65536));
+    scratch_size_ = static_cast<std::size_t>(std::clamp<std::uint64_t>(wanted, 16384, 65536));
     scratch_ = std::make_unique<char[]>(scratch_size_);
   }
   size = scratch_size_;

@@ -6,7 +6,7 @@
 // Every buffer that holds the client's bytes is bounded: the head by `limits.header_bytes`; what
 // is read ahead of the parser (a chunk header, a trailer, a pipelined request) by the session's
 // buffer, `header_bytes` + 16 KiB; a work-mode body by `limits.body_bytes`; a proxied body passes
-// through one scratch buffer of `limits.body_bytes` (at most 64 KiB, at least 4 KiB).
+// through one scratch buffer of `limits.body_bytes` (at least 16 KiB, at most 64 KiB).
 #pragma once
 
 #include <utility>  // before Asio's awaitable.hpp, which uses std::exchange without it
