@@ -854,6 +854,15 @@ class Capture(unittest.TestCase):
             d.cleanup()
 
 
+def start_http(handler):
+    """A threading HTTP server for `handler` on a loopback port of the kernel's choice, serving
+    on a thread of its own."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
 class Backend:
     """A real HTTP backend on loopback: answers with an X-Cost, or hangs, as asked."""
 
@@ -887,10 +896,8 @@ class Backend:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = start_http(Handler)
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self):
         self.httpd.shutdown()
