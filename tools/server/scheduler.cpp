@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <deque>
 #include <limits>
+#include <thread>
 
 #include <creditloop/capture.hpp>
 
@@ -26,6 +27,12 @@ class CreditloopScheduler final : public Scheduler {
     o.config = config.plans;
     o.slots = config.slots;
     o.thread_name = "cl-dispatch";
+    // The runtime spins before it sleeps only when a CPU is spare beyond its own threads; the
+    // server's I/O threads (and work mode's workers) are busy on the same CPUs, and a spin that
+    // takes one from them costs more requests than the wake-up it saves.
+    const unsigned busy =
+        config.io_threads + 1 + (config.mode == ServeMode::work ? config.workers : 0);
+    if (std::thread::hardware_concurrency() <= busy) o.spin = std::chrono::nanoseconds(0);
     o.expected_participants = std::max<std::size_t>(64, config.tenants.size() * 2);
     o.expected_in_flight = config.slots;
     o.sink = [this](const Dispatched& d) {
