@@ -138,6 +138,9 @@ asio::awaitable<void> Session::serve() {
     const Limits& limits = dir->config->limits;
     beast::error_code ec;
     if (buffer_.size() == 0) {
+      // An idle connection holds no relay buffer: thousands of kept-alive clients would
+      // otherwise keep up to 64 KiB each (one allocation a request is the cheaper cost).
+      scratch_.reset();
       // Between requests a kept-alive connection may idle this long; once a byte arrives, the
       // whole head must follow within the read timeout, however slowly it trickles.
       stream_.expires_after(limits.idle_timeout);

@@ -132,7 +132,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool watching_ = false;
   /// Counts exchanges, so that a timer or watch of an earlier one cannot speak for this one.
   std::uint64_t turn_ = 0;
-  std::unique_ptr<char[]> scratch_;  // allocated on a session's first body, then reused
+  std::unique_ptr<char[]> scratch_;  // allocated for a body, freed when the connection idles
   std::size_t scratch_size_ = 0;
 };
 
