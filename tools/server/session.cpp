@@ -125,7 +125,8 @@ char* Session::scratch(std::size_t& size) {
   if (!scratch_) {
     const std::uint64_t wanted = server_.directory()->config->limits.body_bytes;
     scratch_size_ = static_cast<std::size_t>(std::clamp<std::uint64_t>(wanted, 16384, 65536));
-    scratch_ = std::make_unique<char[]>(scratch_size_);
+    scratch_ = std::make_unique_for_overwrite<char[]>(
+        scratch_size_);  // not zeroed: only read after written
   }
   size = scratch_size_;
   return scratch_.get();
