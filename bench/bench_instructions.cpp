@@ -35,6 +35,7 @@ enum class Kind {
   cycle,     // decision, submission and completion with cost, queues kept at their depth
   request,   // one deep: submission, decision, completion with cost
   add,       // registration into fresh cores, nothing reserved (`registered` adds per core)
+  cancel,    // withdrawal of a queued request anywhere in its queue (Core::cancel)
 };
 
 struct Case {
@@ -90,6 +91,8 @@ std::vector<Case> all_cases() {
   }
   cases.push_back({"decision/visit/high-rate/1k-all", Kind::decision, 1000, 1000, Api::single,
                    Credit::high_rate, 4});
+  cases.push_back(
+      {"cancel/16-deep/1024", Kind::cancel, 1024, 1024, Api::single, Credit::plentiful, 16});
   cases.push_back({"add/first/unreserved", Kind::add, 1, 0, Api::single, Credit::plentiful, 0});
   cases.push_back(
       {"add/10000/unreserved", Kind::add, 10'000, 0, Api::single, Credit::plentiful, 0});
@@ -161,6 +164,33 @@ std::uint64_t run_adds(const Case& c) {
   return cores.add_all();
 }
 
+// Cancels spread over every queue and position (head, middle and tail alike); each withdrawn
+// request is submitted again uncounted, so that the queues keep their depth.
+std::uint64_t run_cancels(const Case& c) {
+  creditloop::Core core(creditloop::reference_config());
+  core.reserve(c.registered, 0);
+  std::vector<creditloop::ParticipantId> ids;
+  for (std::size_t i = 0; i < c.registered; ++i) {
+    ids.push_back(*core.add("p" + std::to_string(i), "pro", 1, 0));
+  }
+  std::vector<creditloop::RequestHook> requests(c.registered * c.depth);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    (void)core.submit(ids[i % c.registered], requests[i], 0);
+  }
+  CALLGRIND_START_INSTRUMENTATION;
+  std::uint64_t ops = 0;
+  for (std::size_t i = 0; ops < kMeasured; ++i) {
+    // A stride prime to the pool's size visits every request once before any twice.
+    const std::size_t r = (i * 7919) % requests.size();
+    {
+      const Counted counted;
+      if (core.cancel(requests[r]).ok()) ++ops;
+    }
+    (void)core.submit(ids[r % c.registered], requests[r], 0);
+  }
+  return ops;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -178,6 +208,8 @@ int main(int argc, char** argv) {
     std::uint64_t ops = 0;
     if (c.kind == Kind::add) {
       ops = run_adds(c);
+    } else if (c.kind == Kind::cancel) {
+      ops = run_cancels(c);
     } else if (c.kind == Kind::request) {
       ops = run_requests(c);
     } else if (c.api == Api::batch) {
