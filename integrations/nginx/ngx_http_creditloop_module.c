@@ -19,9 +19,38 @@
 #include <time.h>
 
 #include "creditloop/creditloop.h"
+#include "creditloop_share.h"
 
 #define NGX_HTTP_CREDITLOOP_BATCH 64
 #define NGX_HTTP_CREDITLOOP_MAX_NAME 64
+/* Workers a shared zone has an entry for. */
+#define NGX_HTTP_CREDITLOOP_MAX_WORKERS 64
+/* An entry not rewritten for this many epochs is a worker gone (a reload's old workers, one
+ * that crashed): its demand no longer counts. */
+#define NGX_HTTP_CREDITLOOP_TTL_EPOCHS 3
+
+/* One worker's entry in the shared zone. Written by that worker alone, read by every worker;
+ * the demands are read without a lock, so a reader may see one epoch's demand of one tenant
+ * beside the previous epoch's of another, which the rule tolerates as the fleet's store does
+ * (each fraction is of one tenant's demands). */
+typedef struct {
+  ngx_atomic_uint_t stamp_ms;   /* when it last wrote; 0: never */
+  ngx_atomic_uint_t generation; /* of the configuration it was written under */
+  ngx_atomic_uint_t room;       /* its total demand, for the room's share */
+  /* [tenants] demands per tenant, in sorted tenant order, then [tenants x (classes + 1)]
+   * dispatch counters, for the metrics of every worker together. */
+  ngx_atomic_uint_t demand[1];
+} ngx_http_creditloop_entry_t;
+
+#define NGX_HTTP_CREDITLOOP_ENTRY_SIZE(tenants, classes)  \
+  (offsetof(ngx_http_creditloop_entry_t, demand) +         \
+   (tenants) * (1 + (size_t)(classes) + 1) * sizeof(ngx_atomic_uint_t))
+
+typedef struct {
+  ngx_atomic_uint_t generation; /* bumped by each configuration that takes the zone over */
+  size_t entry_size;
+  u_char *entries;
+} ngx_http_creditloop_shared_t;
 
 typedef struct {
   ngx_str_t name;
@@ -34,6 +63,8 @@ typedef struct {
   uint64_t refused_limit;     /* answered 503 at the queue limit */
   uint64_t refused_timeout;   /* answered 503 at the queue timeout */
   uint64_t withdrawn;         /* clients gone while queued */
+  uint64_t dispatched_epoch;  /* dispatched in this worker since the last epoch */
+  uint32_t fraction;          /* of its plan this worker enforces, in millionths */
 } ngx_http_creditloop_tenant_t;
 
 typedef struct {
@@ -49,8 +80,15 @@ typedef struct {
   ngx_array_t tenants; /* of ngx_http_creditloop_tenant_t, sorted by name */
   ngx_http_creditloop_tenant_t *default_tenant;
   int classes;
+  ngx_msec_t epoch;
+  ngx_shm_zone_t *zone;
 
   /* this worker's */
+  ngx_uint_t room;    /* its share of creditloop_slots: the slots it may fill */
+  ngx_uint_t workers; /* worker_processes */
+  ngx_uint_t generation;
+  ngx_event_t epoch_event;
+  ngx_atomic_uint_t *counters; /* this worker's dispatch counters in the zone */
   creditloop_core *core;
   ngx_uint_t in_flight;
   uint64_t unauthorized;
@@ -116,6 +154,8 @@ static ngx_command_t ngx_http_creditloop_commands[] = {
     {ngx_string("creditloop_queue_timeout"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
      ngx_conf_set_msec_slot, NGX_HTTP_MAIN_CONF_OFFSET,
      offsetof(ngx_http_creditloop_main_conf_t, queue_timeout), NULL},
+    {ngx_string("creditloop_epoch"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, ngx_conf_set_msec_slot,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(ngx_http_creditloop_main_conf_t, epoch), NULL},
     {ngx_string("creditloop_tenant"),
      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
      ngx_http_creditloop_tenant, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
@@ -168,6 +208,7 @@ static void *ngx_http_creditloop_create_main_conf(ngx_conf_t *cf) {
   mcf->cost_unit_ms = -1;
   mcf->queue_limit = NGX_CONF_UNSET_UINT;
   mcf->queue_timeout = NGX_CONF_UNSET_MSEC;
+  mcf->epoch = NGX_CONF_UNSET_MSEC;
   if (ngx_array_init(&mcf->tenants, cf->pool, 8, sizeof(ngx_http_creditloop_tenant_t)) !=
       NGX_OK) {
     return NULL;
@@ -315,6 +356,32 @@ static char *ngx_http_creditloop_cost_unit(ngx_conf_t *cf, ngx_command_t *cmd, v
   return NGX_CONF_OK;
 }
 
+static ngx_int_t ngx_http_creditloop_init_zone(ngx_shm_zone_t *zone, void *data) {
+  ngx_http_creditloop_main_conf_t *mcf = zone->data;
+  ngx_slab_pool_t *pool = (ngx_slab_pool_t *)zone->shm.addr;
+  ngx_http_creditloop_shared_t *shared;
+  size_t entry = NGX_HTTP_CREDITLOOP_ENTRY_SIZE(mcf->tenants.nelts, mcf->classes);
+  (void)data;
+  /* Each configuration starts its own layout (tenants may have changed); the old workers of a
+   * reload go on writing theirs under the old generation, which the new ones ignore. The size
+   * depends on the tenant count, so a zone kept across a reload has room for this layout. */
+  if (zone->shm.exists || pool->data != NULL) {
+    shared = pool->data;
+  } else {
+    shared = ngx_slab_alloc(pool, sizeof(*shared));
+    if (shared == NULL) return NGX_ERROR;
+    ngx_memzero(shared, sizeof(*shared));
+    shared->entries = ngx_slab_alloc(pool, entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS);
+    if (shared->entries == NULL) return NGX_ERROR;
+    pool->data = shared;
+  }
+  ngx_memzero(shared->entries, entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS);
+  shared->entry_size = entry;
+  shared->generation++;
+  zone->data = mcf;
+  return NGX_OK;
+}
+
 static char *ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf) {
   ngx_http_creditloop_main_conf_t *mcf = conf;
   ngx_http_creditloop_tenant_t *t;
@@ -322,6 +389,7 @@ static char *ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf) {
   ngx_conf_init_uint_value(mcf->slots, 64);
   ngx_conf_init_uint_value(mcf->queue_limit, 0);
   ngx_conf_init_msec_value(mcf->queue_timeout, 0);
+  ngx_conf_init_msec_value(mcf->epoch, 250);
   if (mcf->cost_unit_ms <= 0) mcf->cost_unit_ms = 1;
   if (mcf->slots == 0 || mcf->slots > 1000000) {
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"creditloop_slots\" must be 1 to 1000000");
@@ -332,6 +400,16 @@ static char *ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf) {
   for (i = 0; i < mcf->tenants.nelts; ++i) {
     if (t[i].queue_limit == 0) t[i].queue_limit = mcf->queue_limit;
     if (t[i].queue_timeout == 0) t[i].queue_timeout = mcf->queue_timeout;
+  }
+  {
+    ngx_str_t name = ngx_string("creditloop");
+    size_t entry = NGX_HTTP_CREDITLOOP_ENTRY_SIZE(mcf->tenants.nelts, mcf->classes);
+    size_t size = 8 * ngx_pagesize + 2 * entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS;
+    size = ngx_align(size, ngx_pagesize);
+    mcf->zone = ngx_shared_memory_add(cf, &name, size, &ngx_http_creditloop_module);
+    if (mcf->zone == NULL) return NGX_CONF_ERROR;
+    mcf->zone->init = ngx_http_creditloop_init_zone;
+    mcf->zone->data = mcf;
   }
   if (mcf->unknown_tenant.len != 0) {
     mcf->default_tenant = ngx_http_creditloop_find_tenant(mcf, &mcf->unknown_tenant);
@@ -398,6 +476,80 @@ static char *ngx_http_creditloop_tenant(ngx_conf_t *cf, ngx_command_t *cmd, void
 /* ---- the worker's core -------------------------------------------------------------------- */
 
 static void ngx_http_creditloop_dispatch_handler(ngx_event_t *ev);
+static void ngx_http_creditloop_epoch_handler(ngx_event_t *ev);
+static void ngx_http_creditloop_schedule(ngx_http_creditloop_main_conf_t *mcf);
+
+static ngx_http_creditloop_entry_t *ngx_http_creditloop_entry(ngx_http_creditloop_shared_t *shared,
+                                                              ngx_uint_t worker) {
+  return (ngx_http_creditloop_entry_t *)(shared->entries + worker * shared->entry_size);
+}
+
+/* This worker's share of the room: the same rule as a tenant's plan, on the workers' total
+ * demands, at least one slot so that no worker holds requests it can never start. */
+static ngx_uint_t ngx_http_creditloop_room(ngx_http_creditloop_main_conf_t *mcf,
+                                           uint32_t millionths) {
+  uint64_t room = (uint64_t)mcf->slots * millionths / CREDITLOOP_WHOLE_PLAN;
+  return room == 0 ? 1 : (ngx_uint_t)room;
+}
+
+/* Once per epoch (several workers only): publish this worker's demand per tenant (queued now
+ * plus dispatched in the epoch), then take, for each tenant, the fraction of its plan the rule
+ * gives this worker's demand among the live workers' (a worker whose entry is older than
+ * NGX_HTTP_CREDITLOOP_TTL_EPOCHS epochs is gone), and the room likewise. */
+static void ngx_http_creditloop_epoch(ngx_http_creditloop_main_conf_t *mcf) {
+  ngx_http_creditloop_shared_t *shared = ((ngx_slab_pool_t *)mcf->zone->shm.addr)->data;
+  ngx_http_creditloop_tenant_t *t = mcf->tenants.elts;
+  ngx_http_creditloop_entry_t *own = ngx_http_creditloop_entry(shared, ngx_worker);
+  ngx_msec_t now = ngx_current_msec, ttl = mcf->epoch * NGX_HTTP_CREDITLOOP_TTL_EPOCHS;
+  ngx_uint_t i, w, live = 0, room_changed;
+  uint64_t own_room = 0, all_room = 0;
+  int64_t now_ns = ngx_http_creditloop_now();
+  uint32_t f;
+
+  for (i = 0; i < mcf->tenants.nelts; ++i) {
+    uint64_t d = t[i].queued + t[i].dispatched_epoch;
+    t[i].dispatched_epoch = 0;
+    own_room += d;
+    /* Relaxed: each value stands alone; the stamp below orders them for readers. */
+    __atomic_store_n(&own->demand[i], (ngx_atomic_uint_t)d, __ATOMIC_RELAXED);
+  }
+  __atomic_store_n(&own->room, (ngx_atomic_uint_t)own_room, __ATOMIC_RELAXED);
+  __atomic_store_n(&own->generation, (ngx_atomic_uint_t)mcf->generation, __ATOMIC_RELAXED);
+  /* Release: pairs with the acquire load of stamp_ms below, in the other workers, so that a
+   * reader that sees this stamp sees the demands written before it. */
+  __atomic_store_n(&own->stamp_ms, (ngx_atomic_uint_t)(now == 0 ? 1 : now), __ATOMIC_RELEASE);
+
+  for (i = 0; i < mcf->tenants.nelts; ++i) {
+    uint64_t total = 0;
+    uint64_t mine = __atomic_load_n(&own->demand[i], __ATOMIC_RELAXED); /* our own write */
+    live = 0;
+    for (w = 0; w < NGX_HTTP_CREDITLOOP_MAX_WORKERS; ++w) {
+      ngx_http_creditloop_entry_t *e = ngx_http_creditloop_entry(shared, w);
+      /* Acquire: pairs with the release store of stamp_ms above, in worker w. */
+      ngx_msec_t stamp = __atomic_load_n(&e->stamp_ms, __ATOMIC_ACQUIRE);
+      if (stamp == 0 || now - stamp > ttl) continue;
+      if (__atomic_load_n(&e->generation, __ATOMIC_RELAXED) != mcf->generation) continue;
+      live++;
+      total += __atomic_load_n(&e->demand[i], __ATOMIC_RELAXED);
+      if (i == 0) all_room += __atomic_load_n(&e->room, __ATOMIC_RELAXED);
+    }
+    f = creditloop_share_fraction(mine, total, live == 0 ? 1 : (uint32_t)live);
+    if (f != t[i].fraction) {
+      if (creditloop_scale(mcf->core, t[i].id, f, now_ns) == CREDITLOOP_OK) t[i].fraction = f;
+    }
+  }
+  if (mcf->tenants.nelts == 0) return;
+  f = creditloop_share_fraction(own_room, all_room, live == 0 ? 1 : (uint32_t)live);
+  room_changed = ngx_http_creditloop_room(mcf, f) != mcf->room;
+  mcf->room = ngx_http_creditloop_room(mcf, f);
+  if (room_changed) ngx_http_creditloop_schedule(mcf);
+}
+
+static void ngx_http_creditloop_epoch_handler(ngx_event_t *ev) {
+  ngx_http_creditloop_main_conf_t *mcf = ev->data;
+  ngx_http_creditloop_epoch(mcf);
+  ngx_add_timer(ev, mcf->epoch);
+}
 
 static ngx_int_t ngx_http_creditloop_init_process(ngx_cycle_t *cycle) {
   ngx_http_creditloop_main_conf_t *mcf;
@@ -434,6 +586,45 @@ static ngx_int_t ngx_http_creditloop_init_process(ngx_cycle_t *cycle) {
   mcf->dispatch_event.handler = ngx_http_creditloop_dispatch_handler;
   mcf->dispatch_event.data = mcf;
   mcf->dispatch_event.log = cycle->log;
+
+  {
+    ngx_core_conf_t *ccf = (ngx_core_conf_t *)ngx_get_conf(cycle->conf_ctx, ngx_core_module);
+    mcf->workers = ccf->worker_processes;
+  }
+  mcf->room = mcf->slots;
+  {
+    ngx_http_creditloop_shared_t *shared = ((ngx_slab_pool_t *)mcf->zone->shm.addr)->data;
+    if (ngx_worker >= NGX_HTTP_CREDITLOOP_MAX_WORKERS) {
+      ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "creditloop: at most %d workers",
+                    NGX_HTTP_CREDITLOOP_MAX_WORKERS);
+      return NGX_ERROR;
+    }
+    mcf->generation = shared->generation;
+    mcf->counters = ngx_http_creditloop_entry(shared, ngx_worker)->demand + mcf->tenants.nelts;
+    /* The entry is live for the metrics from the start, whatever the worker count. */
+    ngx_http_creditloop_entry(shared, ngx_worker)->generation = mcf->generation;
+    __atomic_store_n(&ngx_http_creditloop_entry(shared, ngx_worker)->stamp_ms,
+                     (ngx_atomic_uint_t)(ngx_current_msec == 0 ? 1 : ngx_current_msec),
+                     __ATOMIC_RELEASE); /* pairs with the metrics handler's acquire load */
+  }
+  if (mcf->workers > 1) {
+    uint32_t even = creditloop_share_even((uint32_t)mcf->workers);
+    /* Until the first epoch, each worker enforces 1/n of every plan and of the room, as a
+     * fleet's server does at start. */
+    for (i = 0; i < mcf->tenants.nelts; ++i) {
+      (void)creditloop_scale(mcf->core, t[i].id, even, now);
+      t[i].fraction = even;
+    }
+    mcf->room = ngx_http_creditloop_room(mcf, even);
+    mcf->epoch_event.handler = ngx_http_creditloop_epoch_handler;
+    mcf->epoch_event.data = mcf;
+    mcf->epoch_event.log = cycle->log;
+    /* Cancelable: a worker shutting down does not wait for its next epoch. */
+    mcf->epoch_event.cancelable = 1;
+    ngx_add_timer(&mcf->epoch_event, mcf->epoch);
+  } else {
+    for (i = 0; i < mcf->tenants.nelts; ++i) t[i].fraction = CREDITLOOP_WHOLE_PLAN;
+  }
   return NGX_OK;
 }
 
@@ -465,8 +656,8 @@ static void ngx_http_creditloop_resume(ngx_http_creditloop_ctx_t *ctx) {
 
 static void ngx_http_creditloop_dispatch(ngx_http_creditloop_main_conf_t *mcf) {
   int64_t now = ngx_http_creditloop_now();
-  while (mcf->in_flight < mcf->slots) {
-    size_t want = mcf->slots - mcf->in_flight, got, i;
+  while (mcf->in_flight < mcf->room) {
+    size_t want = mcf->room - mcf->in_flight, got, i;
     if (want > NGX_HTTP_CREDITLOOP_BATCH) want = NGX_HTTP_CREDITLOOP_BATCH;
     got = creditloop_dispatch(mcf->core, now, mcf->decisions, want);
     for (i = 0; i < got; ++i) {
@@ -483,6 +674,16 @@ static void ngx_http_creditloop_dispatch(ngx_http_creditloop_main_conf_t *mcf) {
       ctx->ticket = d->ticket;
       ctx->out_class = d->out_class;
       ctx->dispatched_at = now;
+      ctx->tenant->dispatched_epoch++;
+      {
+        ngx_atomic_uint_t *n = &mcf->counters[(ctx->tenant - (ngx_http_creditloop_tenant_t *)
+                                                                  mcf->tenants.elts) *
+                                                     (size_t)(mcf->classes + 1) +
+                                                 (size_t)d->out_class];
+        /* Relaxed, and not an increment: this worker alone writes it; the metrics handler's
+         * relaxed loads in other workers need only a value not torn, never an order. */
+        __atomic_store_n(n, __atomic_load_n(n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+      }
       mcf->in_flight++;
       ngx_http_creditloop_resume(ctx);
     }
@@ -630,7 +831,7 @@ static ngx_int_t ngx_http_creditloop_handler(ngx_http_request_t *r) {
     return NGX_HTTP_UNAUTHORIZED;
   }
   if (tenant->queue_limit != 0 && tenant->queued >= tenant->queue_limit &&
-      mcf->in_flight >= mcf->slots) {
+      mcf->in_flight >= mcf->room) {
     tenant->refused_limit++;
     return ngx_http_creditloop_refuse(r, NGX_HTTP_SERVICE_UNAVAILABLE, 1);
   }
@@ -769,13 +970,28 @@ static ngx_int_t ngx_http_creditloop_status_handler(ngx_http_request_t *r) {
   b->last = ngx_sprintf(b->last,
                         "# HELP creditloop_tenant_requests_total Requests dispatched, by the class "
                         "they went out under.\n# TYPE creditloop_tenant_requests_total counter\n");
-  for (i = 0; i < mcf->tenants.nelts; ++i) {
-    if (creditloop_snapshot(mcf->core, t[i].id, now, &s) != CREDITLOOP_OK) continue;
-    for (c = 0; c <= mcf->classes; ++c) {
-      b->last = ngx_sprintf(b->last, "creditloop_tenant_requests_total{tenant=\"%V\",class=\"",
-                            &t[i].name);
-      b->last = ngx_http_creditloop_class_label(b->last, c);
-      b->last = ngx_sprintf(b->last, "\"} %uL\n", s.dispatched[c]);
+  {
+    /* Every worker of this configuration together, from the zone: a worker that exited keeps
+     * its counts there until a reload. */
+    ngx_http_creditloop_shared_t *shared = ((ngx_slab_pool_t *)mcf->zone->shm.addr)->data;
+    ngx_uint_t w;
+    for (i = 0; i < mcf->tenants.nelts; ++i) {
+      for (c = 0; c <= mcf->classes; ++c) {
+        uint64_t sum = 0;
+        for (w = 0; w < NGX_HTTP_CREDITLOOP_MAX_WORKERS; ++w) {
+          ngx_http_creditloop_entry_t *e = ngx_http_creditloop_entry(shared, w);
+          /* Acquire: pairs with the release store of the entry's stamp (init_process). */
+          if (__atomic_load_n(&e->stamp_ms, __ATOMIC_ACQUIRE) == 0) continue;
+          if (__atomic_load_n(&e->generation, __ATOMIC_RELAXED) != mcf->generation) continue;
+          sum += __atomic_load_n(
+              &e->demand[mcf->tenants.nelts + i * (size_t)(mcf->classes + 1) + (size_t)c],
+              __ATOMIC_RELAXED);
+        }
+        b->last = ngx_sprintf(b->last,
+                              "creditloop_tenant_requests_total{tenant=\"%V\",class=\"", &t[i].name);
+        b->last = ngx_http_creditloop_class_label(b->last, c);
+        b->last = ngx_sprintf(b->last, "\"} %uL\n", sum);
+      }
     }
   }
   b->last = ngx_sprintf(b->last,
