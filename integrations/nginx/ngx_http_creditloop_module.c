@@ -763,7 +763,8 @@ static void ngx_http_creditloop_cleanup(void *data) {
     (void)creditloop_complete(mcf->core, ctx->ticket, cost, ngx_http_creditloop_now(), NULL);
     ctx->state = CTX_COMPLETED;
     mcf->in_flight--;
-    ngx_http_creditloop_schedule(mcf);
+    /* Most completions under light load find nothing queued: no event to run then. */
+    if (creditloop_waiting(mcf->core) != 0) ngx_http_creditloop_schedule(mcf);
   }
   ngx_free(ctx);
 }
