@@ -334,7 +334,9 @@ struct alignas(64) VyukovQueue {
   std::atomic<VyukovQueue*> next_listed{nullptr};
   std::uint32_t slot = 0;
 };
-static_assert(sizeof(VyukovQueue) == 64);
+// Its stub is a whole request hook (40 bytes since the hook links both ways), which takes it past
+// one line: the comparison with the shipped inbox, which keeps no stub, got no fairer for it.
+static_assert(sizeof(VyukovQueue) == 128);
 
 class VyukovDesign {
  public:
@@ -726,8 +728,8 @@ struct PoolFixture {
   };
 
   [[nodiscard]] Job job(std::size_t i) {
-    return Job{&requests[i % kRequests], creditloop::Ticket{static_cast<std::uint32_t>(i), 1},
-               creditloop::ParticipantId{static_cast<std::uint32_t>(i % kRequests), 1}};
+    return Job{&requests[i % kRequests], creditloop::Ticket{static_cast<std::uint32_t>(i), 1, 1},
+               creditloop::ParticipantId{static_cast<std::uint32_t>(i % kRequests), 1, 1}};
   }
   [[nodiscard]] std::uint64_t ran() const {
     std::uint64_t total = 0;

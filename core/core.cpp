@@ -1,5 +1,7 @@
 #include "creditloop/core.hpp"
 
+#include "creditloop/detail/issuer.hpp"
+
 #include <bit>
 #include <stdexcept>
 #include <utility>
@@ -24,7 +26,8 @@ constexpr std::uint32_t kFirstPlaces = 64;
 
 }  // namespace
 
-Core::Core(Config config) : config_(std::move(config)), places_store_(config_.classes) {
+Core::Core(Config config)
+    : config_(std::move(config)), issuer_(detail::next_issuer()), places_store_(config_.classes) {
   if (const auto problem = check(config_)) throw std::invalid_argument(problem->message);
   k_ = config_.classes;
   terms_.reserve(config_.plans.size());
@@ -91,7 +94,7 @@ void Core::reserve(std::size_t participants, std::size_t in_flight) {
 bool Core::live(ParticipantId p) const noexcept {
   if (p.slot >= ring_size_) return false;
   const Slot& s = slot_at(p.slot);
-  return s.live && s.generation == p.generation;
+  return s.live && s.generation == p.generation && p.issuer == issuer_;
 }
 
 bool Core::contains(ParticipantId p) const noexcept { return live(p); }
@@ -155,7 +158,7 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
   }
   names_[slot] = std::move(stored_name);
   ++live_;
-  return ParticipantId{slot, generation};
+  return ParticipantId{slot, generation, issuer_};
 }
 
 Result<RequestList> Core::remove(ParticipantId p) {
@@ -235,12 +238,12 @@ Status Core::scale(ParticipantId p, std::uint32_t millionths, Nanos now) noexcep
 std::optional<ParticipantId> Core::find(std::string_view name) const {
   const std::uint32_t slot = name_index_.find(name, detail::NameIndex::hash_of(name), name_of());
   if (slot == detail::NameIndex::npos) return std::nullopt;
-  return ParticipantId{slot, slot_at(slot).generation};
+  return ParticipantId{slot, slot_at(slot).generation, issuer_};
 }
 
 std::optional<ParticipantId> Core::at(std::uint32_t slot) const noexcept {
   if (slot >= ring_size_ || !slot_at(slot).live) return std::nullopt;
-  return ParticipantId{slot, slot_at(slot).generation};
+  return ParticipantId{slot, slot_at(slot).generation, issuer_};
 }
 
 std::string_view Core::name(ParticipantId p) const noexcept { return names_[p.slot]; }
@@ -412,6 +415,9 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
   request.queued_at = now;
   Slot& s = slot_at(p.slot);
   request.next_in_queue = nullptr;
+  request.prev_in_queue = s.tail;
+  request.queued_by = issuer_;
+  request.queued_place = p.slot;
   if (s.tail == nullptr) {
     s.head = &request;
   } else {
@@ -422,6 +428,37 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
     bring_to(p.slot, now);
     enter_waiting(p.slot);
   }
+  return {};
+}
+
+Status Core::cancel(RequestHook& request) noexcept {
+  // relaxed: the core runs on one thread, and only it moves a request into or out of kQueued.
+  const std::uint8_t state = request.held.load(std::memory_order_relaxed);
+  if (state == RequestHook::kInFlight && request.queued_by == issuer_) return Errc::in_flight;
+  if (state != RequestHook::kQueued || request.queued_by != issuer_) return Errc::not_queued;
+  const std::uint32_t slot = request.queued_place;
+  Slot& s = slot_at(slot);
+  // The head's prev_in_queue is not kept (request.hpp): the queue says who its head is.
+  RequestHook* const before = s.head == &request ? nullptr : request.prev_in_queue;
+  RequestHook* const after = request.next_in_queue;
+  if (before == nullptr) {
+    s.head = after;
+  } else {
+    before->next_in_queue = after;
+  }
+  if (after == nullptr) {
+    s.tail = before;
+  } else {
+    after->prev_in_queue = before;
+  }
+  request.next_in_queue = nullptr;
+  request.prev_in_queue = nullptr;
+  // release: pairs with the acquire of a runtime's submit (see give_back()).
+  request.held.store(RequestHook::kIdle, std::memory_order_release);
+  // No credit was taken at submission and none is given back: the buckets, their timers and the
+  // cursors are as they were. A queue left empty leaves the waiting and ready sets, as after the
+  // dispatch of its last request; its timers stay filed (leave_waiting()).
+  if (--s.queued == 0) leave_waiting(slot);
   return {};
 }
 
@@ -522,7 +559,7 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
   f.incarnation = incarnation;
   f.request = &request;
   ++in_flight_;
-  return Ticket{index, f.generation};
+  return Ticket{index, issuer_, f.generation};
 }
 
 void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
@@ -599,7 +636,7 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
   cursor_[turn] = slot;
   d.request = request;
   d.ticket = issue(slot, s.generation, out, incarnation, *request);
-  d.participant = ParticipantId{slot, s.generation};
+  d.participant = ParticipantId{slot, s.generation, issuer_};
   d.out = out;
   d.turn = turn;
 }
@@ -768,7 +805,9 @@ Result<Completion> Core::retire_nano(Ticket t, std::int64_t cost_nano, Nanos now
 Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos now,
                                        bool give_back_request) noexcept {
   if (cost_nano < 0 || cost_nano > kMaxCostNano) return Errc::bad_cost;
-  if (t.index >= tickets_ || (t.generation & 1u) == 0) return Errc::unknown_ticket;
+  if (t.issuer != issuer_ || t.index >= tickets_ || (t.generation & 1u) == 0) {
+    return Errc::unknown_ticket;
+  }
   InFlight& f = in_flight_records_[t.index];
   if (t.generation > f.generation) return Errc::unknown_ticket;
   if (t.generation != f.generation) return Errc::stale_ticket;
@@ -782,7 +821,7 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
     f.request->held.store(RequestHook::kIdle, std::memory_order_release);
   }
 
-  const ParticipantId p{f.slot, f.participant_generation};
+  const ParticipantId p{f.slot, f.participant_generation, issuer_};
   Completion done{p, f.bucket, false};
   if (!live(p)) return done;
   Slot& s = slot_at(f.slot);

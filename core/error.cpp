@@ -34,6 +34,10 @@ std::string_view describe(Errc e) noexcept {
       return "not allowed from the dispatcher thread or a worker of its pool";
     case Errc::bad_scale:
       return "scale must be a whole number of millionths from 0 to 1000000";
+    case Errc::not_queued:
+      return "request not queued here";
+    case Errc::in_flight:
+      return "request already dispatched: complete it";
     case Errc::shut_down:
       return "shut down";
     case Errc::unsupported_address:
@@ -79,6 +83,10 @@ std::string_view name(Errc e) noexcept {
       return "wrong_thread";
     case Errc::bad_scale:
       return "bad_scale";
+    case Errc::not_queued:
+      return "not_queued";
+    case Errc::in_flight:
+      return "in_flight";
   }
   return "?";
 }

@@ -297,7 +297,7 @@ class Runtime::Impl {
   }
   [[nodiscard]] std::optional<ParticipantCounters> counters(ParticipantId p) const noexcept {
     const CounterLine* const line = counters_.find(p.slot);
-    if (line == nullptr || p.generation == 0) return std::nullopt;
+    if (line == nullptr || p.generation == 0 || p.issuer != core_.issuer()) return std::nullopt;
     ParticipantCounters out;
     if (read_counters(*line, out) != p.generation) return std::nullopt;
     return out;
@@ -711,9 +711,10 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
     return Errc::already_queued;
   }
   Mailbox* const mailbox = mailboxes_.find(p.slot);
-  const Mailbox::Submit outcome = mailbox == nullptr || p.generation == 0
-                                      ? Mailbox::Submit::refused
-                                      : mailbox->submit(request, p.generation);
+  const Mailbox::Submit outcome =
+      mailbox == nullptr || p.generation == 0 || p.issuer != core_.issuer()
+          ? Mailbox::Submit::refused
+          : mailbox->submit(request, p.generation);
   if (outcome == Mailbox::Submit::refused) {
     // relaxed: the request never left this thread.
     request.held.store(RequestHook::kIdle, std::memory_order_relaxed);
@@ -736,7 +737,8 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
 Status Runtime::Impl::claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*& record) noexcept {
   if (cost_nano < 0 || cost_nano > kMaxCostNano) return Errc::bad_cost;
   TicketRecord* const r = tickets_.find(ticket.index);
-  if (r == nullptr) return Errc::unknown_ticket;
+  // The runtime's tickets carry its core's identity: one of another runtime names a stranger.
+  if (r == nullptr || ticket.issuer != core_.issuer()) return Errc::unknown_ticket;
   switch (r->cell.claim(ticket.generation)) {
     case detail::TicketCell<std::atomic>::Claim::claimed:
       break;
@@ -823,7 +825,7 @@ void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t) {
     if (charged) w.add_cost(record.cost);
   }
   if (observer_ != nullptr) {
-    observe().on_complete(Ticket{record.index, record.generation}, record.cost, t);
+    observe().on_complete(Ticket{record.index, core_.issuer(), record.generation}, record.cost, t);
   }
   record.cell.release();
   free_tickets_.push_back(record.index);  // within the capacity reserved when it was created
@@ -845,7 +847,7 @@ void Runtime::Impl::apply_pool_completions(detail::PoolBlock& block, Nanos t) {
 void Runtime::Impl::take_inbox(Mailbox& mailbox, Nanos t) {
   const Local& local = locals_[mailbox.slot];
   RequestHook* const oldest = mailbox.take_listed(local.open, local.generation);
-  move_to_core(oldest, ParticipantId{mailbox.slot, local.generation}, t);
+  move_to_core(oldest, ParticipantId{mailbox.slot, local.generation, core_.issuer()}, t);
 }
 
 void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t) {
@@ -952,7 +954,7 @@ void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
   // A pool job's ticket is its worker's from the start: the worker completes it without touching
   // the record. Any other ticket is claimed by whoever completes it first.
   record.generation = options_.workers > 0 ? record.cell.issue_claimed() : record.cell.issue();
-  const Ticket ticket{record.index, record.generation};
+  const Ticket ticket{record.index, core_.issuer(), record.generation};
   ++dispatched_;
   ++per_class_[d.out].dispatched;
   for (CounterLine* line : {&counters_[d.participant.slot], &totals_}) {
@@ -982,7 +984,7 @@ void Runtime::Impl::sink_failed(TicketRecord& record, const Dispatch& d, std::ex
   // If the sink completed it before throwing, the claim fails and the request is the caller's
   // already.
   TicketRecord* claimed = nullptr;
-  const Ticket ticket{record.index, record.generation};
+  const Ticket ticket{record.index, core_.issuer(), record.generation};
   const bool ours = claim(ticket, 0, claimed).ok();
   if (ours) apply_completion(*claimed, t);  // on the dispatcher: applied at once, not published
   report(CallbackKind::sink, std::move(error), ours ? d.request : nullptr, ticket, d.participant);
@@ -1080,7 +1082,8 @@ void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
     Local& local = locals_[slot];
     if (!local.open) continue;
     local.open = false;
-    move_to_core(mailboxes_[slot].inbox.close(), ParticipantId{slot, local.generation}, t);
+    move_to_core(mailboxes_[slot].inbox.close(),
+                 ParticipantId{slot, local.generation, core_.issuer()}, t);
   }
   if (mode == ShutdownMode::hand_back) {
     for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
@@ -1106,7 +1109,7 @@ std::vector<Ticket> Runtime::Impl::tickets_in_flight() const {
   for (const std::uint32_t index : free_tickets_) free[index] = true;
   std::vector<Ticket> out;
   for (std::uint32_t i = 0; i < tickets_used_; ++i) {
-    if (!free[i]) out.push_back(Ticket{i, tickets_[i].generation});
+    if (!free[i]) out.push_back(Ticket{i, core_.issuer(), tickets_[i].generation});
   }
   return out;
 }
@@ -1312,6 +1315,7 @@ Runtime::~Runtime() = default;
 
 const Config& Runtime::config() const noexcept { return impl_->core().config(); }
 int Runtime::classes() const noexcept { return impl_->core().classes(); }
+std::uint32_t Runtime::issuer() const noexcept { return impl_->core().issuer(); }
 
 Result<ParticipantId> Runtime::add(std::string_view name, std::string_view plan,
                                    std::uint32_t shares) {

@@ -150,9 +150,10 @@ inline constexpr std::uint64_t kRemoved = std::uint64_t{1} << 63;
 [[nodiscard]] constexpr std::uint64_t pack(ParticipantId p, bool removed) noexcept {
   return (removed ? kRemoved : 0) | (std::uint64_t{p.slot} << 32) | p.generation;
 }
-[[nodiscard]] constexpr ParticipantId id_of(std::uint64_t word) noexcept {
+// The word leaves out the issuer, which is the run's one runtime's.
+[[nodiscard]] constexpr ParticipantId id_of(std::uint64_t word, std::uint32_t issuer) noexcept {
   return ParticipantId{static_cast<std::uint32_t>((word & ~kRemoved) >> 32),
-                       static_cast<std::uint32_t>(word)};
+                       static_cast<std::uint32_t>(word), issuer};
 }
 [[nodiscard]] constexpr bool removed(std::uint64_t word) noexcept { return (word & kRemoved) != 0; }
 }  // namespace directory

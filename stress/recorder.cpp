@@ -254,10 +254,10 @@ void Recorder::expect_cost(Ticket t, std::int64_t cost_nano) noexcept {
   expected_[t.index] = Expected{t.generation, cost_nano};
 }
 
-std::optional<Ticket> Recorder::completed_sample(Rng& rng) const noexcept {
+std::optional<Ticket> Recorder::completed_sample(Rng& rng, std::uint32_t issuer) const noexcept {
   const std::uint64_t v = samples_[rng.below(kSamples)].load(kRelaxed);
   if (v == 0) return std::nullopt;
-  return Ticket{static_cast<std::uint32_t>(v >> 32), static_cast<std::uint32_t>(v)};
+  return Ticket{static_cast<std::uint32_t>(v >> 32), issuer, static_cast<std::uint32_t>(v)};
 }
 
 const Recorder::Account* Recorder::account(ParticipantId p) const noexcept {

@@ -85,7 +85,8 @@ class Recorder final : public creditloop::RuntimeObserver {
     cut_requested_.compare_exchange_strong(none, static_cast<int>(why), kRelaxed);
   }
   /// A ticket whose completion was already applied, or nothing yet.
-  [[nodiscard]] std::optional<Ticket> completed_sample(Rng& rng) const noexcept;
+  [[nodiscard]] std::optional<Ticket> completed_sample(Rng& rng,
+                                                       std::uint32_t issuer) const noexcept;
 
   // ---- after the run ----
   [[nodiscard]] const std::vector<Account>& accounts() const noexcept { return accounts_; }

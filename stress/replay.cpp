@@ -340,7 +340,7 @@ void Replayer::apply(const Event& e) {
       break;
     case EventKind::complete: {
       if (e.x >= flights_.size() || !flights_[e.x].live || flights_[e.x].generation != e.y) {
-        diverge(e, "completion of ticket " + str(Ticket{e.x, e.y}) + ", not in flight");
+        diverge(e, "completion of ticket " + str(Ticket{e.x, 0, e.y}) + ", not in flight");
       }
       Flight& f = flights_[e.x];
       f.live = false;

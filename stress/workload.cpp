@@ -276,7 +276,7 @@ void producer_main(Run& run, std::uint32_t index) {
     if (burst > 1) ++me.bursts;
     // acquire: pairs with the churn thread's release store after add() or remove() returned.
     const std::uint64_t word = run.directory[name].load(std::memory_order_acquire);
-    const ParticipantId id = directory::id_of(word);
+    const ParticipantId id = directory::id_of(word, run.rt->issuer());
     const bool removed = directory::removed(word);
     for (std::uint32_t b = 0; b < burst; ++b) {
       Req* const r = take_free(run, me);
@@ -472,7 +472,7 @@ void pranks_main(Run& run) {
   };
   run.gate.wait();
   while (!run.stop.wait_for(std::chrono::microseconds(100 + rng.below(400)))) {
-    if (const std::optional<Ticket> t = run.recorder.completed_sample(rng)) {
+    if (const std::optional<Ticket> t = run.recorder.completed_sample(rng, rt.issuer())) {
       const std::string done = "ticket " + str(*t) + ", whose completion was applied,";
       switch (rng.below(4)) {
         case 0:
@@ -492,14 +492,14 @@ void pranks_main(Run& run) {
           refused(rt.complete(*t, -1.0), Errc::bad_cost, done + " completed with cost -1");
           break;
       }
-      const Ticket future{t->index, t->generation + 0x40000000u};
+      const Ticket future{t->index, t->issuer, t->generation + 0x40000000u};
       refused(rt.complete(future, 0.0), Errc::unknown_ticket,
               "ticket " + str(future) + ", a generation never issued");
     }
-    const Ticket beyond{0xfff00000u + rng.below32(0x100000), 1 + rng.below32(1000)};
+    const Ticket beyond{0xfff00000u + rng.below32(0x100000), rt.issuer(), 1 + rng.below32(1000)};
     refused(rt.complete(beyond, 0.0), Errc::unknown_ticket,
             "ticket " + str(beyond) + ", beyond every record");
-    const Ticket zero{rng.below32(run.o.slots), 0};
+    const Ticket zero{rng.below32(run.o.slots), rt.issuer(), 0};
     refused(rt.complete(zero, 0.0), Errc::unknown_ticket,
             "ticket " + str(zero) + " (generation 0 is never issued)");
     refused(rt.complete(zero, std::numeric_limits<double>::quiet_NaN()), Errc::bad_cost,
@@ -535,7 +535,7 @@ void churn_once(Run& run, Rng& rng) {
   creditloop::Runtime& rt = *run.rt;
   const std::uint32_t name = rng.below32(run.o.participants);
   const std::uint64_t word = run.directory[name].load(std::memory_order_acquire);
-  const ParticipantId id = directory::id_of(word);
+  const ParticipantId id = directory::id_of(word, run.rt->issuer());
   const std::string n = participant_name(name);
   const std::string subject = who(name, id);
   run.churn_ops.fetch_add(1, kRelaxed);
@@ -673,7 +673,7 @@ void monitor_main(Run& run) {
     if (run.o.snapshots) {
       const std::uint32_t name = rng.below32(run.o.participants);
       const ParticipantId id =
-          directory::id_of(run.directory[name].load(std::memory_order_acquire));
+          directory::id_of(run.directory[name].load(std::memory_order_acquire), rt.issuer());
       if (const auto p = rt.snapshot(id)) {
         if (!(p->id == id) || p->name != participant_name(name)) {
           fail("snapshot", "snapshot(" + str(id) + ") describes " + p->name + " " + str(p->id));

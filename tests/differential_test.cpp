@@ -196,6 +196,8 @@ std::string flaw_name(const ::testing::TestParamInfo<Flaw>& info) {
       return "ChargeReaddedBucket";
     case Flaw::scale_refill_at_new_terms:
       return "ScaleRefillAtNewTerms";
+    case Flaw::cancel_moves_cursor:
+      return "CancelMovesCursor";
     case Flaw::none:
       break;
   }
@@ -205,7 +207,8 @@ std::string flaw_name(const ::testing::TestParamInfo<Flaw>& info) {
 INSTANTIATE_TEST_SUITE_P(Differential, DifferentialFlaw,
                          ::testing::Values(Flaw::move_every_cursor, Flaw::round_balance_up,
                                            Flaw::refill_at_new_shares, Flaw::charge_readded_bucket,
-                                           Flaw::scale_refill_at_new_terms),
+                                           Flaw::scale_refill_at_new_terms,
+                                           Flaw::cancel_moves_cursor),
                          flaw_name);
 
 }  // namespace

@@ -113,6 +113,9 @@ class Core {
   [[nodiscard]] int classes() const noexcept { return k_; }
   [[nodiscard]] ClassId unmetered() const noexcept { return static_cast<ClassId>(k_); }
   [[nodiscard]] const Config& config() const noexcept { return config_; }
+  /// This core's identity, stamped on every ticket and participant id it issues
+  /// (detail/issuer.hpp): another core refuses them.
+  [[nodiscard]] std::uint32_t issuer() const noexcept { return issuer_; }
   [[nodiscard]] std::optional<PlanId> find_plan(std::string_view name) const noexcept;
   [[nodiscard]] bool plan_holds(PlanId plan, ClassId c) const noexcept;
 
@@ -172,6 +175,14 @@ class Core {
   /// request is the caller's again once completed or handed back). O(1), or O(k) when the queue
   /// was empty.
   Status submit(ParticipantId p, RequestHook& request, Nanos now) noexcept;
+
+  /// Withdraws a queued request (its client went away): it leaves its participant's queue, takes
+  /// no credit, and is the caller's again when this returns. The participant keeps its place in
+  /// every class's cursor, and a queue left empty goes idle as after its last dispatch. Errors:
+  /// not_queued (not queued in this core: the caller's already, handed back, or queued in another
+  /// core or still in a runtime's inbox); in_flight (dispatched: complete it as usual). On error
+  /// nothing changes. O(1); no allocation.
+  Status cancel(RequestHook& request) noexcept;
 
   /// Queued requests of `p` (0 for an unknown participant).
   [[nodiscard]] std::size_t queued(ParticipantId p) const noexcept;
@@ -265,7 +276,7 @@ class Core {
   void for_each_waiting(F&& f) const {
     for (std::uint32_t s = waiting_.find_next(0); s != detail::ReadySet::npos;
          s = waiting_.find_next(s + 1)) {
-      f(ParticipantId{s, slot_at(s).generation});
+      f(ParticipantId{s, slot_at(s).generation, issuer_});
     }
   }
 
@@ -447,6 +458,7 @@ class Core {
   [[gnu::cold, gnu::noinline]] void grow_tickets();
 
   Config config_;
+  std::uint32_t issuer_;
   int k_ = 2;
   std::vector<PlanTerms> terms_;
   std::unordered_map<std::string, PlanId, NameHash, std::equal_to<>> plan_index_;

@@ -42,10 +42,19 @@ struct RequestHook {
   [[nodiscard]] bool idle() const noexcept { return held.load(std::memory_order_relaxed) == kIdle; }
 
   RequestHook* next_in_queue = nullptr;
+  /// The one before it in its core's queue, so that Core::cancel unlinks it in O(1). Kept exact
+  /// for every request but a queue's head: dispatching the head would otherwise write to the next
+  /// request's line too, a second cache line per dispatch, and cancel finds the head from the
+  /// queue instead.
+  RequestHook* prev_in_queue = nullptr;
   /// The instant the core queued it (Core::submit's `now`; in the runtime, the dispatcher's clock
   /// when it moved the request from the inbox into the core): what the oldest queued request's
   /// age in a snapshot is measured from.
   Nanos queued_at = 0;
+  /// While queued: the issuer of the core it is queued in and its ring place there, which is how
+  /// Core::cancel finds its queue (and refuses a request queued in another core).
+  std::uint32_t queued_by = 0;
+  std::uint32_t queued_place = 0;
   std::atomic<std::uint8_t> held{kIdle};
 };
 

@@ -193,6 +193,9 @@ class Runtime {
 
   [[nodiscard]] const Config& config() const noexcept;
   [[nodiscard]] int classes() const noexcept;
+  /// This runtime's identity, stamped on its tickets and participant ids (detail/issuer.hpp):
+  /// another runtime refuses them, and a sharded embedder can tell by it which shard issued one.
+  [[nodiscard]] std::uint32_t issuer() const noexcept;
 
   // ---- participants: any thread, a round trip to the dispatcher --------------------------------
   /// Errors: those of Core::add, and shut_down.

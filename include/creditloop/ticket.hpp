@@ -10,6 +10,11 @@
 // of it beside a 2-bit phase in one atomic word, the core 63 (it counts two steps per use): 2^62
 // uses of one record, at a billion uses a second (more than the dispatcher can make), take 146
 // years, so a stale ticket is refused however long it was delayed.
+//
+// Why an issuer: every core and every runtime numbers its records from 0, so without it the first
+// ticket of one is the first ticket of every other, and a sharded embedder that completed on the
+// wrong shard would complete a stranger's request there. A ticket carries the identity of the
+// core or runtime that issued it (detail/issuer.hpp), and every other refuses it as unknown.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +23,7 @@ namespace creditloop {
 
 struct Ticket {
   std::uint32_t index = 0;
+  std::uint32_t issuer = 0;      // never 0 for an issued ticket
   std::uint64_t generation = 0;  // never 0 for an issued ticket
 
   friend constexpr bool operator==(Ticket, Ticket) noexcept = default;

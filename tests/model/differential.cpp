@@ -142,6 +142,7 @@ class Harness {
 
   // ---- operations ----
   void op_submit();
+  void op_cancel();
   void op_loop();
   void loop_manual(std::size_t max_visits, bool ticking);
   void loop_run();
@@ -439,8 +440,10 @@ DiffReport Harness::run() {
     touched_.clear();
     ++report_.steps;
     const std::uint64_t roll = dice_.below(100);
-    if (roll < 22) {
+    if (roll < 19) {
       op_submit();
+    } else if (roll < 22) {
+      op_cancel();
     } else if (roll < 42) {
       op_loop();
     } else if (roll < 62) {
@@ -534,6 +537,42 @@ void Harness::op_submit() {
     queued_hooks_.emplace(&r, r.id);
   }
   touch(*pick);
+}
+
+// Withdraws a request: mostly one still queued (a client gone while it waited), otherwise any
+// request of the run, which the core and the model must refuse alike (in flight, completed, handed
+// back).
+void Harness::op_cancel() {
+  if (requests_.empty()) return;
+  Req* r = nullptr;
+  if (!queued_hooks_.empty() && !dice_.one_in(4)) {
+    auto it = queued_hooks_.begin();
+    std::advance(it, static_cast<std::ptrdiff_t>(dice_.below(queued_hooks_.size())));
+    r = static_cast<Req*>(const_cast<RequestHook*>(it->first));
+  } else {
+    r = &requests_[static_cast<std::size_t>(dice_.below(requests_.size()))];
+  }
+  note("cancel request " + std::to_string(r->id));
+  // Whose queue it is in, if it is queued: the place the hook names (request.hpp).
+  const std::optional<ParticipantId> owner = core_->at(r->queued_place);
+  const Status cs = core_->cancel(*r);
+  const Status ms = model_->cancel(r->id);
+  if (cs != ms) {
+    fail("cancel of request " + std::to_string(r->id) + ": core " + str(cs) + ", model " + str(ms));
+    return;
+  }
+  if (!cs.ok()) {
+    ++report_.refusals;
+    return;
+  }
+  if (!r->idle()) fail("a withdrawn request is not the caller's again");
+  queued_hooks_.erase(r);
+  const auto who = owner ? by_core_.find(key(*owner)) : by_core_.end();
+  if (who == by_core_.end()) {
+    fail("cancel took request " + std::to_string(r->id) + " from no participant's queue");
+    return;
+  }
+  touch(who->second);
 }
 
 void Harness::op_loop() {
@@ -760,9 +799,16 @@ void Harness::complete_one() {
     const Flight& any = !flights_.empty() ? flights_[dice_.index(flights_)]
                                           : (done_.empty() ? Flight{} : done_[dice_.index(done_)]);
     forged.index = any.core.index;
-    switch (dice_.below(4)) {
+    forged.issuer = any.core.issuer;
+    switch (dice_.below(5)) {
       case 0:
-        forged = Ticket{0x7fff0000u + static_cast<std::uint32_t>(dice_.below(99)), 1};
+        forged =
+            Ticket{0x7fff0000u + static_cast<std::uint32_t>(dice_.below(99)), any.core.issuer, 1};
+        break;
+      case 4:
+        // Another core's: as if a sharded embedder completed on the wrong shard.
+        forged = any.core;
+        forged.issuer = any.core.issuer + 1 + static_cast<std::uint32_t>(dice_.below(3));
         break;
       case 1:
         forged.generation = 0;
@@ -774,7 +820,7 @@ void Harness::complete_one() {
         forged.generation = top_generation_[forged.index] + 2;
         break;
     }
-    if (issued_.count(key(forged)) != 0) return;
+    if (forged.issuer == core_->issuer() && issued_.count(key(forged)) != 0) return;
     note("complete forged " + str(forged));
     complete_both(forged, kNeverIssued, nano, 0, 0, std::nullopt);
     return;

@@ -222,6 +222,22 @@ Status Model::submit(Pid id, RequestId r, Nanos now) {
   return {};
 }
 
+Status Model::cancel(RequestId r) {
+  for (std::uint32_t place = 0; place < ring_.size(); ++place) {
+    Participant& p = ring_[place];
+    if (!p.live) continue;
+    const auto it = std::find(p.queue.begin(), p.queue.end(), r);
+    if (it == p.queue.end()) continue;
+    p.queue.erase(it);
+    if (flaw_ == Flaw::cancel_moves_cursor) cursor_.fill(place);
+    return {};
+  }
+  for (const TicketRec& t : tickets_) {
+    if (!t.done && t.request == r) return Errc::in_flight;
+  }
+  return Errc::not_queued;
+}
+
 std::size_t Model::queued(Pid id) const {
   const Participant* p = live(id);
   return p == nullptr ? 0 : p->queue.size();
@@ -312,6 +328,7 @@ std::optional<Dispatch> Model::visit(Nanos now) {
   }
   Dispatch d;
   d.request = p.queue.front();
+  ticket.request = d.request;
   p.queue.pop_front();
   d.participant = ticket.participant;
   d.out = out;

@@ -128,10 +128,11 @@ TEST(Runtime, SubmissionToAnUnknownOrRemovedParticipantIsRefusedAndTheRequestSta
   Runtime rt(options_with(recorder));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
   Req r;
-  EXPECT_EQ(rt.submit(ParticipantId{alice.slot, alice.generation + 1}, r).error(),
+  EXPECT_EQ(rt.submit(ParticipantId{alice.slot, alice.generation + 1, alice.issuer}, r).error(),
             Errc::unknown_participant);
-  EXPECT_EQ(rt.submit(ParticipantId{12345, 1}, r).error(), Errc::unknown_participant);
-  EXPECT_EQ(rt.submit(ParticipantId{alice.slot, 0}, r).error(), Errc::unknown_participant);
+  EXPECT_EQ(rt.submit(ParticipantId{12345, 1, rt.issuer()}, r).error(), Errc::unknown_participant);
+  EXPECT_EQ(rt.submit(ParticipantId{alice.slot, 0, alice.issuer}, r).error(),
+            Errc::unknown_participant);
   ASSERT_TRUE(rt.remove(alice).ok());
   EXPECT_EQ(rt.submit(alice, r).error(), Errc::unknown_participant);
   EXPECT_EQ(r.next_in_queue, nullptr);
@@ -271,7 +272,7 @@ TEST(Runtime, SnapshotsGiveTheNextCreditAndTheOldestWaitAndCountersNeedNoRoundTr
   EXPECT_EQ(back->size(), 1u);
   EXPECT_FALSE(rt.counters(alice).has_value());
   EXPECT_EQ(rt.counters().queued, 0u);
-  EXPECT_FALSE(rt.counters(ParticipantId{12345, 1}).has_value());
+  EXPECT_FALSE(rt.counters(ParticipantId{12345, 1, rt.issuer()}).has_value());
   for (std::size_t i = 1; i < 5; ++i) ASSERT_TRUE(rt.complete(recorder.seen()[i].ticket, 0).ok());
 }
 
@@ -561,6 +562,36 @@ TEST(Runtime, RemovalHandsBackEverythingQueuedOldestFirstAndInFlightStaysComplet
   EXPECT_EQ(rt.snapshot().completed, 1u);
 }
 
+// Both runtimes number their places and tickets from 0: without the issuer, a sharded embedder
+// that used the wrong shard would queue for, and complete, a stranger's request there.
+TEST(Runtime, AnotherRuntimesIdsAndTicketsAreRefused) {
+  Recorder mine_seen;
+  Recorder theirs_seen;
+  Runtime mine(options_with(mine_seen));
+  Runtime theirs(options_with(theirs_seen));
+  EXPECT_NE(mine.issuer(), theirs.issuer());
+  const ParticipantId alice = *mine.add("alice", "pro", 1);
+  const ParticipantId stranger = *theirs.add("alice", "pro", 1);
+  ASSERT_EQ(alice.slot, stranger.slot);
+  ASSERT_EQ(alice.generation, stranger.generation);
+  Req r;
+  EXPECT_EQ(mine.submit(stranger, r).error(), Errc::unknown_participant);
+  EXPECT_TRUE(r.idle());
+  EXPECT_FALSE(mine.counters(stranger).has_value());
+  Req theirs_request;
+  ASSERT_TRUE(theirs.submit(stranger, theirs_request).ok());
+  ASSERT_TRUE(theirs_seen.wait_for(1));
+  Req mine_request;
+  ASSERT_TRUE(mine.submit(alice, mine_request).ok());
+  ASSERT_TRUE(mine_seen.wait_for(1));
+  const Ticket foreign = theirs_seen.seen()[0].ticket;
+  ASSERT_EQ(foreign.index, mine_seen.seen()[0].ticket.index);
+  EXPECT_EQ(mine.complete(foreign, 1).error(), Errc::unknown_ticket);
+  EXPECT_EQ(mine.snapshot().in_flight, 1u);
+  EXPECT_TRUE(mine.complete(mine_seen.seen()[0].ticket, 1).ok());
+  EXPECT_TRUE(theirs.complete(foreign, 1).ok());
+}
+
 TEST(Runtime, BadCompletionsAreRefusedInOrderAndChangeNothing) {
   Recorder recorder;
   Runtime rt(options_with(recorder));
@@ -575,11 +606,12 @@ TEST(Runtime, BadCompletionsAreRefusedInOrderAndChangeNothing) {
   EXPECT_EQ(rt.complete(t, std::nan("")).error(), Errc::bad_cost);
   EXPECT_EQ(rt.complete(t, std::numeric_limits<double>::infinity()).error(), Errc::bad_cost);
   EXPECT_EQ(rt.complete(t, kMaxCost * 2).error(), Errc::bad_cost);
-  EXPECT_EQ(rt.complete(Ticket{t.index, t.generation + 2}, 1).error(), Errc::unknown_ticket);
-  EXPECT_EQ(rt.complete(Ticket{1u << 30, 1}, 1).error(), Errc::unknown_ticket);
-  EXPECT_EQ(rt.complete(Ticket{t.index + 1, 1}, 1).error(), Errc::unknown_ticket);
+  EXPECT_EQ(rt.complete(Ticket{t.index, t.issuer, t.generation + 2}, 1).error(),
+            Errc::unknown_ticket);
+  EXPECT_EQ(rt.complete(Ticket{1u << 30, t.issuer, 1}, 1).error(), Errc::unknown_ticket);
+  EXPECT_EQ(rt.complete(Ticket{t.index + 1, t.issuer, 1}, 1).error(), Errc::unknown_ticket);
   // bad_cost is reported before the ticket is looked at.
-  EXPECT_EQ(rt.complete(Ticket{1u << 30, 1}, -1).error(), Errc::bad_cost);
+  EXPECT_EQ(rt.complete(Ticket{1u << 30, t.issuer, 1}, -1).error(), Errc::bad_cost);
   const std::optional<ParticipantSnapshot> unchanged = rt.snapshot(alice);
   EXPECT_EQ(unchanged->stats.completed, before->stats.completed);
   EXPECT_EQ(rt.snapshot().in_flight, 1u);
@@ -1024,7 +1056,8 @@ TEST(Runtime, SnapshotsReportQueueDepthBalancesAndTheLastClass) {
   EXPECT_EQ(s.last_class, std::optional<ClassId>(0));
   EXPECT_EQ(*s.balance[0], *fresh.balance[0] - kNanoPerCredit);
   EXPECT_EQ(s.stats.dispatched[0], 1u);
-  EXPECT_FALSE(rt.snapshot(ParticipantId{alice.slot, alice.generation + 1}).has_value());
+  EXPECT_FALSE(
+      rt.snapshot(ParticipantId{alice.slot, alice.generation + 1, alice.issuer}).has_value());
   const RuntimeSnapshot all = rt.snapshot();
   EXPECT_EQ(all.participants, 1u);
   EXPECT_EQ(all.per_class[0].dispatched, 1u);
@@ -1043,7 +1076,8 @@ TEST(Runtime, ReplanWhileRunningKeepsTheBalanceClippedAndMayDropABucket) {
   const ParticipantId alice = *rt.add("alice", "pro", 10);
   EXPECT_EQ(rt.replan(alice, "nope", 1).error(), Errc::unknown_plan);
   EXPECT_EQ(rt.replan(alice, "pro", 0).error(), Errc::bad_shares);
-  EXPECT_EQ(rt.replan(ParticipantId{alice.slot, 99}, "pro", 1).error(), Errc::unknown_participant);
+  EXPECT_EQ(rt.replan(ParticipantId{alice.slot, 99, alice.issuer}, "pro", 1).error(),
+            Errc::unknown_participant);
   const Balance ten_shares = *rt.snapshot(alice)->balance[0];
   ASSERT_TRUE(rt.replan(alice, "pro", 1).ok());
   EXPECT_EQ(*rt.snapshot(alice)->balance[0], ten_shares / 10);  // clipped to the new capacity
@@ -1116,7 +1150,8 @@ TEST(Runtime, ScaleFromAnotherThreadWhileRequestsFlowTakesEffectAtOnceAndSnapsho
   ASSERT_TRUE(wait_until([&] { return dispatched(alice, true) > metered; }));
 
   EXPECT_EQ(rt.scale(alice, kWholePlan + 1).error(), Errc::bad_scale);
-  EXPECT_EQ(rt.scale(ParticipantId{alice.slot, 99}, 1).error(), Errc::unknown_participant);
+  EXPECT_EQ(rt.scale(ParticipantId{alice.slot, 99, alice.issuer}, 1).error(),
+            Errc::unknown_participant);
   EXPECT_EQ(rt.snapshot(alice)->scale, kWholePlan);
   stop.store(true, std::memory_order_relaxed);  // the producer's polled flag: no pairing needed
   producer.join();
@@ -1357,6 +1392,11 @@ void replay_what_the_observer_saw(bool batches) {
   (void)rt.shutdown(ShutdownMode::drain);
 
   Core core(reference_config());
+  // The replaying core is another issuer: the same place and generation, in its own name.
+  const auto here = [&core](ParticipantId p) {
+    p.issuer = core.issuer();
+    return p;
+  };
   std::vector<std::optional<Ticket>> core_ticket_of;  // by runtime ticket index
   std::size_t visits = 0;
   std::size_t batch_events = 0;
@@ -1368,22 +1408,22 @@ void replay_what_the_observer_saw(bool batches) {
       case Journal::Event::add: {
         const Result<ParticipantId> id = core.add(e.name, e.plan, e.shares, e.now);
         ASSERT_TRUE(id.ok());
-        ASSERT_EQ(*id, e.p);
+        ASSERT_EQ(*id, here(e.p));
         break;
       }
       case Journal::Event::remove:
-        ASSERT_TRUE(core.remove(e.p).ok());
+        ASSERT_TRUE(core.remove(here(e.p)).ok());
         break;
       case Journal::Event::replan:
-        ASSERT_TRUE(core.replan(e.p, e.plan, e.shares, e.now).ok());
+        ASSERT_TRUE(core.replan(here(e.p), e.plan, e.shares, e.now).ok());
         break;
       case Journal::Event::scale:
         ++scales;
-        ASSERT_TRUE(core.scale(e.p, e.shares, e.now).ok());
+        ASSERT_TRUE(core.scale(here(e.p), e.shares, e.now).ok());
         break;
       case Journal::Event::submit:
         // The replay core links the same request objects: they sit idle after the run.
-        ASSERT_TRUE(core.submit(e.p, const_cast<RequestHook&>(*e.request), e.now).ok());
+        ASSERT_TRUE(core.submit(here(e.p), const_cast<RequestHook&>(*e.request), e.now).ok());
         break;
       case Journal::Event::begin:
         ASSERT_FALSE(batches) << "an observer of batches sees no turn begin";
@@ -1410,7 +1450,7 @@ void replay_what_the_observer_saw(bool batches) {
         ASSERT_EQ(d.has_value(), e.dispatch.has_value()) << "visit " << visits;
         if (d) {
           ++visits;
-          ASSERT_EQ(d->participant, e.dispatch->participant);
+          ASSERT_EQ(d->participant, here(e.dispatch->participant));
           ASSERT_EQ(d->request, e.dispatch->request);
           ASSERT_EQ(d->out, e.dispatch->out);
           ASSERT_EQ(d->turn, e.dispatch->turn);
@@ -1434,8 +1474,8 @@ void replay_what_the_observer_saw(bool batches) {
   EXPECT_EQ(batch_events > 0, batches);
   EXPECT_EQ(scales, 3u);
   for (const ParticipantSnapshot& p : rt.snapshot_participants()) {
-    const ParticipantStats replayed = core.stats(p.id);
-    EXPECT_EQ(core.scale_of(p.id), p.scale);
+    const ParticipantStats replayed = core.stats(here(p.id));
+    EXPECT_EQ(core.scale_of(here(p.id)), p.scale);
     EXPECT_EQ(p.scale, p.id == ids[1] ? 300'000u : p.id == ids[4] ? 123'457u : kWholePlan);
     EXPECT_EQ(replayed.dispatched, p.stats.dispatched);
     EXPECT_EQ(replayed.cost_charged, p.stats.cost_charged);

@@ -167,8 +167,10 @@ TEST(BadInput, UnknownParticipantNeverIssued) {
   Core& core = bad.rig.core;
   Req& r = bad.rig.make();
   twin.rig.make();
-  for (const ParticipantId p : {ParticipantId{999, 1}, ParticipantId{0, 77}, ParticipantId{},
-                                ParticipantId{1u << 24, 1}, ParticipantId{0xffffffffu, 1}}) {
+  const std::uint32_t me = core.issuer();
+  for (const ParticipantId p :
+       {ParticipantId{999, 1, me}, ParticipantId{0, 77, me}, ParticipantId{},
+        ParticipantId{1u << 24, 1, me}, ParticipantId{0xffffffffu, 1, me}}) {
     expect_error(core.submit(p, r, kT), Errc::unknown_participant);
     EXPECT_EQ(r.next_in_queue, nullptr);
     expect_error(core.remove(p), Errc::unknown_participant);
@@ -177,6 +179,27 @@ TEST(BadInput, UnknownParticipantNeverIssued) {
     EXPECT_FALSE(core.contains(p));
     EXPECT_EQ(core.queued(p), 0u);
     EXPECT_FALSE(core.qualifies(p, 0, kT));
+  }
+  expect_unchanged(bad, twin);
+}
+
+// Every core numbers its places and records from 0, so another core's ids and tickets match this
+// one's in everything but their issuer: a sharded embedder that used the wrong shard would
+// otherwise queue for, complete and charge a stranger.
+TEST(BadInput, AnotherCoresIdsAndTicketsAreRefused) {
+  World bad, twin, other;
+  Core& core = bad.rig.core;
+  Req& r = bad.rig.make();
+  twin.rig.make();
+  for (const ParticipantId p : {other.a, other.b, other.c}) {
+    expect_error(core.submit(p, r, kT), Errc::unknown_participant);
+    expect_error(core.remove(p), Errc::unknown_participant);
+    expect_error(core.replan(p, 0, 1, kT), Errc::unknown_participant);
+    expect_error(core.scale(p, 1, kT), Errc::unknown_participant);
+    EXPECT_FALSE(core.contains(p));
+  }
+  for (const Ticket t : other.live) {
+    expect_error(core.complete(t, 1, kT), Errc::unknown_ticket);
   }
   expect_unchanged(bad, twin);
 }
@@ -232,8 +255,9 @@ TEST(BadInput, CostNegativeNaNInfiniteOrAboveLimit) {
 TEST(BadInput, CompletionForAnUnknownTicket) {
   World bad, twin;
   Core& core = bad.rig.core;
-  for (const Ticket t :
-       {Ticket{}, Ticket{1u << 30, 1}, Ticket{0xffffffffu, 0xffffffffu}, Ticket{12345, 3}}) {
+  const std::uint32_t me = core.issuer();
+  for (const Ticket t : {Ticket{}, Ticket{1u << 30, me, 1}, Ticket{0xffffffffu, me, 0xffffffffu},
+                         Ticket{12345, me, 3}}) {
     expect_error(core.complete(t, 1, kT), Errc::unknown_ticket);
     expect_error(core.complete_nano(t, 1, kT), Errc::unknown_ticket);
   }
@@ -242,8 +266,8 @@ TEST(BadInput, CompletionForAnUnknownTicket) {
 
 TEST(BadInput, NoTicketIsKnownToAFreshCore) {
   Core core(world_config());
-  expect_error(core.complete(Ticket{0, 1}, 0, 0), Errc::unknown_ticket);
-  expect_error(core.complete(Ticket{0, 0}, 0, 0), Errc::unknown_ticket);
+  expect_error(core.complete(Ticket{0, core.issuer(), 1}, 0, 0), Errc::unknown_ticket);
+  expect_error(core.complete(Ticket{0, core.issuer(), 0}, 0, 0), Errc::unknown_ticket);
   EXPECT_EQ(core.in_flight(), 0u);
 }
 
