@@ -51,8 +51,8 @@ using creditloop::ParticipantId;
 using creditloop::RequestHook;
 using creditloop::Ticket;
 
-// The opaque C values hold the C++ ones bytewise: their fields may grow (an issuer field is
-// planned) as long as they fit.
+// The opaque C values hold the C++ ones bytewise (ParticipantId is {slot, generation, issuer},
+// Ticket {index, issuer, generation}), so that their fields may change as long as they fit.
 static_assert(sizeof(ParticipantId) <= sizeof(creditloop_participant));
 static_assert(sizeof(Ticket) <= sizeof(creditloop_ticket));
 static_assert(std::is_trivially_copyable_v<ParticipantId> && std::is_trivially_copyable_v<Ticket>);
@@ -123,6 +123,10 @@ creditloop_status to_c(Errc e) noexcept {
       return CREDITLOOP_ALREADY_QUEUED;
     case Errc::bad_scale:
       return CREDITLOOP_BAD_SCALE;
+    case Errc::not_queued:
+      return CREDITLOOP_NOT_QUEUED;
+    case Errc::in_flight:
+      return CREDITLOOP_IN_FLIGHT;
     case Errc::shut_down:
     case Errc::unsupported_address:
     case Errc::wrong_thread:
@@ -525,8 +529,7 @@ creditloop_status creditloop_submit(creditloop_core* core, creditloop_participan
 
 creditloop_status creditloop_withdraw(creditloop_core* core, creditloop_request* request) {
   if (core == nullptr || request == nullptr) return CREDITLOOP_BAD_ARGUMENT;
-  // Core::cancel is not in this core yet.
-  return CREDITLOOP_NOT_SUPPORTED;
+  return to_c(core->core.cancel(*hook_of(request)));
 }
 
 size_t creditloop_dispatch(creditloop_core* core, int64_t now, creditloop_decision* out,

@@ -21,7 +21,7 @@ class Ticket(ctypes.Structure):
 
 
 class Request(ctypes.Structure):
-    _fields_ = [("internal_", ctypes.c_uint64 * 4), ("user", ctypes.c_void_p)]
+    _fields_ = [("internal_", ctypes.c_uint64 * 8), ("user", ctypes.c_void_p)]
 
 
 class Dispatch(ctypes.Structure):

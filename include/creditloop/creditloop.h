@@ -78,7 +78,7 @@ int creditloop_ticket_equal(creditloop_ticket a, creditloop_ticket b);
  * completion, withdrawal or hand-back). It must not move or be freed while it is the core's.
  * `user` is the caller's and never touched by the core. */
 typedef struct creditloop_request {
-  uint64_t internal_[4];
+  uint64_t internal_[8]; /* room for the core's hook (40 bytes now) to grow */
   void* user;
 } creditloop_request;
 

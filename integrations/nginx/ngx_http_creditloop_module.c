@@ -46,10 +46,13 @@ typedef struct {
   (offsetof(ngx_http_creditloop_entry_t, demand) +         \
    (tenants) * (1 + (size_t)(classes) + 1) * sizeof(ngx_atomic_uint_t))
 
+/* Two blocks of entries, used by configurations in turn: the old workers of a reload go on
+ * writing the block of their configuration while the new ones start on the other, so the two
+ * generations never share a word (workers of both are numbered from 0). A block is reused at the
+ * reload after next, by when a reload's old workers have normally finished. */
 typedef struct {
   ngx_atomic_uint_t generation; /* bumped by each configuration that takes the zone over */
-  size_t entry_size;
-  u_char *entries;
+  u_char *blocks[2];
 } ngx_http_creditloop_shared_t;
 
 typedef struct {
@@ -82,6 +85,8 @@ typedef struct {
   int classes;
   ngx_msec_t epoch;
   ngx_shm_zone_t *zone;
+  u_char *entries; /* this configuration's block in the zone */
+  size_t entry_size;
 
   /* this worker's */
   ngx_uint_t room;    /* its share of creditloop_slots: the slots it may fill */
@@ -365,19 +370,22 @@ static ngx_int_t ngx_http_creditloop_init_zone(ngx_shm_zone_t *zone, void *data)
   /* Each configuration starts its own layout (tenants may have changed); the old workers of a
    * reload go on writing theirs under the old generation, which the new ones ignore. The size
    * depends on the tenant count, so a zone kept across a reload has room for this layout. */
-  if (zone->shm.exists || pool->data != NULL) {
+  if (pool->data != NULL) {
     shared = pool->data;
   } else {
     shared = ngx_slab_alloc(pool, sizeof(*shared));
     if (shared == NULL) return NGX_ERROR;
     ngx_memzero(shared, sizeof(*shared));
-    shared->entries = ngx_slab_alloc(pool, entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS);
-    if (shared->entries == NULL) return NGX_ERROR;
+    shared->blocks[0] = ngx_slab_alloc(pool, entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS);
+    shared->blocks[1] = ngx_slab_alloc(pool, entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS);
+    if (shared->blocks[0] == NULL || shared->blocks[1] == NULL) return NGX_ERROR;
     pool->data = shared;
   }
-  ngx_memzero(shared->entries, entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS);
-  shared->entry_size = entry;
-  shared->generation++;
+  /* Here in the master, before any worker of this configuration forks. */
+  mcf->generation = ++shared->generation;
+  mcf->entries = shared->blocks[mcf->generation & 1];
+  mcf->entry_size = entry;
+  ngx_memzero(mcf->entries, entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS);
   zone->data = mcf;
   return NGX_OK;
 }
@@ -404,7 +412,7 @@ static char *ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf) {
   {
     ngx_str_t name = ngx_string("creditloop");
     size_t entry = NGX_HTTP_CREDITLOOP_ENTRY_SIZE(mcf->tenants.nelts, mcf->classes);
-    size_t size = 8 * ngx_pagesize + 2 * entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS;
+    size_t size = 8 * ngx_pagesize + 2 * entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS; /* 2 blocks */
     size = ngx_align(size, ngx_pagesize);
     mcf->zone = ngx_shared_memory_add(cf, &name, size, &ngx_http_creditloop_module);
     if (mcf->zone == NULL) return NGX_CONF_ERROR;
@@ -479,9 +487,9 @@ static void ngx_http_creditloop_dispatch_handler(ngx_event_t *ev);
 static void ngx_http_creditloop_epoch_handler(ngx_event_t *ev);
 static void ngx_http_creditloop_schedule(ngx_http_creditloop_main_conf_t *mcf);
 
-static ngx_http_creditloop_entry_t *ngx_http_creditloop_entry(ngx_http_creditloop_shared_t *shared,
+static ngx_http_creditloop_entry_t *ngx_http_creditloop_entry(ngx_http_creditloop_main_conf_t *mcf,
                                                               ngx_uint_t worker) {
-  return (ngx_http_creditloop_entry_t *)(shared->entries + worker * shared->entry_size);
+  return (ngx_http_creditloop_entry_t *)(mcf->entries + worker * mcf->entry_size);
 }
 
 /* This worker's share of the room: the same rule as a tenant's plan, on the workers' total
@@ -497,9 +505,8 @@ static ngx_uint_t ngx_http_creditloop_room(ngx_http_creditloop_main_conf_t *mcf,
  * gives this worker's demand among the live workers' (a worker whose entry is older than
  * NGX_HTTP_CREDITLOOP_TTL_EPOCHS epochs is gone), and the room likewise. */
 static void ngx_http_creditloop_epoch(ngx_http_creditloop_main_conf_t *mcf) {
-  ngx_http_creditloop_shared_t *shared = ((ngx_slab_pool_t *)mcf->zone->shm.addr)->data;
   ngx_http_creditloop_tenant_t *t = mcf->tenants.elts;
-  ngx_http_creditloop_entry_t *own = ngx_http_creditloop_entry(shared, ngx_worker);
+  ngx_http_creditloop_entry_t *own = ngx_http_creditloop_entry(mcf, ngx_worker);
   ngx_msec_t now = ngx_current_msec, ttl = mcf->epoch * NGX_HTTP_CREDITLOOP_TTL_EPOCHS;
   ngx_uint_t i, w, live = 0, room_changed;
   uint64_t own_room = 0, all_room = 0;
@@ -524,7 +531,7 @@ static void ngx_http_creditloop_epoch(ngx_http_creditloop_main_conf_t *mcf) {
     uint64_t mine = __atomic_load_n(&own->demand[i], __ATOMIC_RELAXED); /* our own write */
     live = 0;
     for (w = 0; w < NGX_HTTP_CREDITLOOP_MAX_WORKERS; ++w) {
-      ngx_http_creditloop_entry_t *e = ngx_http_creditloop_entry(shared, w);
+      ngx_http_creditloop_entry_t *e = ngx_http_creditloop_entry(mcf, w);
       /* Acquire: pairs with the release store of stamp_ms above, in worker w. */
       ngx_msec_t stamp = __atomic_load_n(&e->stamp_ms, __ATOMIC_ACQUIRE);
       if (stamp == 0 || now - stamp > ttl) continue;
@@ -593,17 +600,15 @@ static ngx_int_t ngx_http_creditloop_init_process(ngx_cycle_t *cycle) {
   }
   mcf->room = mcf->slots;
   {
-    ngx_http_creditloop_shared_t *shared = ((ngx_slab_pool_t *)mcf->zone->shm.addr)->data;
     if (ngx_worker >= NGX_HTTP_CREDITLOOP_MAX_WORKERS) {
       ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "creditloop: at most %d workers",
                     NGX_HTTP_CREDITLOOP_MAX_WORKERS);
       return NGX_ERROR;
     }
-    mcf->generation = shared->generation;
-    mcf->counters = ngx_http_creditloop_entry(shared, ngx_worker)->demand + mcf->tenants.nelts;
+    mcf->counters = ngx_http_creditloop_entry(mcf, ngx_worker)->demand + mcf->tenants.nelts;
     /* The entry is live for the metrics from the start, whatever the worker count. */
-    ngx_http_creditloop_entry(shared, ngx_worker)->generation = mcf->generation;
-    __atomic_store_n(&ngx_http_creditloop_entry(shared, ngx_worker)->stamp_ms,
+    ngx_http_creditloop_entry(mcf, ngx_worker)->generation = mcf->generation;
+    __atomic_store_n(&ngx_http_creditloop_entry(mcf, ngx_worker)->stamp_ms,
                      (ngx_atomic_uint_t)(ngx_current_msec == 0 ? 1 : ngx_current_msec),
                      __ATOMIC_RELEASE); /* pairs with the metrics handler's acquire load */
   }
@@ -665,7 +670,7 @@ static void ngx_http_creditloop_dispatch(ngx_http_creditloop_main_conf_t *mcf) {
       ngx_http_creditloop_ctx_t *ctx = d->request->user;
       ctx->tenant->queued--;
       if (ctx->request == NULL) {
-        /* Its request ended while queued and could not be withdrawn: retire it at no cost. */
+        /* Its request ended while queued and the withdrawal was refused: retire it at no cost. */
         (void)creditloop_complete(mcf->core, d->ticket, 0, now, NULL);
         ngx_free(ctx);
         continue;
@@ -752,8 +757,11 @@ static void ngx_http_creditloop_cleanup(void *data) {
       ctx->tenant->queued--;
       ngx_free(ctx);
     } else {
-      /* Withdrawal unsupported by this build: the record stays queued, owned by the dispatch
-       * loop, which retires it when its turn comes. */
+      /* Only a record this core does not hold is refused, which a queued one never is; were it
+       * so, the record stays with the dispatch loop, which retires it when its turn comes,
+       * rather than leave the core a freed record. */
+      ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0, "creditloop: withdraw: %s",
+                    creditloop_strerror(s));
       ctx->request = NULL;
     }
     return;
@@ -790,8 +798,7 @@ static void ngx_http_creditloop_timeout_handler(ngx_event_t *ev) {
   ngx_uint_t retry;
   if (ctx->state != CTX_QUEUED) return;
   if (creditloop_withdraw(ctx->mcf->core, &ctx->record) != CREDITLOOP_OK) {
-    /* Unsupported by this build: it waits for its turn instead. */
-    return;
+    return; /* not queued here any more: it is on its way */
   }
   ctx->tenant->queued--;
   ctx->tenant->refused_timeout++;
@@ -974,13 +981,12 @@ static ngx_int_t ngx_http_creditloop_status_handler(ngx_http_request_t *r) {
   {
     /* Every worker of this configuration together, from the zone: a worker that exited keeps
      * its counts there until a reload. */
-    ngx_http_creditloop_shared_t *shared = ((ngx_slab_pool_t *)mcf->zone->shm.addr)->data;
     ngx_uint_t w;
     for (i = 0; i < mcf->tenants.nelts; ++i) {
       for (c = 0; c <= mcf->classes; ++c) {
         uint64_t sum = 0;
         for (w = 0; w < NGX_HTTP_CREDITLOOP_MAX_WORKERS; ++w) {
-          ngx_http_creditloop_entry_t *e = ngx_http_creditloop_entry(shared, w);
+          ngx_http_creditloop_entry_t *e = ngx_http_creditloop_entry(mcf, w);
           /* Acquire: pairs with the release store of the entry's stamp (init_process). */
           if (__atomic_load_n(&e->stamp_ms, __ATOMIC_ACQUIRE) == 0) continue;
           if (__atomic_load_n(&e->generation, __ATOMIC_RELAXED) != mcf->generation) continue;

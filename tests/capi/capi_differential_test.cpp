@@ -46,6 +46,10 @@ int status_of(creditloop::Status s) {
       return CREDITLOOP_ALREADY_QUEUED;
     case creditloop::Errc::bad_scale:
       return CREDITLOOP_BAD_SCALE;
+    case creditloop::Errc::not_queued:
+      return CREDITLOOP_NOT_QUEUED;
+    case creditloop::Errc::in_flight:
+      return CREDITLOOP_IN_FLIGHT;
     default:
       return -1;
   }
@@ -139,6 +143,10 @@ bool run_one(unsigned seed) {
         while (list.pop_front() != nullptr) {
         }
       }
+    } else if (op < 16) {
+      const int req = pick(kRequests);
+      const int cs = creditloop_withdraw(ccore, &c_requests[req].record);
+      run.expect(status_of(core.cancel(cpp_requests[req])) == cs, "withdraw status");
     } else if (op < 50) {
       const int i = pick(static_cast<int>(cpp_ids.size()));
       const int req = pick(kRequests);

@@ -120,6 +120,21 @@ static void test_completion(void) {
   forged.opaque[0] = 0xffffu;
   forged.opaque[1] = 1;
   CHECK_STATUS(creditloop_complete(core, forged, 0, 0, NULL), CREDITLOOP_UNKNOWN_TICKET);
+  /* A real ticket of another core is refused too. */
+  {
+    creditloop_core* other = reference_core();
+    creditloop_participant q;
+    creditloop_decision e;
+    item j;
+    item_init(&j, 2);
+    CHECK_STATUS(creditloop_add(other, "alice", "pro", 1, 0, &q), CREDITLOOP_OK);
+    CHECK_STATUS(creditloop_submit(other, q, &j.request, 0), CREDITLOOP_OK);
+    CHECK(creditloop_dispatch(other, 0, &e, 1) == 1);
+    CHECK_STATUS(creditloop_complete(core, e.ticket, 0, 0, NULL), CREDITLOOP_UNKNOWN_TICKET);
+    CHECK_STATUS(creditloop_submit(core, q, &it.request, 0), CREDITLOOP_UNKNOWN_PARTICIPANT);
+    CHECK_STATUS(creditloop_complete(other, e.ticket, 0, 0, NULL), CREDITLOOP_OK);
+    creditloop_core_free(other);
+  }
   /* 4 - 1 - 5 = -2 credits in P1; at 2/s a credit lands 1.5 s later. */
   CHECK_STATUS(creditloop_snapshot(core, alice, 0, &s), CREDITLOOP_OK);
   CHECK(s.balance_nano[0] == -2 * (int64_t)CREDITLOOP_NANO_PER_CREDIT);
@@ -224,16 +239,18 @@ static void test_withdraw(void) {
   item_init(&a, 1);
   item_init(&b, 2);
   CHECK_STATUS(creditloop_add(core, "fay", "pro", 1, 0, &p), CREDITLOOP_OK);
-  if (creditloop_withdraw(core, &a.request) == CREDITLOOP_NOT_SUPPORTED) {
-    puts("capi: withdraw not supported by this build yet");
-    creditloop_core_free(core);
-    return;
-  }
   CHECK_STATUS(creditloop_withdraw(core, &a.request), CREDITLOOP_NOT_QUEUED);
   CHECK_STATUS(creditloop_submit(core, p, &a.request, 0), CREDITLOOP_OK);
+  {
+    /* Queued in another core: not queued here. */
+    creditloop_core* other = reference_core();
+    CHECK_STATUS(creditloop_withdraw(other, &a.request), CREDITLOOP_NOT_QUEUED);
+    creditloop_core_free(other);
+  }
   CHECK_STATUS(creditloop_submit(core, p, &b.request, 0), CREDITLOOP_OK);
   CHECK_STATUS(creditloop_withdraw(core, &a.request), CREDITLOOP_OK);
   CHECK(creditloop_request_idle(&a.request));
+  CHECK_STATUS(creditloop_withdraw(core, &a.request), CREDITLOOP_NOT_QUEUED);
   CHECK(creditloop_dispatch(core, 0, &d, 1) == 1 && id_of(d.request) == 2);
   CHECK_STATUS(creditloop_withdraw(core, &b.request), CREDITLOOP_IN_FLIGHT);
   CHECK_STATUS(creditloop_snapshot(core, p, 0, &s), CREDITLOOP_OK);
