@@ -342,6 +342,29 @@ class Module(unittest.TestCase):
         self.assertEqual(queued_out["response"][0], 200)
         self.assertEqual(queued_out["response"][1].get("X-Creditloop-Class"), "P2")
 
+    def test_reload_keeps_each_generations_counters_apart(self):
+        # The same tenants with one plan changed: the zone, sized by the tenant count, is kept
+        # across the reload, and the old worker dispatches after the new one has started.
+        held, out = self.nginx.hold_slot("generations")
+        queued, queued_out = self.nginx.start_in_thread("/old-generation", "bob")
+        wait_for("bob's request to queue",
+                 lambda: self.nginx.metric("creditloop_tenant_queue_depth", tenant="bob") == 1)
+        self.nginx.write_plans([dict(t, shares=2) if t["name"] == "bob" else t for t in TENANTS])
+        self.nginx.proc.send_signal(signal.SIGHUP)
+        # The new generation's metrics: it has dispatched nothing yet.
+        wait_for("the new workers", lambda: self.nginx.metric(
+            "creditloop_tenant_requests_total", **{"tenant": "alice", "class": "P1"}) == 0)
+        self.nginx.backend.gate("generations").set()
+        held.join(10)
+        queued.join(10)
+        self.assertEqual(queued_out["response"][0], 200)
+        # bob's request went out in the old worker: none of it is the new generation's.
+        self.assertEqual(self.nginx.metric("creditloop_tenant_requests_total",
+                                           **{"tenant": "bob", "class": "P2"}), 0)
+        self.assertEqual(self.nginx.request("/fast", "bob")[0], 200)
+        self.assertEqual(self.nginx.metric("creditloop_tenant_requests_total",
+                                           **{"tenant": "bob", "class": "P2"}), 1)
+
     def test_quit_answers_what_is_queued(self):
         held, out = self.nginx.hold_slot("quit")
         waiting = [self.nginx.start_in_thread(f"/q{i}", "bob") for i in range(3)]
