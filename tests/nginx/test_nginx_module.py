@@ -378,6 +378,37 @@ class Module(unittest.TestCase):
         self.assertEqual(self.nginx.proc.wait(timeout=10), 0)
 
 
+class Options(unittest.TestCase):
+    """A default tenant instead of 401, and the queue limit."""
+
+    def setUp(self):
+        self.nginx = Nginx(extra_http="creditloop_unknown_tenant bob; creditloop_queue_limit 1;")
+
+    def tearDown(self):
+        self.nginx.stop()
+
+    def test_unknown_tenant_gets_the_default_tenants_queue(self):
+        status, headers, _ = self.nginx.request("/fast", "mallory")
+        self.assertEqual((status, headers.get("X-Creditloop-Class")), (200, "P2"))
+        self.assertEqual(self.nginx.metric("creditloop_tenant_requests_total",
+                                           **{"tenant": "bob", "class": "P2"}), 1)
+
+    def test_queue_limit_answers_503_with_retry_after(self):
+        held, out = self.nginx.hold_slot("limit")
+        queued, queued_out = self.nginx.start_in_thread("/first", "bob")
+        wait_for("bob's request to queue",
+                 lambda: self.nginx.metric("creditloop_tenant_queue_depth", tenant="bob") == 1)
+        status, headers, _ = self.nginx.request("/second", "bob")
+        self.assertEqual((status, headers.get("Retry-After")), (503, "1"))
+        self.assertEqual(self.nginx.metric("creditloop_nginx_refused_total", tenant="bob",
+                                           reason="queue_limit"), 1)
+        self.nginx.backend.gate("limit").set()
+        held.join(10)
+        queued.join(10)
+        self.assertEqual(queued_out["response"][0], 200)
+        self.assertFalse(self.nginx.backend.saw("/second"))
+
+
 # Several workers: P1 plans small enough that the flood's P1 share is credit-bound. A worker's
 # bucket holds burst x shares x its fraction, which must stay at least one credit at 1/4 of the
 # plan, or that worker's P1 never refills (the core's scale rule); the window starts once the
