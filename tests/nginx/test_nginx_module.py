@@ -227,6 +227,11 @@ class Nginx:
         wait_for("the backend to hold the slot", lambda: self.backend.saw(f"/gate/{gate}"))
         return held
 
+    def workers(self):
+        """Worker processes running now, of every generation."""
+        r = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True)
+        return len(r.stdout.split())
+
     def log(self):
         with open(os.path.join(self.dir, "error.log")) as f:
             return f.read()
@@ -358,6 +363,9 @@ class Module(unittest.TestCase):
         held.join(10)
         queued.join(10)
         self.assertEqual(queued_out["response"][0], 200)
+        # Once the old worker has answered its last request and exited, every request reaches
+        # the new one.
+        wait_for("the old worker to exit", lambda: self.nginx.workers() == 1)
         # bob's request went out in the old worker: none of it is the new generation's.
         self.assertEqual(self.nginx.metric("creditloop_tenant_requests_total",
                                            **{"tenant": "bob", "class": "P2"}), 0)
