@@ -777,6 +777,23 @@ static void ngx_http_creditloop_cleanup(void *data) {
   ngx_free(ctx);
 }
 
+/* The request's context, also after an internal redirect, which clears every module's context:
+ * found again through the pool cleanup that holds it, as the realip module finds its own, so
+ * that a redirected request keeps its one place in the queue or its one slot. */
+static ngx_http_creditloop_ctx_t *ngx_http_creditloop_get_ctx(ngx_http_request_t *r) {
+  ngx_http_creditloop_ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_creditloop_module);
+  ngx_pool_cleanup_t *cln;
+  if (ctx != NULL || !r->internal) return ctx;
+  for (cln = r->pool->cleanup; cln; cln = cln->next) {
+    if (cln->handler == ngx_http_creditloop_cleanup) {
+      ctx = cln->data;
+      ngx_http_set_ctx(r, ctx, ngx_http_creditloop_module);
+      return ctx;
+    }
+  }
+  return NULL;
+}
+
 static ngx_int_t ngx_http_creditloop_refuse(ngx_http_request_t *r, ngx_uint_t status,
                                             ngx_uint_t retry_after) {
   if (retry_after > 0) {
@@ -819,7 +836,7 @@ static ngx_int_t ngx_http_creditloop_handler(ngx_http_request_t *r) {
   creditloop_status status;
 
   if (r != r->main) return NGX_DECLINED;
-  ctx = ngx_http_get_module_ctx(r, ngx_http_creditloop_module);
+  ctx = ngx_http_creditloop_get_ctx(r);
   if (ctx != NULL) {
     /* Resumed once dispatched; an internal redirect keeps its place. */
     return ctx->state == CTX_QUEUED ? NGX_AGAIN : NGX_DECLINED;
@@ -897,7 +914,7 @@ static ngx_int_t ngx_http_creditloop_handler(ngx_http_request_t *r) {
 
 static ngx_int_t ngx_http_creditloop_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
                                               uintptr_t data) {
-  ngx_http_creditloop_ctx_t *ctx = ngx_http_get_module_ctx(r->main, ngx_http_creditloop_module);
+  ngx_http_creditloop_ctx_t *ctx = ngx_http_creditloop_get_ctx(r->main);
   u_char *p;
   if (ctx == NULL || ctx->state == CTX_QUEUED || ctx->state == CTX_REFUSED) {
     v->not_found = 1;
@@ -1088,7 +1105,7 @@ static char *ngx_http_creditloop_status(ngx_conf_t *cf, ngx_command_t *cmd, void
 }
 
 static ngx_int_t ngx_http_creditloop_log_handler(ngx_http_request_t *r) {
-  ngx_http_creditloop_ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_creditloop_module);
+  ngx_http_creditloop_ctx_t *ctx = ngx_http_creditloop_get_ctx(r);
   if (r == r->main && ctx != NULL && ctx->state == CTX_DISPATCHED) {
     (void)ngx_http_creditloop_cost(ctx, 1);
   }

@@ -144,6 +144,17 @@ http {{
             proxy_set_header Connection "";
             proxy_buffering off;
         }}
+        # An internal redirect after the preaccess phase (try_files to a named location).
+        location /redirected {{
+            creditloop_tenant $http_x_tenant;
+            add_header X-Creditloop-Class $creditloop_class always;
+            try_files /nothing-here @backend;
+        }}
+        location @backend {{
+            creditloop_tenant $http_x_tenant;
+            add_header X-Creditloop-Class $creditloop_class always;
+            proxy_pass http://backend;
+        }}
         location = /metrics {{ creditloop_status; }}
     }}
 }}
@@ -280,6 +291,16 @@ class Module(unittest.TestCase):
             r = subprocess.run(["promtool", "check", "metrics"], input=self.nginx.metrics_or_none(),
                                capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_internal_redirect_keeps_one_place(self):
+        status, headers, body = self.nginx.request("/redirected", "alice")
+        self.assertEqual((status, headers.get("X-Creditloop-Class"), body),
+                         (200, "P1", b"ok /redirected"))
+        dispatched = sum(self.nginx.metric("creditloop_tenant_requests_total",
+                                           **{"tenant": "alice", "class": c}) for c in
+                         ("P1", "P2", "P3"))
+        self.assertEqual(dispatched, 1)
+        self.assertEqual(self.nginx.metric("creditloop_loop_in_flight"), 0)
 
     def test_http2_over_tls(self):
         r = subprocess.run(["curl", "-sk", "--http2", "-D", "-", "-o", "/dev/null",
