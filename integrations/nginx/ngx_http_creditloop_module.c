@@ -607,7 +607,9 @@ static ngx_int_t ngx_http_creditloop_init_process(ngx_cycle_t *cycle) {
     }
     mcf->counters = ngx_http_creditloop_entry(mcf, ngx_worker)->demand + mcf->tenants.nelts;
     /* The entry is live for the metrics from the start, whatever the worker count. */
-    ngx_http_creditloop_entry(mcf, ngx_worker)->generation = mcf->generation;
+    /* Relaxed, as every write of it: the release store of stamp_ms below publishes it. */
+    __atomic_store_n(&ngx_http_creditloop_entry(mcf, ngx_worker)->generation,
+                     (ngx_atomic_uint_t)mcf->generation, __ATOMIC_RELAXED);
     __atomic_store_n(&ngx_http_creditloop_entry(mcf, ngx_worker)->stamp_ms,
                      (ngx_atomic_uint_t)(ngx_current_msec == 0 ? 1 : ngx_current_msec),
                      __ATOMIC_RELEASE); /* pairs with the metrics handler's acquire load */
