@@ -26,6 +26,10 @@ void Runtime::Impl::dispatcher_main() {
     const Nanos t = now();
     loop_now_ = t;
     const bool serviced = service(t);
+    // A batch the pool's queue could not take (it could not allocate): again, in every phase,
+    // since its tickets are in flight.
+    if (!batch_jobs_.empty()) [[unlikely]]
+      (void)hand_batch_to_pool();
     if (phase_ == Phase::finishing && in_flight() == 0) break;
     if (phase_ != Phase::finishing) {
       if (dispatch_batch(t)) continue;
@@ -123,9 +127,12 @@ bool Runtime::Impl::has_room() const {
 }
 
 bool Runtime::Impl::dispatch_batch(Nanos t) {
+  if (!batch_jobs_.empty()) [[unlikely]]
+    return false;  // nothing more is decided until the pool has taken the last batch
   const std::uint32_t sent =
       decides_in_one_call_ ? dispatch_in_one_call(t) : dispatch_one_by_one(t);
-  if (!batch_jobs_.empty()) hand_batch_to_pool();  // one semaphore signal, at most one wake-up
+  // One semaphore signal, at most one wake-up; if the queue cannot take them, the loop tries again.
+  if (!batch_jobs_.empty()) (void)hand_batch_to_pool();
   return sent > 0;
 }
 
@@ -269,9 +276,11 @@ void Runtime::Impl::idle() {
     bool room_polled() const { return room_poll; }
     bool room_ready() const { return room_poll && rt.room_test(); }
     std::int64_t room_recheck_ns() const { return rt.options_.room_recheck.count(); }
+    // Or a batch the pool's queue could not take: no waker will say when it can, so the sleep
+    // has the same timeout, and the loop tries the hand-over again after it.
     bool half_pushed() const {
       return rt.activations_.has_half_pushed() || rt.completions_.has_half_pushed() ||
-             rt.pool_completions_.has_half_pushed();
+             rt.pool_completions_.has_half_pushed() || !rt.batch_jobs_.empty();
     }
     // Without a spin (no CPU to spare) the clock is not read at all.
     bool start_spin() {

@@ -42,14 +42,23 @@ Runtime::Impl::Impl(RuntimeOptions options)
   batch_dispatches_.resize(options_.batch);
   commands_.reserve(16);
   running_.reserve(16);
-  start_pool();
-  std::binary_semaphore started{0};
-  dispatcher_ = std::thread([this, &started] {
-    dispatcher_id_ = std::this_thread::get_id();
-    started.release();
-    dispatcher_main();
-  });
-  started.acquire();
+  // A thread that cannot start (std::system_error) fails the constructor; the members'
+  // destructors then run, and a joinable std::thread among them would end the process: every
+  // worker started is stopped and joined first.
+  try {
+    start_pool();
+    CREDITLOOP_TEST_HOOK(thread_starting, std::size_t{options_.workers});
+    std::binary_semaphore started{0};
+    dispatcher_ = std::thread([this, &started] {
+      dispatcher_id_ = std::this_thread::get_id();
+      started.release();
+      dispatcher_main();
+    });
+    started.acquire();
+  } catch (...) {
+    stop_pool();
+    throw;
+  }
 }
 
 Runtime::Impl::~Impl() { (void)shutdown(ShutdownMode::hand_back, std::nullopt); }
@@ -214,16 +223,20 @@ void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
     move_to_core(mailboxes_[slot].inbox.close(), ParticipantId{slot, local.generation}, t);
   }
   if (mode == ShutdownMode::hand_back) {
-    for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
-      if (core_.at(slot)) CounterWrite(counters_[slot]).set(CounterLine::kQueued, 0);
-    }
-    CounterWrite(totals_).set(CounterLine::kQueued, 0);
-    handed_back_ = core_.take_all_queued();
-    if (observer_ != nullptr) observe().on_take_all();
-    phase_ = Phase::finishing;
+    hand_back_queued();
   } else {
     phase_ = Phase::draining;
   }
+}
+
+void Runtime::Impl::hand_back_queued() {
+  for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
+    if (core_.at(slot)) CounterWrite(counters_[slot]).set(CounterLine::kQueued, 0);
+  }
+  CounterWrite(totals_).set(CounterLine::kQueued, 0);
+  handed_back_ = core_.take_all_queued();
+  if (observer_ != nullptr) observe().on_take_all();
+  phase_ = Phase::finishing;
 }
 
 bool Runtime::Impl::on_runtime_thread() const noexcept {
@@ -260,9 +273,20 @@ ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
   }
   if (!shutdown_begun_) {
     shutdown_begun_ = true;
+    handed_back_ever_ = mode == ShutdownMode::hand_back;
     Command c;
     c.work = [&] {
       begin_shutdown(mode, loop_now_);
+      report.handed_back = std::move(handed_back_);
+    };
+    run_on_dispatcher(c);
+  } else if (mode == ShutdownMode::hand_back && !handed_back_ever_) {
+    // A drain that has not finished, escalated: what it has not dispatched yet is handed back
+    // (once), and the wait below is only for what is in flight.
+    handed_back_ever_ = true;
+    Command c;
+    c.work = [&] {
+      if (phase_ == Phase::draining) hand_back_queued();
       report.handed_back = std::move(handed_back_);
     };
     run_on_dispatcher(c);

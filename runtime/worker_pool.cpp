@@ -32,13 +32,16 @@ void Runtime::Impl::start_pool() {
   if (options_.workers == 0) return;
   jobs_.reset(new JobQueue);
   // Every worker's blocks exist before the first worker starts: the vector must not grow while
-  // a worker reads it.
+  // a worker reads it. Nor may the threads' vectors grow between a thread's start and its record.
+  workers_.reserve(options_.workers);
+  worker_ids_.reserve(options_.workers);
   for (unsigned i = 0; i < options_.workers; ++i) {
     worker_blocks_.push_back(std::make_unique<std::array<detail::PoolBlock, kBlocksPerWorker>>());
   }
   // A worker reads worker_ids_ only in a handler, which needs a submit, which needs the
   // constructor to have returned: the ids are all recorded by then.
   for (std::size_t i = 0; i < options_.workers; ++i) {
+    CREDITLOOP_TEST_HOOK(thread_starting, i);
     workers_.emplace_back([this, i] { worker_main(i); });
     worker_ids_.push_back(workers_.back().get_id());
   }
@@ -48,13 +51,21 @@ void Runtime::Impl::open_pool_to_dispatcher() {
   jobs_->token = std::make_unique<moodycamel::ProducerToken>(jobs_->queue);
 }
 
-void Runtime::Impl::hand_batch_to_pool() {
-  jobs_->queue.enqueue_bulk(*jobs_->token, batch_jobs_.begin(), batch_jobs_.size());
-  batch_jobs_.clear();
+bool Runtime::Impl::hand_batch_to_pool() {
+  // enqueue_bulk() takes all of the jobs or, when it cannot allocate a block, none.
+  const bool taken =
+      CREDITLOOP_TEST_HOOK_OR(pool_accepts, true) &&
+      jobs_->queue.enqueue_bulk(*jobs_->token, batch_jobs_.begin(), batch_jobs_.size());
+  if (taken) batch_jobs_.clear();
+  return taken;
 }
 
-void Runtime::Impl::stop_pool() {
-  for (std::size_t i = 0; i < workers_.size(); ++i) jobs_->queue.enqueue(Job{});
+void Runtime::Impl::stop_pool() noexcept {
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    // A stop that cannot be queued (no memory for a block) is tried again: a worker that never
+    // gets one would never be joined.
+    while (!jobs_->queue.enqueue(Job{})) std::this_thread::yield();
+  }
   for (std::thread& w : workers_) w.join();
 }
 

@@ -37,8 +37,10 @@
 #include "internal/futex.hpp"
 #include "internal/mailbox.hpp"
 #include "internal/parker.hpp"
+#include "internal/parking_place.hpp"
 #include "internal/probes.hpp"
 #include "internal/spin.hpp"
+#include "internal/test_hooks.hpp"
 #include "internal/ticket_record.hpp"
 #include "internal/wait_free_bag.hpp"
 
@@ -77,9 +79,15 @@ class Runtime::Impl {
   std::optional<ParticipantId> find(std::string_view name);
   Status submit(ParticipantId p, RequestHook& request) noexcept;
   Status claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*& record) noexcept;
+  // A completer's whole hand-over. Once the exchange inside push_chain() has run, the dispatcher
+  // may apply the completion, finish, and the runtime be destroyed: after it this touches only
+  // the parking place, which outlives the runtime (parking_place.hpp), through the address read
+  // before it.
   void publish(TicketRecord& first, TicketRecord& last) noexcept {
+    detail::RuntimeParker& parker = parker_;
     completions_.push_chain(first, last);  // seq_cst exchange: the work the dispatcher re-checks
-    parker_.notify(detail::kWakeOnRoom);
+    CREDITLOOP_TEST_HOOK(completion_pushed);
+    parker.notify(detail::kWakeOnRoom);
   }
   void publish(detail::PoolBlock& block) noexcept {
     block.lend();
@@ -152,6 +160,8 @@ class Runtime::Impl {
   void idle();
   [[nodiscard]] bool work_visible(std::uint32_t reasons) const;
   void begin_shutdown(ShutdownMode mode, Nanos now);
+  // Every request still queued, into handed_back_; the loop then only waits for what is in flight.
+  void hand_back_queued();
   void ensure_places(std::uint32_t places);
   ParticipantSnapshot describe(ParticipantId p, Nanos now);
 
@@ -241,11 +251,13 @@ class Runtime::Impl {
   detail::OwnLine<
       detail::WaitFreeBag<detail::PoolBlock, std::atomic, &detail::PoolBlock::next_completed>>
       pool_completions_;
-  detail::OwnLine<detail::Parker<std::atomic, detail::LinuxFutex>> parker_;
+  // The parking word lives outside the runtime (parking_place.hpp); its address is read by every
+  // waker, and written once.
+  detail::ParkingPlace parking_;
+  detail::RuntimeParker& parker_ = parking_.parker();
   static_assert(alignof(decltype(activations_)) == detail::kCacheLine &&
                 alignof(decltype(completions_)) == detail::kCacheLine &&
-                alignof(decltype(pool_completions_)) == detail::kCacheLine &&
-                alignof(decltype(parker_)) == detail::kCacheLine);
+                alignof(decltype(pool_completions_)) == detail::kCacheLine);
   // Read on every refused call and by monitoring; written once, or on a handler error.
   // Only picks the error code of a refused submit (see begin_shutdown() and submit()).
   alignas(detail::kCacheLine) std::atomic<bool> accepting_{true};
@@ -285,10 +297,12 @@ class Runtime::Impl {
   void start_pool();
   // Dispatcher thread, before its first batch: its producer token.
   void open_pool_to_dispatcher();
-  // Dispatcher only: this batch's jobs to the workers, at once.
-  void hand_batch_to_pool();
-  // shutdown(), once the dispatcher has exited: a stop per worker, and the joins.
-  void stop_pool();
+  // Dispatcher only: this batch's jobs to the workers, at once. False: the queue could not take
+  // them (it could not allocate), and they stay in batch_jobs_ for the next try.
+  bool hand_batch_to_pool();
+  // shutdown(), once the dispatcher has exited, or a constructor that failed: a stop per worker
+  // started, and the joins.
+  void stop_pool() noexcept;
   void worker_main(std::size_t index);
 
   std::unique_ptr<JobQueue, JobQueueDeleter> jobs_;  // only with workers
@@ -308,8 +322,9 @@ class Runtime::Impl {
   std::vector<std::thread::id> worker_ids_;
   std::condition_variable exited_;  // dispatcher_exited_ became true (commands_mutex_)
   std::mutex shutdown_mutex_;
-  bool shutdown_begun_ = false;  // guarded by shutdown_mutex_
-  bool joined_ = false;          // guarded by shutdown_mutex_
+  bool shutdown_begun_ = false;    // guarded by shutdown_mutex_
+  bool handed_back_ever_ = false;  // guarded by shutdown_mutex_: a hand_back call has run
+  bool joined_ = false;            // guarded by shutdown_mutex_
   [[nodiscard]] bool on_runtime_thread() const noexcept;
   // Dispatcher only: every ticket issued and not yet applied.
   [[nodiscard]] std::vector<Ticket> tickets_in_flight() const;

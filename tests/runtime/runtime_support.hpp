@@ -130,6 +130,10 @@ class Latch {
     std::unique_lock lock(mutex_);
     EXPECT_TRUE(changed_.wait_for(lock, kDeadline, [&] { return open_; }));
   }
+  void reset() {
+    std::lock_guard lock(mutex_);
+    open_ = false;
+  }
 
  private:
   std::mutex mutex_;

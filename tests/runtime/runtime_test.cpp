@@ -12,16 +12,20 @@
 #include <cstdint>
 #include <deque>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <semaphore>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include "creditloop/core.hpp"
 #include "creditloop/runtime.hpp"
 #include "internal/spin.hpp"
+#include "internal/test_hooks.hpp"
 #include "runtime_support.hpp"
 
 namespace creditloop {
@@ -441,6 +445,171 @@ TEST(Runtime, ScaleFromAnotherThreadWhileRequestsFlowTakesEffectAtOnceAndSnapsho
   producer.join();
   (void)rt.shutdown(ShutdownMode::drain);
   EXPECT_EQ(rt.scale(alice, 1).error(), Errc::shut_down);
+}
+
+// ---- lifetime ---------------------------------------------------------------------------------
+
+namespace hooks = detail::test_hooks;
+
+// Holds the completer that reaches the hook between its push and its wake of the dispatcher, as
+// a preempted thread would be held, until the test lets it go.
+struct HeldCompleter {
+  static inline Latch pushed;
+  static inline Latch resume;
+  static void hold() {
+    pushed.open();
+    resume.wait();
+  }
+};
+
+// The dispatcher applies a completion whose completer is still inside the runtime, reaches zero in
+// flight, and shutdown() reports finished; the embedder destroys the runtime. The completer then
+// goes on: it must touch nothing of the runtime's (under AddressSanitizer, the debug preset, a
+// touch of the freed runtime fails the test).
+void complete_after_finished(bool batched) {
+  HeldCompleter::pushed.reset();
+  HeldCompleter::resume.reset();
+  Recorder recorder;
+  auto rt = std::make_unique<Runtime>(options_with(recorder, 1));
+  const ParticipantId alice = *rt->add("alice", "pro", 1);
+  Req r;
+  ASSERT_TRUE(rt->submit(alice, r).ok());
+  ASSERT_TRUE(recorder.wait_for(1));
+  const Ticket ticket = recorder.seen()[0].ticket;
+  // release: pairs with the runtime's acquire load of the hook.
+  hooks::completion_pushed.store(&HeldCompleter::hold, std::memory_order_release);
+  Runtime* const runtime = rt.get();
+  std::thread completer([runtime, ticket, batched] {
+    if (batched) {
+      CompletionBatch batch(*runtime);
+      EXPECT_TRUE(batch.add(ticket, 1).ok());
+      batch.flush();
+    } else {
+      EXPECT_TRUE(runtime->complete(ticket, 1).ok());
+    }
+  });
+  HeldCompleter::pushed.wait();
+  hooks::completion_pushed.store(nullptr, std::memory_order_relaxed);  // only this completer
+  const ShutdownReport report = rt->shutdown(ShutdownMode::hand_back, kDeadline);
+  EXPECT_TRUE(report.finished);
+  EXPECT_TRUE(report.in_flight.empty());
+  rt.reset();  // finished: the embedder may destroy it
+  HeldCompleter::resume.open();
+  completer.join();
+}
+
+TEST(Runtime, FinishedMeansNoCompleterIsInsideTheRuntime) { complete_after_finished(false); }
+
+TEST(Runtime, FinishedMeansNoCompletionBatchIsInsideTheRuntime) { complete_after_finished(true); }
+
+// A drain that ran out of time can be escalated: a later shutdown(hand_back) hands back what is
+// still queued (the backend here never completes on its own), and the runtime finishes once the
+// request in flight completes.
+TEST(Runtime, AHandBackAfterADrainThatTimedOutHandsBackWhatIsStillQueued) {
+  Recorder recorder;
+  Runtime rt(options_with(recorder, 1));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::vector<Req> reqs(3);
+  for (Req& r : reqs) ASSERT_TRUE(rt.submit(alice, r).ok());
+  ASSERT_TRUE(recorder.wait_for(1));
+  const ShutdownReport drained = rt.shutdown(ShutdownMode::drain, 1ms);
+  EXPECT_FALSE(drained.finished);
+  EXPECT_EQ(drained.still_queued, 2u);
+  const ShutdownReport handed = rt.shutdown(ShutdownMode::hand_back, 1ms);
+  EXPECT_FALSE(handed.finished);
+  EXPECT_EQ(handed.handed_back.size(), 2u);
+  EXPECT_EQ(handed.still_queued, 0u);
+  EXPECT_EQ(handed.in_flight.size(), 1u);
+  ASSERT_TRUE(rt.complete(recorder.seen()[0].ticket, 0).ok());
+  const ShutdownReport last = rt.shutdown(ShutdownMode::hand_back, kDeadline);
+  EXPECT_TRUE(last.finished);
+  EXPECT_TRUE(last.handed_back.empty()) << "each request is handed back once";
+  EXPECT_EQ(recorder.count(), 1u) << "nothing queued was dispatched after the hand-back";
+}
+
+// Tells the test when the runtime hands back everything queued.
+class TakeAllSignal : public RuntimeObserver {
+ public:
+  void on_take_all() override { taken.open(); }
+  Latch taken;
+};
+
+// The destructor after a drain that timed out hands back what is still queued too, instead of
+// waiting for a backend that completes only the request in flight.
+TEST(Runtime, TheDestructorAfterADrainThatTimedOutHandsBackWhatIsStillQueued) {
+  TakeAllSignal signal;
+  Recorder recorder;
+  std::atomic<Runtime*> runtime{nullptr};
+  RuntimeOptions o = options_with(recorder, 1);
+  o.observer = &signal;
+  // The first dispatch stays in flight; any later one would be completed at once, so that a
+  // destructor that keeps draining returns (and the test fails) instead of hanging.
+  o.sink = [&](const Dispatched& d) {
+    const bool first = recorder.count() == 0;
+    recorder(d);
+    // acquire: pairs with the release store below; the runtime is constructed.
+    if (!first) {
+      ASSERT_TRUE(runtime.load(std::memory_order_acquire)->complete(d.ticket, 0).ok());
+    }
+  };
+  std::vector<Req> reqs(3);
+  std::thread completer;
+  {
+    Runtime rt(std::move(o));
+    runtime.store(&rt, std::memory_order_release);
+    const ParticipantId alice = *rt.add("alice", "pro", 1);
+    for (Req& r : reqs) ASSERT_TRUE(rt.submit(alice, r).ok());
+    ASSERT_TRUE(recorder.wait_for(1));
+    EXPECT_FALSE(rt.shutdown(ShutdownMode::drain, 1ms).finished);
+    const Ticket ticket = recorder.seen()[0].ticket;
+    completer = std::thread([&signal, &rt, ticket] {
+      signal.taken.wait();  // the destructor handed back first
+      EXPECT_TRUE(rt.complete(ticket, 0).ok());
+    });
+  }  // hands back the two queued requests, then waits for the one in flight
+  completer.join();
+  EXPECT_EQ(recorder.count(), 1u) << "the destructor kept draining";
+}
+
+// Fails the start of thread number `fail_at` (the workers from 0, then the dispatcher).
+struct FailingThreadStart {
+  static inline std::atomic<std::size_t> fail_at{0};
+  static void maybe_fail(std::size_t n) {
+    if (n == fail_at.load(std::memory_order_relaxed)) {  // set before the runtime starts
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+    }
+  }
+};
+
+// A thread that cannot start fails the constructor with the system's error, every thread it
+// started already joined (a joinable std::thread destroyed would end the process).
+TEST(Runtime, AThreadThatCannotStartFailsTheConstructorWithEveryStartedThreadJoined) {
+  constexpr unsigned kWorkers = 3;
+  for (std::size_t fail_at = 0; fail_at <= kWorkers; ++fail_at) {
+    SCOPED_TRACE("thread " + std::to_string(fail_at));
+    std::atomic<int> handled{0};
+    RuntimeOptions o;
+    o.config = reference_config();
+    o.workers = kWorkers;
+    o.handler = [&handled](const Dispatched&) {
+      handled.fetch_add(1, std::memory_order_relaxed);  // a count, read after the joins
+      return 0.0;
+    };
+    FailingThreadStart::fail_at.store(fail_at, std::memory_order_relaxed);
+    // release: pairs with the runtime's acquire load of the hook.
+    hooks::thread_starting.store(&FailingThreadStart::maybe_fail, std::memory_order_release);
+    EXPECT_THROW(Runtime rt(std::move(o)), std::system_error);
+    hooks::thread_starting.store(nullptr, std::memory_order_relaxed);
+    EXPECT_EQ(handled.load(std::memory_order_relaxed), 0);
+  }
+  // The threads are gone, and a runtime starts as usual afterwards.
+  Recorder recorder;
+  Runtime rt(options_with(recorder));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  Req r;
+  ASSERT_TRUE(rt.submit(alice, r).ok());
+  ASSERT_TRUE(recorder.wait_for(1));
+  ASSERT_TRUE(rt.complete(recorder.seen()[0].ticket, 0).ok());
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "creditloop/core.hpp"
 #include "creditloop/runtime.hpp"
 #include "internal/spin.hpp"
+#include "internal/test_hooks.hpp"
 #include "runtime_support.hpp"
 
 namespace creditloop {
@@ -192,6 +193,39 @@ TEST(Runtime, PoolTicketsAreTheirWorkersAndNoCompletionIsLostWhileTheDispatcherL
   const ParticipantSnapshot a = *rt.snapshot(alice);
   EXPECT_EQ(a.stats.cost_charged + a.stats.cost_uncharged,
             static_cast<Balance>(kRequests) * 250'000'000);
+}
+
+// Refuses the pool's first hand-overs, as moodycamel's enqueue_bulk does when it cannot allocate.
+struct RefusingPool {
+  static inline std::atomic<int> refusals{0};
+  static bool accepts() { return refusals.fetch_sub(1, std::memory_order_relaxed) <= 0; }
+};
+
+// A hand-over to the pool that fails loses no job: the dispatcher keeps the batch and hands it
+// over again, so every request is handled and the runtime finishes.
+TEST(Runtime, APoolHandOverThatFailsLosesNoJob) {
+  constexpr int kRequests = 40;
+  Counter handled;
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.workers = 1;
+  o.batch = 4;
+  o.handler = [&handled](const Dispatched&) {
+    handled.add();
+    return 0.0;
+  };
+  RefusingPool::refusals.store(3, std::memory_order_relaxed);  // before any thread reads it
+  // release: pairs with the runtime's acquire load of the hook.
+  detail::test_hooks::pool_accepts.store(&RefusingPool::accepts, std::memory_order_release);
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::vector<Req> reqs(kRequests);
+  for (Req& r : reqs) ASSERT_TRUE(rt.submit(alice, r).ok());
+  EXPECT_TRUE(handled.wait_for(kRequests));
+  const ShutdownReport report = rt.shutdown(ShutdownMode::hand_back, kDeadline);
+  detail::test_hooks::pool_accepts.store(nullptr, std::memory_order_relaxed);
+  EXPECT_TRUE(report.finished) << report.in_flight.size() << " tickets lost in flight";
+  EXPECT_LT(RefusingPool::refusals.load(std::memory_order_relaxed), 0) << "no hand-over failed";
 }
 
 }  // namespace
