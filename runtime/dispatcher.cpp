@@ -212,13 +212,18 @@ void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
   const Ticket ticket{record.index, record.generation};
   ++dispatched_;
   ++per_class_[d.out].dispatched;
+  // The rest of a batch decided in one call is handed out after a sink that removed the
+  // participant and registered another in its place, inline: that place's counters and record are
+  // the newcomer's, and this dispatch is not.
+  Local& local = locals_[d.participant.slot];
+  const bool still_registered = local.generation == d.participant.generation;
   for (CounterLine* line : {&counters_[d.participant.slot], &totals_}) {
+    if (line != &totals_ && !still_registered) continue;
     CounterWrite w(*line);
     w.add(CounterLine::kQueued, ~std::uint64_t{0});  // minus one
     w.add(CounterLine::kDispatched + d.out, 1);
   }
-  Local& local = locals_[d.participant.slot];
-  local.last_class = d.out;
+  if (still_registered) local.last_class = d.out;
   if (observer_ != nullptr) observe().on_visit(&d, ticket, t);
   CREDITLOOP_PROBE4(dispatch, d.participant.slot, d.out, ticket.index, ticket.generation);
   if (options_.workers > 0) {

@@ -436,5 +436,55 @@ TEST(Runtime, AnObserverOfBatchesSeesEveryCoreInputAndReplayingItReproducesEvery
   replay_what_the_observer_saw(true);
 }
 
+// A sink may remove and re-add a participant inline while the rest of a batch the core decided in
+// one call is still being handed out: those hand-outs are the removed participant's, and count
+// nowhere in the new one's counters (they used to drive its `queued` below zero, to 2^64 - 1).
+TEST(Runtime, ASinkThatReAddsAParticipantInlineLeavesTheNewOnesCountersAlone) {
+  constexpr std::size_t kBatch = 4;
+  Recorder recorder;
+  std::atomic<Runtime*> runtime{nullptr};
+  std::optional<ParticipantId> readded;  // written and read on the dispatcher, then after joins
+  ParticipantId alice;
+  RuntimeOptions o = options_with(recorder, kBatch);
+  o.sink = [&](const Dispatched& d) {
+    recorder(d);
+    if (d.participant == alice && !readded) {
+      // acquire: pairs with the release store below; the runtime is constructed.
+      Runtime& rt = *runtime.load(std::memory_order_acquire);
+      ASSERT_TRUE(rt.remove(alice).ok());
+      readded = *rt.add("alice", "pro", 1);
+    }
+  };
+  Runtime rt(std::move(o));
+  runtime.store(&rt, std::memory_order_release);
+  const ParticipantId bob = *rt.add("bob", "pro", 1);
+  alice = *rt.add("alice", "pro", 1);
+  // Bob's requests take every slot; Alice's wait in the core behind them.
+  std::vector<Req> bobs(kBatch), alices(kBatch);
+  for (Req& r : bobs) ASSERT_TRUE(rt.submit(bob, r).ok());
+  ASSERT_TRUE(recorder.wait_for(kBatch));
+  for (Req& r : alices) ASSERT_TRUE(rt.submit(alice, r).ok());
+  ASSERT_EQ(rt.snapshot(alice)->queued, kBatch);  // its round trip moved them into the core
+  // Every slot comes back at once: the next batch is all of Alice's, decided in one call.
+  {
+    CompletionBatch batch(rt);
+    for (const Dispatched& d : recorder.seen()) ASSERT_TRUE(batch.add(d.ticket, 0).ok());
+  }
+  ASSERT_TRUE(recorder.wait_for(2 * kBatch));
+  const RuntimeSnapshot snap = rt.snapshot();  // a round trip: the sink's re-add is visible
+  ASSERT_TRUE(readded.has_value());
+  const std::optional<ParticipantCounters> fresh = rt.counters(*readded);
+  ASSERT_TRUE(fresh.has_value());
+  EXPECT_EQ(fresh->queued, 0u);
+  std::uint64_t dispatched = 0;
+  for (const std::uint64_t n : fresh->dispatched) dispatched += n;
+  EXPECT_EQ(dispatched, 0u);
+  EXPECT_EQ(rt.snapshot(*readded)->last_class, std::nullopt);
+  EXPECT_EQ(rt.counters().queued, 0u);
+  EXPECT_EQ(snap.dispatched, 2 * kBatch);
+  for (const Dispatched& d : recorder.seen()) (void)rt.complete(d.ticket, 0);  // Alice's
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::hand_back, kDeadline).finished);
+}
+
 }  // namespace
 }  // namespace creditloop
