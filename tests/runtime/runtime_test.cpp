@@ -227,11 +227,12 @@ TEST(Runtime, ShutdownFromASinkOrAHandlerIsRefusedNotADeadlock) {
   EXPECT_EQ(handler_refused.load(std::memory_order_relaxed), 4);
 }
 
-// Producers racing shutdown: a refused submit always says shut_down (the participant is never
-// removed), and every accepted request is dispatched or handed back exactly once.
+// Producers submit until a submit is refused, so shutdown always lands while every one of them is
+// still submitting: each ends with a refusal, and every refusal says shut_down. Every accepted
+// request is dispatched or handed back, none lost.
 TEST(Runtime, ASubmitThatRacesShutdownIsRefusedWithShutDown) {
   constexpr int kProducers = 3;
-  constexpr int kEach = 2000;
+  constexpr std::size_t kOwn = 64;  // each producer's requests, reused once completed
   RuntimeOptions o;
   o.config = reference_config();
   o.slots = 1'000'000;
@@ -244,29 +245,37 @@ TEST(Runtime, ASubmitThatRacesShutdownIsRefusedWithShutDown) {
   Runtime rt(std::move(o));
   self = &rt;
   const ParticipantId alice = *rt.add("alice", "pro", 1);
-  std::deque<Req> requests(kProducers * kEach);
+  std::deque<Req> requests(kProducers * kOwn);
   std::atomic<int> accepted{0};
+  std::atomic<int> refused{0};
   std::atomic<int> wrong{0};
-  std::atomic<int> started{0};
+  std::atomic<int> under_way{0};
   std::vector<std::thread> producers;
   for (int t = 0; t < kProducers; ++t) {
     producers.emplace_back([&, t] {
-      started.fetch_add(1, std::memory_order_relaxed);  // a start gate: no pairing
-      for (int i = 0; i < kEach; ++i) {
-        const Status s = rt.submit(alice, requests[static_cast<std::size_t>(t * kEach + i)]);
+      bool counted = false;
+      for (std::size_t i = 0;; ++i) {
+        const Status s = rt.submit(alice, requests[t * kOwn + i % kOwn]);
         if (s.ok()) {
-          accepted.fetch_add(1, std::memory_order_relaxed);
-        } else if (s.error() != Errc::shut_down) {
+          accepted.fetch_add(1, std::memory_order_relaxed);                 // read after the joins
+          if (!counted) under_way.fetch_add(1, std::memory_order_relaxed);  // a start gate
+          counted = true;
+        } else if (s.error() == Errc::shut_down) {
+          refused.fetch_add(1, std::memory_order_relaxed);
+          return;
+        } else if (s.error() != Errc::already_queued) {  // that one is still in flight: next
           wrong.fetch_add(1, std::memory_order_relaxed);
+          return;
         }
       }
     });
   }
-  while (started.load(std::memory_order_relaxed) < kProducers) std::this_thread::yield();
+  while (under_way.load(std::memory_order_relaxed) < kProducers) std::this_thread::yield();
   ShutdownReport report = rt.shutdown(ShutdownMode::hand_back, std::nullopt);
   for (std::thread& p : producers) p.join();
   EXPECT_TRUE(report.finished);
   EXPECT_EQ(wrong.load(std::memory_order_relaxed), 0);
+  EXPECT_EQ(refused.load(std::memory_order_relaxed), kProducers);
   EXPECT_EQ(static_cast<std::size_t>(dispatched.load(std::memory_order_relaxed)) +
                 report.handed_back.size(),
             static_cast<std::size_t>(accepted.load(std::memory_order_relaxed)));
@@ -290,11 +299,24 @@ TEST(Runtime, ShutdownCanDrainEverythingQueuedFirst) {
   EXPECT_EQ(rt.snapshot().completed, 500u);
 }
 
+// Releases the held handler from inside the destructor, once its hand-back has run: a destructor
+// that does not wait for what is in flight returns while the handler still runs.
+class ReleaseOnTakeAll : public RuntimeObserver {
+ public:
+  explicit ReleaseOnTakeAll(std::atomic<bool>& flag) : flag_(flag) {}
+  void on_take_all() override { flag_.store(true, std::memory_order_release); }
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
 TEST(Runtime, DestructionWithoutShutdownIsSafe) {
-  // The first handler holds its request until the runtime's destruction has been asked for: the
-  // destructor must wait for it, so every handler that started has finished when it returns.
+  // The first handler holds its request until the destructor has begun (its hand-back tells the
+  // observer): the destructor must wait for it, so every handler that started has finished when
+  // it returns.
   std::deque<Req> requests(300);
   std::atomic<bool> destroying{false};
+  ReleaseOnTakeAll release(destroying);
   std::atomic<int> started{0};
   std::atomic<int> finished{0};
   std::binary_semaphore first_started{0};
@@ -307,17 +329,18 @@ TEST(Runtime, DestructionWithoutShutdownIsSafe) {
       // relaxed counters: read after the destructor joined the workers, which orders them.
       if (started.fetch_add(1, std::memory_order_relaxed) == 0) {
         first_started.release();
-        // acquire: pairs with the test's release store below; only a flag, nothing it publishes.
+        // acquire: pairs with the observer's release store; only a flag, nothing it publishes.
         while (!destroying.load(std::memory_order_acquire)) std::this_thread::yield();
       }
       finished.fetch_add(1, std::memory_order_relaxed);
       return 1.0;
     };
+    o.observer = &release;
     Runtime rt(std::move(o));
     const ParticipantId alice = *rt.add("alice", "pro", 1);
     for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
     ASSERT_TRUE(first_started.try_acquire_for(kDeadline));
-    destroying.store(true, std::memory_order_release);  // pairs with the handler's acquire
+    EXPECT_FALSE(destroying.load(std::memory_order_relaxed));  // the handler is still held
   }  // queued requests are dropped (they are ours), in-flight ones complete first
   const int began = started.load(std::memory_order_relaxed);
   EXPECT_GE(began, 1);
