@@ -9,7 +9,7 @@
 // releases the producers to the consumer's last request (manual time: thread start-up is outside
 // it). Every consumer spins 64 times and then yields when it finds nothing, and never sleeps: the
 // runtime's parking word (one load per activation) is left out of every design alike. Designs:
-//  - mailbox: detail::Mailbox + detail::WaitFreeBag, as runtime.cpp's submit() and take_inbox()
+//  - mailbox: detail::Mailbox + detail::WaitFreeBag, as the runtime's submit() and take_inbox()
 //    use them: a CAS on the participant's line per push, one activation per empty-to-non-empty
 //    transition, and the consumer takes a participant's whole backlog with one exchange.
 //  - vyukov: Vyukov's intrusive MPSC queue per participant (one exchange per push, through the
@@ -35,7 +35,7 @@
 // does nothing but enqueue; gap_ns 200: it busy-works about 200 ns before each job, as the
 // dispatcher decides before each hand-off, so workers outrun it and keep running dry.
 //  - moodycamel_bulk32: the runtime's pool: moodycamel::BlockingConcurrentQueue, one enqueue per
-//    job with a producer token (runtime.cpp's hand_out()), each worker dequeuing up to 32 with
+//    job with a producer token (the runtime's hand_out()), each worker dequeuing up to 32 with
 //    wait_dequeue_bulk.
 //  - moodycamel_bulk32_enqueue64: the same workers, the producer handing over 64 jobs at a time
 //    with enqueue_bulk (one semaphore signal per 64), as a dispatcher could per batch.
@@ -761,11 +761,11 @@ void work_for(std::int64_t gap_ns) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
 #endif
-// kEnqueueBatch 1: one enqueue per job, as runtime.cpp's hand_out(). Above 1: the producer
+// kEnqueueBatch 1: one enqueue per job, as the runtime's hand_out(). Above 1: the producer
 // gathers that many jobs (or fewer at the end) and hands them over with one enqueue_bulk.
 template <std::size_t kEnqueueBatch>
 void BM_PoolMoodycamel(benchmark::State& state) {
-  constexpr std::size_t kWorkerBulk = 32;  // as runtime.cpp's worker_main()
+  constexpr std::size_t kWorkerBulk = 32;  // as the runtime's worker_main()
   const std::int64_t gap_ns = state.range(0);
   PoolFixture fixture;
   moodycamel::BlockingConcurrentQueue<Job> jobs;

@@ -42,6 +42,13 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
+// The worker pool's queue allocates its blocks here (runtime/worker_pool.cpp).
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  if (g_counting.load(std::memory_order_relaxed)) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+  }
+  return std::malloc(n == 0 ? 1 : n);
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 // Over-aligned types (the core's records, the runtime's cache-line structures) come here.
@@ -278,6 +285,44 @@ TEST_F(RuntimeRun, SteadyStateSubmitDispatchAndCompleteAllocateNothing) {
   EXPECT_EQ(g_allocations.exchange(0, std::memory_order_relaxed), 0);
   drain();
   EXPECT_EQ(runtime_->snapshot().dispatched, 52'000u + kSlots);
+}
+
+// The worker pool in steady state: the test submits, the dispatcher hands batches to the pool's
+// queue (moodycamel's, whose blocks come through operator new), the workers run the handler and
+// complete through their blocks. A request whose handler has not run yet is refused as
+// already_queued, and the test tries it again.
+TEST(Allocation, SteadyStateThroughTheWorkerPoolAllocatesNothing) {
+  constexpr std::size_t kRequests = 16;
+  std::atomic<long> handled{0};
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.slots = kRequests;
+  o.workers = 2;
+  o.expected_participants = 64;
+  o.expected_in_flight = kRequests;
+  o.handler = [&handled](const Dispatched&) {
+    handled.fetch_add(1, std::memory_order_relaxed);  // a count, read after the joins
+    return 0.5;
+  };
+  Runtime rt(std::move(o));
+  std::vector<ParticipantId> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(*rt.add("t" + std::to_string(i), "pro", 1));
+  std::vector<Job> requests(kRequests);
+  std::size_t next = 0;
+  auto submit = [&](int n) {
+    for (int i = 0; i < n; ++i, ++next) {
+      Job& r = requests[next % kRequests];
+      while (!rt.submit(ids[next % ids.size()], r).ok()) std::this_thread::yield();
+    }
+  };
+  submit(20'000);  // warm up: the queue's blocks, the workers' tokens and completion blocks
+  g_counting.store(true, std::memory_order_relaxed);
+  submit(50'000);
+  g_counting.store(false, std::memory_order_relaxed);
+  EXPECT_EQ(g_allocations.exchange(0, std::memory_order_relaxed), 0);
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::hand_back, std::chrono::seconds(60)).finished);
+  EXPECT_LE(handled.load(std::memory_order_relaxed), 70'000);
+  EXPECT_GE(handled.load(std::memory_order_relaxed), 70'000 - static_cast<long>(kRequests));
 }
 
 TEST_F(CapturedRuntimeRun, ACaptureOfTheSteadyStateAllocatesNothingOnAnyThread) {

@@ -165,7 +165,9 @@ struct ShutdownReport {
   /// wrong_thread: called from the dispatcher thread (a sink, an observer, a room test, the
   /// clock) or a worker of the pool (a handler), where waiting would deadlock; nothing was done.
   Status status;
-  /// The requests handed back (hand_back mode, first call only), oldest first per participant.
+  /// The requests handed back, oldest first per participant: by the first call in hand_back mode,
+  /// which is also the one that escalates a drain that has not finished (it hands back what the
+  /// drain had not dispatched yet).
   RequestList handed_back;
   /// True when everything queued was dispatched (drain) and every request in flight completed
   /// before the deadline: the runtime's threads are joined.
@@ -181,10 +183,12 @@ class Runtime {
  public:
   /// Validates the options (throws std::invalid_argument naming the problem), reserves, and starts
   /// the dispatcher thread and the worker pool. Throws std::runtime_error where heap or stack
-  /// pointers carry a tag above bit 47 (AArch64 MTE or HWASan, x86 LAM): see submit().
+  /// pointers carry a tag above bit 47 (AArch64 MTE or HWASan, x86 LAM): see submit(). Throws
+  /// std::system_error when a thread cannot start, with every thread it had started joined.
   explicit Runtime(RuntimeOptions options);
   /// Shuts down handing back (the handed-back requests are dropped: they are the caller's
-  /// storage) if shutdown() was not called, and waits without limit for everything in flight:
+  /// storage) if shutdown() was not called or only drained without finishing, and waits without
+  /// limit for everything in flight:
   /// call shutdown() with a deadline first to learn what is outstanding. Must not run on the
   /// dispatcher thread or a pool worker (it would wait for itself).
   ~Runtime();
@@ -252,7 +256,12 @@ class Runtime {
   /// every request in flight is completed or `deadline` (from the call; empty: no limit) has
   /// passed, and, once everything is completed, joins the runtime's threads. Always returns: at
   /// the deadline it reports what is still in flight; a later call waits again (with its own
-  /// deadline) and reports anew. Only the first call hands back. A submit that races shutdown is
+  /// deadline) and reports anew. Only the first call in hand_back mode hands back; after a drain
+  /// that did not finish, it hands back what is still queued and waits only for what is in
+  /// flight. Once it reports finished (or the destructor returns), no complete() or
+  /// CompletionBatch::flush() is still touching the runtime, even one whose thread has not
+  /// returned from it yet: the runtime may be destroyed at once. (A submit() must have returned
+  /// before the destructor starts, as for any member call.) A submit that races shutdown is
   /// refused with shut_down. From the dispatcher thread or a pool worker it does nothing and
   /// reports wrong_thread. Any other thread; blocks up to the deadline; allocates.
   ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline);

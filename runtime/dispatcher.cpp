@@ -1,0 +1,312 @@
+// The dispatcher thread: its loop (SPEC section 2 on the monotonic clock), the drains of the
+// activation and completion lists, the decisions and their hand-outs to the sink or the pool, and
+// parking when it has nothing to do.
+#include <pthread.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <thread>
+
+#include "creditloop/runtime.hpp"
+#include "internal/options.hpp"
+#include "internal/runtime_impl.hpp"
+
+namespace creditloop {
+
+void Runtime::Impl::dispatcher_main() {
+  detail::place_this_thread(options_.thread_name, options_.cpu);
+  if (options_.workers > 0) open_pool_to_dispatcher();
+
+  for (;;) {
+    const Nanos t = now();
+    loop_now_ = t;
+    const bool serviced = service(t);
+    // A batch the pool's queue could not take (it could not allocate): again, in every phase,
+    // since its tickets are in flight.
+    if (!batch_jobs_.empty()) [[unlikely]]
+      (void)hand_batch_to_pool();
+    if (phase_ == Phase::finishing && in_flight() == 0) break;
+    if (phase_ != Phase::finishing) {
+      if (dispatch_batch(t)) continue;
+      if (phase_ == Phase::draining && core_.waiting() == 0 && !activations_.maybe_nonempty()) {
+        phase_ = Phase::finishing;
+        continue;
+      }
+    }
+    if (!serviced) idle();
+  }
+
+  std::lock_guard lock(commands_mutex_);
+  dispatcher_exited_ = true;
+  dispatcher_exited_cpu_ = detail::thread_cpu_now();
+  // Commands posted while it finished run now, so that their callers return.
+  for (Command* c : commands_) {
+    c->work();
+    c->done.release();
+  }
+  commands_.clear();
+  exited_.notify_all();
+}
+
+bool Runtime::Impl::service(Nanos t) {
+  // The flag is read before the drains so that a command sees every submission and completion its
+  // caller made before posting it. acquire: pairs with the seq_cst store in run_on_dispatcher().
+  const bool commands = commands_pending_.load(std::memory_order_acquire);
+  bool did = completions_.drain([&](TicketRecord& r) { apply_completion(r, t); }) > 0;
+  did |= pool_completions_.drain([&](detail::PoolBlock& b) { apply_pool_completions(b, t); }) > 0;
+  did |= activations_.drain([&](Mailbox& m) { take_inbox(m, t); }) > 0;
+  if (commands) did |= run_commands();
+  return did;
+}
+
+void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t) {
+  // retire_nano(): the completer gave the request back already, and it may be gone.
+  const Result<Completion> applied = core_.retire_nano(record.core, record.cost, t);
+  assert(applied.ok() && "the runtime completes each core ticket once, with a checked cost");
+  const bool charged = applied.ok() && applied->charged;
+  if (applied.ok() && core_.contains(applied->participant)) {
+    CounterWrite w(counters_[applied->participant.slot]);
+    w.add(CounterLine::kCompleted, 1);
+    if (charged) w.add_cost(record.cost);
+  }
+  {
+    CounterWrite w(totals_);
+    w.add(CounterLine::kCompleted, 1);
+    if (charged) w.add_cost(record.cost);
+  }
+  if (observer_ != nullptr) {
+    observe().on_complete(Ticket{record.index, core_.issuer(), record.generation}, record.cost, t);
+  }
+  record.cell.release();
+  free_tickets_.push_back(record.index);  // within the capacity reserved when it was created
+  ++completed_;
+}
+
+void Runtime::Impl::apply_pool_completions(detail::PoolBlock& block, Nanos t) {
+  for (std::uint32_t i = 0; i < block.count; ++i) {
+    const detail::PoolCompletion& done = block.entries[i];
+    TicketRecord& record = tickets_[done.index];
+    assert(static_cast<std::uint32_t>(record.generation) == done.generation &&
+           "a pool ticket completes once");
+    record.cost = done.cost;
+    apply_completion(record, t);
+  }
+  block.give_back();
+}
+
+void Runtime::Impl::take_inbox(Mailbox& mailbox, Nanos t) {
+  const Local& local = locals_[mailbox.slot];
+  RequestHook* const oldest = mailbox.take_listed(local.open, local.generation);
+  move_to_core(oldest, ParticipantId{mailbox.slot, local.generation, core_.issuer()}, t);
+}
+
+void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t) {
+  if (oldest == nullptr) return;
+  std::uint64_t moved = 0;
+  for (RequestHook* r = oldest; r != nullptr; ++moved) {
+    RequestHook* const next = r->next_in_queue;
+    const Status queued = core_.submit(id, *r, t);
+    assert(queued.ok() && "an open inbox belongs to a live participant");
+    (void)queued;
+    if (observer_ != nullptr) observe().on_submit(id, *r, t);
+    ++submitted_;
+    r = next;
+  }
+  CounterWrite(counters_[id.slot]).add(CounterLine::kQueued, moved);
+  CounterWrite(totals_).add(CounterLine::kQueued, moved);
+}
+
+bool Runtime::Impl::has_room() const {
+  if (tickets_left() == 0) return false;
+  return options_.room ? room_test() : in_flight() < options_.slots;
+}
+
+bool Runtime::Impl::dispatch_batch(Nanos t) {
+  if (!batch_jobs_.empty()) [[unlikely]]
+    return false;  // nothing more is decided until the pool has taken the last batch
+  const std::uint32_t sent =
+      decides_in_one_call_ ? dispatch_in_one_call(t) : dispatch_one_by_one(t);
+  // One semaphore signal, at most one wake-up; if the queue cannot take them, the loop tries again.
+  if (!batch_jobs_.empty()) (void)hand_batch_to_pool();
+  return sent > 0;
+}
+
+std::uint32_t Runtime::Impl::dispatch_in_one_call(Nanos t) {
+  // The room is a slot count, known up front: the core decides the whole batch in one call,
+  // which by bench_core costs up to a quarter less per decision than a call per visit (most where
+  // decisions are cheapest; the same at a million participants). Room as has_room() counts it:
+  // free slots, and tickets the table can still issue.
+  const std::uint64_t used = in_flight();
+  const std::uint64_t room =
+      std::min(used < options_.slots ? options_.slots - used : 0, tickets_left());
+  const std::uint64_t want = std::min<std::uint64_t>(room, options_.batch);
+  std::uint32_t sent = 0;
+  if (want > 0) {
+    sent = static_cast<std::uint32_t>(
+        core_.dispatch(t, std::span<Dispatch>(batch_dispatches_.data(), want)));
+    // Before the hand-outs: their on_visit() calls carry the batch's dispatches.
+    if (observer_ != nullptr) observe().on_dispatch(want, sent, t);
+    for (std::uint32_t i = 0; i < sent; ++i) hand_out(batch_dispatches_[i], t);
+  }
+  if (sent == room && core_.in_turn()) {  // no room left ends the turn, as in the loop below
+    core_.end_turn();
+    if (observer_ != nullptr) observe().on_end_turn();
+  }
+  return sent;
+}
+
+std::uint32_t Runtime::Impl::dispatch_one_by_one(Nanos t) {
+  std::uint32_t sent = 0;
+  // Each pass of the loop visits once; a turn that dispatches nothing more ends and the next
+  // begins, so the bound only guards against a turn that visits nobody.
+  for (std::uint32_t step = 0; sent < options_.batch && step < 2 * options_.batch + 2; ++step) {
+    if (!has_room()) {
+      if (core_.in_turn()) {
+        core_.end_turn();
+        if (observer_ != nullptr) observe().on_end_turn();
+      }
+      break;
+    }
+    if (!core_.in_turn()) {
+      const std::optional<ClassId> pass = core_.begin_turn(t);
+      if (observer_ != nullptr) observe().on_begin_turn(pass, t);
+      if (!pass) break;
+    }
+    const std::optional<Dispatch> d = core_.visit(t);
+    if (!d) {
+      if (observer_ != nullptr) observe().on_visit(nullptr, Ticket{}, t);
+      continue;
+    }
+    hand_out(*d, t);
+    ++sent;
+  }
+  return sent;
+}
+
+std::uint32_t Runtime::Impl::acquire_ticket() {
+  if (!free_tickets_.empty()) {
+    const std::uint32_t index = free_tickets_.back();
+    free_tickets_.pop_back();
+    return index;
+  }
+  if (tickets_used_ == tickets_.capacity()) {  // more in flight than ever: grow (allocates)
+    tickets_.grow_to(tickets_used_ + 1, detail::number_tickets);
+    free_tickets_.reserve(tickets_.capacity());
+  }
+  return tickets_used_++;
+}
+
+void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
+  TicketRecord& record = tickets_[acquire_ticket()];
+  record.core = d.ticket;
+  record.cost = 0;
+  record.request = d.request;
+  // A pool job's ticket is its worker's from the start: the worker completes it without touching
+  // the record. Any other ticket is claimed by whoever completes it first.
+  record.generation = options_.workers > 0 ? record.cell.issue_claimed() : record.cell.issue();
+  const Ticket ticket{record.index, core_.issuer(), record.generation};
+  ++dispatched_;
+  ++per_class_[d.out].dispatched;
+  // The rest of a batch decided in one call is handed out after a sink that removed the
+  // participant and registered another in its place, inline: that place's counters and record are
+  // the newcomer's, and this dispatch is not.
+  Local& local = locals_[d.participant.slot];
+  const bool still_registered = local.generation == d.participant.generation;
+  for (CounterLine* line : {&counters_[d.participant.slot], &totals_}) {
+    if (line != &totals_ && !still_registered) continue;
+    CounterWrite w(*line);
+    w.add(CounterLine::kQueued, ~std::uint64_t{0});  // minus one
+    w.add(CounterLine::kDispatched + d.out, 1);
+  }
+  if (still_registered) local.last_class = d.out;
+  if (observer_ != nullptr) observe().on_visit(&d, ticket, t);
+  CREDITLOOP_PROBE4(dispatch, d.participant.slot, d.out, ticket.index, ticket.generation);
+  if (options_.workers > 0) {
+    batch_jobs_.push_back(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
+  } else {
+    try {
+      options_.sink(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
+    } catch (...) {
+      sink_failed(record, d, std::current_exception(), t);
+    }
+  }
+}
+
+void Runtime::Impl::sink_failed(TicketRecord& record, const Dispatch& d, std::exception_ptr error,
+                                Nanos t) {
+  // The sink did not take the request: the runtime completes it at cost 0 (the credit taken at
+  // dispatch stays spent, as for any dispatch) and gives it back to its caller in the report.
+  // If the sink completed it before throwing, the claim fails and the request is the caller's
+  // already.
+  TicketRecord* claimed = nullptr;
+  const Ticket ticket{record.index, core_.issuer(), record.generation};
+  const bool ours = claim(ticket, 0, claimed).ok();
+  if (ours) apply_completion(*claimed, t);  // on the dispatcher: applied at once, not published
+  report(CallbackKind::sink, std::move(error), ours ? d.request : nullptr, ticket, d.participant);
+}
+
+bool Runtime::Impl::work_visible(std::uint32_t reasons) const {
+  // seq_cst loads (inside the bags and here): the re-check half of the parking protocol.
+  if (commands_pending_.load(std::memory_order_seq_cst)) return true;
+  if ((reasons & detail::kWakeOnWork) != 0 && activations_.maybe_nonempty()) return true;
+  if ((reasons & detail::kWakeOnRoom) != 0 &&
+      (completions_.maybe_nonempty() || pool_completions_.maybe_nonempty())) {
+    return true;
+  }
+  return false;
+}
+
+void Runtime::Impl::idle() {
+  // What can end this wait: a completion when room or the end of shutdown waits on one; a
+  // submission when there is room to use it. Commands always wake.
+  std::uint32_t reasons = 0;
+  const bool finishing = phase_ == Phase::finishing;
+  if (finishing || !has_room()) reasons |= detail::kWakeOnRoom;
+  if (!finishing && has_room()) reasons |= detail::kWakeOnWork;
+  if (reasons == 0) return;
+
+  // Where work comes from, for detail::idle_wait(), which the Relacy parking model runs too.
+  struct Env {
+    Impl& rt;
+    const std::uint32_t reasons;
+    const bool room_poll = rt.options_.room && (reasons & detail::kWakeOnRoom) != 0;
+    Nanos spin_until = 0;
+
+    bool work_visible() const { return rt.work_visible(reasons); }
+    bool room_polled() const { return room_poll; }
+    bool room_ready() const { return room_poll && rt.room_test(); }
+    std::int64_t room_recheck_ns() const { return rt.options_.room_recheck.count(); }
+    // Or a batch the pool's queue could not take: no waker will say when it can, so the sleep
+    // has the same timeout, and the loop tries the hand-over again after it.
+    bool half_pushed() const {
+      return rt.activations_.has_half_pushed() || rt.completions_.has_half_pushed() ||
+             rt.pool_completions_.has_half_pushed() || !rt.batch_jobs_.empty();
+    }
+    // Without a spin (no CPU to spare) the clock is not read at all.
+    bool start_spin() {
+      if (rt.spin_.count() <= 0) return false;
+      spin_until = detail::monotonic_now() + rt.spin_.count();
+      return true;
+    }
+    bool spin_more(std::uint32_t i) const {
+      return (i & 63) != 0 || detail::monotonic_now() < spin_until;
+    }
+    static void relax() noexcept { detail::cpu_relax(); }
+    static void yield() noexcept { std::this_thread::yield(); }
+    void parked(std::int64_t /*timeout_ns*/) {
+      CREDITLOOP_PROBE2(park, reasons, rt.in_flight());
+      ++rt.parks_;
+    }
+  } env{*this, reasons};
+  if (detail::idle_wait(parker_, reasons, env, half_push_backoff_)) {
+    ++wakeups_;
+    CREDITLOOP_PROBE2(wake, reasons, in_flight());
+  }
+}
+
+}  // namespace creditloop

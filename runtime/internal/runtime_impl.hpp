@@ -1,0 +1,333 @@
+// runtime/internal/runtime_impl.hpp: Runtime::Impl, the runtime's state and the functions its
+// source files share. Private to the runtime's sources (runtime/*.cpp).
+//
+// Who touches what:
+//  - The core, the per-place Local records, the free ticket list and every counter not marked
+//    atomic belong to the dispatcher thread alone. Other threads reach them only through commands
+//    (a mutex-protected list the dispatcher runs between decisions) or, after the dispatcher has
+//    exited, under that same mutex.
+//  - Mailboxes (one per ring place) are shared with producers; ticket records with completers.
+//    Both live in ChunkedTables whose elements never move, so other threads may index them while
+//    the dispatcher grows them.
+//
+// Which file holds what: construction, commands, shutdown and snapshots in runtime.cpp; submit
+// and complete in submit_complete.cpp; the dispatcher's loop in dispatcher.cpp; the worker pool in
+// worker_pool.cpp; the option checks and CPU placement in options.cpp.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <semaphore>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "creditloop/core.hpp"
+#include "creditloop/detail/chunked_table.hpp"
+#include "creditloop/runtime.hpp"
+#include "internal/counter_line.hpp"
+#include "internal/futex.hpp"
+#include "internal/mailbox.hpp"
+#include "internal/parker.hpp"
+#include "internal/parking_place.hpp"
+#include "internal/probes.hpp"
+#include "internal/spin.hpp"
+#include "internal/test_hooks.hpp"
+#include "internal/ticket_record.hpp"
+#include "internal/wait_free_bag.hpp"
+
+namespace creditloop {
+namespace detail {
+
+using RuntimeMailbox = Mailbox<RequestHook, std::atomic, &RequestHook::next_in_queue>;
+static_assert(sizeof(RuntimeMailbox) == 64 && alignof(RuntimeMailbox) == 64,
+              "a participant's producers share one line, and only it");
+
+inline constexpr std::size_t kCacheLine = 64;
+
+// A member that must not share a cache line with its neighbours: it starts a line and its size is
+// a whole number of lines.
+template <class T>
+struct alignas(kCacheLine) OwnLine : T {
+  using T::T;
+};
+
+}  // namespace detail
+
+class Runtime::Impl {
+  using Mailbox = detail::RuntimeMailbox;
+  using TicketRecord = detail::TicketRecord;
+  using CounterLine = detail::CounterLine<std::atomic>;
+  using CounterWrite = detail::CounterWrite<std::atomic>;
+
+ public:
+  explicit Impl(RuntimeOptions options);
+  ~Impl();
+
+  Result<ParticipantId> add(std::string_view name, std::string_view plan, std::uint32_t shares);
+  Result<RequestList> remove(ParticipantId p);
+  Status replan(ParticipantId p, std::string_view plan, std::uint32_t shares);
+  Status scale(ParticipantId p, std::uint32_t millionths);
+  std::optional<ParticipantId> find(std::string_view name);
+  Status submit(ParticipantId p, RequestHook& request) noexcept;
+  Status claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*& record) noexcept;
+  // A completer's whole hand-over. Once the exchange inside push_chain() has run, the dispatcher
+  // may apply the completion, finish, and the runtime be destroyed: after it this touches only
+  // the parking place, which outlives the runtime (parking_place.hpp), through the address read
+  // before it.
+  void publish(TicketRecord& first, TicketRecord& last) noexcept {
+    detail::RuntimeParker& parker = parker_;
+    completions_.push_chain(first, last);  // seq_cst exchange: the work the dispatcher re-checks
+    CREDITLOOP_TEST_HOOK(completion_pushed);
+    parker.notify(detail::kWakeOnRoom);
+  }
+  void publish(detail::PoolBlock& block) noexcept {
+    block.lend();
+    pool_completions_.push(block);  // seq_cst exchange: the work the dispatcher re-checks
+    parker_.notify(detail::kWakeOnRoom);
+  }
+  void wake() noexcept { parker_.notify(detail::kWakeOnRoom | detail::kWakeOnWork); }
+  std::optional<ParticipantSnapshot> snapshot(ParticipantId p);
+  std::vector<ParticipantSnapshot> snapshot_participants();
+  RuntimeSnapshot snapshot();
+  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline);
+  [[nodiscard]] std::uint64_t handler_errors() const noexcept {
+    return handler_errors_.load(std::memory_order_relaxed);  // a statistic: no pairing
+  }
+  [[nodiscard]] std::optional<ParticipantCounters> counters(ParticipantId p) const noexcept {
+    const CounterLine* const line = counters_.find(p.slot);
+    if (line == nullptr || p.generation == 0 || p.issuer != core_.issuer()) return std::nullopt;
+    ParticipantCounters out;
+    if (detail::read_counters(*line, out) != p.generation) return std::nullopt;
+    return out;
+  }
+  [[nodiscard]] RuntimeCounters counters() const noexcept {
+    RuntimeCounters out;
+    (void)detail::read_counters(totals_, out);
+    return out;
+  }
+  [[nodiscard]] const Core& core() const noexcept { return core_; }
+  [[nodiscard]] bool sleeping() const noexcept { return parker_.sleeping(); }
+
+ private:
+  enum class Phase : std::uint8_t { running, draining, finishing };
+  struct Local {  // dispatcher only, per ring place
+    std::uint32_t generation = 0;
+    bool open = false;
+    std::optional<ClassId> last_class;
+  };
+  struct Command {
+    std::function<void()> work;
+    std::binary_semaphore done{0};
+  };
+  using Job = Dispatched;  // a null request: the worker stops
+  struct DispatcherDone {};
+
+  // ---- the dispatcher thread
+  // ----------------------------------------------------------------------
+  void dispatcher_main();
+  bool service(Nanos now);
+  bool run_commands();
+  void apply_completion(TicketRecord& record, Nanos now);
+  void apply_pool_completions(detail::PoolBlock& block, Nanos now);
+  void take_inbox(Mailbox& mailbox, Nanos now);
+  void move_to_core(RequestHook* oldest, ParticipantId id, Nanos now);
+  bool dispatch_batch(Nanos now);
+  // The batch decided by one Core::dispatch() call, when the room is a slot count.
+  std::uint32_t dispatch_in_one_call(Nanos now);
+  // The loop a visit at a time: for an observer that sees each turn begin and end, and for a
+  // room test of the embedder's, which must be asked before each visit.
+  std::uint32_t dispatch_one_by_one(Nanos now);
+  void hand_out(const Dispatch& d, Nanos now);
+  [[nodiscard]] bool has_room() const;
+  // Tickets issued and not yet applied: every record ever used that is not on the free list.
+  [[nodiscard]] std::uint64_t in_flight() const noexcept {
+    return tickets_used_ - free_tickets_.size();
+  }
+  std::uint32_t acquire_ticket();
+  // Tickets the table can still issue: free records, and records never used.
+  [[nodiscard]] std::uint64_t tickets_left() const noexcept {
+    return free_tickets_.size() + (kMaxInFlight - tickets_used_);
+  }
+  void idle();
+  [[nodiscard]] bool work_visible(std::uint32_t reasons) const;
+  void begin_shutdown(ShutdownMode mode, Nanos now);
+  // Every request still queued, into handed_back_; the loop then only waits for what is in flight.
+  void hand_back_queued();
+  void ensure_places(std::uint32_t places);
+  ParticipantSnapshot describe(ParticipantId p, Nanos now);
+
+  // ---- any thread
+  // ---------------------------------------------------------------------------------
+  void run_on_dispatcher(Command& command);
+  // The embedder's clock; if it throws, the last instant read (time stands still) and a report.
+  Nanos now() {
+    if (!clock_) return detail::monotonic_now();
+    try {
+      return clock_();
+    } catch (...) {
+      report(CallbackKind::clock, std::current_exception());
+      return loop_now_;
+    }
+  }
+  // The embedder's room test; if it throws, no room this time (it is re-tested within a
+  // millisecond) and a report.
+  bool room_test() const {
+    try {
+      return options_.room();
+    } catch (...) {
+      report(CallbackKind::room, std::current_exception());
+      return false;
+    }
+  }
+  // Hands a callback's exception to on_error (or standard error without one). Never throws: an
+  // on_error that throws is reported to standard error.
+  void report(CallbackKind kind, std::exception_ptr error, RequestHook* request = nullptr,
+              Ticket ticket = {}, ParticipantId participant = {}) const noexcept;
+  // The observer, behind a wrapper that reports what its calls throw: the input it was told of
+  // has happened whatever it does.
+  class GuardedObserver {
+   public:
+    explicit GuardedObserver(const Impl& impl) noexcept : impl_(impl) {}
+    template <class... A>
+    void call(void (RuntimeObserver::*f)(A...), auto&&... args) const noexcept {
+      try {
+        (impl_.observer_->*f)(std::forward<decltype(args)>(args)...);
+      } catch (...) {
+        impl_.report(CallbackKind::observer, std::current_exception());
+      }
+    }
+#define CREDITLOOP_GUARDED(name)                            \
+  template <class... A>                                     \
+  void name(A&&... args) const noexcept {                   \
+    call(&RuntimeObserver::name, std::forward<A>(args)...); \
+  }
+    CREDITLOOP_GUARDED(on_add)
+    CREDITLOOP_GUARDED(on_remove)
+    CREDITLOOP_GUARDED(on_replan)
+    CREDITLOOP_GUARDED(on_scale)
+    CREDITLOOP_GUARDED(on_complete)
+    CREDITLOOP_GUARDED(on_submit)
+    CREDITLOOP_GUARDED(on_dispatch)
+    CREDITLOOP_GUARDED(on_end_turn)
+    CREDITLOOP_GUARDED(on_begin_turn)
+    CREDITLOOP_GUARDED(on_visit)
+    CREDITLOOP_GUARDED(on_take_all)
+#undef CREDITLOOP_GUARDED
+
+   private:
+    const Impl& impl_;
+  };
+  [[nodiscard]] GuardedObserver observe() const noexcept { return GuardedObserver(*this); }
+  // The sink threw for `record`'s dispatch: see RuntimeOptions::sink.
+  void sink_failed(TicketRecord& record, const Dispatch& d, std::exception_ptr error, Nanos t);
+
+  RuntimeOptions options_;
+  std::function<Nanos()> clock_;
+  RuntimeObserver* const observer_;
+  // Whether the dispatcher decides a batch with one core call (dispatch_in_one_call).
+  const bool decides_in_one_call_;
+  Core core_;
+  const std::chrono::nanoseconds spin_;  // options_.spin, or the default for this machine
+
+  // Shared with producers and completers.
+  detail::ChunkedTable<Mailbox> mailboxes_;
+  detail::ChunkedTable<TicketRecord> tickets_;
+  // Written by the dispatcher alone, read by any thread (counters()).
+  detail::ChunkedTable<CounterLine> counters_;
+  CounterLine totals_;
+  // Each written by different threads: producers, completers, the dispatcher going to sleep.
+  detail::OwnLine<detail::WaitFreeBag<Mailbox, std::atomic, &Mailbox::next_listed>> activations_;
+  detail::OwnLine<detail::WaitFreeBag<TicketRecord, std::atomic, &TicketRecord::next_completed>>
+      completions_;
+  detail::OwnLine<
+      detail::WaitFreeBag<detail::PoolBlock, std::atomic, &detail::PoolBlock::next_completed>>
+      pool_completions_;
+  // The parking word lives outside the runtime (parking_place.hpp); its address is read by every
+  // waker, and written once.
+  detail::ParkingPlace parking_;
+  detail::RuntimeParker& parker_ = parking_.parker();
+  static_assert(alignof(decltype(activations_)) == detail::kCacheLine &&
+                alignof(decltype(completions_)) == detail::kCacheLine &&
+                alignof(decltype(pool_completions_)) == detail::kCacheLine);
+  // Read on every refused call and by monitoring; written once, or on a handler error.
+  // Only picks the error code of a refused submit (see begin_shutdown() and submit()).
+  alignas(detail::kCacheLine) std::atomic<bool> accepting_{true};
+  std::atomic<std::uint64_t> handler_errors_{0};
+
+  // Commands: any thread posts, the dispatcher runs.
+  std::mutex commands_mutex_;
+  std::vector<Command*> commands_;  // guarded by commands_mutex_
+  std::vector<Command*> running_;   // dispatcher only
+  bool dispatcher_exited_ = false;  // guarded by commands_mutex_
+  // The dispatcher's CPU time once it exited (-1 before): written at exit under commands_mutex_,
+  // read by commands, which run on the dispatcher itself or, after it exited, under that mutex.
+  Nanos dispatcher_exited_cpu_ = -1;
+  std::atomic<bool> commands_pending_{false};
+
+  // Dispatcher only.
+  detail::ChunkedTable<Local> locals_;
+  std::uint32_t places_ = 0;
+  std::vector<std::uint32_t> free_tickets_;
+  std::uint32_t tickets_used_ = 0;
+  // The clock read at the top of the current loop iteration. Commands use it too (a snapshot's
+  // balances, an add's start): every core call of an iteration then has the same `now`, and an
+  // observer's replay makes exactly the same calls.
+  Nanos loop_now_ = 0;
+  Phase phase_ = Phase::running;
+  RequestList handed_back_;
+  std::uint64_t submitted_ = 0, dispatched_ = 0, completed_ = 0, parks_ = 0, wakeups_ = 0;
+  detail::HalfPushBackoff half_push_backoff_;
+  std::array<ClassSnapshot, kMaxClasses + 1> per_class_{};
+
+  // ---- the worker pool (worker_pool.cpp, the one file that sees moodycamel's queue)
+  struct JobQueue;
+  struct JobQueueDeleter {
+    void operator()(JobQueue* queue) const noexcept;
+  };
+  // Constructor: the queue, and the workers (with their ids).
+  void start_pool();
+  // Dispatcher thread, before its first batch: its producer token.
+  void open_pool_to_dispatcher();
+  // Dispatcher only: this batch's jobs to the workers, at once. False: the queue could not take
+  // them (it could not allocate), and they stay in batch_jobs_ for the next try.
+  bool hand_batch_to_pool();
+  // shutdown(), once the dispatcher has exited, or a constructor that failed: a stop per worker
+  // started, and the joins.
+  void stop_pool() noexcept;
+  void worker_main(std::size_t index);
+
+  std::unique_ptr<JobQueue, JobQueueDeleter> jobs_;  // only with workers
+  std::vector<Job> batch_jobs_;  // dispatcher only: this batch's jobs, handed over at its end
+  std::vector<Dispatch> batch_dispatches_;  // dispatcher only: options_.batch of them
+  // Each worker's completion blocks, so that it fills one while the dispatcher still holds others.
+  // Eight: with two, bench_runtime's one-worker case found both lent for 27 % of its completions
+  // (which then went through the ticket records), with four for 12 %, with eight for 13 of 1.6
+  // million. 4.6 KiB per worker. They outlive the threads (destroyed with the runtime).
+  static constexpr std::size_t kBlocksPerWorker = 8;
+  std::vector<std::unique_ptr<std::array<detail::PoolBlock, kBlocksPerWorker>>> worker_blocks_;
+  std::vector<std::thread> workers_;
+
+  std::thread dispatcher_;
+  std::thread::id dispatcher_id_;  // written before any other thread can read it
+  // The pool's threads, recorded before any of them can run a handler: shutdown() refuses them.
+  std::vector<std::thread::id> worker_ids_;
+  std::condition_variable exited_;  // dispatcher_exited_ became true (commands_mutex_)
+  std::mutex shutdown_mutex_;
+  bool shutdown_begun_ = false;    // guarded by shutdown_mutex_
+  bool handed_back_ever_ = false;  // guarded by shutdown_mutex_: a hand_back call has run
+  bool joined_ = false;            // guarded by shutdown_mutex_
+  [[nodiscard]] bool on_runtime_thread() const noexcept;
+  // Dispatcher only: every ticket issued and not yet applied.
+  [[nodiscard]] std::vector<Ticket> tickets_in_flight() const;
+};
+
+}  // namespace creditloop

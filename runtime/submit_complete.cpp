@@ -1,0 +1,116 @@
+// Submit and complete: what producers and completers run, on any thread, lock-free and
+// allocation-free (runtime.hpp). Their other halves, the drains, are in dispatcher.cpp.
+#include <atomic>
+#include <cstdint>
+#include <optional>
+
+#include "creditloop/runtime.hpp"
+#include "internal/runtime_impl.hpp"
+
+namespace creditloop {
+
+Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
+  // Before anything touches the hook: a tagged address may not be ours to write (inbox.hpp).
+  if (!Mailbox::Queue::packable(&request)) [[unlikely]]
+    return Errc::unsupported_address;
+  std::uint8_t idle = RequestHook::kIdle;
+  // acquire on success: pairs with the release that gave the request back (a completion, a
+  // hand-back), so the library's last writes to its link come before this producer's. relaxed on
+  // failure: the request is left alone.
+  if (!request.held.compare_exchange_strong(idle, RequestHook::kInbox, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+    return Errc::already_queued;
+  }
+  Mailbox* const mailbox = mailboxes_.find(p.slot);
+  const Mailbox::Submit outcome =
+      mailbox == nullptr || p.generation == 0 || p.issuer != core_.issuer()
+          ? Mailbox::Submit::refused
+          : mailbox->submit(request, p.generation);
+  if (outcome == Mailbox::Submit::refused) {
+    // relaxed: the request never left this thread.
+    request.held.store(RequestHook::kIdle, std::memory_order_relaxed);
+    // relaxed: an inbox refused because shutdown closed it was read by an acquire load that
+    // synchronizes with close()'s release exchange, which begin_shutdown() makes after clearing
+    // the flag: the flag reads false here, on any machine (tests/relacy/shutdown_flag_model).
+    return accepting_.load(std::memory_order_relaxed) ? Errc::unknown_participant : Errc::shut_down;
+  }
+  if (outcome == Mailbox::Submit::unsupported) [[unlikely]] {
+    return Errc::unsupported_address;  // checked above already; the inbox keeps its own guard
+  }
+  CREDITLOOP_PROBE2(submit, p.slot, p.generation);
+  if (outcome == Mailbox::Submit::queued_and_listed) {
+    activations_.push(*mailbox);  // seq_cst exchange: the work the dispatcher re-checks
+    parker_.notify(detail::kWakeOnWork);
+  }
+  return {};
+}
+
+Status Runtime::Impl::claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*& record) noexcept {
+  if (cost_nano < 0 || cost_nano > kMaxCostNano) return Errc::bad_cost;
+  TicketRecord* const r = tickets_.find(ticket.index);
+  // The runtime's tickets carry its core's identity: one of another runtime names a stranger.
+  if (r == nullptr || ticket.issuer != core_.issuer()) return Errc::unknown_ticket;
+  switch (r->cell.claim(ticket.generation)) {
+    case detail::TicketCell<std::atomic>::Claim::claimed:
+      break;
+    case detail::TicketCell<std::atomic>::Claim::unknown:
+      return Errc::unknown_ticket;
+    case detail::TicketCell<std::atomic>::Claim::stale:
+      return Errc::stale_ticket;
+  }
+  r->cost = cost_nano;  // the record is this thread's until published
+  // release: pairs with the acquire of the next submit of this request (request.hpp); the
+  // request is its caller's from here on, and the dispatcher will not touch it (retire_nano()).
+  r->request->held.store(RequestHook::kIdle, std::memory_order_release);
+  CREDITLOOP_PROBE3(complete, ticket.index, ticket.generation, cost_nano);
+  record = r;
+  return {};
+}
+
+// ---- Runtime ------------------------------------------------------------------------------------
+
+Status Runtime::submit(ParticipantId p, RequestHook& request) noexcept {
+  return impl_->submit(p, request);
+}
+
+Status Runtime::complete(Ticket ticket, double cost) noexcept {
+  const std::optional<std::int64_t> nano = to_nano_credits(cost, kMaxCost);
+  if (!nano) return Errc::bad_cost;
+  return complete_nano(ticket, *nano);
+}
+
+Status Runtime::complete_nano(Ticket ticket, std::int64_t cost_nano) noexcept {
+  detail::TicketRecord* record = nullptr;
+  const Status claimed = impl_->claim(ticket, cost_nano, record);
+  if (claimed) impl_->publish(*record, *record);
+  return claimed;
+}
+
+// ---- CompletionBatch ----------------------------------------------------------------------------
+
+CompletionBatch::CompletionBatch(Runtime& runtime) noexcept : impl_(runtime.impl_.get()) {}
+CompletionBatch::~CompletionBatch() { flush(); }
+
+Status CompletionBatch::add(Ticket ticket, double cost) noexcept {
+  const std::optional<std::int64_t> nano = to_nano_credits(cost, kMaxCost);
+  if (!nano) return Errc::bad_cost;
+  return add_nano(ticket, *nano);
+}
+
+Status CompletionBatch::add_nano(Ticket ticket, std::int64_t cost_nano) noexcept {
+  detail::TicketRecord* record = nullptr;
+  const Status claimed = impl_->claim(ticket, cost_nano, record);
+  if (!claimed) return claimed;
+  detail::chain(first_, last_, *record);  // published by flush()
+  ++count_;
+  return {};
+}
+
+void CompletionBatch::flush() noexcept {
+  if (first_ == nullptr) return;
+  impl_->publish(*first_, *last_);
+  first_ = last_ = nullptr;
+  count_ = 0;
+}
+
+}  // namespace creditloop

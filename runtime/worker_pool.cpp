@@ -1,0 +1,157 @@
+// The built-in worker pool: the one file that includes moodycamel's queue.
+//
+// moodycamel rather than oneTBB tasks, fed once per batch: bench_queues' BM_Pool measured one
+// enqueue_bulk per 64 jobs at 1.3 to 1.5 times oneTBB's task_group and task_arena with a
+// dispatcher-like gap between jobs, and 3 to 4.6 times without; one enqueue per job lost to
+// oneTBB (each signals the semaphore, and idle workers wake one job at a time). Enqueueing reuses
+// the queue's blocks instead of allocating a task; a worker takes up to kWorkerBulk jobs per
+// dequeue.
+#include <concurrentqueue/blockingconcurrentqueue.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <new>
+#include <optional>
+#include <thread>
+
+#include "creditloop/runtime.hpp"
+#include "internal/runtime_impl.hpp"
+
+namespace creditloop {
+
+namespace {
+
+// The queue's blocks come from operator new (nothrow: a failure is a null, as from malloc, and
+// enqueue_bulk() then reports it), not from malloc: the same heap, and a replaced operator new
+// sees them, so tests/alloc_test.cpp counts the pool's allocations too.
+struct JobQueueTraits : moodycamel::ConcurrentQueueDefaultTraits {
+  static void* malloc(std::size_t size) noexcept { return ::operator new(size, std::nothrow); }
+  static void free(void* p) noexcept { ::operator delete(p); }
+};
+
+}  // namespace
+
+struct Runtime::Impl::JobQueue {
+  moodycamel::BlockingConcurrentQueue<Job, JobQueueTraits> queue;
+  std::unique_ptr<moodycamel::ProducerToken> token;  // the dispatcher's
+};
+
+void Runtime::Impl::JobQueueDeleter::operator()(JobQueue* queue) const noexcept { delete queue; }
+
+void Runtime::Impl::start_pool() {
+  if (options_.workers == 0) return;
+  jobs_.reset(new JobQueue);
+  // Every worker's blocks exist before the first worker starts: the vector must not grow while
+  // a worker reads it. Nor may the threads' vectors grow between a thread's start and its record.
+  workers_.reserve(options_.workers);
+  worker_ids_.reserve(options_.workers);
+  for (unsigned i = 0; i < options_.workers; ++i) {
+    worker_blocks_.push_back(std::make_unique<std::array<detail::PoolBlock, kBlocksPerWorker>>());
+  }
+  // A worker reads worker_ids_ only in a handler, which needs a submit, which needs the
+  // constructor to have returned: the ids are all recorded by then.
+  for (std::size_t i = 0; i < options_.workers; ++i) {
+    CREDITLOOP_TEST_HOOK(thread_starting, i);
+    workers_.emplace_back([this, i] { worker_main(i); });
+    worker_ids_.push_back(workers_.back().get_id());
+  }
+}
+
+void Runtime::Impl::open_pool_to_dispatcher() {
+  jobs_->token = std::make_unique<moodycamel::ProducerToken>(jobs_->queue);
+}
+
+// GCC 12 reports moodycamel's enqueue_bulk, once inlined here, as an 8-byte write into a region of
+// size 0 (-Wstringop-overflow) on a path the block index rules out: a false positive (as in
+// bench/bench_queues.cpp).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
+bool Runtime::Impl::hand_batch_to_pool() {
+  // enqueue_bulk() takes all of the jobs or, when it cannot allocate a block, none.
+  const bool taken =
+      CREDITLOOP_TEST_HOOK_OR(pool_accepts, true) &&
+      jobs_->queue.enqueue_bulk(*jobs_->token, batch_jobs_.begin(), batch_jobs_.size());
+  if (taken) batch_jobs_.clear();
+  return taken;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+void Runtime::Impl::stop_pool() noexcept {
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    // A stop that cannot be queued (no memory for a block) is tried again: a worker that never
+    // gets one would never be joined.
+    while (!jobs_->queue.enqueue(Job{})) std::this_thread::yield();
+  }
+  for (std::thread& w : workers_) w.join();
+}
+
+void Runtime::Impl::worker_main(std::size_t index) {
+  moodycamel::ConsumerToken token(jobs_->queue);
+  std::array<Job, detail::kWorkerBulk> jobs;
+  std::array<detail::PoolBlock, kBlocksPerWorker>& blocks = *worker_blocks_[index];
+  std::size_t next_block = 0;
+  for (;;) {
+    const std::size_t n = jobs_->queue.wait_dequeue_bulk(token, jobs.begin(), jobs.size());
+    // This bulk's completions go in a block of this worker's, or, when the dispatcher holds every
+    // one of them, through the ticket records, chained and published at once.
+    detail::PoolBlock* block = nullptr;
+    for (std::size_t i = 0; i < kBlocksPerWorker && block == nullptr; ++i) {
+      detail::PoolBlock& candidate = blocks[(next_block + i) % kBlocksPerWorker];
+      if (candidate.available()) block = &candidate;
+    }
+    if (block != nullptr) {
+      block->count = 0;
+      next_block = static_cast<std::size_t>(block - blocks.data() + 1) % kBlocksPerWorker;
+    }
+    TicketRecord* first = nullptr;
+    TicketRecord* last = nullptr;
+    std::size_t stops = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Job& job = jobs[i];
+      if (job.request == nullptr) {
+        ++stops;
+        continue;
+      }
+      // The request is the handler's from here on (runtime.hpp): the pool keeps only its ticket,
+      // and the dispatcher never touches it again (retire_nano()). release: pairs with the
+      // acquire of the request's next submit (request.hpp).
+      job.request->held.store(RequestHook::kIdle, std::memory_order_release);
+      double cost = 0;
+      bool ok = true;
+      try {
+        cost = options_.handler(job);
+      } catch (...) {
+        ok = false;
+        report(CallbackKind::handler, std::current_exception(), job.request, job.ticket,
+               job.participant);
+      }
+      const std::optional<std::int64_t> nano = ok ? to_nano_credits(cost, kMaxCost) : std::nullopt;
+      if (!nano) handler_errors_.fetch_add(1, std::memory_order_relaxed);  // a statistic
+      CREDITLOOP_PROBE3(complete, job.ticket.index, job.ticket.generation, nano.value_or(0));
+      if (block != nullptr) {
+        block->entries[block->count++] = {
+            job.ticket.index, static_cast<std::uint32_t>(job.ticket.generation), nano.value_or(0)};
+        continue;
+      }
+      // The ticket was issued claimed for this pool (hand_out()): the record is this worker's.
+      TicketRecord* const record = tickets_.find(job.ticket.index);
+      record->cost = nano.value_or(0);
+      detail::chain(first, last, *record);
+    }
+    if (block != nullptr && block->count > 0) publish(*block);
+    if (first != nullptr) publish(*first, *last);
+    if (stops > 0) {
+      for (std::size_t i = 1; i < stops; ++i) jobs_->queue.enqueue(Job{});  // another worker's stop
+      return;
+    }
+  }
+}
+
+}  // namespace creditloop

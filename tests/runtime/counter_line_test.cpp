@@ -1,0 +1,75 @@
+// The counter lines: counters() read from other threads while the dispatcher updates them. The
+// tests synchronise on what the runtime does, never on elapsed time (runtime_support.hpp).
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "creditloop/core.hpp"
+#include "creditloop/runtime.hpp"
+#include "internal/spin.hpp"
+#include "runtime_support.hpp"
+
+namespace creditloop {
+namespace {
+
+using namespace runtime_tests;
+
+// A scrape on another thread reads counters while the dispatcher writes them: each read is a
+// consistent cut of one participant, never goes backwards, and ends at the exact totals.
+TEST(Runtime, CountersReadFromAnotherThreadAreMonotonicAndEndExact) {
+  constexpr int kRequests = 3000;
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.slots = 8;
+  CompletingSink sink{nullptr, 0.25, nullptr};
+  o.sink = [&sink](const Dispatched& d) { sink(d); };
+  Runtime rt(std::move(o));
+  sink.runtime = &rt;
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::atomic<bool> done{false};
+  std::thread scraper([&] {
+    std::uint64_t last_dispatched = 0;
+    std::uint64_t last_completed = 0;
+    // acquire: pairs with the release store below; a last read after it sees the final values.
+    while (!done.load(std::memory_order_acquire)) {
+      const std::optional<ParticipantCounters> c = rt.counters(alice);
+      ASSERT_TRUE(c.has_value());
+      const std::uint64_t dispatched = c->dispatched[0] + c->dispatched[1] + c->dispatched[2];
+      EXPECT_GE(dispatched, last_dispatched);
+      EXPECT_GE(c->completed, last_completed);
+      EXPECT_LE(c->completed, dispatched);
+      // One cut: every completion so far was charged 0.25 credit, unless the bucket was P3's.
+      EXPECT_LE(c->cost_charged, static_cast<Balance>(c->completed) * 250'000'000);
+      last_dispatched = dispatched;
+      last_completed = c->completed;
+    }
+  });
+  std::deque<Req> requests(kRequests);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain).empty());
+  done.store(true, std::memory_order_release);
+  scraper.join();
+  const ParticipantCounters c = *rt.counters(alice);
+  EXPECT_EQ(c.dispatched[0] + c.dispatched[1] + c.dispatched[2], std::uint64_t{kRequests});
+  EXPECT_EQ(c.completed, std::uint64_t{kRequests});
+  EXPECT_EQ(c.queued, 0u);
+  EXPECT_EQ(c.cost_charged, rt.snapshot(alice)->stats.cost_charged);
+  EXPECT_EQ(rt.counters().completed, std::uint64_t{kRequests});
+}
+
+}  // namespace
+}  // namespace creditloop
