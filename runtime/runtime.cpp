@@ -37,6 +37,7 @@
 #include "internal/mailbox.hpp"
 #include "internal/parker.hpp"
 #include "internal/probes.hpp"
+#include "internal/queue_link.hpp"
 #include "internal/spin.hpp"
 #include "internal/ticket_cell.hpp"
 #include "internal/wait_free_bag.hpp"
@@ -89,7 +90,8 @@ static_assert(sizeof(PoolCompletion) == 16, "four completions to a cache line");
 namespace {
 
 using detail::TicketRecord;
-using Mailbox = detail::Mailbox<RequestHook, std::atomic, &RequestHook::next_in_queue>;
+using Mailbox = detail::Mailbox<RequestHook, std::atomic,
+                                detail::MemberLink<RequestHook, &RequestHook::next_in_queue>>;
 static_assert(sizeof(Mailbox) == 64 && alignof(Mailbox) == 64,
               "a participant's producers share one line, and only it");
 
