@@ -76,6 +76,7 @@
 #include "creditloop/runtime.hpp"
 #include "creditloop/ticket.hpp"
 #include "internal/mailbox.hpp"
+#include "internal/queue_link.hpp"
 #include "internal/spin.hpp"
 #include "internal/wait_free_bag.hpp"
 
@@ -166,8 +167,9 @@ struct Tally {
 
 class MailboxDesign {
  public:
-  using Mailbox =
-      creditloop::detail::Mailbox<RequestHook, std::atomic, &RequestHook::next_in_queue>;
+  using Mailbox = creditloop::detail::Mailbox<
+      RequestHook, std::atomic,
+      creditloop::detail::MemberLink<RequestHook, &RequestHook::next_in_queue>>;
 
   MailboxDesign(std::size_t participants, unsigned /*producers*/)
       : boxes_(new Mailbox[participants]), participants_(participants) {

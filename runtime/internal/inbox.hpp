@@ -40,7 +40,8 @@
 // open() is relaxed: a producer reads nothing but the head word itself, and its CAS re-validates
 // what it read.
 //
-// `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
+// `Atomic` and `Link` are template parameters so that the memory-model checks (tests/relacy) run
+// this code, with the link a Relacy variable.
 #pragma once
 
 #include <atomic>
@@ -48,7 +49,8 @@
 
 namespace creditloop::detail {
 
-template <class Node, template <class> class Atomic, Node* Node::*Link>
+// `Link` reaches a node's queue link (queue_link.hpp).
+template <class Node, template <class> class Atomic, class Link>
 class Inbox {
  public:
   enum class Push : std::uint8_t { queued, queued_first, refused, unsupported };
@@ -72,7 +74,7 @@ class Inbox {
     std::uint64_t head = head_.load(std::memory_order_acquire);
     for (;;) {
       if (tag_of(head) != tag || address_of(head) == kClosed) return Push::refused;
-      node.*Link = reinterpret_cast<Node*>(address_of(head));
+      Link::set(node, reinterpret_cast<Node*>(address_of(head)));
       // seq_cst on success: release pairs with the exchange in take()/close() and publishes the
       // node and its link; seq_cst because the runtime's activation flag is the other half of a
       // Dekker pair with this push (runtime.cpp, activate()).
@@ -132,8 +134,8 @@ class Inbox {
     Node* newest_first = reinterpret_cast<Node*>(address);
     Node* oldest_first = nullptr;
     while (newest_first != nullptr) {
-      Node* const next = newest_first->*Link;
-      newest_first->*Link = oldest_first;
+      Node* const next = Link::get(*newest_first);
+      Link::set(*newest_first, oldest_first);
       oldest_first = newest_first;
       newest_first = next;
     }

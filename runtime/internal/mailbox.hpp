@@ -17,7 +17,8 @@
 // single order, hence its push before the take: the take sees the request. (Acquire/release is
 // not enough here: this is a store-then-load pair on two locations.)
 //
-// `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
+// `Atomic` and `Link` (queue_link.hpp) are template parameters so that the memory-model checks
+// (tests/relacy) run this code.
 #pragma once
 
 #include <atomic>
@@ -27,7 +28,7 @@
 
 namespace creditloop::detail {
 
-template <class Node, template <class> class Atomic, Node* Node::*Link>
+template <class Node, template <class> class Atomic, class Link>
 struct alignas(64) Mailbox {
   using Queue = Inbox<Node, Atomic, Link>;
   enum class Submit : std::uint8_t { queued, queued_and_listed, refused, unsupported };

@@ -39,6 +39,7 @@
 #include "internal/parker.hpp"
 #include "internal/parking_place.hpp"
 #include "internal/probes.hpp"
+#include "internal/queue_link.hpp"
 #include "internal/spin.hpp"
 #include "internal/test_hooks.hpp"
 #include "internal/ticket_record.hpp"
@@ -47,7 +48,8 @@
 namespace creditloop {
 namespace detail {
 
-using RuntimeMailbox = Mailbox<RequestHook, std::atomic, &RequestHook::next_in_queue>;
+using RuntimeMailbox =
+    Mailbox<RequestHook, std::atomic, MemberLink<RequestHook, &RequestHook::next_in_queue>>;
 static_assert(sizeof(RuntimeMailbox) == 64 && alignof(RuntimeMailbox) == 64,
               "a participant's producers share one line, and only it");
 

@@ -34,7 +34,7 @@ namespace {
 
 template <class Policy>
 struct ActivationModel : rl::test_suite<ActivationModel<Policy>, 3> {
-  using Mailbox = detail::Mailbox<Request, With<Policy>::template Atomic, &Request::next>;
+  using Mailbox = detail::Mailbox<Request, With<Policy>::template Atomic, RequestLink>;
   using List = detail::WaitFreeBag<Mailbox, With<Policy>::template Atomic, &Mailbox::next_listed>;
   static constexpr int kMailboxes = 2;
   static constexpr int kRequests = 4;
@@ -82,7 +82,8 @@ struct ActivationModel : rl::test_suite<ActivationModel<Policy>, 3> {
   std::size_t drain() {
     return list.drain([&](Mailbox& mailbox) {
       RL_ASSERT(on_list[mailbox.slot].fetch_add(-1, std::memory_order_relaxed) == 1);
-      for (Request* r = mailbox.take_listed(true, kGeneration); r != nullptr; r = r->next) {
+      for (Request* r = mailbox.take_listed(true, kGeneration); r != nullptr;
+           r = RequestLink::get(*r)) {
         const int id = static_cast<int>(r - requests.data());
         RL_ASSERT(r->payload(RL_INFO) == 100 + id);
         ++taken[id];

@@ -25,7 +25,7 @@ namespace {
 
 template <class Policy>
 struct CloseModel : rl::test_suite<CloseModel<Policy>, 3> {
-  using Inbox = detail::Inbox<Request, With<Policy>::template Atomic, &Request::next>;
+  using Inbox = detail::Inbox<Request, With<Policy>::template Atomic, RequestLink>;
   static constexpr int kProducers = 2;
   static constexpr int kEach = 2;
   static constexpr std::uint16_t kOld = 1;
@@ -54,7 +54,7 @@ struct CloseModel : rl::test_suite<CloseModel<Policy>, 3> {
   }
 
   void receive(Request* oldest) {
-    for (Request* r = oldest; r != nullptr; r = r->next) {
+    for (Request* r = oldest; r != nullptr; r = RequestLink::get(*r)) {
       const int id = static_cast<int>(r - requests.data());
       RL_ASSERT(r->payload(RL_INFO) == 100 + id);
       RL_ASSERT(id % kEach == next_seq[id / kEach]);  // each producer's oldest first

@@ -9,7 +9,8 @@
 //
 // The orders that matter: push's CAS releases the request and its link, take's exchange acquires
 // them. The twin drops the release half of push's CAS (seq_cst -> acquire): the dispatcher then
-// reads a request whose contents it was never handed, which Relacy reports as a data race.
+// reads a request it was never handed, which Relacy reports as a data race, first on the queue
+// link (a Relacy variable, queue_link.hpp) that take()'s reversal reads in Inbox::reversed().
 #include <array>
 
 #include "internal/inbox.hpp"
@@ -23,7 +24,7 @@ struct InboxModel : rl::test_suite<InboxModel<Policy>, 3> {
   static constexpr int kProducers = 2;
   static constexpr int kEach = 2;
   static constexpr std::uint16_t kTag = 5;
-  using Inbox = detail::Inbox<Request, With<Policy>::template Atomic, &Request::next>;
+  using Inbox = detail::Inbox<Request, With<Policy>::template Atomic, RequestLink>;
 
   Inbox inbox;
   std::array<Request, kProducers * kEach> requests;
@@ -60,7 +61,7 @@ struct InboxModel : rl::test_suite<InboxModel<Policy>, 3> {
 
   void receive(Request* oldest) {
     if (oldest != nullptr) ++nonempty_takes;
-    for (Request* r = oldest; r != nullptr; r = r->next) {
+    for (Request* r = oldest; r != nullptr; r = RequestLink::get(*r)) {
       const int id = static_cast<int>(r - requests.data());
       RL_ASSERT(r->payload(RL_INFO) == 100 + id);
       // In order and once: the next unseen request of its producer, never an earlier one.

@@ -274,11 +274,23 @@ struct CostRecord {
   std::uint64_t generation = 0;    // the dispatcher's: the cell's current use
 };
 
-// A request as the queue models push it: the intrusive link, and a payload whose reads Relacy
-// checks for races (a request read without having been handed over is a data race).
+/// The queue link of a model's node, through the policy the queue code is templated on
+/// (internal/queue_link.hpp): a Relacy variable, so an access to it that no hand-off orders against
+/// another thread's is reported as a data race, at the line of the queue code that made it.
+template <class Node>
+struct VarLink {
+  static Node* get(const Node& node, Here at = Here::current()) { return node.next(where(at)); }
+  static void set(Node& node, Node* next, Here at = Here::current()) {
+    node.next(where(at)) = next;
+  }
+};
+
+// A request as the queue models push it: the intrusive link, and a payload; Relacy checks every
+// access to either for races (a request read without having been handed over is a data race).
 struct Request {
-  Request* next = nullptr;
+  rl::var<Request*> next{nullptr};
   rl::var<int> payload{-1};
 };
+using RequestLink = VarLink<Request>;
 
 }  // namespace creditloop::relacy

@@ -20,7 +20,7 @@ namespace {
 
 template <class Policy>
 struct ShutdownFlagModel : rl::test_suite<ShutdownFlagModel<Policy>, 3> {
-  using Inbox = detail::Inbox<Request, With<Policy>::template Atomic, &Request::next>;
+  using Inbox = detail::Inbox<Request, With<Policy>::template Atomic, RequestLink>;
   static constexpr int kProducers = 2;
   static constexpr std::uint16_t kTag = 1;
 
@@ -36,7 +36,7 @@ struct ShutdownFlagModel : rl::test_suite<ShutdownFlagModel<Policy>, 3> {
     if (index == kProducers) {
       // begin_shutdown(): relaxed, published by the close.
       accepting.store(false, std::memory_order_relaxed);
-      for (Request* r = inbox.close(); r != nullptr; r = r->next) {
+      for (Request* r = inbox.close(); r != nullptr; r = RequestLink::get(*r)) {
         ++received[static_cast<std::size_t>(r - requests.data())];
       }
       return;

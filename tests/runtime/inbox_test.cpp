@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "internal/inbox.hpp"
+#include "internal/queue_link.hpp"
 
 namespace creditloop {
 namespace {
@@ -16,7 +17,7 @@ namespace {
 struct Node {
   Node* next = nullptr;
 };
-using Inbox = detail::Inbox<Node, std::atomic, &Node::next>;
+using Inbox = detail::Inbox<Node, std::atomic, detail::MemberLink<Node, &Node::next>>;
 
 Node& with_bit(Node& node, int bit) {
   return *reinterpret_cast<Node*>(reinterpret_cast<std::uintptr_t>(&node) |
