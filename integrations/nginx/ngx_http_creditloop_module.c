@@ -39,10 +39,11 @@
  *   per tenant: queued, withdrawn, refused at the limit, refused at the timeout, cost charged
  *               (nano-credits), balance[classes] (nano-credits, as int64)
  *   in flight, unauthorized, passes[classes + 1]
- * The demands, room, cost, balances and passes are rewritten at each epoch (and the serving
- * worker's own at a scrape); the others as they change. Values are read without a lock, so a
- * reader may see one epoch's demand of one tenant beside the next epoch's of another, which the
- * rule tolerates as the fleet's store does (each fraction is of one tenant's demands). */
+ * The demands and room are rewritten at each epoch; the costs, balances and passes, which only
+ * the worker's core knows, at each epoch and at each scrape the worker serves; the others as
+ * they change. Values are read without a lock, so a reader may see one epoch's demand of one
+ * tenant beside the next epoch's of another, which the rule tolerates as the fleet's store does
+ * (each fraction is of one tenant's demands). */
 enum {
   ENTRY_QUEUED,
   ENTRY_WITHDRAWN,
@@ -1091,7 +1092,7 @@ static ngx_int_t ngx_http_creditloop_status_handler(ngx_http_request_t *r) {
   rc = ngx_http_discard_request_body(r);
   if (rc != NGX_OK) return rc;
   if (mcf->core == NULL) return NGX_HTTP_NOT_FOUND;
-  /* This worker's own, as of now; the others' as of their last epoch. */
+  /* This worker's costs, balances and passes as of now; the others' as of their last epoch. */
   ngx_http_creditloop_store_core(mcf, now);
 
   t = mcf->tenants.elts;
