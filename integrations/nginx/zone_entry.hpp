@@ -19,12 +19,14 @@
 // can load an older generation's stamp beside the new generation, which publish() stores before
 // its stamp, and would take the older values as live if that stamp passed its time-to-live. The
 // module never lets an entry pass from one generation to the next: each configuration's block is
-// cleared (every stamp 0) in the master before its workers fork, and only they write it.
+// cleared (every stamp 0) in the master before its workers fork, and only they write it (a block
+// serves again two reloads later, by when a reload's old workers have normally finished).
 // Every operation is a few loads and stores: no allocation, no wait.
 //
 // `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
