@@ -20,6 +20,7 @@
 
 #include "creditloop/creditloop.h"
 #include "creditloop_share.h"
+#include "creditloop_zone.h"
 
 #define NGX_HTTP_CREDITLOOP_BATCH 64
 #define NGX_HTTP_CREDITLOOP_MAX_NAME 64
@@ -29,22 +30,28 @@
  * that crashed): its demand no longer counts. */
 #define NGX_HTTP_CREDITLOOP_TTL_EPOCHS 3
 
-/* One worker's entry in the shared zone. Written by that worker alone, read by every worker;
- * the demands are read without a lock, so a reader may see one epoch's demand of one tenant
- * beside the previous epoch's of another, which the rule tolerates as the fleet's store does
+/* One worker's entry in the shared zone (creditloop_zone.h): written by that worker alone, read
+ * by every worker, published under a stamp and the configuration's generation. Its values, in
+ * order (tenants in sorted order; see the index functions below):
+ *   room                          its total demand, for the room's share
+ *   demand[tenants]               queued now plus dispatched in the last epoch, per tenant
+ *   dispatched[tenants][classes + 1]   requests dispatched, by the class they went out under
+ *   per tenant: queued, withdrawn, refused at the limit, refused at the timeout, cost charged
+ *               (nano-credits), balance[classes] (nano-credits, as int64)
+ *   in flight, unauthorized, passes[classes + 1]
+ * The demands and room are rewritten at each epoch; the costs, balances and passes, which only
+ * the worker's core knows, at each epoch and at each scrape the worker serves; the others as
+ * they change. Values are read without a lock, so a reader may see one epoch's demand of one
+ * tenant beside the next epoch's of another, which the rule tolerates as the fleet's store does
  * (each fraction is of one tenant's demands). */
-typedef struct {
-  ngx_atomic_uint_t stamp_ms;   /* when it last wrote; 0: never */
-  ngx_atomic_uint_t generation; /* of the configuration it was written under */
-  ngx_atomic_uint_t room;       /* its total demand, for the room's share */
-  /* [tenants] demands per tenant, in sorted tenant order, then [tenants x (classes + 1)]
-   * dispatch counters, for the metrics of every worker together. */
-  ngx_atomic_uint_t demand[1];
-} ngx_http_creditloop_entry_t;
-
-#define NGX_HTTP_CREDITLOOP_ENTRY_SIZE(tenants, classes)  \
-  (offsetof(ngx_http_creditloop_entry_t, demand) +         \
-   (tenants) * (1 + (size_t)(classes) + 1) * sizeof(ngx_atomic_uint_t))
+enum {
+  ENTRY_QUEUED,
+  ENTRY_WITHDRAWN,
+  ENTRY_REFUSED_LIMIT,
+  ENTRY_REFUSED_TIMEOUT,
+  ENTRY_COST_NANO,
+  ENTRY_BALANCE_NANO /* [classes] */
+};
 
 /* Two blocks of entries, used by configurations in turn: the old workers of a reload go on
  * writing the block of their configuration while the new ones start on the other, so the two
@@ -63,9 +70,6 @@ typedef struct {
   ngx_msec_t queue_timeout;   /* 0: none */
   creditloop_participant id;  /* in this worker's core */
   ngx_uint_t queued;          /* in this worker's core now */
-  uint64_t refused_limit;     /* answered 503 at the queue limit */
-  uint64_t refused_timeout;   /* answered 503 at the queue timeout */
-  uint64_t withdrawn;         /* clients gone while queued */
   uint64_t dispatched_epoch;  /* dispatched in this worker since the last epoch */
   uint32_t fraction;          /* of its plan this worker enforces, in millionths */
 } ngx_http_creditloop_tenant_t;
@@ -93,10 +97,9 @@ typedef struct {
   ngx_uint_t workers; /* worker_processes */
   ngx_uint_t generation;
   ngx_event_t epoch_event;
-  ngx_atomic_uint_t *counters; /* this worker's dispatch counters in the zone */
+  creditloop_zone_entry *own; /* this worker's entry in the zone, which holds its counts */
   creditloop_core *core;
   ngx_uint_t in_flight;
-  uint64_t unauthorized;
   ngx_event_t dispatch_event;
   creditloop_decision decisions[NGX_HTTP_CREDITLOOP_BATCH];
 } ngx_http_creditloop_main_conf_t;
@@ -129,6 +132,41 @@ typedef struct ngx_http_creditloop_ctx_s {
   unsigned cost_known : 1;
   ngx_event_t timeout;
 } ngx_http_creditloop_ctx_t;
+
+/* ---- the entry's layout ------------------------------------------------------------------- */
+
+#define ENTRY_ROOM 0
+
+static size_t ngx_http_creditloop_entry_demand(ngx_http_creditloop_main_conf_t *mcf, size_t t) {
+  (void)mcf;
+  return 1 + t;
+}
+
+static size_t ngx_http_creditloop_entry_dispatched(ngx_http_creditloop_main_conf_t *mcf, size_t t,
+                                                   int c) {
+  return 1 + mcf->tenants.nelts + t * (size_t)(mcf->classes + 1) + (size_t)c;
+}
+
+/* One of a tenant's ENTRY_* values; ENTRY_BALANCE_NANO + c for class c's balance. */
+static size_t ngx_http_creditloop_entry_tenant(ngx_http_creditloop_main_conf_t *mcf, size_t t,
+                                               size_t what) {
+  return 1 + mcf->tenants.nelts * (size_t)(mcf->classes + 2) +
+         t * (ENTRY_BALANCE_NANO + (size_t)mcf->classes) + what;
+}
+
+/* The worker-wide values: 0 in flight, 1 unauthorized, 2 + c class c's passes. */
+static size_t ngx_http_creditloop_entry_worker(ngx_http_creditloop_main_conf_t *mcf, size_t what) {
+  return ngx_http_creditloop_entry_tenant(mcf, mcf->tenants.nelts, 0) + what;
+}
+
+#define ENTRY_IN_FLIGHT 0
+#define ENTRY_UNAUTHORIZED 1
+#define ENTRY_PASSES 2
+
+static size_t ngx_http_creditloop_entry_size(ngx_http_creditloop_main_conf_t *mcf) {
+  return creditloop_zone_entry_size(
+      ngx_http_creditloop_entry_worker(mcf, ENTRY_PASSES + (size_t)mcf->classes + 1));
+}
 
 static ngx_int_t ngx_http_creditloop_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_creditloop_add_variables(ngx_conf_t *cf);
@@ -365,7 +403,7 @@ static ngx_int_t ngx_http_creditloop_init_zone(ngx_shm_zone_t *zone, void *data)
   ngx_http_creditloop_main_conf_t *mcf = zone->data;
   ngx_slab_pool_t *pool = (ngx_slab_pool_t *)zone->shm.addr;
   ngx_http_creditloop_shared_t *shared;
-  size_t entry = NGX_HTTP_CREDITLOOP_ENTRY_SIZE(mcf->tenants.nelts, mcf->classes);
+  size_t entry = ngx_http_creditloop_entry_size(mcf);
   (void)data;
   /* Each configuration starts its own layout (tenants may have changed); the old workers of a
    * reload go on writing theirs under the old generation, which the new ones ignore. The size
@@ -385,7 +423,7 @@ static ngx_int_t ngx_http_creditloop_init_zone(ngx_shm_zone_t *zone, void *data)
   mcf->generation = ++shared->generation;
   mcf->entries = shared->blocks[mcf->generation & 1];
   mcf->entry_size = entry;
-  ngx_memzero(mcf->entries, entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS);
+  creditloop_zone_clear(mcf->entries, entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS);
   zone->data = mcf;
   return NGX_OK;
 }
@@ -411,7 +449,7 @@ static char *ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf) {
   }
   {
     ngx_str_t name = ngx_string("creditloop");
-    size_t entry = NGX_HTTP_CREDITLOOP_ENTRY_SIZE(mcf->tenants.nelts, mcf->classes);
+    size_t entry = ngx_http_creditloop_entry_size(mcf);
     size_t size = 8 * ngx_pagesize + 2 * entry * NGX_HTTP_CREDITLOOP_MAX_WORKERS; /* 2 blocks */
     size = ngx_align(size, ngx_pagesize);
     mcf->zone = ngx_shared_memory_add(cf, &name, size, &ngx_http_creditloop_module);
@@ -487,9 +525,61 @@ static void ngx_http_creditloop_dispatch_handler(ngx_event_t *ev);
 static void ngx_http_creditloop_epoch_handler(ngx_event_t *ev);
 static void ngx_http_creditloop_schedule(ngx_http_creditloop_main_conf_t *mcf);
 
-static ngx_http_creditloop_entry_t *ngx_http_creditloop_entry(ngx_http_creditloop_main_conf_t *mcf,
-                                                              ngx_uint_t worker) {
-  return (ngx_http_creditloop_entry_t *)(mcf->entries + worker * mcf->entry_size);
+static creditloop_zone_entry *ngx_http_creditloop_entry(ngx_http_creditloop_main_conf_t *mcf,
+                                                        ngx_uint_t worker) {
+  return (creditloop_zone_entry *)(mcf->entries + worker * mcf->entry_size);
+}
+
+/* This worker's gauges in its entry, as they change; read by the metrics of every worker. */
+static void ngx_http_creditloop_queued(ngx_http_creditloop_main_conf_t *mcf,
+                                       ngx_http_creditloop_tenant_t *t, ngx_int_t change) {
+  t->queued += change;
+  creditloop_zone_store(
+      mcf->own,
+      ngx_http_creditloop_entry_tenant(
+          mcf, (size_t)(t - (ngx_http_creditloop_tenant_t *)mcf->tenants.elts), ENTRY_QUEUED),
+      t->queued);
+}
+
+static void ngx_http_creditloop_in_flight(ngx_http_creditloop_main_conf_t *mcf,
+                                          ngx_int_t change) {
+  mcf->in_flight += change;
+  creditloop_zone_store(mcf->own, ngx_http_creditloop_entry_worker(mcf, ENTRY_IN_FLIGHT),
+                        mcf->in_flight);
+}
+
+/* One more of a tenant's ENTRY_* counters: the entry is the counter's only home, so a worker
+ * that nginx starts again in a crashed one's place counts on from where that one stopped. */
+static void ngx_http_creditloop_count(ngx_http_creditloop_main_conf_t *mcf,
+                                      ngx_http_creditloop_tenant_t *t, size_t what) {
+  creditloop_zone_add(
+      mcf->own,
+      ngx_http_creditloop_entry_tenant(
+          mcf, (size_t)(t - (ngx_http_creditloop_tenant_t *)mcf->tenants.elts), what),
+      1);
+}
+
+/* What this worker's core alone knows, into its entry: each tenant's cost charged and balances,
+ * and the passes. At each epoch, and for the worker's own at a scrape it serves. */
+static void ngx_http_creditloop_store_core(ngx_http_creditloop_main_conf_t *mcf, int64_t now) {
+  ngx_http_creditloop_tenant_t *t = mcf->tenants.elts;
+  creditloop_participant_snapshot s;
+  ngx_uint_t i;
+  int c;
+  for (i = 0; i < mcf->tenants.nelts; ++i) {
+    if (creditloop_snapshot(mcf->core, t[i].id, now, &s) != CREDITLOOP_OK) continue;
+    creditloop_zone_store(mcf->own, ngx_http_creditloop_entry_tenant(mcf, i, ENTRY_COST_NANO),
+                          (uint64_t)s.cost_charged_nano);
+    for (c = 0; c < mcf->classes; ++c) {
+      creditloop_zone_store(
+          mcf->own, ngx_http_creditloop_entry_tenant(mcf, i, ENTRY_BALANCE_NANO + (size_t)c),
+          (uint64_t)s.balance_nano[c]);
+    }
+  }
+  for (c = 0; c <= mcf->classes; ++c) {
+    creditloop_zone_store(mcf->own, ngx_http_creditloop_entry_worker(mcf, ENTRY_PASSES + (size_t)c),
+                          creditloop_passes(mcf->core, c));
+  }
 }
 
 /* This worker's share of the room: the same rule as a tenant's plan, on the workers' total
@@ -506,7 +596,6 @@ static ngx_uint_t ngx_http_creditloop_room(ngx_http_creditloop_main_conf_t *mcf,
  * NGX_HTTP_CREDITLOOP_TTL_EPOCHS epochs is gone), and the room likewise. */
 static void ngx_http_creditloop_epoch(ngx_http_creditloop_main_conf_t *mcf) {
   ngx_http_creditloop_tenant_t *t = mcf->tenants.elts;
-  ngx_http_creditloop_entry_t *own = ngx_http_creditloop_entry(mcf, ngx_worker);
   ngx_msec_t now = ngx_current_msec, ttl = mcf->epoch * NGX_HTTP_CREDITLOOP_TTL_EPOCHS;
   ngx_uint_t i, w, live = 0, room_changed;
   uint64_t own_room = 0, all_room = 0;
@@ -517,28 +606,23 @@ static void ngx_http_creditloop_epoch(ngx_http_creditloop_main_conf_t *mcf) {
     uint64_t d = t[i].queued + t[i].dispatched_epoch;
     t[i].dispatched_epoch = 0;
     own_room += d;
-    /* Relaxed: each value stands alone; the stamp below orders them for readers. */
-    __atomic_store_n(&own->demand[i], (ngx_atomic_uint_t)d, __ATOMIC_RELAXED);
+    creditloop_zone_store(mcf->own, ngx_http_creditloop_entry_demand(mcf, i), d);
   }
-  __atomic_store_n(&own->room, (ngx_atomic_uint_t)own_room, __ATOMIC_RELAXED);
-  __atomic_store_n(&own->generation, (ngx_atomic_uint_t)mcf->generation, __ATOMIC_RELAXED);
-  /* Release: pairs with the acquire load of stamp_ms below, in the other workers, so that a
-   * reader that sees this stamp sees the demands written before it. */
-  __atomic_store_n(&own->stamp_ms, (ngx_atomic_uint_t)(now == 0 ? 1 : now), __ATOMIC_RELEASE);
+  creditloop_zone_store(mcf->own, ENTRY_ROOM, own_room);
+  ngx_http_creditloop_store_core(mcf, now_ns);
+  /* A reader in another worker that sees this stamp sees everything stored before it. */
+  creditloop_zone_publish(mcf->own, mcf->generation, now);
 
   for (i = 0; i < mcf->tenants.nelts; ++i) {
     uint64_t total = 0;
-    uint64_t mine = __atomic_load_n(&own->demand[i], __ATOMIC_RELAXED); /* our own write */
+    uint64_t mine = creditloop_zone_load(mcf->own, ngx_http_creditloop_entry_demand(mcf, i));
     live = 0;
     for (w = 0; w < NGX_HTTP_CREDITLOOP_MAX_WORKERS; ++w) {
-      ngx_http_creditloop_entry_t *e = ngx_http_creditloop_entry(mcf, w);
-      /* Acquire: pairs with the release store of stamp_ms above, in worker w. */
-      ngx_msec_t stamp = __atomic_load_n(&e->stamp_ms, __ATOMIC_ACQUIRE);
-      if (stamp == 0 || now - stamp > ttl) continue;
-      if (__atomic_load_n(&e->generation, __ATOMIC_RELAXED) != mcf->generation) continue;
+      creditloop_zone_entry *e = ngx_http_creditloop_entry(mcf, w);
+      if (!creditloop_zone_live(e, mcf->generation, now, ttl)) continue;
       live++;
-      total += __atomic_load_n(&e->demand[i], __ATOMIC_RELAXED);
-      if (i == 0) all_room += __atomic_load_n(&e->room, __ATOMIC_RELAXED);
+      total += creditloop_zone_load(e, ngx_http_creditloop_entry_demand(mcf, i));
+      if (i == 0) all_room += creditloop_zone_load(e, ENTRY_ROOM);
     }
     f = creditloop_share_fraction(mine, total, live == 0 ? 1 : (uint32_t)live);
     if (f != t[i].fraction) {
@@ -605,14 +689,13 @@ static ngx_int_t ngx_http_creditloop_init_process(ngx_cycle_t *cycle) {
                     NGX_HTTP_CREDITLOOP_MAX_WORKERS);
       return NGX_ERROR;
     }
-    mcf->counters = ngx_http_creditloop_entry(mcf, ngx_worker)->demand + mcf->tenants.nelts;
+    mcf->own = ngx_http_creditloop_entry(mcf, ngx_worker);
+    /* A worker started in a crashed one's place has nothing queued or in flight yet. */
+    for (i = 0; i < mcf->tenants.nelts; ++i) ngx_http_creditloop_queued(mcf, &t[i], 0);
+    ngx_http_creditloop_in_flight(mcf, 0);
+    ngx_http_creditloop_store_core(mcf, now);
     /* The entry is live for the metrics from the start, whatever the worker count. */
-    /* Relaxed, as every write of it: the release store of stamp_ms below publishes it. */
-    __atomic_store_n(&ngx_http_creditloop_entry(mcf, ngx_worker)->generation,
-                     (ngx_atomic_uint_t)mcf->generation, __ATOMIC_RELAXED);
-    __atomic_store_n(&ngx_http_creditloop_entry(mcf, ngx_worker)->stamp_ms,
-                     (ngx_atomic_uint_t)(ngx_current_msec == 0 ? 1 : ngx_current_msec),
-                     __ATOMIC_RELEASE); /* pairs with the metrics handler's acquire load */
+    creditloop_zone_publish(mcf->own, mcf->generation, ngx_current_msec);
   }
   if (mcf->workers > 1) {
     uint32_t even = creditloop_share_even((uint32_t)mcf->workers);
@@ -670,7 +753,7 @@ static void ngx_http_creditloop_dispatch(ngx_http_creditloop_main_conf_t *mcf) {
     for (i = 0; i < got; ++i) {
       creditloop_decision *d = &mcf->decisions[i];
       ngx_http_creditloop_ctx_t *ctx = d->request->user;
-      ctx->tenant->queued--;
+      ngx_http_creditloop_queued(mcf, ctx->tenant, -1);
       if (ctx->request == NULL) {
         /* Its request ended while queued and the withdrawal was refused: retire it at no cost. */
         (void)creditloop_complete(mcf->core, d->ticket, 0, now, NULL);
@@ -682,16 +765,13 @@ static void ngx_http_creditloop_dispatch(ngx_http_creditloop_main_conf_t *mcf) {
       ctx->out_class = d->out_class;
       ctx->dispatched_at = now;
       ctx->tenant->dispatched_epoch++;
-      {
-        ngx_atomic_uint_t *n = &mcf->counters[(ctx->tenant - (ngx_http_creditloop_tenant_t *)
-                                                                  mcf->tenants.elts) *
-                                                     (size_t)(mcf->classes + 1) +
-                                                 (size_t)d->out_class];
-        /* Relaxed, and not an increment: this worker alone writes it; the metrics handler's
-         * relaxed loads in other workers need only a value not torn, never an order. */
-        __atomic_store_n(n, __atomic_load_n(n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-      }
-      mcf->in_flight++;
+      creditloop_zone_add(
+          mcf->own,
+          ngx_http_creditloop_entry_dispatched(
+              mcf, (size_t)(ctx->tenant - (ngx_http_creditloop_tenant_t *)mcf->tenants.elts),
+              d->out_class),
+          1);
+      ngx_http_creditloop_in_flight(mcf, 1);
       ngx_http_creditloop_resume(ctx);
     }
     if (got < want) return; /* every queue is empty */
@@ -754,9 +834,9 @@ static void ngx_http_creditloop_cleanup(void *data) {
   }
   if (ctx->state == CTX_QUEUED) {
     creditloop_status s = creditloop_withdraw(mcf->core, &ctx->record);
-    ctx->tenant->withdrawn++;
+    ngx_http_creditloop_count(mcf, ctx->tenant, ENTRY_WITHDRAWN);
     if (s == CREDITLOOP_OK) {
-      ctx->tenant->queued--;
+      ngx_http_creditloop_queued(mcf, ctx->tenant, -1);
       ngx_free(ctx);
     } else {
       /* Only a record this core does not hold is refused, which a queued one never is; were it
@@ -772,7 +852,7 @@ static void ngx_http_creditloop_cleanup(void *data) {
     double cost = ngx_http_creditloop_cost(ctx, 0);
     (void)creditloop_complete(mcf->core, ctx->ticket, cost, ngx_http_creditloop_now(), NULL);
     ctx->state = CTX_COMPLETED;
-    mcf->in_flight--;
+    ngx_http_creditloop_in_flight(mcf, -1);
     /* Most completions under light load find nothing queued: no event to run then. */
     if (creditloop_waiting(mcf->core) != 0) ngx_http_creditloop_schedule(mcf);
   }
@@ -819,8 +899,8 @@ static void ngx_http_creditloop_timeout_handler(ngx_event_t *ev) {
   if (creditloop_withdraw(ctx->mcf->core, &ctx->record) != CREDITLOOP_OK) {
     return; /* not queued here any more: it is on its way */
   }
-  ctx->tenant->queued--;
-  ctx->tenant->refused_timeout++;
+  ngx_http_creditloop_queued(ctx->mcf, ctx->tenant, -1);
+  ngx_http_creditloop_count(ctx->mcf, ctx->tenant, ENTRY_REFUSED_TIMEOUT);
   ctx->state = CTX_REFUSED;
   retry = (ctx->tenant->queue_timeout + 999) / 1000;
   ngx_http_finalize_request(
@@ -854,12 +934,12 @@ static ngx_int_t ngx_http_creditloop_handler(ngx_http_request_t *r) {
   tenant = ngx_http_creditloop_find_tenant(mcf, &name);
   if (tenant == NULL) tenant = mcf->default_tenant;
   if (tenant == NULL) {
-    mcf->unauthorized++;
+    creditloop_zone_add(mcf->own, ngx_http_creditloop_entry_worker(mcf, ENTRY_UNAUTHORIZED), 1);
     return NGX_HTTP_UNAUTHORIZED;
   }
   if (tenant->queue_limit != 0 && tenant->queued >= tenant->queue_limit &&
       mcf->in_flight >= mcf->room) {
-    tenant->refused_limit++;
+    ngx_http_creditloop_count(mcf, tenant, ENTRY_REFUSED_LIMIT);
     return ngx_http_creditloop_refuse(r, NGX_HTTP_SERVICE_UNAVAILABLE, 1);
   }
 
@@ -885,7 +965,7 @@ static ngx_int_t ngx_http_creditloop_handler(ngx_http_request_t *r) {
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
   }
   ctx->state = CTX_QUEUED;
-  tenant->queued++;
+  ngx_http_creditloop_queued(mcf, tenant, 1);
   cln->handler = ngx_http_creditloop_cleanup;
   cln->data = ctx;
   ngx_http_set_ctx(r, ctx, ngx_http_creditloop_module);
@@ -972,6 +1052,28 @@ static u_char *ngx_http_creditloop_class_label(u_char *p, int c) {
   return ngx_sprintf(p, "P%d", c + 1);
 }
 
+/* One value summed over every worker of this configuration, from the zone. A worker that exited
+ * keeps its counts there until a reload, and nginx starts a crashed worker's successor on the
+ * same entry; the old workers of a reload write the other block. */
+static uint64_t ngx_http_creditloop_sum(ngx_http_creditloop_main_conf_t *mcf, size_t value) {
+  uint64_t sum = 0;
+  ngx_uint_t w;
+  for (w = 0; w < NGX_HTTP_CREDITLOOP_MAX_WORKERS; ++w) {
+    creditloop_zone_entry *e = ngx_http_creditloop_entry(mcf, w);
+    /* Any age: an entry is rewritten at epochs only with several workers. */
+    if (!creditloop_zone_live(e, mcf->generation, ngx_current_msec, (uint64_t)-1)) continue;
+    sum += creditloop_zone_load(e, value);
+  }
+  return sum;
+}
+
+static u_char *ngx_http_creditloop_help(u_char *p, const char *name, const char *type,
+                                        const char *help) {
+  return ngx_sprintf(p, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Every metric answers for the whole nginx, whichever worker serves the scrape: each worker's
+ * counts and gauges are summed from the zone. */
 static ngx_int_t ngx_http_creditloop_status_handler(ngx_http_request_t *r) {
   ngx_http_creditloop_main_conf_t *mcf =
       ngx_http_get_module_main_conf(r, ngx_http_creditloop_module);
@@ -984,106 +1086,110 @@ static ngx_int_t ngx_http_creditloop_status_handler(ngx_http_request_t *r) {
   ngx_int_t rc;
   int64_t now = ngx_http_creditloop_now();
   creditloop_participant_snapshot s;
+  uint64_t sum;
 
   if (r->method != NGX_HTTP_GET && r->method != NGX_HTTP_HEAD) return NGX_HTTP_NOT_ALLOWED;
   rc = ngx_http_discard_request_body(r);
   if (rc != NGX_OK) return rc;
   if (mcf->core == NULL) return NGX_HTTP_NOT_FOUND;
+  /* This worker's costs, balances and passes as of now; the others' as of their last epoch. */
+  ngx_http_creditloop_store_core(mcf, now);
 
   t = mcf->tenants.elts;
   size = 4096 + mcf->tenants.nelts * (size_t)(mcf->classes + 2) * 6 * 160;
   b = ngx_create_temp_buf(r->pool, size);
   if (b == NULL) return NGX_HTTP_INTERNAL_SERVER_ERROR;
-  b->last = ngx_sprintf(b->last,
-                        "# HELP creditloop_tenant_requests_total Requests dispatched, by the class "
-                        "they went out under.\n# TYPE creditloop_tenant_requests_total counter\n");
-  {
-    /* Every worker of this configuration together, from the zone: a worker that exited keeps
-     * its counts there until a reload. */
-    ngx_uint_t w;
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
-      for (c = 0; c <= mcf->classes; ++c) {
-        uint64_t sum = 0;
-        for (w = 0; w < NGX_HTTP_CREDITLOOP_MAX_WORKERS; ++w) {
-          ngx_http_creditloop_entry_t *e = ngx_http_creditloop_entry(mcf, w);
-          /* Acquire: pairs with the release store of the entry's stamp (init_process). */
-          if (__atomic_load_n(&e->stamp_ms, __ATOMIC_ACQUIRE) == 0) continue;
-          if (__atomic_load_n(&e->generation, __ATOMIC_RELAXED) != mcf->generation) continue;
-          sum += __atomic_load_n(
-              &e->demand[mcf->tenants.nelts + i * (size_t)(mcf->classes + 1) + (size_t)c],
-              __ATOMIC_RELAXED);
-        }
-        b->last = ngx_sprintf(b->last,
-                              "creditloop_tenant_requests_total{tenant=\"%V\",class=\"", &t[i].name);
-        b->last = ngx_http_creditloop_class_label(b->last, c);
-        b->last = ngx_sprintf(b->last, "\"} %uL\n", sum);
-      }
+  b->last = ngx_http_creditloop_help(b->last, "creditloop_tenant_requests_total", "counter",
+                                     "Requests dispatched, by the class they went out under.");
+  for (i = 0; i < mcf->tenants.nelts; ++i) {
+    for (c = 0; c <= mcf->classes; ++c) {
+      sum = ngx_http_creditloop_sum(mcf, ngx_http_creditloop_entry_dispatched(mcf, i, c));
+      b->last = ngx_sprintf(b->last,
+                            "creditloop_tenant_requests_total{tenant=\"%V\",class=\"", &t[i].name);
+      b->last = ngx_http_creditloop_class_label(b->last, c);
+      b->last = ngx_sprintf(b->last, "\"} %uL\n", sum);
     }
   }
-  b->last = ngx_sprintf(b->last,
-                        "# HELP creditloop_tenant_queue_depth Requests queued now.\n"
-                        "# TYPE creditloop_tenant_queue_depth gauge\n");
+  b->last = ngx_http_creditloop_help(b->last, "creditloop_tenant_queue_depth", "gauge",
+                                     "Requests queued now.");
   for (i = 0; i < mcf->tenants.nelts; ++i) {
-    b->last = ngx_sprintf(b->last, "creditloop_tenant_queue_depth{tenant=\"%V\"} %ui\n",
-                          &t[i].name, t[i].queued);
+    sum = ngx_http_creditloop_sum(mcf, ngx_http_creditloop_entry_tenant(mcf, i, ENTRY_QUEUED));
+    b->last = ngx_sprintf(b->last, "creditloop_tenant_queue_depth{tenant=\"%V\"} %uL\n",
+                          &t[i].name, sum);
   }
-  b->last = ngx_sprintf(b->last,
-                        "# HELP creditloop_tenant_balance_credits Bucket balance per class.\n"
-                        "# TYPE creditloop_tenant_balance_credits gauge\n");
+  /* Summed, not labelled by worker: each worker's bucket holds its share of the tenant's plan, so
+   * the sum is the tenant's credit in this nginx, what a user compares with the plan's burst and
+   * alerts on, as creditloop-server's one bucket; a worker label would change the series with
+   * worker_processes, and every query would sum it away. */
+  b->last = ngx_http_creditloop_help(
+      b->last, "creditloop_tenant_balance_credits", "gauge",
+      "Bucket balance per class, summed over the workers' buckets (each holds its share of the "
+      "plan); another worker's as of its last epoch.");
   for (i = 0; i < mcf->tenants.nelts; ++i) {
+    /* The classes the tenant's plan holds, the same in every worker. */
     if (creditloop_snapshot(mcf->core, t[i].id, now, &s) != CREDITLOOP_OK) continue;
     for (c = 0; c < mcf->classes; ++c) {
       if (!(s.has_class & (1u << c))) continue;
+      sum = ngx_http_creditloop_sum(
+          mcf, ngx_http_creditloop_entry_tenant(mcf, i, ENTRY_BALANCE_NANO + (size_t)c));
       b->last = ngx_sprintf(b->last, "creditloop_tenant_balance_credits{tenant=\"%V\",class=\"",
                             &t[i].name);
       b->last = ngx_http_creditloop_class_label(b->last, c);
-      b->last = ngx_sprintf(b->last, "\"} %.3f\n", (double)s.balance_nano[c] / 1e9);
+      /* Signed: a balance may be below 0 after a charge-back; the sum wraps as int64 would. */
+      b->last = ngx_sprintf(b->last, "\"} %.3f\n", (double)(int64_t)sum / 1e9);
     }
   }
-  b->last = ngx_sprintf(b->last,
-                        "# HELP creditloop_tenant_cost_charged_credits_total Cost charged back.\n"
-                        "# TYPE creditloop_tenant_cost_charged_credits_total counter\n");
+  b->last = ngx_http_creditloop_help(
+      b->last, "creditloop_tenant_cost_charged_credits_total", "counter",
+      "Cost charged back; another worker's as of its last epoch.");
   for (i = 0; i < mcf->tenants.nelts; ++i) {
-    if (creditloop_snapshot(mcf->core, t[i].id, now, &s) != CREDITLOOP_OK) continue;
+    sum = ngx_http_creditloop_sum(mcf, ngx_http_creditloop_entry_tenant(mcf, i, ENTRY_COST_NANO));
     b->last = ngx_sprintf(b->last,
                           "creditloop_tenant_cost_charged_credits_total{tenant=\"%V\"} %.3f\n",
-                          &t[i].name, (double)s.cost_charged_nano / 1e9);
+                          &t[i].name, (double)sum / 1e9);
   }
-  b->last = ngx_sprintf(b->last,
-                        "# HELP creditloop_nginx_refused_total Requests answered 503 by the "
-                        "queue limit or the queue timeout.\n"
-                        "# TYPE creditloop_nginx_refused_total counter\n");
+  b->last = ngx_http_creditloop_help(
+      b->last, "creditloop_nginx_refused_total", "counter",
+      "Requests answered 503 by the queue limit or the queue timeout.");
   for (i = 0; i < mcf->tenants.nelts; ++i) {
-    b->last = ngx_sprintf(b->last,
-                          "creditloop_nginx_refused_total{tenant=\"%V\",reason=\"queue_limit\"} "
-                          "%uL\ncreditloop_nginx_refused_total{tenant=\"%V\",reason=\"queue_"
-                          "timeout\"} %uL\n",
-                          &t[i].name, t[i].refused_limit, &t[i].name, t[i].refused_timeout);
+    b->last = ngx_sprintf(
+        b->last,
+        "creditloop_nginx_refused_total{tenant=\"%V\",reason=\"queue_limit\"} %uL\n"
+        "creditloop_nginx_refused_total{tenant=\"%V\",reason=\"queue_timeout\"} %uL\n",
+        &t[i].name,
+        ngx_http_creditloop_sum(mcf, ngx_http_creditloop_entry_tenant(mcf, i, ENTRY_REFUSED_LIMIT)),
+        &t[i].name,
+        ngx_http_creditloop_sum(mcf,
+                                ngx_http_creditloop_entry_tenant(mcf, i, ENTRY_REFUSED_TIMEOUT)));
   }
-  b->last = ngx_sprintf(b->last,
-                        "# HELP creditloop_server_requests_cancelled_total Requests whose client "
-                        "went away while they were queued.\n"
-                        "# TYPE creditloop_server_requests_cancelled_total counter\n");
-  {
-    uint64_t withdrawn = 0;
-    for (i = 0; i < mcf->tenants.nelts; ++i) withdrawn += t[i].withdrawn;
-    b->last = ngx_sprintf(b->last, "creditloop_server_requests_cancelled_total %uL\n", withdrawn);
+  b->last = ngx_http_creditloop_help(
+      b->last, "creditloop_server_requests_cancelled_total", "counter",
+      "Requests whose client went away while they were queued.");
+  sum = 0;
+  for (i = 0; i < mcf->tenants.nelts; ++i) {
+    sum += ngx_http_creditloop_sum(mcf, ngx_http_creditloop_entry_tenant(mcf, i, ENTRY_WITHDRAWN));
   }
-  b->last = ngx_sprintf(b->last,
-                        "# HELP creditloop_loop_passes_total Turns begun, by class.\n"
-                        "# TYPE creditloop_loop_passes_total counter\n");
+  b->last = ngx_sprintf(b->last, "creditloop_server_requests_cancelled_total %uL\n", sum);
+  b->last = ngx_http_creditloop_help(b->last, "creditloop_loop_passes_total", "counter",
+                                     "Turns begun, by class; another worker's as of its last "
+                                     "epoch.");
   for (c = 0; c <= mcf->classes; ++c) {
+    sum = ngx_http_creditloop_sum(mcf, ngx_http_creditloop_entry_worker(mcf, ENTRY_PASSES +
+                                                                             (size_t)c));
     b->last = ngx_sprintf(b->last, "creditloop_loop_passes_total{class=\"");
     b->last = ngx_http_creditloop_class_label(b->last, c);
-    b->last = ngx_sprintf(b->last, "\"} %uL\n", creditloop_passes(mcf->core, c));
+    b->last = ngx_sprintf(b->last, "\"} %uL\n", sum);
   }
-  b->last = ngx_sprintf(b->last,
-                        "# HELP creditloop_loop_in_flight Requests dispatched and not finished.\n"
-                        "# TYPE creditloop_loop_in_flight gauge\ncreditloop_loop_in_flight %ui\n"
-                        "# HELP creditloop_server_unauthorized_total Requests answered 401: no "
-                        "tenant.\n# TYPE creditloop_server_unauthorized_total counter\n"
-                        "creditloop_server_unauthorized_total{listener=\"tenants\"} %uL\n",
-                        mcf->in_flight, mcf->unauthorized);
+  b->last = ngx_http_creditloop_help(b->last, "creditloop_loop_in_flight", "gauge",
+                                     "Requests dispatched and not finished.");
+  b->last = ngx_sprintf(b->last, "creditloop_loop_in_flight %uL\n",
+                        ngx_http_creditloop_sum(mcf, ngx_http_creditloop_entry_worker(
+                                                         mcf, ENTRY_IN_FLIGHT)));
+  b->last = ngx_http_creditloop_help(b->last, "creditloop_server_unauthorized_total", "counter",
+                                     "Requests answered 401: no tenant.");
+  b->last = ngx_sprintf(b->last, "creditloop_server_unauthorized_total{listener=\"tenants\"} %uL\n",
+                        ngx_http_creditloop_sum(mcf, ngx_http_creditloop_entry_worker(
+                                                         mcf, ENTRY_UNAUTHORIZED)));
 
   r->headers_out.status = NGX_HTTP_OK;
   r->headers_out.content_length_n = b->last - b->pos;

@@ -139,6 +139,8 @@ http {{
             creditloop_tenant $http_x_tenant;
             add_header X-Creditloop-Class $creditloop_class always;
             add_header X-Creditloop-Wait-Ms $creditloop_wait_ms always;
+            # Which worker answered: the multi-worker metrics test spreads requests by it.
+            add_header X-Worker-Pid $pid always;
             proxy_pass http://backend;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -508,6 +510,58 @@ class Workers(unittest.TestCase):
 
     def test_four_workers(self):
         self.run_with(4)
+
+
+class WorkersTogether(unittest.TestCase):
+    """With 2 workers, a scrape answers for the whole nginx, whichever worker serves it: counts
+    and gauges of the other worker appear in it."""
+
+    def setUp(self):
+        self.nginx = Nginx(workers=2)
+
+    def tearDown(self):
+        self.nginx.stop()
+
+    def concurrently(self, count, path, tenant):
+        started = [self.nginx.start_in_thread(path, tenant) for _ in range(count)]
+        return started
+
+    def test_counts_of_every_worker_are_summed(self):
+        # 401s in concurrent batches until both workers have answered some: a busy worker leaves
+        # the next connection to the other.
+        pids, sent = set(), 0
+        for _ in range(50):
+            batch = self.concurrently(8, "/fast", "mallory")
+            for t, out in batch:
+                t.join(10)
+                status, headers, _ = out["response"]
+                self.assertEqual(status, 401)
+                pids.add(headers["X-Worker-Pid"])
+                sent += 1
+            if len(pids) == 2:
+                break
+        self.assertEqual(len(pids), 2, "every 401 came from one worker")
+        self.assertEqual(self.nginx.metric("creditloop_server_unauthorized_total",
+                                           listener="tenants"), sent)
+        if shutil.which("promtool"):
+            r = subprocess.run(["promtool", "check", "metrics"], input=self.nginx.metrics_or_none(),
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_gauges_of_every_worker_are_summed(self):
+        # Each worker has room for one request (creditloop_slots 1): of four held requests,
+        # wherever they land, the whole nginx has them all in flight or queued.
+        held = self.concurrently(4, "/gate/together", "alice")
+        wait_for("four requests in flight or queued, over both workers", lambda: (
+            (self.nginx.metric("creditloop_loop_in_flight") or 0) +
+            (self.nginx.metric("creditloop_tenant_queue_depth", tenant="alice") or 0)) == 4)
+        self.nginx.backend.gate("together").set()
+        for t, out in held:
+            t.join(30)
+            self.assertEqual(out["response"][0], 200)
+        wait_for("nothing in flight", lambda: self.nginx.metric("creditloop_loop_in_flight") == 0)
+        self.assertEqual(self.nginx.metric("creditloop_tenant_requests_total",
+                                           **{"tenant": "alice", "class": "P1"}), 4)
 
 
 class BadConfiguration(unittest.TestCase):

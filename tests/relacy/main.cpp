@@ -122,12 +122,14 @@ int main(int argc, char** argv) {
       {"pool_completion", pool_completion_model},
       {"shutdown_flag", shutdown_flag_model},
       {"capture_ring", capture_ring_model},
+      {"zone_entry", zone_entry_model},
   };
   const std::string_view variant = argc == 3 ? argv[2] : "";
   if (variant != "correct" && variant != "twin") {
     std::fprintf(stderr,
                  "usage: %s MODEL correct|twin (MODEL: inbox activation parking "
-                 "charge_back ticket close pool_completion shutdown_flag capture_ring)\n",
+                 "charge_back ticket close pool_completion shutdown_flag capture_ring "
+                 "zone_entry)\n",
                  argv[0]);
     return 2;
   }

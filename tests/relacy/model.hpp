@@ -263,6 +263,7 @@ bool close_model(Variant variant);
 bool pool_completion_model(Variant variant);
 bool shutdown_flag_model(Variant variant);
 bool capture_ring_model(Variant variant);
+bool zone_entry_model(Variant variant);  // the nginx module's workers, not the runtime
 
 // A ticket's record as the completion models use it: the cell, the completion list's link, and
 // the cost a completer writes (a Relacy var: the dispatcher reading it unordered is a data race).

@@ -1,0 +1,58 @@
+// The workers' entries (zone_entry.hpp) over std::atomic, for the module's C code. The zone is
+// memory shared between processes: its words are atomics that are lock-free whatever the build
+// (a lock-based atomic's lock would live in one process only), as wide as the words C sizes.
+#include "creditloop_zone.h"
+
+#include <atomic>
+#include <cstdint>
+#include <new>
+
+#include "zone_entry.hpp"
+
+namespace {
+
+using Entry = creditloop::nginx::ZoneEntry<std::atomic>;
+using Word = Entry::Word;
+static_assert(Word::is_always_lock_free, "shared between processes: must not take a lock");
+static_assert(sizeof(Word) == sizeof(std::uint64_t) && alignof(Word) <= sizeof(std::uint64_t));
+
+// The words were started by creditloop_zone_clear(), in the master, before the fork.
+Entry view(creditloop_zone_entry* entry) noexcept { return Entry(reinterpret_cast<Word*>(entry)); }
+Entry view(const creditloop_zone_entry* entry) noexcept {
+  // The view's reads never write: const only in C's eyes.
+  return Entry(reinterpret_cast<Word*>(const_cast<creditloop_zone_entry*>(entry)));
+}
+
+}  // namespace
+
+extern "C" {
+
+size_t creditloop_zone_entry_size(size_t values) { return Entry::words(values) * sizeof(Word); }
+
+void creditloop_zone_clear(void* block, size_t bytes) {
+  auto* words = static_cast<unsigned char*>(block);
+  for (size_t at = 0; at + sizeof(Word) <= bytes; at += sizeof(Word)) new (words + at) Word(0);
+}
+
+void creditloop_zone_store(creditloop_zone_entry* entry, size_t value, uint64_t v) {
+  view(entry).store(value, v);
+}
+
+void creditloop_zone_add(creditloop_zone_entry* entry, size_t value, uint64_t delta) {
+  view(entry).add(value, delta);
+}
+
+void creditloop_zone_publish(creditloop_zone_entry* entry, uint64_t generation, uint64_t stamp_ms) {
+  view(entry).publish(generation, stamp_ms);
+}
+
+int creditloop_zone_live(const creditloop_zone_entry* entry, uint64_t generation, uint64_t now_ms,
+                         uint64_t ttl_ms) {
+  return view(entry).live(generation, now_ms, ttl_ms) ? 1 : 0;
+}
+
+uint64_t creditloop_zone_load(const creditloop_zone_entry* entry, size_t value) {
+  return view(entry).load(value);
+}
+
+}  // extern "C"

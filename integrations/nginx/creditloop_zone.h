@@ -1,0 +1,41 @@
+/* The workers' entries in the module's shared-memory zone (zone_entry.hpp) for the module's C
+ * code: each worker stores its values into its own entry and publishes them under a stamp and
+ * its configuration's generation; any worker reads an entry's values once creditloop_zone_live()
+ * has found it live. None of these allocates, blocks or takes a lock. */
+#ifndef CREDITLOOP_NGINX_ZONE_H
+#define CREDITLOOP_NGINX_ZONE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An entry: opaque to C, laid out by zone_entry.hpp. */
+typedef struct creditloop_zone_entry creditloop_zone_entry;
+
+/* Bytes an entry of `values` values takes (a multiple of 8). */
+size_t creditloop_zone_entry_size(size_t values);
+/* Starts `bytes` (a multiple of 8) at `block`, 8-byte aligned, as zeroed entries: never
+ * published, every value 0. In the master, before the workers that use the block fork. */
+void creditloop_zone_clear(void *block, size_t bytes);
+
+/* The owner's, on its one thread: set or add to one value, and publish every value stored so far
+ * under `generation` and `stamp_ms` (0 is taken as 1). */
+void creditloop_zone_store(creditloop_zone_entry *entry, size_t value, uint64_t v);
+void creditloop_zone_add(creditloop_zone_entry *entry, size_t value, uint64_t delta);
+void creditloop_zone_publish(creditloop_zone_entry *entry, uint64_t generation, uint64_t stamp_ms);
+
+/* Any worker's: 1 when the entry belongs to a worker of `generation` that published at most
+ * `ttl_ms` before `now_ms`, else 0. Its values are this generation's only after a 1. */
+int creditloop_zone_live(const creditloop_zone_entry *entry, uint64_t generation, uint64_t now_ms,
+                         uint64_t ttl_ms);
+/* One value: after creditloop_zone_live() returned 1, or the owner's own. */
+uint64_t creditloop_zone_load(const creditloop_zone_entry *entry, size_t value);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
