@@ -200,6 +200,39 @@ Status Runtime::Impl::scale(ParticipantId p, std::uint32_t millionths) {
   return result;
 }
 
+Status Runtime::Impl::cancel(ParticipantId p, RequestHook& request) {
+  Status result = Errc::shut_down;
+  Command c;
+  c.work = [&] {
+    if (phase_ != Phase::running) return;
+    if (!core_.contains(p)) {
+      result = Errc::unknown_participant;
+      return;
+    }
+    // A request whose submit() returned is in the core or in p's inbox: take the inbox into the
+    // core now, as its activation would. The mailbox stays listed if it was, and that later take
+    // finds only what came since; a submit that finds the inbox empty lists it anew.
+    const Local& local = locals_[p.slot];
+    move_to_core(mailboxes_[p.slot].inbox.take(Mailbox::Queue::tag_for(local.generation)), p,
+                 loop_now_);
+    // Core::cancel finds the request's queue from its hook: one queued for another participant
+    // must not be withdrawn and counted against p. relaxed: only the dispatcher, this thread,
+    // moves a request into or out of the core's queue.
+    if (request.held.load(std::memory_order_relaxed) == RequestHook::kQueued &&
+        request.queued_place != p.slot) {
+      result = Errc::not_queued;
+      return;
+    }
+    result = core_.cancel(request);  // its release store makes the request the caller's
+    if (!result) return;
+    CounterWrite(counters_[p.slot]).add(CounterLine::kQueued, ~std::uint64_t{0});
+    CounterWrite(totals_).add(CounterLine::kQueued, ~std::uint64_t{0});
+    if (observer_ != nullptr) observe().on_cancel(p, request);
+  };
+  run_on_dispatcher(c);
+  return result;
+}
+
 std::optional<ParticipantId> Runtime::Impl::find(std::string_view name) {
   std::optional<ParticipantId> result;
   Command c;
@@ -443,6 +476,7 @@ Status Runtime::scale(ParticipantId p, std::uint32_t millionths) {
   return impl_->scale(p, millionths);
 }
 std::optional<ParticipantId> Runtime::find(std::string_view name) { return impl_->find(name); }
+Status Runtime::cancel(ParticipantId p, RequestHook& request) { return impl_->cancel(p, request); }
 
 void Runtime::wake() noexcept { impl_->wake(); }
 

@@ -42,6 +42,8 @@ class RuntimeObserver {
   virtual void on_scale(ParticipantId, std::uint32_t /*millionths*/, Nanos /*now*/) {}
   /// A request moved from its participant's inbox into the core's queue.
   virtual void on_submit(ParticipantId, const RequestHook&, Nanos /*now*/) {}
+  /// A queued request was withdrawn: cancel(request) (successful calls only).
+  virtual void on_cancel(ParticipantId, const RequestHook&) {}
   /// begin_turn(now) returned `pass` (nothing: every queue was empty).
   virtual void on_begin_turn(std::optional<ClassId> /*pass*/, Nanos /*now*/) {}
   /// visit(now) returned `dispatch` (nullptr: the turn is over). `ticket` is the runtime's.

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "internal/inbox.hpp"
+#include "internal/test_hooks.hpp"
 
 namespace creditloop::detail {
 
@@ -49,6 +50,7 @@ struct alignas(64) Mailbox {
       case Queue::Push::queued_first:
         break;
     }
+    CREDITLOOP_TEST_HOOK(submit_pushed_first);
     // seq_cst: see the file comment (pairs with the store in take_listed()).
     return listed.exchange(true, std::memory_order_seq_cst) ? Submit::queued
                                                             : Submit::queued_and_listed;

@@ -1,6 +1,6 @@
 // runtime/internal/test_hooks.hpp: places where the runtime's own tests stop or fail a thread at a
-// chosen point, to show a window that no timing could open reliably: a completer preempted after
-// its push, a thread that cannot start, a queue that cannot allocate.
+// chosen point, to show a window that no timing could open reliably: a completer or a submitter
+// preempted after its push, a thread that cannot start, a queue that cannot allocate.
 //
 // Compiled only into creditloop_runtime_hooked, the copy of the runtime that its tests link
 // (CREDITLOOP_TEST_HOOKS): the shipped library has no hook, and each CREDITLOOP_TEST_HOOK* below
@@ -17,6 +17,10 @@ namespace creditloop::detail::test_hooks {
 /// A completer (Runtime::complete_nano(), CompletionBatch::flush()) between the push of its
 /// records onto the completion list and its wake of the dispatcher.
 inline std::atomic<void (*)()> completion_pushed{nullptr};
+/// A submitter between its push onto an empty inbox and the listing of its mailbox
+/// (Mailbox::submit): the window in which later submits of that participant are in the inbox
+/// but on no list.
+inline std::atomic<void (*)()> submit_pushed_first{nullptr};
 /// Before the constructor starts thread `n` (the workers from 0, then the dispatcher). May throw,
 /// as std::thread's constructor does when the system cannot start a thread.
 inline std::atomic<void (*)(std::size_t n)> thread_starting{nullptr};

@@ -217,6 +217,7 @@ class Journal : public RuntimeObserver {
       replan,
       scale,
       submit,
+      cancel,
       begin,
       batch,
       visit,
@@ -266,6 +267,11 @@ class Journal : public RuntimeObserver {
   }
   void on_submit(ParticipantId p, const RequestHook& r, Nanos now) override {
     Event& e = record(Event::submit, now);
+    e.p = p;
+    e.request = &r;
+  }
+  void on_cancel(ParticipantId p, const RequestHook& r) override {
+    Event& e = record(Event::cancel, 0);
     e.p = p;
     e.request = &r;
   }
@@ -320,6 +326,8 @@ void replay_what_the_observer_saw(bool batches) {
   for (std::size_t i = 1; i < requests.size(); i += 2) {
     requests[i].id = static_cast<int>(i);
     (void)rt.submit(ids[(i * 7) % ids.size()], requests[i]);
+    // Withdrawn while queued, or refused in flight: the replay must see the same.
+    if (i % 9 == 5) (void)rt.cancel(ids[(i * 7) % ids.size()], requests[i]);
     if (i == 1201) {
       ASSERT_TRUE(rt.scale(ids[1], 300'000).ok());
       ASSERT_TRUE(rt.scale(ids[4], 0).ok());
@@ -347,6 +355,7 @@ void replay_what_the_observer_saw(bool batches) {
   std::size_t visits = 0;
   std::size_t batch_events = 0;
   std::size_t scales = 0;
+  std::size_t cancels = 0;
   std::vector<Dispatch> decided;  // the batch in progress: its dispatches not yet reported
   std::size_t reported = 0;
   for (const Journal::Event& e : journal.events) {
@@ -370,6 +379,10 @@ void replay_what_the_observer_saw(bool batches) {
       case Journal::Event::submit:
         // The replay core links the same request objects: they sit idle after the run.
         ASSERT_TRUE(core.submit(here(e.p), const_cast<RequestHook&>(*e.request), e.now).ok());
+        break;
+      case Journal::Event::cancel:
+        ++cancels;
+        ASSERT_TRUE(core.cancel(const_cast<RequestHook&>(*e.request)).ok());
         break;
       case Journal::Event::begin:
         ASSERT_FALSE(batches) << "an observer of batches sees no turn begin";
@@ -419,6 +432,7 @@ void replay_what_the_observer_saw(bool batches) {
   EXPECT_GT(visits, 2000u);
   EXPECT_EQ(batch_events > 0, batches);
   EXPECT_EQ(scales, 3u);
+  EXPECT_GT(cancels, 0u);
   for (const ParticipantSnapshot& p : rt.snapshot_participants()) {
     const ParticipantStats replayed = core.stats(here(p.id));
     EXPECT_EQ(core.scale_of(here(p.id)), p.scale);
