@@ -79,8 +79,10 @@ class ZoneEntry {
                           std::uint64_t ttl_ms) const noexcept {
     // acquire: pairs with the release store of the stamp in publish(), in the writer.
     const std::uint64_t stamp = words_[0].load(std::memory_order_acquire);
-    // Unsigned, as nginx's own msec arithmetic: a stamp ahead of `now_ms` reads as very old.
-    if (stamp == 0 || now_ms - stamp > ttl_ms) return false;
+    // Each worker's clock is the time its event loop last looked at, so another worker's stamp
+    // may be a few milliseconds ahead of `now_ms`: that entry is fresh, not (as unsigned
+    // arithmetic would have it) ages old.
+    if (stamp == 0 || (now_ms > stamp && now_ms - stamp > ttl_ms)) return false;
     // relaxed: ordered by the acquire load of the stamp above.
     return words_[1].load(std::memory_order_relaxed) == generation;
   }

@@ -114,4 +114,17 @@ TEST(ZoneEntryStress, ReaderOfAFreshStampCountsThatPublishOrLaterNeverTheStaleSt
   }
 }
 
+// Each worker's clock is its event loop's last look at the time: another worker's entry published
+// a few milliseconds "later" than the reader's clock is fresh, and one older than the time-to-live
+// is gone.
+TEST(ZoneEntry, AStampAheadOfTheReadersClockIsFreshAndAnOldOneIsGone) {
+  Zone zone;
+  creditloop_zone_entry* e = zone.entry(0);
+  creditloop_zone_publish(e, kGeneration, 10'005);
+  EXPECT_EQ(creditloop_zone_live(e, kGeneration, 10'000, 750), 1);
+  EXPECT_EQ(creditloop_zone_live(e, kGeneration, 10'005 + 750, 750), 1);
+  EXPECT_EQ(creditloop_zone_live(e, kGeneration, 10'005 + 751, 750), 0);
+  EXPECT_EQ(creditloop_zone_live(zone.entry(1), kGeneration, 10'000, 750), 0);  // never published
+}
+
 }  // namespace
