@@ -27,8 +27,11 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
           ? Mailbox::Submit::refused
           : mailbox->submit(request, p.generation);
   if (outcome == Mailbox::Submit::refused) {
-    // relaxed: the request never left this thread.
-    request.held.store(RequestHook::kIdle, std::memory_order_relaxed);
+    // release: pairs with the acquire CAS above in the request's next submit, which may be
+    // another thread's (a racing second submit of the same request, refused until now): a push
+    // that retried before it was refused wrote the request's link, and that write must happen
+    // before the next submit's own write of it.
+    request.held.store(RequestHook::kIdle, std::memory_order_release);
     // relaxed: an inbox refused because shutdown closed it was read by an acquire load that
     // synchronizes with close()'s release exchange, which begin_shutdown() makes after clearing
     // the flag: the flag reads false here, on any machine (tests/relacy/shutdown_flag_model).
