@@ -213,8 +213,7 @@ Status Runtime::Impl::cancel(ParticipantId p, RequestHook& request) {
     // core now, as its activation would. The mailbox stays listed if it was, and that later take
     // finds only what came since; a submit that finds the inbox empty lists it anew.
     const Local& local = locals_[p.slot];
-    move_to_core(mailboxes_[p.slot].inbox.take(Mailbox::Queue::tag_for(local.generation)), p,
-                 loop_now_);
+    move_to_core(mailboxes_[p.slot].take_unlisted(local.generation), p, loop_now_);
     // Core::cancel finds the request's queue from its hook: one queued for another participant
     // must not be withdrawn and counted against p. relaxed: only the dispatcher, this thread,
     // moves a request into or out of the core's queue.

@@ -64,6 +64,15 @@ struct alignas(64) Mailbox {
     return open ? inbox.take(Queue::tag_for(current_generation)) : nullptr;
   }
 
+  /// Dispatcher only, for a live participant whatever its mailbox's listing (a withdrawal looks
+  /// for a request there). Returns its requests, oldest first, and leaves `listed` as it is: a
+  /// listed mailbox stays on the activation list and its take_listed() then finds only what came
+  /// since; a submit onto the emptied inbox lists the mailbox only if it is not listed already
+  /// (tests/relacy/withdrawal_model.cpp).
+  Node* take_unlisted(std::uint32_t current_generation) noexcept {
+    return inbox.take(Queue::tag_for(current_generation));
+  }
+
   /// Dispatcher only. Registration of generation `g` in this place.
   void open(std::uint32_t g) noexcept {
     // relaxed: the id reaches producers through the caller of add(), which synchronizes.

@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
   constexpr Entry kModels[] = {
       {"inbox", inbox_model},
       {"activation", activation_model},
+      {"withdrawal", withdrawal_model},
       {"parking", parking_model},
       {"charge_back", charge_back_model},
       {"ticket", ticket_model},
@@ -127,7 +128,7 @@ int main(int argc, char** argv) {
   const std::string_view variant = argc == 3 ? argv[2] : "";
   if (variant != "correct" && variant != "twin") {
     std::fprintf(stderr,
-                 "usage: %s MODEL correct|twin (MODEL: inbox activation parking "
+                 "usage: %s MODEL correct|twin (MODEL: inbox activation withdrawal parking "
                  "charge_back ticket close pool_completion shutdown_flag capture_ring "
                  "zone_entry)\n",
                  argv[0]);
