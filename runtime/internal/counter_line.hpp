@@ -9,22 +9,35 @@
 // update reads no torn word; the count rejects its copy.
 //
 // `Atomic` and `Fence` are template parameters so that the memory-model checks (tests/relacy) run
-// this code: `Fence::fence(order)` is std::atomic_thread_fence in the runtime.
+// this code: `Fence::fence(order)` is std::atomic_thread_fence in the runtime, and
+// `Fence::back_off(attempt)` a reader's wait for a writer inside an update: a bounded spin, then
+// a yield, so that a reader never spins without bound on the line of a writer that was preempted.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <thread>
 
 #include "creditloop/units.hpp"
 #include "internal/spin.hpp"
 
 namespace creditloop::detail {
 
-/// The fence the runtime's counter lines use.
+/// The fence the runtime's counter lines use, and how a reader waits out a writer.
 struct ThreadFence {
   static void fence(std::memory_order order) noexcept { std::atomic_thread_fence(order); }
+  /// A few pauses cover an update in progress (tens of nanoseconds); a writer still inside after
+  /// them was preempted, and spinning on would only keep it off this CPU: yield instead.
+  static void back_off(unsigned attempt) noexcept {
+    if (attempt < kSpins) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  static constexpr unsigned kSpins = 64;
 };
 
 template <template <class> class Atomic>
@@ -97,11 +110,11 @@ class CounterWrite {
 template <class Fence = ThreadFence, template <class> class Atomic, class Counters>
 std::uint32_t read_counters(const CounterLine<Atomic>& line, Counters& out) noexcept {
   using Line = CounterLine<Atomic>;
-  for (;;) {
+  for (unsigned attempt = 0;; ++attempt) {
     // acquire: pairs with ~CounterWrite()'s release; the values of that update are visible.
     const std::uint64_t before = line.sequence.load(std::memory_order_acquire);
     if ((before & 1) != 0) {
-      cpu_relax();
+      Fence::back_off(attempt);
       continue;
     }
     // relaxed, all of them: validated by the count below.
@@ -116,6 +129,7 @@ std::uint32_t read_counters(const CounterLine<Atomic>& line, Counters& out) noex
     // has made the count odd before this second read.
     Fence::fence(std::memory_order_acquire);
     if (line.sequence.load(std::memory_order_relaxed) == before) return generation;
+    Fence::back_off(attempt);
   }
 }
 

@@ -123,6 +123,7 @@ int main(int argc, char** argv) {
       {"pool_completion", pool_completion_model},
       {"shutdown_flag", shutdown_flag_model},
       {"capture_ring", capture_ring_model},
+      {"counter_line", counter_line_model},
       {"zone_entry", zone_entry_model},
   };
   const std::string_view variant = argc == 3 ? argv[2] : "";
@@ -130,7 +131,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s MODEL correct|twin (MODEL: inbox activation withdrawal parking "
                  "charge_back ticket close pool_completion shutdown_flag capture_ring "
-                 "zone_entry)\n",
+                 "counter_line zone_entry)\n",
                  argv[0]);
     return 2;
   }

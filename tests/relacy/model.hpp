@@ -34,7 +34,7 @@
 
 namespace creditloop::relacy {
 
-enum class Op : std::uint8_t { load, store, rmw, cas };  // rmw: exchange and fetch_*
+enum class Op : std::uint8_t { load, store, rmw, cas, fence };  // rmw: exchange and fetch_*
 
 /// The orders as the production code wrote them.
 struct AsWritten {
@@ -53,6 +53,11 @@ struct Holding {
 struct HoldingPointers {
   template <class T>
   static constexpr bool applies = std::is_pointer_v<T>;
+};
+/// The fences (ModelFence asks its policy for the order of a fence as for a `void` atomic).
+struct Fences {
+  template <class T>
+  static constexpr bool applies = std::is_void_v<T>;
 };
 
 /// One order weakened: `from` becomes `to` for operations `op` on the atomics `Which` selects, and
@@ -127,7 +132,9 @@ inline rl::debug_info where(const Here&) noexcept { return rl::debug_info(); }
 template <class T, class Policy>
 class ModelAtomic {
  public:
-  explicit ModelAtomic(T value = T{}) : a_(value) {}
+  // Not explicit, as std::atomic's: arrays of atomics are value-initialized with `{}`.
+  ModelAtomic() : a_(T{}) {}
+  explicit ModelAtomic(T value) : a_(value) {}
   ModelAtomic(const ModelAtomic&) = delete;
   ModelAtomic& operator=(const ModelAtomic&) = delete;
 
@@ -216,6 +223,17 @@ struct ModelFutex {
 /// does not yield looks like a livelock to Relacy's fair schedulers.
 inline void pause() { rl::yield(1, RL_INFO); }
 
+/// The Fence parameter of the counter line (internal/counter_line.hpp) in a model: its fences
+/// under `Policy` (a fence weakened to relaxed is no fence), and a reader's back-off a yield.
+template <class Policy>
+struct ModelFence {
+  static void fence(std::memory_order mo, Here at = Here::current()) noexcept {
+    const std::memory_order order = Policy::template order<void>(Op::fence, mo);
+    if (order != std::memory_order_relaxed) rl::atomic_thread_fence(to_rl(order), where(at));
+  }
+  static void back_off(unsigned) noexcept { pause(); }
+};
+
 // ---- running a model ---------------------------------------------------------------------------
 
 enum class Variant : std::uint8_t { correct, twin };
@@ -264,6 +282,7 @@ bool close_model(Variant variant);
 bool pool_completion_model(Variant variant);
 bool shutdown_flag_model(Variant variant);
 bool capture_ring_model(Variant variant);
+bool counter_line_model(Variant variant);
 bool zone_entry_model(Variant variant);  // the nginx module's workers, not the runtime
 
 // A ticket's record as the completion models use it: the cell, the completion list's link, and

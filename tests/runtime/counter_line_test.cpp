@@ -20,6 +20,7 @@
 
 #include "creditloop/core.hpp"
 #include "creditloop/runtime.hpp"
+#include "internal/counter_line.hpp"
 #include "internal/spin.hpp"
 #include "runtime_support.hpp"
 
@@ -69,6 +70,42 @@ TEST(Runtime, CountersReadFromAnotherThreadAreMonotonicAndEndExact) {
   EXPECT_EQ(c.queued, 0u);
   EXPECT_EQ(c.cost_charged, rt.snapshot(alice)->stats.cost_charged);
   EXPECT_EQ(rt.counters().completed, std::uint64_t{kRequests});
+}
+
+// A writer stopped inside its update (odd count): the reader waits through its back-off, one call
+// per retry with the attempts counted, and copies the whole update once the writer goes on. Here
+// the writer "goes on" inside the back-off's 200th call, so the test needs no second thread.
+struct StalledWriter {
+  using Line = detail::CounterLine<std::atomic>;
+  struct Fence {
+    static void fence(std::memory_order order) noexcept { std::atomic_thread_fence(order); }
+    static void back_off(unsigned attempt) noexcept {
+      attempts.push_back(attempt);
+      if (attempt == kResumesAt) writer.reset();
+    }
+    static inline std::vector<unsigned> attempts;
+    static inline std::optional<detail::CounterWrite<std::atomic, Fence>> writer;
+  };
+  static constexpr unsigned kResumesAt = 199;
+};
+
+TEST(CounterLine, AReaderWaitsOutAWriterStoppedInsideAnUpdateThroughItsBackOff) {
+  StalledWriter::Line line;
+  detail::CounterWrite<std::atomic, StalledWriter::Fence>(line).reset(5);
+  StalledWriter::Fence::writer.emplace(line);
+  StalledWriter::Fence::writer->add(StalledWriter::Line::kQueued, 3);
+  StalledWriter::Fence::writer->add(StalledWriter::Line::kCompleted, 3);
+
+  ParticipantCounters out;
+  EXPECT_EQ(detail::read_counters<StalledWriter::Fence>(line, out), 5u);
+  EXPECT_EQ(out.queued, 3u);
+  EXPECT_EQ(out.completed, 3u);
+  ASSERT_EQ(StalledWriter::Fence::attempts.size(), StalledWriter::kResumesAt + 1);
+  for (unsigned i = 0; i < StalledWriter::Fence::attempts.size(); ++i) {
+    EXPECT_EQ(StalledWriter::Fence::attempts[i], i);
+  }
+  // The runtime's own back-off spins a bounded number of times before it yields.
+  EXPECT_LT(detail::ThreadFence::kSpins, StalledWriter::kResumesAt);
 }
 
 }  // namespace
