@@ -20,8 +20,8 @@ Meanwhile a well-behaved tenant sends paced requests, below its P1 refill; each 
 200 under P1 (its own answer: in proxy mode the backend echoes a token) with a queueing delay
 within the bound its plan gives (see `bound_ms`). P2 is allowed only while the charges the server
 reported for its earlier requests leave it no P1 credit (`P1Estimate`), and a 504 only when the
-fake backend read the request after the proxy's timeout, a few times at most (`MOST_STARVED`). At the end of each mode the server must still be
-running, answer /health, exit 0 on SIGTERM, and its standard error must hold no sanitizer report.
+fake backend read the request after the proxy's timeout, a few times at most (`MOST_STARVED`).
+At the end of each mode the server must still be running, answer /health, exit 0 on SIGTERM, and its standard error must hold no sanitizer report.
 Also checked on the way: no tenant's key is echoed to a client, logged, or forwarded to the
 backend; the backend never sees a forged X-Creditloop-Tenant; every forwarded request has one
 unambiguous framing.
@@ -88,13 +88,19 @@ def config_for(mode, backend_port=None):
     return config
 
 
+def good_p1(config):
+    """The good tenant's P1 bucket: (refill in credits/s, capacity in credits)."""
+    good = [t for t in config["tenants"] if t["name"] == "good"][0]
+    p1 = config["plans"][good["plan"]]["P1"]
+    return p1["rate"] * good["shares"], p1["burst"] * good["shares"]
+
+
 def bound_ms(config):
     """The good tenant's queueing delay, at most: one credit's refill of its P1 bucket (it asks
     less than the refill, so at most one credit is ever missing) plus one turn (the longest a
     slot can stay held by a request already in flight), plus the margin."""
-    good = [t for t in config["tenants"] if t["name"] == "good"][0]
-    p1 = config["plans"][good["plan"]]["P1"]
-    refill = 1000.0 / (p1["rate"] * good["shares"])
+    rate, _ = good_p1(config)
+    refill = 1000.0 / rate
     if config["mode"] == "work":
         # A noise request's CPU may queue behind the other slots' on the workers, then it waits.
         turn = -(-config["slots"] // config["workers"]) * config["work"]["max_cpu_ms"] + \
@@ -216,10 +222,7 @@ class P1Estimate:
     SLACK = 0.01  # the reported cost is rounded to 6 decimals
 
     def __init__(self, config):
-        good = [t for t in config["tenants"] if t["name"] == "good"][0]
-        p1 = config["plans"][good["plan"]]["P1"]
-        self.rate = p1["rate"] * good["shares"]
-        self.capacity = p1["burst"] * good["shares"]
+        self.rate, self.capacity = good_p1(config)
         self.balance = self.capacity
         self.at = None
 
