@@ -21,7 +21,8 @@ Meanwhile a well-behaved tenant sends paced requests, below its P1 refill; each 
 within the bound its plan gives (see `bound_ms`). P2 is allowed only while the charges the server
 reported for its earlier requests leave it no P1 credit (`P1Estimate`), and a 504 only when the
 fake backend read the request after the proxy's timeout, a few times at most (`MOST_STARVED`).
-At the end of each mode the server must still be running, answer /health, exit 0 on SIGTERM, and its standard error must hold no sanitizer report.
+At the end of each mode the server must still be running, answer /health, exit 0 on SIGTERM,
+and its standard error must hold no sanitizer report.
 Also checked on the way: no tenant's key is echoed to a client, logged, or forwarded to the
 backend; the backend never sees a forged X-Creditloop-Tenant; every forwarded request has one
 unambiguous framing.
