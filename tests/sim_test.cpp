@@ -401,6 +401,17 @@ const std::vector<BadCase>& bad_cases() {
        "plans.pro.P1.burst"},
       {"NegativeCost", edit([](json& s) { s["arrivals"][1]["cost"] = -1; }), "arrivals[1].cost"},
       {"CostAboveLimit", edit([](json& s) { s["arrivals"][0]["cost"] = 2e6; }), "arrivals[0].cost"},
+      {"NegativeCancelAfter", edit([](json& s) { s["arrivals"][1]["cancel_after"] = -0.5; }),
+       "arrivals[1].cancel_after"},
+      {"CancelAfterString", edit([](json& s) { s["arrivals"][0]["cancel_after"] = "1"; }),
+       "arrivals[0].cancel_after"},
+      {"CancelAfterBeyondTheClock", edit([](json& s) {
+         s["arrivals"][0]["count"] = 10;
+         s["arrivals"][0]["every"] = 1e9;  // the tenth arrives at 9e18 ns, within the clock
+         s["arrivals"][0]["cancel_after"] = 1e9;
+         s.erase("until");
+       }),
+       "arrivals[0].cancel_after"},
       // wrong JSON types
       {"PlansArray", edit([](json& s) { s["plans"] = json::array(); }), "plans"},
       {"ParticipantsObject", edit([](json& s) { s["participants"] = json::object(); }),
@@ -541,6 +552,16 @@ TEST_F(SimTest, UntilStopsBeforeTheFirstLaterEvent) {
   EXPECT_EQ(t.events("complete").size(), 3u);  // 0.5, 1.5, 2.5; 3.5 is later than until
   EXPECT_EQ(t.participant("a")["completed"], 3);
   EXPECT_EQ(t.participant("a")["waiting"], 0);
+
+  // A withdrawal after `until` never happens: the request is still waiting at the stop.
+  json w = one_plan({"a"});
+  w["arrivals"].push_back({{"at", 0}, {"participant", "a"}, {"count", 2}, {"service", 5}});
+  w["arrivals"][0]["cancel_after"] = 3.5;
+  w["until"] = 3;
+  const Trace wt = trace_of(write("until_cancel.json", w.dump()));
+  EXPECT_TRUE(wt.events("cancel").empty());
+  EXPECT_EQ(wt.participant("a")["cancelled"], 0);
+  EXPECT_EQ(wt.participant("a")["waiting"], 1);
 
   // Queued work at the stop counts as waiting; arrivals after `until` never happen.
   json q = one_plan({"a"});
@@ -739,19 +760,88 @@ void check_rules(const Trace& t, int k) {
       EXPECT_EQ(c["bucket"], cls);
     }
   }
+  std::map<std::string, int> cancelled;
+  for (const json& c : t.events("cancel")) {
+    const int req = c["req"];
+    EXPECT_FALSE(admitted.count(req)) << "req " << req << " withdrawn after its dispatch";
+    admitted[req] = "withdrawn";  // a second withdrawal or a later dispatch fails above
+    ++cancelled[c["participant"].get<std::string>()];
+  }
   for (const auto& [name, p] : t.summary()["participants"].items()) {
     for (const auto& [cls, n] : p["dispatched"].items()) EXPECT_EQ(n, counts[name][cls]) << name;
+    EXPECT_EQ(p.value("cancelled", 0), cancelled[name]) << name;
   }
 }
 
 TEST_F(SimTest, ExampleScenariosFollowTheRules) {
-  for (const char* name : {"quickstart.json", "interleave.json", "shares.json",
-                           "descend_climb.json", "bounded_wait.json", "heavy_work.json"}) {
+  for (const char* name :
+       {"quickstart.json", "interleave.json", "shares.json", "descend_climb.json",
+        "bounded_wait.json", "heavy_work.json", "hang_up.json"}) {
     SCOPED_TRACE(name);
     const json s = load(example(name));
     check_rules(trace_of(example(name)),
                 s.contains("classes") ? static_cast<int>(s["classes"].size()) : 2);
   }
+}
+
+// A client that hangs up: its requests still queued `cancel_after` after their arrival leave the
+// queue undispatched, take no credit, and its later requests keep their turn.
+TEST_F(SimTest, HangUpScenario) {
+  const Trace t = trace_of(example("hang_up.json"));
+  const auto arrived = arrival_times(t);
+  const auto cancels = t.events("cancel");
+  ASSERT_FALSE(cancels.empty());
+  std::set<int> withdrawn;
+  for (const json& c : cancels) {
+    EXPECT_EQ(c["participant"], "impatient");
+    const int req = c["req"];
+    EXPECT_NEAR(c["t"].get<double>(), arrived.at(req) + 1.0, 1e-9) << req;
+    withdrawn.insert(req);
+  }
+  std::map<std::string, int> sent;
+  std::vector<double> later_waits;
+  for (const Dispatched& d : dispatches(t)) {
+    EXPECT_FALSE(withdrawn.count(d.req)) << d.req;
+    if (d.who != "impatient") continue;
+    ++sent[d.who];
+    if (d.t >= 3.0) {
+      later_waits.push_back(d.t - arrived.at(d.req));
+      // Withdrawals took no credit: the bucket is full but for this dispatch's own credit.
+      EXPECT_DOUBLE_EQ(d.balances["P2"].get<double>(), 9.0);
+    }
+  }
+  // Every one of impatient's 20 first requests either went out within its second, or left.
+  EXPECT_EQ(static_cast<int>(withdrawn.size()) + sent["impatient"] - 3, 20);
+  ASSERT_EQ(later_waits.size(), 3u);
+  for (const double w : later_waits) EXPECT_LE(w, 0.1 + 1e-9);
+  const json& impatient = t.participant("impatient");
+  EXPECT_EQ(impatient["cancelled"], static_cast<int>(withdrawn.size()));
+  EXPECT_EQ(impatient["waiting"], 0);
+  EXPECT_EQ(t.participant("flood")["cancelled"], 0);
+  // A cancel line has exactly these keys; a scenario without cancel_after keeps the summary of
+  // SPEC section 6 as it is.
+  for (const json& c : cancels) {
+    std::set<std::string> have;
+    for (const auto& item : c.items()) have.insert(item.key());
+    EXPECT_EQ(have, (std::set<std::string>{"t", "ev", "participant", "req"}));
+  }
+  EXPECT_FALSE(trace_of(example("quickstart.json")).participant("alice").contains("cancelled"));
+}
+
+// A request dispatched before its withdrawal falls due is served as any other, and its moot
+// withdrawal is no instant of the run: the run ends at the last completion.
+TEST_F(SimTest, AWithdrawalOfADispatchedRequestIsMoot) {
+  json s = one_plan({"a"});
+  s["arrivals"].push_back(
+      {{"at", 0}, {"participant", "a"}, {"count", 2}, {"service", 1}, {"cancel_after", 5}});
+  const Trace t = trace_of(write("moot.json", s.dump()));
+  EXPECT_TRUE(t.events("cancel").empty());
+  EXPECT_EQ(t.participant("a")["completed"], 2);
+  EXPECT_EQ(t.participant("a")["cancelled"], 0);
+  EXPECT_DOUBLE_EQ(t.lines[t.lines.size() - 2]["t"].get<double>(), 2.0);
+  const Output table = run_sim({"--table", write("moot_table.json", s.dump())});
+  ASSERT_EQ(table.status, 0) << table.err;
+  EXPECT_NE(table.out.find("0 cancelled"), std::string::npos) << table.out;
 }
 
 TEST_F(SimTest, InterleaveScenario) {
@@ -1147,6 +1237,32 @@ TEST_F(SimTest, SvgShowsLanesPassesLegendAndHeader) {
   const std::string requests = alice.substr(0, alice.find("class=\"balances\""));
   EXPECT_EQ(count_of(requests, "M"), 2 * 40u);
   EXPECT_NE(alice.find(">alice<"), std::string::npos);
+}
+
+TEST_F(SimTest, PicturesShowEachWithdrawal) {
+  const fs::path svg_path = dir_ / "h.svg";
+  const fs::path html_path = dir_ / "h.html";
+  ASSERT_EQ(run_sim({"--summary", "--svg", svg_path.string(), "--html", html_path.string(),
+                     example("hang_up.json")})
+                .status,
+            0);
+  const std::size_t withdrawn = trace_of(example("hang_up.json")).events("cancel").size();
+  const std::string svg = slurp(svg_path);
+  EXPECT_EQ(xml_problem(svg), "");
+  // One tick a withdrawal, in impatient's lane alone.
+  const std::string impatient = group(svg, "lane-1");
+  const auto at = impatient.find("class=\"withdrawals\"");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(count_of(impatient.substr(at, impatient.find("</g>", at) - at), "M"), withdrawn);
+  EXPECT_EQ(group(svg, "lane-0").find("withdrawals"), std::string::npos);
+  EXPECT_NE(group(svg, "legend").find("withdrawn while queued"), std::string::npos);
+  // The page's data keeps them apart from the lane's requests.
+  const std::string html = slurp(html_path);
+  EXPECT_NE(html.find("\"xreq\":["), std::string::npos);
+
+  const fs::path plain = dir_ / "q.svg";
+  ASSERT_EQ(run_sim({"--summary", "--svg", plain.string(), example("quickstart.json")}).status, 0);
+  EXPECT_EQ(slurp(plain).find("withdraw"), std::string::npos);
 }
 
 TEST_F(SimTest, SvgStaysSmallFor100000Requests) {

@@ -35,7 +35,7 @@ const require = createRequire(path.join(env('CREDITLOOP_NODE_MODULES'), 'node_mo
 const { chromium } = require('playwright-core');
 
 fs.mkdirSync(OUT, { recursive: true });
-const EXAMPLES = ['quickstart', 'interleave', 'shares', 'descend_climb', 'bounded_wait', 'heavy_work'];
+const EXAMPLES = ['quickstart', 'interleave', 'shares', 'descend_climb', 'bounded_wait', 'heavy_work', 'hang_up'];
 const EPS = 2.5e-6;  // two roundings to 6 decimals
 
 // Runs the simulator on `scenario`, writing the page to `html`; returns the trace lines.
@@ -57,6 +57,7 @@ function passStates(trace, names) {
       queued[l.participant]--; inFlight[l.participant]++;
       last.dispatches.push(l);
     } else if (l.ev === 'complete') inFlight[l.participant]--;
+    else if (l.ev === 'cancel') queued[l.participant]--;
     else if (l.ev === 'pass') {
       last = { line: l, queued: { ...queued }, inFlight: { ...inFlight }, dispatches: [] };
       passes.push(last);
@@ -169,8 +170,9 @@ for (const name of EXAMPLES) {
         const j = names.indexOf(mid.participant);
         const upTo = trace.filter((l) => l.t !== undefined && l.t <= mid.t && l.participant === mid.participant);
         const arrived = upTo.filter((l) => l.ev === 'arrive').length, sent = upTo.filter((l) => l.ev === 'dispatch').length;
+        const withdrawn = upTo.filter((l) => l.ev === 'cancel').length;
         assert.equal(st.pass, -1);
-        assert.equal(st.lanes[j].queued, arrived - sent);
+        assert.equal(st.lanes[j].queued, arrived - sent - withdrawn);
       }
       assert.deepEqual(problems, []);
     } finally {

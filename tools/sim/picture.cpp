@@ -130,8 +130,8 @@ std::string xml_escape(std::string_view s) {
 }
 
 // Colours by class: P1.. from a palette that colour-blind readers can tell apart (Okabe and
-// Ito); the unmetered class is dark grey, a request still queued at the stop light grey. The
-// same values are in picture.html.
+// Ito); the unmetered class is dark grey, a request never dispatched light grey, and the tick
+// where a withdrawn one left its queue near black. The same values are in picture.html.
 constexpr std::array<const char*, creditloop::kMaxClasses> kClassColour = {
     "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#b8a800"};
 constexpr std::array<const char*, creditloop::kMaxClasses> kClassTint = {
@@ -139,6 +139,7 @@ constexpr std::array<const char*, creditloop::kMaxClasses> kClassTint = {
 constexpr const char* kUnmeteredColour = "#555555";
 constexpr const char* kUnmeteredTint = "#bbbbbb";
 constexpr const char* kQueuedColour = "#dddddd";
+constexpr const char* kWithdrawnColour = "#222222";
 
 const char* colour(int cls, int k) {
   return cls >= k ? kUnmeteredColour : kClassColour[static_cast<std::size_t>(cls)];
@@ -317,9 +318,19 @@ void Picture::completed(Nanos t, std::uint32_t participant, std::uint64_t req,
   sample(r.completed, r.passes_before_completion, participant, balances);
 }
 
+std::int64_t Picture::waited_until(const Request& r, std::int64_t end) noexcept {
+  if (r.dispatched >= 0) return r.dispatched;
+  return r.cancelled >= 0 ? r.cancelled : end;
+}
+
+void Picture::cancelled(Nanos t, std::uint32_t /*participant*/, std::uint64_t req) {
+  requests_.at(static_cast<std::size_t>(req)).cancelled = micro_time(t);
+  withdrawals_ = true;
+}
+
 std::int64_t Picture::end_micro(const RunReport& report) const {
   std::int64_t end = micro_time(report.stopped_at);
-  for (const Request& r : requests_) end = std::max({end, r.arrived, r.completed});
+  for (const Request& r : requests_) end = std::max({end, r.arrived, r.completed, r.cancelled});
   return end;
 }
 
@@ -391,8 +402,17 @@ std::string Picture::data_json(const RunReport& report) const {
     std::vector<std::int64_t> cls;
     std::vector<std::int64_t> pass;
     std::vector<std::int64_t> completion_pass;
+    std::vector<std::int64_t> withdrawn;
+    std::vector<std::int64_t> withdrawn_arrived;
+    std::vector<std::int64_t> withdrawn_after;
     for (const std::uint32_t n : lane.requests) {
       const Request& r = requests_[n];
+      if (r.cancelled >= 0) {  // apart, so that the dispatched ones stay a prefix of the lane
+        withdrawn.push_back(n);
+        withdrawn_arrived.push_back(r.arrived);
+        withdrawn_after.push_back(r.cancelled - r.arrived);
+        continue;
+      }
       req.push_back(n);
       arrived.push_back(r.arrived);
       if (r.dispatched < 0) continue;  // the rest of the lane is still queued: order is kept
@@ -417,6 +437,12 @@ std::string Picture::data_json(const RunReport& report) const {
     append_deltas(out, pass);
     out += ",\"cp\":";
     append_array(out, completion_pass);
+    out += ",\"xreq\":";
+    append_deltas(out, withdrawn);
+    out += ",\"xa\":";
+    append_deltas(out, withdrawn_arrived);
+    out += ",\"xw\":";
+    append_array(out, withdrawn_after);
     out += ",\"bt\":";
     append_deltas(out, lane.samples.t);
     out += ",\"bk\":";
@@ -623,6 +649,11 @@ std::string Picture::svg(const RunReport& report) const {
     item("<rect x=\"" + fixed(x) + "\" y=\"" + fixed(y - 6) +
              "\" width=\"16\" height=\"4\" fill=\"" + kQueuedColour + "\"/>\n",
          "still queued at the stop");
+    if (withdrawals_) {
+      item("<path d=\"M" + fixed(x) + "," + fixed(y - 4) + "h12M" + fixed(x + 12) + "," +
+               fixed(y - 9) + "v10\" stroke=\"" + kWithdrawnColour + "\"/>\n",
+           "withdrawn while queued");
+    }
     item("<path d=\"M" + fixed(x) + "," + fixed(y - 4) +
              "h16\" stroke=\"#c00\" stroke-dasharray=\"3,2\"/>\n",
          "one credit");
@@ -715,7 +746,10 @@ std::string Picture::svg(const RunReport& report) const {
       for (const std::uint32_t q : lane.requests) {
         const Request& r = requests_[q];
         events.emplace_back(r.arrived, 1);
-        events.emplace_back(r.completed < 0 ? end : r.completed, -1);
+        events.emplace_back(r.completed >= 0   ? r.completed
+                            : r.cancelled >= 0 ? r.cancelled
+                                               : end,
+                            -1);
       }
       std::sort(events.begin(), events.end());
       int alive = 0;
@@ -726,13 +760,15 @@ std::string Picture::svg(const RunReport& report) const {
       const double row_h = (kBand - 4) / rows;
       std::vector<Strokes> waiting(static_cast<std::size_t>(k + 2));
       std::vector<Strokes> service(static_cast<std::size_t>(k + 1));
+      Strokes withdrawn;  // a tick where each withdrawn request left its queue
       for (std::size_t i = 0; i < n; ++i) {
         const Request& r = requests_[lane.requests[i]];
         const double ry = y + 2 + row_h * (static_cast<double>(i % rows) + 0.5);
-        const std::int64_t d = r.dispatched < 0 ? end : r.dispatched;
+        const std::int64_t d = waited_until(r, end);
         const double xa = x_of(r.arrived);
         const double xd = x_of(d);
         waiting[static_cast<std::size_t>(r.cls + 1)].segment_h(xa, ry, std::max(xd - xa, 0.6));
+        if (r.cancelled >= 0) withdrawn.segment_v(xd, ry - row_h * 0.45, row_h * 0.9);
         if (r.dispatched < 0) continue;
         const double xc = x_of(r.completed < 0 ? end : r.completed);
         service[static_cast<std::size_t>(r.cls)].segment_h(xd, ry, std::max(xc - xd, 1.0));
@@ -743,6 +779,11 @@ std::string Picture::svg(const RunReport& report) const {
         waiting[static_cast<std::size_t>(c + 1)].emit(body, tint(c, k), thin);
       for (int c = 0; c <= k; ++c)
         service[static_cast<std::size_t>(c)].emit(body, colour(c, k), thick);
+      if (!withdrawn.d.empty()) {
+        body += "<g class=\"withdrawals\">\n";
+        withdrawn.emit(body, kWithdrawnColour, std::clamp(row_h * 0.25, 0.8, 1.5));
+        body += "</g>\n";
+      }
     } else {
       // Time-averaged counts per bin: requests waiting, by the class they went out under (grey:
       // still queued at the stop), scaled to the lane's busiest bin; and in a strip at the
@@ -751,7 +792,7 @@ std::string Picture::svg(const RunReport& report) const {
       std::vector<Coverage> service(static_cast<std::size_t>(k + 1), Coverage(kBins));
       for (const std::uint32_t q : lane.requests) {
         const Request& r = requests_[q];
-        const std::int64_t d = r.dispatched < 0 ? end : r.dispatched;
+        const std::int64_t d = waited_until(r, end);
         waiting[static_cast<std::size_t>(r.cls + 1)].add(bin_of(r.arrived), bin_of(d));
         if (r.dispatched >= 0) {
           service[static_cast<std::size_t>(r.cls)].add(bin_of(d),

@@ -42,6 +42,7 @@ class Picture final : public RunObserver {
                   creditloop::ClassId c, const Balances& balances) override;
   void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
                  std::int64_t cost_nano, const Balances& balances) override;
+  void cancelled(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) override;
 
   /// The interactive page for the finished run.
   [[nodiscard]] std::string html(const RunReport& report) const;
@@ -67,6 +68,7 @@ class Picture final : public RunObserver {
     std::int64_t arrived = 0;      // microseconds, as the trace rounds them
     std::int64_t dispatched = -1;  // -1: still queued when the run stopped
     std::int64_t completed = -1;   // -1: not completed when the run stopped
+    std::int64_t cancelled = -1;   // -1: not withdrawn
     std::uint32_t participant = 0;
     std::uint32_t pass = 0;  // the pass its dispatch followed
     std::uint32_t passes_before_completion = 0;
@@ -96,6 +98,8 @@ class Picture final : public RunObserver {
     std::vector<std::int64_t> next_credit;  // per below_one_credit: microseconds, -1 never
   };
 
+  /// Where `r`'s wait ends: its dispatch, its withdrawal, or the picture's end.
+  static std::int64_t waited_until(const Request& r, std::int64_t end) noexcept;
   void sample(std::int64_t t, std::uint32_t key, std::uint32_t participant,
               const Balances& balances);
   [[nodiscard]] std::string data_json(const RunReport& report) const;
@@ -104,7 +108,8 @@ class Picture final : public RunObserver {
   const Scenario& scenario_;
   std::string title_;
   bool balances_ = true;
-  int classes_ = 0;  // k metered; k itself is the unmetered class
+  bool withdrawals_ = false;  // some request was withdrawn: the legend says how it is drawn
+  int classes_ = 0;           // k metered; k itself is the unmetered class
   std::vector<Request> requests_;
   std::vector<Lane> lanes_;  // scenario order
   Passes passes_;

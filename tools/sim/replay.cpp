@@ -199,6 +199,9 @@ void ObserverFan::completed(Nanos t, std::uint32_t participant, std::uint64_t re
                             std::int64_t cost_nano, const Balances& balances) {
   for (RunObserver* o : observers_) o->completed(t, participant, req, cost_nano, balances);
 }
+void ObserverFan::cancelled(Nanos t, std::uint32_t participant, std::uint64_t req) {
+  for (RunObserver* o : observers_) o->cancelled(t, participant, req);
+}
 
 void play_capture(const Capture& capture, RunObserver& observer) {
   const Balances none{};

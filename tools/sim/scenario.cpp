@@ -256,7 +256,7 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
     const std::string path = child("arrivals", i);
     const json& a = list[i];
     expect_object(a, path);
-    check_keys(a, path, {"at", "participant", "count", "every", "service", "cost"},
+    check_keys(a, path, {"at", "participant", "count", "every", "service", "cost", "cancel_after"},
                {"at", "participant"});
     ArrivalSpec spec;
     spec.at = time_at(a["at"], child(path, "at"));
@@ -268,6 +268,9 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
     if (a.contains("count")) spec.count = whole(a["count"], child(path, "count"), 0, kMaxCount);
     if (a.contains("every")) spec.every = time_at(a["every"], child(path, "every"));
     if (a.contains("service")) spec.service = time_at(a["service"], child(path, "service"));
+    if (a.contains("cancel_after")) {
+      spec.cancel_after = time_at(a["cancel_after"], child(path, "cancel_after"));
+    }
     if (a.contains("cost")) {
       const std::string cpath = child(path, "cost");
       const std::string rule = "must be a number of credits from 0 to 1000000";
@@ -296,6 +299,10 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
                                           : 0;
     last_arrival = std::max(last_arrival, own_last);
     total_service += static_cast<I128>(spec.in_run) * spec.service;
+    if (spec.cancel_after && own_last + *spec.cancel_after > std::numeric_limits<Nanos>::max()) {
+      fail(child(path, "cancel_after"),
+           "a withdrawal could fall beyond the virtual clock (2^63 nanoseconds, about 292 years)");
+    }
     if (last_arrival + total_service > std::numeric_limits<Nanos>::max()) {
       fail(child(path, own_last > std::numeric_limits<Nanos>::max() / 2 ? "every" : "service"),
            "the run could outlast the virtual clock (2^63 nanoseconds, about 292 years)");
@@ -433,6 +440,8 @@ ParseResult parse_scenario(std::string_view text_in) {
     s.participants = parse_participants(root, s.config.plans);
     if (root.contains("until")) s.until = time_at(root["until"], "until");
     s.arrivals = parse_arrivals(root, s.participants, s.until, s.requests);
+    s.withdraws = std::any_of(s.arrivals.begin(), s.arrivals.end(),
+                              [](const ArrivalSpec& a) { return a.cancel_after.has_value(); });
 
     // The core validates the configuration again; anything it still refuses is reported here,
     // before the simulator builds it, so that a refusal never surfaces as an exception later.

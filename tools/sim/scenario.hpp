@@ -48,6 +48,9 @@ struct ArrivalSpec {
   creditloop::Nanos every = 0;
   creditloop::Nanos service = 0;
   std::int64_t cost_nano = 0;
+  /// A request of this entry still queued this long after its arrival is withdrawn (its client
+  /// hung up: Core::cancel); one dispatched before then is served as any other. None: never.
+  std::optional<creditloop::Nanos> cancel_after;
   /// Requests of this entry that arrive no later than `until` (all of them without it).
   std::uint64_t in_run = 0;
 };
@@ -59,6 +62,7 @@ struct Scenario {
   std::vector<ArrivalSpec> arrivals;
   std::optional<creditloop::Nanos> until;
   std::uint64_t requests = 0;  // sum of in_run
+  bool withdraws = false;      // some entry gives `cancel_after`
 };
 
 /// A refusal: "path: problem", one line.

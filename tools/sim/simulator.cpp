@@ -22,6 +22,7 @@ struct Simulator::Request : creditloop::RequestHook {
   creditloop::Ticket ticket{};
   std::uint32_t entry = 0;  // the arrival entry: its service and cost
   std::uint32_t participant = 0;
+  bool sent = false;  // dispatched: a withdrawal due later is moot
 };
 
 struct Simulator::Participant {
@@ -31,6 +32,7 @@ struct Simulator::Participant {
   std::array<std::uint64_t, creditloop::kMaxClasses + 1> dispatched{};
   std::uint64_t arrived = 0;
   std::uint64_t completed = 0;
+  std::uint64_t cancelled = 0;
   std::optional<Nanos> wait_max;
 };
 
@@ -212,6 +214,11 @@ void Simulator::arrive(std::uint32_t entry) {
   Participant& p = participants_[spec.participant];
   ++p.arrived;
   if (!core_.submit(p.id, r, now_)) core_bug("submit() refused a registered participant");
+  if (spec.cancel_after) {
+    cancels_.push_back(Due{now_ + *spec.cancel_after, req, static_cast<std::uint32_t>(req)});
+    std::push_heap(cancels_.begin(), cancels_.end(),
+                   [](const Due& a, const Due& b) { return due_later(a, b); });
+  }
   if (observer_ != nullptr) observer_->arrived(now_, r.participant, req);
   if (trace_ == nullptr) return;
   std::string& b = trace_->buffer();
@@ -256,6 +263,40 @@ void Simulator::complete_due(Nanos now) {
     b += done->bucket == core_.unmetered() ? std::string("null") : class_json_[done->bucket];
     b += ", ";
     write_balances(balances);
+    b += '}';
+    trace_->end_line();
+  }
+}
+
+// A request dispatched before its withdrawal fell due is served as any other: its withdrawal is
+// dropped here, so that it never becomes an instant of the run of its own.
+void Simulator::drop_moot_cancels() {
+  while (!cancels_.empty() && pool_[cancels_.front().req].sent) {
+    std::pop_heap(cancels_.begin(), cancels_.end(),
+                  [](const Due& a, const Due& b) { return due_later(a, b); });
+    cancels_.pop_back();
+  }
+}
+
+void Simulator::cancel_due(Nanos now) {
+  for (drop_moot_cancels(); !cancels_.empty() && cancels_.front().t == now; drop_moot_cancels()) {
+    std::pop_heap(cancels_.begin(), cancels_.end(),
+                  [](const Due& a, const Due& b) { return due_later(a, b); });
+    const std::uint32_t req = cancels_.back().req;
+    cancels_.pop_back();
+    Request& r = pool_[req];
+    if (!core_.cancel(r)) core_bug("cancel() refused a request still queued");
+    Participant& p = participants_[r.participant];
+    ++p.cancelled;
+    if (observer_ != nullptr) observer_->cancelled(now_, r.participant, req);
+    if (trace_ == nullptr) continue;
+    std::string& b = trace_->buffer();
+    b += "{\"t\": ";
+    append_micro(b, now_);
+    b += ", \"ev\": \"cancel\", \"participant\": ";
+    b += p.json_name;
+    b += ", \"req\": ";
+    append_uint(b, std::uint64_t{req});
     b += '}';
     trace_->end_line();
   }
@@ -339,6 +380,7 @@ void Simulator::on_dispatch(const creditloop::Dispatch& d) {
   --free_slots_;
   auto& r = static_cast<Request&>(*d.request);
   r.ticket = d.ticket;
+  r.sent = true;
   Participant& p = participants_[r.participant];
   if (!(p.id == d.participant)) core_bug("a request went out for another participant");
   ++p.dispatched[d.out];
@@ -382,6 +424,8 @@ RunReport Simulator::run(LineWriter* trace) {
     Nanos t = kNever;
     if (!completions_.empty()) t = completions_.front().t;
     if (!arrivals_.empty()) t = std::min(t, arrivals_.front().t);
+    drop_moot_cancels();
+    if (!cancels_.empty()) t = std::min(t, cancels_.front().t);
     if (t == kNever) break;
     if (scenario_.until && t > *scenario_.until) break;
     // A completion that falls due at `now_` while the loop runs (service 0) is the earliest
@@ -400,6 +444,7 @@ RunReport Simulator::run(LineWriter* trace) {
         std::push_heap(arrivals_.begin(), arrivals_.end(), arrival_cmp);
       }
     }
+    cancel_due(now_);
     core_.run(now_, Loop{*this});
   }
   return report(scenario_.until ? std::max(*scenario_.until, now_) : now_);
@@ -411,6 +456,7 @@ RunReport Simulator::report(Nanos stopped_at) {
   out.slots = scenario_.slots;
   out.stopped_at = stopped_at;
   out.arrived = next_req_;
+  out.withdraws = scenario_.withdraws;
   for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
     const auto id = core_.at(slot);
     if (!id) continue;
@@ -422,6 +468,7 @@ RunReport Simulator::report(Nanos stopped_at) {
     r.shares = spec.shares;
     r.dispatched = p.dispatched;
     r.completed = p.completed;
+    r.cancelled = p.cancelled;
     r.wait_max = p.wait_max;
     r.waiting = core_.queued(*id);
     // The trace is the simulator's own account; the core counts the same events. A mismatch
@@ -438,7 +485,7 @@ RunReport Simulator::report(Nanos stopped_at) {
     if (stats.completed != p.completed) {
       core_bug("the core's completion count for " + spec.name + " disagrees with the trace");
     }
-    if (r.waiting != p.arrived - total) {
+    if (r.waiting != p.arrived - total - p.cancelled) {
       core_bug("the core's queue length for " + spec.name + " disagrees with the trace");
     }
     for (int c = 0; c < out.classes; ++c) {
@@ -468,6 +515,10 @@ void append_summary(std::string& out, const RunReport& report) {
     }
     out += "}, \"completed\": ";
     append_uint(out, p.completed);
+    if (report.withdraws) {
+      out += ", \"cancelled\": ";
+      append_uint(out, p.cancelled);
+    }
     out += ", \"waiting\": ";
     append_uint(out, p.waiting);
     out += ", \"wait_max\": ";
@@ -502,7 +553,9 @@ std::string format_table(const RunReport& report) {
   const int k = report.classes;
   std::vector<std::string> header = {"participant", "plan", "shares"};
   for (int c = 0; c <= k; ++c) header.push_back(creditloop::class_name(static_cast<ClassId>(c)));
-  header.insert(header.end(), {"all", "of total", "completed", "waiting", "wait_max"});
+  header.insert(header.end(), {"all", "of total", "completed"});
+  if (report.withdraws) header.emplace_back("cancelled");
+  header.insert(header.end(), {"waiting", "wait_max"});
   for (int c = 0; c < k; ++c) {
     header.push_back("bal " + creditloop::class_name(static_cast<ClassId>(c)));
   }
@@ -513,6 +566,7 @@ std::string format_table(const RunReport& report) {
   std::uint64_t grand = 0;
   std::array<std::uint64_t, creditloop::kMaxClasses + 1> per_class{};
   std::uint64_t completed = 0;
+  std::uint64_t cancelled = 0;
   std::uint64_t waiting = 0;
   for (const ParticipantReport& p : report.participants) {
     for (int c = 0; c <= k; ++c) {
@@ -520,6 +574,7 @@ std::string format_table(const RunReport& report) {
       grand += p.dispatched[static_cast<std::size_t>(c)];
     }
     completed += p.completed;
+    cancelled += p.cancelled;
     waiting += p.waiting;
   }
 
@@ -535,6 +590,7 @@ std::string format_table(const RunReport& report) {
     row.push_back(std::to_string(total));
     row.push_back(percent(total, grand));
     row.push_back(std::to_string(p.completed));
+    if (report.withdraws) row.push_back(std::to_string(p.cancelled));
     row.push_back(std::to_string(p.waiting));
     row.push_back(p.wait_max ? micro(*p.wait_max) : "-");
     for (int c = 0; c < k; ++c) {
@@ -548,13 +604,16 @@ std::string format_table(const RunReport& report) {
     const std::uint64_t n = per_class[static_cast<std::size_t>(c)];
     totals.push_back(std::to_string(n) + " (" + percent(n, grand) + ")");
   }
-  totals.insert(totals.end(), {std::to_string(grand), percent(grand, grand),
-                               std::to_string(completed), std::to_string(waiting), ""});
+  totals.insert(totals.end(),
+                {std::to_string(grand), percent(grand, grand), std::to_string(completed)});
+  if (report.withdraws) totals.push_back(std::to_string(cancelled));
+  totals.insert(totals.end(), {std::to_string(waiting), ""});
   for (int c = 0; c < k; ++c) totals.emplace_back("");
 
   std::string out = "stopped at t=" + micro(report.stopped_at) + " s; " +
                     std::to_string(report.arrived) + " arrived, " + std::to_string(grand) +
                     " dispatched, " + std::to_string(completed) + " completed, " +
+                    (report.withdraws ? std::to_string(cancelled) + " cancelled, " : "") +
                     std::to_string(waiting) + " waiting; " + std::to_string(report.slots) +
                     (report.slots == 1 ? " slot" : " slots") +
                     "; dispatches per class (share of the row), balances at the stop\n";

@@ -5,10 +5,12 @@
 // request's `service`, and room is "a slot is free". Events at one instant go in the order SPEC
 // section 6 fixes: completions due (in dispatch order), arrivals due (scenario order), then the
 // loop; completions that fall due at the same instant while the loop runs (service 0) wait for it
-// to stop, and the instant is handled again.
+// to stop, and the instant is handled again. Withdrawals (an entry's `cancel_after`, an
+// extension of that order) come after the arrivals and before the loop, in request order.
 //
-// Cost: the arrival stream is a heap of one cursor per scenario entry and the completions a heap
-// of at most `slots` requests, so an event costs O(log entries + log slots) plus the core's own
+// Cost: the arrival stream is a heap of one cursor per scenario entry, the completions a heap
+// of at most `slots` requests and the withdrawals a heap of the requests that may still be
+// withdrawn, so an event costs O(log entries + log slots + log requests) plus the core's own
 // work and the trace line. Requests live in a pool sized before the run: nothing allocates per
 // request. A `pass` line lists every waiting participant, so a run with W participants waiting is
 // O(W) per turn by the trace format itself; without a trace or an observer that cost is skipped.
@@ -37,6 +39,7 @@ struct ParticipantReport {
   /// By ClassId: 0..k-1 metered, k unmetered.
   std::array<std::uint64_t, creditloop::kMaxClasses + 1> dispatched{};
   std::uint64_t completed = 0;
+  std::uint64_t cancelled = 0;  // withdrawn while queued
   std::uint64_t waiting = 0;
   std::optional<creditloop::Nanos> wait_max;
   /// Balance of each metered class at the stop, in nano-credits; empty where the plan holds none.
@@ -48,6 +51,7 @@ struct RunReport {
   std::uint64_t slots = 1;
   creditloop::Nanos stopped_at = 0;  // `until` if given, else the last instant handled
   std::uint64_t arrived = 0;
+  bool withdraws = false;  // the scenario gives `cancel_after`: the summary counts withdrawals
   std::vector<ParticipantReport> participants;  // ring order
 };
 
@@ -110,6 +114,8 @@ class RunObserver {
   /// `cost_nano`: the cost charged back, in nano-credits.
   virtual void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
                          std::int64_t cost_nano, const Balances& balances) = 0;
+  /// The request left its queue undispatched (the scenario's `cancel_after`).
+  virtual void cancelled(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) = 0;
 
  protected:
   RunObserver() = default;
@@ -151,6 +157,8 @@ class Simulator {
 
   void arrive(std::uint32_t entry);
   void complete_due(creditloop::Nanos now);
+  void cancel_due(creditloop::Nanos now);
+  void drop_moot_cancels();
   void on_pass(creditloop::ClassId c);
   void on_dispatch(const creditloop::Dispatch& d);
   Balances balances_of(const Participant& p);
@@ -178,6 +186,7 @@ class Simulator {
   };
   std::vector<NextArrival> arrivals_;  // min-heap on (t, entry)
   std::vector<Due> completions_;       // min-heap on (t, seq)
+  std::vector<Due> cancels_;           // min-heap on (t, seq = req)
 
   LineWriter* trace_ = nullptr;
   RunObserver* observer_ = nullptr;
