@@ -9,11 +9,11 @@
 // releases the producers to the consumer's last request (manual time: thread start-up is outside
 // it). Every consumer spins 64 times and then yields when it finds nothing, and never sleeps: the
 // runtime's parking word (one load per activation) is left out of every design alike. Designs:
-//  - mailbox: detail::Mailbox + detail::WaitFreeBag, as the runtime's submit() and take_inbox()
+//  - mailbox: detail::Mailbox + detail::LockFreeBag, as the runtime's submit() and take_inbox()
 //    use them: a CAS on the participant's line per push, one activation per empty-to-non-empty
 //    transition, and the consumer takes a participant's whole backlog with one exchange.
 //  - vyukov: Vyukov's intrusive MPSC queue per participant (one exchange per push, through the
-//    same RequestHook link), activated through a per-queue flag and the same WaitFreeBag.
+//    same RequestHook link), activated through a per-queue flag and the same LockFreeBag.
 //  - moodycamel_per_participant: a moodycamel::ConcurrentQueue per participant with one producer
 //    token per (producer, participant) and a consumer token per participant, activated like
 //    vyukov. Each token is a sub-queue that allocates its own block index and blocks: memory grows
@@ -75,10 +75,10 @@
 #include "creditloop/request.hpp"
 #include "creditloop/runtime.hpp"
 #include "creditloop/ticket.hpp"
+#include "internal/lock_free_bag.hpp"
 #include "internal/mailbox.hpp"
 #include "internal/queue_link.hpp"
 #include "internal/spin.hpp"
-#include "internal/wait_free_bag.hpp"
 
 namespace {
 
@@ -199,8 +199,7 @@ class MailboxDesign {
   std::size_t sweep(Sink& sink) {
     std::size_t n = 0;
     for (std::size_t i = 0; i < participants_; ++i) {
-      n +=
-          deliver(boxes_[i].slot, boxes_[i].inbox.take(Mailbox::Queue::tag_for(kGeneration)), sink);
+      n += deliver(boxes_[i].slot, boxes_[i].inbox.take(kGeneration), sink);
     }
     return n;
   }
@@ -223,12 +222,12 @@ class MailboxDesign {
 
   std::unique_ptr<Mailbox[]> boxes_;
   std::size_t participants_;
-  creditloop::detail::WaitFreeBag<Mailbox, std::atomic, &Mailbox::next_listed> activations_;
+  creditloop::detail::LockFreeBag<Mailbox, std::atomic, &Mailbox::next_listed> activations_;
 };
 
 // ---- the activation path shared by the per-participant contenders -------------------------------
 
-// A flag per queue and the runtime's WaitFreeBag: the consumer visits only queues that have work.
+// A flag per queue and the runtime's LockFreeBag: the consumer visits only queues that have work.
 // kSeqCstEnqueue: the queue's enqueue publishes with a seq_cst read-modify-write, which orders it
 // before a seq_cst read of the flag with no fence (Vyukov's exchange); a library queue's enqueue
 // promises no such thing, so its producer pays a seq_cst fence.
@@ -268,7 +267,7 @@ class Activations {
   }
 
  private:
-  creditloop::detail::WaitFreeBag<Queue, std::atomic, &Queue::next_listed> bag_;
+  creditloop::detail::LockFreeBag<Queue, std::atomic, &Queue::next_listed> bag_;
   std::vector<Queue*> retry_;
   std::vector<Queue*> retrying_;
 };

@@ -1,8 +1,8 @@
-// What the dispatcher spends while producers are preempted half-way through a push: many more
-// producer threads than CPUs, each submitting its next request as soon as the last one came back
-// (the sink completes each at once), so that the scheduler often stops a producer between the
-// two steps of its push onto the activation list (wait_free_bag.hpp). Nothing queues up: there is
-// never anything to dispatch but the few requests in hand-off.
+// What the dispatcher spends while producers are preempted inside a push: many more producer
+// threads than CPUs, each submitting its next request as soon as the last one came back (the sink
+// completes each at once), so that the scheduler often stops a producer inside submit(), its push
+// onto the activation list (lock_free_bag.hpp) included. Nothing queues up: there is never
+// anything to dispatch but the few requests in hand-off.
 //
 //   build/release/bench/preempted_push [SECONDS=5] [PRODUCERS=8 per CPU] [WORK_NS=20000]
 //
@@ -10,8 +10,8 @@
 // is runnable all the time and the scheduler preempts it anywhere, a push included.
 //
 // Prints the dispatcher's CPU seconds per wall second, its CPU per dispatch, and how often it
-// slept. A dispatcher that waits for a half-finished push by polling at full speed shows near one
-// CPU second per second here however little it dispatches.
+// slept. A dispatcher that waited for a preempted producer by polling at full speed would show
+// near one CPU second per second here however little it dispatches.
 #include <pthread.h>
 #include <sched.h>
 
@@ -82,11 +82,10 @@ int main(int argc, char** argv) {
   const auto dispatched = static_cast<double>(after.dispatched - before.dispatched);
   std::printf(
       "%ld producers on %ld CPUs, %.2f s: dispatcher %.3f CPU s per wall s, %.0f dispatches/s, "
-      "%.0f ns of dispatcher CPU per dispatch, %llu sleeps, %llu of them for a half-finished "
-      "push\n",
+      "%.0f ns of dispatcher CPU per dispatch, %llu sleeps, %llu of them timed for a retry\n",
       producers, cpus, wall, cpu / wall, dispatched / wall, cpu * 1e9 / std::max(dispatched, 1.0),
       static_cast<unsigned long long>(after.parks - before.parks),
-      static_cast<unsigned long long>(after.half_push_waits - before.half_push_waits));
+      static_cast<unsigned long long>(after.retry_waits - before.retry_waits));
   (void)runtime.shutdown(creditloop::ShutdownMode::drain);
   return 0;
 }

@@ -281,12 +281,9 @@ void Runtime::Impl::idle() {
     bool room_polled() const { return room_poll; }
     bool room_ready() const { return room_poll && rt.room_test(); }
     std::int64_t room_recheck_ns() const { return rt.options_.room_recheck.count(); }
-    // Or a batch the pool's queue could not take: no waker will say when it can, so the sleep
-    // has the same timeout, and the loop tries the hand-over again after it.
-    bool half_pushed() const {
-      return rt.activations_.has_half_pushed() || rt.completions_.has_half_pushed() ||
-             rt.pool_completions_.has_half_pushed() || !rt.batch_jobs_.empty();
-    }
+    // A batch the pool's queue could not take: no waker will say when it can, so the sleep has
+    // a timeout, and the loop tries the hand-over again after it.
+    bool retry_pending() const { return !rt.batch_jobs_.empty(); }
     // Without a spin (no CPU to spare) the clock is not read at all.
     bool start_spin() {
       if (rt.spin_.count() <= 0) return false;
@@ -303,7 +300,7 @@ void Runtime::Impl::idle() {
       ++rt.parks_;
     }
   } env{*this, reasons};
-  if (detail::idle_wait(parker_, reasons, env, half_push_backoff_)) {
+  if (detail::idle_wait(parker_, reasons, env, retry_backoff_)) {
     ++wakeups_;
     CREDITLOOP_PROBE2(wake, reasons, in_flight());
   }

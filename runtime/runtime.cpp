@@ -416,7 +416,7 @@ RuntimeSnapshot Runtime::Impl::snapshot() {
     s.completed = completed_;
     s.parks = parks_;
     s.wakeups = wakeups_;
-    s.half_push_waits = half_push_backoff_.waits();
+    s.retry_waits = retry_backoff_.waits();
     s.dispatcher_cpu =
         dispatcher_exited_cpu_ >= 0 ? dispatcher_exited_cpu_ : detail::thread_cpu_now();
     s.classes = core_.classes();

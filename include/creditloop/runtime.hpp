@@ -7,7 +7,7 @@
 //    thread, or the built-in worker pool, which runs your handler and completes the request with
 //    the cost it returns (a pool's tickets are its own: completing one yourself is refused as
 //    stale).
-//  - complete() from any thread: wait-free, never blocks, never takes a lock. It claims the ticket
+//  - complete() from any thread: lock-free, never blocks, never takes a lock. It claims the ticket
 //    (a repeated, stale or forged one is refused and changes nothing), returns the room, and
 //    hands the cost to the dispatcher, which charges it to the admitting bucket before its next
 //    decision.
@@ -27,12 +27,14 @@
 //
 // Threads and cost (N participants, per call):
 //  - submit: one CAS on the request's own hook (already_queued), one load and one CAS on the
-//    participant's inbox line; when the queue was empty, one exchange on a flag and one on the
+//    participant's inbox line; when the queue was empty, one exchange on a flag and one CAS on the
 //    runtime's activation list, and one load of the parking word. O(1), no allocation.
-//  - complete: one CAS on the ticket, one store on the request's hook, one exchange and one store
-//    on the completion list, one load of the parking word. O(1), wait-free, no allocation. A pool
-//    worker writes only its own completion block, and per bulk of up to 32 jobs one exchange and
-//    one store on a block list.
+//  - complete: one CAS on the ticket, one store on the request's hook, one CAS on the completion
+//    list, one load of the parking word. O(1), lock-free, no allocation. A pool worker writes only
+//    its own completion block, and per bulk of up to 32 jobs one CAS on a block list.
+//  - A thread stopped anywhere inside submit() or complete() (preempted, throttled) delays only
+//    its own participant's requests and its own completion: no other participant's dispatch and
+//    no other completer's room waits for it (docs/design.md, "Progress").
 //  - the dispatcher: per decision, the core's O(log64 N) visit; per activation O(1) plus the
 //    requests moved; per completion O(1). It sleeps when it has nothing to do (no CPU when idle)
 //    and when it has no room, and is woken by the submission or completion that changes that.

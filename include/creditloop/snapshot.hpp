@@ -82,9 +82,9 @@ struct RuntimeSnapshot {
   std::uint64_t completed = 0;  // completions applied
   std::uint64_t parks = 0;      // times the dispatcher slept
   std::uint64_t wakeups = 0;    // times a waker woke it
-  // Times it slept with a timeout because a producer or completer was half-way through a push
-  // (preempted between its two steps) and nothing else was to be done.
-  std::uint64_t half_push_waits = 0;
+  // Times it slept with a timeout because it had something to retry that no other thread would
+  // announce (a batch the worker pool's queue could not take) and nothing else was to be done.
+  std::uint64_t retry_waits = 0;
   // CPU time the dispatcher thread has used since it started (its final figure once it has
   // exited): divided by `dispatched`, the serial cost per request that bounds throughput.
   Nanos dispatcher_cpu = 0;

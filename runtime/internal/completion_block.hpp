@@ -10,7 +10,7 @@
 // Ownership alternates, and `lent` says who has the block:
 //   worker      available(): lent is false -> fill entries and count -> lend() -> push on a bag
 //   dispatcher  drain the bag -> read entries and count -> give_back()
-// The bag's exchange (wait_free_bag.hpp) publishes what the worker wrote. give_back()'s release
+// The bag's push (lock_free_bag.hpp) publishes what the worker wrote. give_back()'s release
 // store pairs with available()'s acquire load, so the worker writes into the block again only
 // after the dispatcher's reads of it have happened. A worker keeps several blocks, so it fills one
 // while the dispatcher reads others, and when all of its blocks are lent it completes through

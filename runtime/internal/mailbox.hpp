@@ -38,9 +38,7 @@ struct alignas(64) Mailbox {
   /// activation list and wake the dispatcher. unsupported: the inbox cannot hold `node`'s address
   /// (Inbox::push).
   Submit submit(Node& node, std::uint32_t registration) noexcept {
-    // relaxed: a hint only; the inbox's CAS on a tagged head is what refuses a stale generation.
-    if (generation.load(std::memory_order_relaxed) != registration) return Submit::refused;
-    switch (inbox.push(node, Queue::tag_for(registration))) {
+    switch (inbox.push(node, registration)) {
       case Queue::Push::refused:
         return Submit::refused;
       case Queue::Push::unsupported:
@@ -61,7 +59,7 @@ struct alignas(64) Mailbox {
   Node* take_listed(bool open, std::uint32_t current_generation) noexcept {
     // seq_cst: see the file comment (pairs with the exchange in submit()).
     listed.store(false, std::memory_order_seq_cst);
-    return open ? inbox.take(Queue::tag_for(current_generation)) : nullptr;
+    return open ? inbox.take(current_generation) : nullptr;
   }
 
   /// Dispatcher only, for a live participant whatever its mailbox's listing (a withdrawal looks
@@ -70,20 +68,15 @@ struct alignas(64) Mailbox {
   /// since; a submit onto the emptied inbox lists the mailbox only if it is not listed already
   /// (tests/relacy/withdrawal_model.cpp).
   Node* take_unlisted(std::uint32_t current_generation) noexcept {
-    return inbox.take(Queue::tag_for(current_generation));
+    return inbox.take(current_generation);
   }
 
   /// Dispatcher only. Registration of generation `g` in this place.
-  void open(std::uint32_t g) noexcept {
-    // relaxed: the id reaches producers through the caller of add(), which synchronizes.
-    generation.store(g, std::memory_order_relaxed);
-    inbox.open(Queue::tag_for(g));
-  }
+  void open(std::uint32_t g) noexcept { inbox.open(g); }
 
   Queue inbox;
-  Atomic<std::uint32_t> generation{0};
   Atomic<bool> listed{false};
-  Atomic<Mailbox*> next_listed{nullptr};  // the activation list's link (wait_free_bag.hpp)
+  Atomic<Mailbox*> next_listed{nullptr};  // the activation list's link (lock_free_bag.hpp)
   std::uint32_t slot = 0;                 // constant once created
 };
 

@@ -18,8 +18,8 @@
 // system call.
 //
 // idle_wait() is the dispatcher's whole wait for work: spin, yield, then park(), with the timed
-// sleep that a half-finished push needs. The runtime's idle() and the Relacy parking model both
-// run it, each through an environment that says where work comes from.
+// sleep that a retry no waker announces needs. The runtime's idle() and the Relacy parking model
+// both run it, each through an environment that says where work comes from.
 //
 // `Atomic` and the `Futex` policy are template parameters so that the memory-model checks
 // (tests/relacy) run this code with a model of the wait.
@@ -100,17 +100,17 @@ class Parker {
   Atomic<std::uint32_t> word_{0};
 };
 
-/// The timed sleep's length while a push the dispatcher cannot take yet stays half-way: its
-/// producer was preempted between its two steps and will finish when the scheduler runs it again,
-/// but its wake-up may be lost (wait_free_bag.hpp). Starts short and doubles up to a millisecond,
-/// so the dispatcher neither polls at full speed nor sleeps long past the push.
-class HalfPushBackoff {
+/// The timed sleep's length while the dispatcher has something to retry that no waker will announce
+/// (a batch the pool's queue could not take: no thread says when it can). Starts short and doubles
+/// up to a millisecond, so the dispatcher neither polls at full speed nor sleeps long past the
+/// moment the retry would succeed.
+class RetryBackoff {
  public:
   static constexpr std::int64_t kFirstNs = 16'000;
   static constexpr std::int64_t kLastNs = 1'000'000;
 
   void reset() noexcept { next_ns_ = kFirstNs; }
-  /// Whether no timed sleep was taken for the current half-way push yet.
+  /// Whether no timed sleep was taken for the current retry yet.
   [[nodiscard]] bool first() const noexcept { return next_ns_ == kFirstNs; }
   /// The timeout of the next sleep: `timeout_ns` (negative: none) cut to the backoff's length.
   std::int64_t next(std::int64_t timeout_ns) noexcept {
@@ -119,7 +119,7 @@ class HalfPushBackoff {
     ++waits_;
     return wait;
   }
-  /// Timed sleeps taken for half-way pushes, ever.
+  /// Timed sleeps taken for retries, ever.
   [[nodiscard]] std::uint64_t waits() const noexcept { return waits_; }
 
  private:
@@ -129,23 +129,23 @@ class HalfPushBackoff {
 
 /// Dispatcher only. Waits until `env` shows work (or room) for `reasons`, or a sleep on `parker`
 /// ends; returns whether it slept. Spin, then yield, then sleep: a hand-off that comes within the
-/// spin costs no system call. A half-way push that was already waited for once means its producer
-/// is not running, so spinning or yielding would only take the CPU it needs: straight to a timed
-/// sleep. `Env` provides:
+/// spin costs no system call. A retry that was already waited for once will not succeed within a
+/// spin, so spinning or yielding would only take CPU from the threads it waits for: straight to a
+/// timed sleep. `Env` provides:
 ///   bool work_visible()      every work source for the reasons, with seq_cst loads
 ///   bool room_ready()        the embedder's room test, when the wait is also for room it says
 ///   bool room_polled()       whether there is such a test (the sleep then has a timeout)
 ///   std::int64_t room_recheck_ns()
-///   bool half_pushed()       whether a push the dispatcher could take is still half-way
+///   bool retry_pending()     whether the dispatcher has something to retry that nobody announces
 ///   bool start_spin()        whether to spin at all (and starts the spin's clock)
 ///   bool spin_more(std::uint32_t i)   whether the spin goes on after i rounds
 ///   void relax(), void yield()
 ///   void parked(std::int64_t timeout_ns)   told before each sleep (statistics, probes)
 template <class ParkerT, class Env>
-bool idle_wait(ParkerT& parker, std::uint32_t reasons, Env& env, HalfPushBackoff& backoff) {
-  const bool half_pushed = env.half_pushed();
-  if (!half_pushed) backoff.reset();
-  const bool spin = (!half_pushed || backoff.first()) && env.start_spin();
+bool idle_wait(ParkerT& parker, std::uint32_t reasons, Env& env, RetryBackoff& backoff) {
+  const bool retry = env.retry_pending();
+  if (!retry) backoff.reset();
+  const bool spin = (!retry || backoff.first()) && env.start_spin();
   for (std::uint32_t i = 1;; ++i) {
     if (env.work_visible()) {
       backoff.reset();
@@ -155,7 +155,7 @@ bool idle_wait(ParkerT& parker, std::uint32_t reasons, Env& env, HalfPushBackoff
     if (!spin || !env.spin_more(i)) break;
     env.relax();
   }
-  for (int i = 0; (!half_pushed || backoff.first()) && i < 4; ++i) {
+  for (int i = 0; (!retry || backoff.first()) && i < 4; ++i) {
     env.yield();
     if (env.work_visible()) return false;
   }
@@ -163,7 +163,7 @@ bool idle_wait(ParkerT& parker, std::uint32_t reasons, Env& env, HalfPushBackoff
       reasons, [&] { return env.work_visible() || env.room_ready(); },
       [&] {
         std::int64_t timeout = env.room_polled() ? env.room_recheck_ns() : -1;
-        if (half_pushed) timeout = backoff.next(timeout);
+        if (retry) timeout = backoff.next(timeout);
         env.parked(timeout);
         return timeout;
       });

@@ -35,6 +35,7 @@
 #include "creditloop/runtime.hpp"
 #include "internal/counter_line.hpp"
 #include "internal/futex.hpp"
+#include "internal/lock_free_bag.hpp"
 #include "internal/mailbox.hpp"
 #include "internal/parker.hpp"
 #include "internal/parking_place.hpp"
@@ -43,7 +44,6 @@
 #include "internal/spin.hpp"
 #include "internal/test_hooks.hpp"
 #include "internal/ticket_record.hpp"
-#include "internal/wait_free_bag.hpp"
 
 namespace creditloop {
 namespace detail {
@@ -249,11 +249,11 @@ class Runtime::Impl {
   detail::ChunkedTable<CounterLine> counters_;
   CounterLine totals_;
   // Each written by different threads: producers, completers, the dispatcher going to sleep.
-  detail::OwnLine<detail::WaitFreeBag<Mailbox, std::atomic, &Mailbox::next_listed>> activations_;
-  detail::OwnLine<detail::WaitFreeBag<TicketRecord, std::atomic, &TicketRecord::next_completed>>
+  detail::OwnLine<detail::LockFreeBag<Mailbox, std::atomic, &Mailbox::next_listed>> activations_;
+  detail::OwnLine<detail::LockFreeBag<TicketRecord, std::atomic, &TicketRecord::next_completed>>
       completions_;
   detail::OwnLine<
-      detail::WaitFreeBag<detail::PoolBlock, std::atomic, &detail::PoolBlock::next_completed>>
+      detail::LockFreeBag<detail::PoolBlock, std::atomic, &detail::PoolBlock::next_completed>>
       pool_completions_;
   // The parking word lives outside the runtime (parking_place.hpp); its address is read by every
   // waker, and written once.
@@ -289,7 +289,7 @@ class Runtime::Impl {
   Phase phase_ = Phase::running;
   RequestList handed_back_;
   std::uint64_t submitted_ = 0, dispatched_ = 0, completed_ = 0, parks_ = 0, wakeups_ = 0;
-  detail::HalfPushBackoff half_push_backoff_;
+  detail::RetryBackoff retry_backoff_;
   std::array<ClassSnapshot, kMaxClasses + 1> per_class_{};
 
   // ---- the worker pool (worker_pool.cpp, the one file that sees moodycamel's queue)

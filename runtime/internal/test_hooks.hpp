@@ -21,6 +21,13 @@ inline std::atomic<void (*)()> completion_pushed{nullptr};
 /// (Mailbox::submit): the window in which later submits of that participant are in the inbox
 /// but on no list.
 inline std::atomic<void (*)()> submit_pushed_first{nullptr};
+/// A submitter inside its push onto an inbox (Inbox::push), after it read the head and before its
+/// compare-and-swap: the window in which the participant may be removed and its place reused.
+inline std::atomic<void (*)()> inbox_pushing{nullptr};
+/// A producer inside its push onto one of the runtime's lists (activations, completions, the
+/// pool's blocks), after it read the list's head and before its compare-and-swap: a preemption,
+/// or a cgroup's quota, stops a thread anywhere, and this is where a stop could hide the most.
+inline std::atomic<void (*)()> list_pushing{nullptr};
 /// Before the constructor starts thread `n` (the workers from 0, then the dispatcher). May throw,
 /// as std::thread's constructor does when the system cannot start a thread.
 inline std::atomic<void (*)(std::size_t n)> thread_starting{nullptr};

@@ -9,7 +9,7 @@ if(rc)
 endif()
 # What is installed is the public API: no runtime internals, nothing for tests only.
 file(GLOB_RECURSE installed_headers RELATIVE ${WORK_DIR}/prefix/include ${WORK_DIR}/prefix/include/*)
-foreach(internal IN ITEMS inbox mailbox parker ticket_cell wait_free_bag completion_block spin
+foreach(internal IN ITEMS inbox mailbox parker ticket_cell lock_free_bag completion_block spin
                           futex probes)
   if(installed_headers MATCHES "/${internal}\\.hpp")
     message(FATAL_ERROR "a runtime internal is installed: ${internal}.hpp")

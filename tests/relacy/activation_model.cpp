@@ -1,4 +1,4 @@
-// The activation of a queue (internal/mailbox.hpp, internal/wait_free_bag.hpp, runtime.cpp submit()
+// The activation of a queue (internal/mailbox.hpp, internal/lock_free_bag.hpp, runtime.cpp submit()
 // and take_inbox()): producers submit to two participants' mailboxes; a submit that finds the
 // inbox empty and wins the `listed` flag pushes the mailbox on the activation list, and the
 // dispatcher drains the list and takes each listed mailbox's inbox. Producer 0 submits to
@@ -10,12 +10,12 @@
 // each exactly once, with its contents visible); a mailbox is never on the list twice; the flag is
 // clear once nothing is listed.
 //
-// The orders that matter: the activation list's push (exchange, release half) publishes the
-// relaxed "half-pushed" mark on the mailbox's link, and drain's acquire exchange reads it, so the
+// The orders that matter: the activation list's push (its compare-and-swap's release half)
+// publishes the relaxed store of the mailbox's link, and drain's acquire exchange reads it, so the
 // dispatcher never follows a link from before this push. The twin drops that release (seq_cst ->
-// acquire on the list head only): the dispatcher can read the mailbox's link as it was before the
-// push, so it walks past or off the list, loses a listed mailbox whose flag stays set, and that
-// mailbox's requests are stranded, as after() reports.
+// acquire on the list head's compare-and-swap only): the dispatcher can read the mailbox's link as
+// it was before the push, so it walks past or off the list, loses a listed mailbox whose flag stays
+// set, and that mailbox's requests are stranded, as after() reports.
 //
 // Not a twin: weakening the `listed` exchange and store, even to relaxed. mailbox.hpp asks for
 // seq_cst there, reading them as a store-then-load pair; but a submit reaches the flag only after
@@ -25,8 +25,8 @@
 #include <array>
 #include <memory>
 
+#include "internal/lock_free_bag.hpp"
 #include "internal/mailbox.hpp"
-#include "internal/wait_free_bag.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {
@@ -35,7 +35,7 @@ namespace {
 template <class Policy>
 struct ActivationModel : rl::test_suite<ActivationModel<Policy>, 3> {
   using Mailbox = detail::Mailbox<Request, With<Policy>::template Atomic, RequestLink>;
-  using List = detail::WaitFreeBag<Mailbox, With<Policy>::template Atomic, &Mailbox::next_listed>;
+  using List = detail::LockFreeBag<Mailbox, With<Policy>::template Atomic, &Mailbox::next_listed>;
   static constexpr int kMailboxes = 2;
   static constexpr int kRequests = 4;
   static constexpr std::uint32_t kGeneration = 3;
@@ -92,18 +92,18 @@ struct ActivationModel : rl::test_suite<ActivationModel<Policy>, 3> {
   }
 
   void after() {
-    // The dispatcher's next turns: drain until nothing is listed, not even half-pushed.
+    // The dispatcher's next turns: drain until nothing is listed.
     while (drain() > 0 || list.maybe_nonempty()) continue;
     for (int id = 0; id < kRequests; ++id) RL_ASSERT(taken[id] == 1);
     for (int m = 0; m < kMailboxes; ++m) {
       RL_ASSERT(!mailboxes[m].listed.load(std::memory_order_relaxed));
-      RL_ASSERT(mailboxes[m].inbox.take(Mailbox::Queue::tag_for(kGeneration)) == nullptr);
+      RL_ASSERT(mailboxes[m].inbox.take(kGeneration) == nullptr);
     }
   }
 };
 
-// Only the list's push does a seq_cst exchange on a pointer.
-using Twin = Weaken<HoldingPointers, Op::rmw, std::memory_order_seq_cst, std::memory_order_acquire>;
+// Only the list's push does a compare-and-swap on a pointer (the inbox's head is a tagged word).
+using Twin = Weaken<HoldingPointers, Op::cas, std::memory_order_seq_cst, std::memory_order_acquire>;
 
 }  // namespace
 

@@ -11,13 +11,13 @@
 // wrote (a Relacy var: reading it unordered is a data race), so the sum charged is the sum of the
 // costs; each cell is then free and refuses its ticket as stale.
 //
-// The orders that matter: push_chain()'s exchange releases the costs and the relaxed links of the
-// chain, drain()'s exchange acquires them. The twin drops that release (seq_cst -> acquire on the
-// bag head): the dispatcher then reads a cost, or a link, that nothing handed to it.
+// The orders that matter: push_chain()'s compare-and-swap releases the costs and the relaxed links
+// of the chain, drain()'s exchange acquires them. The twin drops that release (seq_cst -> acquire
+// on the bag head): the dispatcher then reads a cost, or a link, that nothing handed to it.
 #include <array>
 
+#include "internal/lock_free_bag.hpp"
 #include "internal/ticket_cell.hpp"
-#include "internal/wait_free_bag.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {
@@ -26,7 +26,7 @@ namespace {
 template <class Policy>
 struct ChargeBackModel : rl::test_suite<ChargeBackModel<Policy>, 3> {
   using R = CostRecord<Policy>;
-  using Bag = detail::WaitFreeBag<R, With<Policy>::template Atomic, &R::next_completed>;
+  using Bag = detail::LockFreeBag<R, With<Policy>::template Atomic, &R::next_completed>;
   using Claim = typename detail::TicketCell<With<Policy>::template Atomic>::Claim;
 
   Bag completions;
@@ -87,8 +87,8 @@ struct ChargeBackModel : rl::test_suite<ChargeBackModel<Policy>, 3> {
   }
 };
 
-// The bag head and the links are the model's only pointer atomics; only push takes a seq_cst RMW.
-using Twin = Weaken<HoldingPointers, Op::rmw, std::memory_order_seq_cst, std::memory_order_acquire>;
+// The bag head and the links are the model's only pointer atomics; only push compares and swaps.
+using Twin = Weaken<HoldingPointers, Op::cas, std::memory_order_seq_cst, std::memory_order_acquire>;
 
 }  // namespace
 

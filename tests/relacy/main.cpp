@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
   constexpr Entry kModels[] = {
       {"inbox", inbox_model},
       {"activation", activation_model},
+      {"bag_progress", bag_progress_model},
       {"withdrawal", withdrawal_model},
       {"parking", parking_model},
       {"charge_back", charge_back_model},

@@ -274,6 +274,7 @@ bool check(const char* name, Variant variant, Search search, rl::test_result_e t
 // The models, one per hand-off; each returns whether `variant` behaved as expected.
 bool inbox_model(Variant variant);
 bool activation_model(Variant variant);
+bool bag_progress_model(Variant variant);
 bool withdrawal_model(Variant variant);
 bool parking_model(Variant variant);
 bool charge_back_model(Variant variant);

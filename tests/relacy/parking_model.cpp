@@ -3,11 +3,11 @@
 // one a submission (an activation pushed on one bag, kWakeOnWork) and one a completion (a record
 // pushed on another, kWakeOnRoom). The dispatcher runs the runtime's own idle loop,
 // detail::idle_wait(), between drains: re-check both bags with their seq_cst loads, yield, then
-// park(): prepare() for both reasons, re-check, then cancel() or wait(), without a timeout, or with
-// one while a push it could take is still half-way (a waker preempted between its two steps: the
-// finishing link store is not in the seq_cst order, so its notify() may miss the announcement,
-// and only the timeout ends that sleep). It stops once it has drained both items. Only the spin,
-// which reads the clock and can only end the wait early, is switched off.
+// park(): prepare() for both reasons, re-check, then cancel() or wait() without a timeout (a push
+// is one seq_cst compare-and-swap, so a waker has no step outside the seq_cst order whose notify()
+// could miss the announcement). It stops once it has drained both items. Only the spin, which
+// reads the clock and can only end the wait early, is switched off, and the retry of a batch the
+// pool could not take, which the model has no pool for.
 //
 // The futex is modelled (ModelFutex) so that a wait returns only if the word no longer holds the
 // token or a wake comes: a dispatcher asleep with work pending and no notify still to come stays
@@ -15,15 +15,15 @@
 // notify() calls race and one of them finds the reasons already cleared by the other.
 //
 // The orders that matter: the Dekker pair. prepare()'s RMW on the word and the re-check loads on
-// one side, the waker's exchange on a bag head and notify()'s load of the word on the other, all
-// seq_cst, so that either the re-check sees the work or the notify sees the reason. The twin
-// weakens prepare()'s fetch_or to acq_rel: notify() may then read the word from before the
+// one side, the waker's compare-and-swap on a bag head and notify()'s load of the word on the
+// other, all seq_cst, so that either the re-check sees the work or the notify sees the reason. The
+// twin weakens prepare()'s fetch_or to acq_rel: notify() may then read the word from before the
 // announcement while the re-check reads the bag from before the push, and the dispatcher sleeps
 // for good.
 #include <array>
 
+#include "internal/lock_free_bag.hpp"
 #include "internal/parker.hpp"
-#include "internal/wait_free_bag.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {
@@ -37,7 +37,7 @@ struct Item {
 template <class Policy>
 struct ParkingModel : rl::test_suite<ParkingModel<Policy>, 3> {
   using Atomics = With<Policy>;
-  using Bag = detail::WaitFreeBag<Item<Policy>, Atomics::template Atomic, &Item<Policy>::next>;
+  using Bag = detail::LockFreeBag<Item<Policy>, Atomics::template Atomic, &Item<Policy>::next>;
   static constexpr std::uint32_t kReasons = detail::kWakeOnWork | detail::kWakeOnRoom;
 
   detail::Parker<Atomics::template Atomic, ModelFutex> parker;
@@ -71,9 +71,7 @@ struct ParkingModel : rl::test_suite<ParkingModel<Policy>, 3> {
     static bool room_polled() { return false; }
     static bool room_ready() { return false; }
     static std::int64_t room_recheck_ns() { return 1'000'000; }
-    bool half_pushed() const {
-      return m.activations.has_half_pushed() || m.completions.has_half_pushed();
-    }
+    static bool retry_pending() { return false; }
     static bool start_spin() { return false; }
     static bool spin_more(std::uint32_t) { return false; }
     static void relax() {}
@@ -84,7 +82,7 @@ struct ParkingModel : rl::test_suite<ParkingModel<Policy>, 3> {
   void dispatch() {
     std::size_t seen = 0;
     auto take = [](Item<Policy>&) {};
-    detail::HalfPushBackoff backoff;
+    detail::RetryBackoff backoff;
     Env env{*this};
     for (;;) {
       seen += activations.drain(take) + completions.drain(take);

@@ -18,8 +18,8 @@
 #include <cstdint>
 
 #include "internal/completion_block.hpp"
+#include "internal/lock_free_bag.hpp"
 #include "internal/ticket_cell.hpp"
-#include "internal/wait_free_bag.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {
@@ -34,8 +34,8 @@ template <class Policy>
 struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
   using R = CostRecord<Policy>;
   using Block = detail::CompletionBlock<With<Policy>::template Atomic, Entry, 1>;
-  using Blocks = detail::WaitFreeBag<Block, With<Policy>::template Atomic, &Block::next_completed>;
-  using Records = detail::WaitFreeBag<R, With<Policy>::template Atomic, &R::next_completed>;
+  using Blocks = detail::LockFreeBag<Block, With<Policy>::template Atomic, &Block::next_completed>;
+  using Records = detail::LockFreeBag<R, With<Policy>::template Atomic, &R::next_completed>;
   using Claim = typename detail::TicketCell<With<Policy>::template Atomic>::Claim;
 
   Blocks blocks;

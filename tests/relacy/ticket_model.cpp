@@ -16,8 +16,8 @@
 // nothing handed to it, a data race.
 #include <array>
 
+#include "internal/lock_free_bag.hpp"
 #include "internal/ticket_cell.hpp"
-#include "internal/wait_free_bag.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {
@@ -34,7 +34,7 @@ struct Record {
 template <class Policy>
 struct TicketModel : rl::test_suite<TicketModel<Policy>, 3> {
   using R = Record<Policy>;
-  using Bag = detail::WaitFreeBag<R, With<Policy>::template Atomic, &R::next_completed>;
+  using Bag = detail::LockFreeBag<R, With<Policy>::template Atomic, &R::next_completed>;
   using Claim = typename detail::TicketCell<With<Policy>::template Atomic>::Claim;
 
   Bag completions;

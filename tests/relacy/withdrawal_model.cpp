@@ -18,8 +18,8 @@
 #include <array>
 #include <memory>
 
+#include "internal/lock_free_bag.hpp"
 #include "internal/mailbox.hpp"
-#include "internal/wait_free_bag.hpp"
 #include "model.hpp"
 
 namespace creditloop::relacy {
@@ -28,7 +28,7 @@ namespace {
 template <class Policy>
 struct WithdrawalModel : rl::test_suite<WithdrawalModel<Policy>, 3> {
   using Mailbox = detail::Mailbox<Request, With<Policy>::template Atomic, RequestLink>;
-  using List = detail::WaitFreeBag<Mailbox, With<Policy>::template Atomic, &Mailbox::next_listed>;
+  using List = detail::LockFreeBag<Mailbox, With<Policy>::template Atomic, &Mailbox::next_listed>;
   static constexpr int kRequests = 3;
   static constexpr std::uint32_t kGeneration = 3;
 

@@ -7,7 +7,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <thread>
 
+#include "first_pass_stops.hpp"
 #include "internal/inbox.hpp"
 #include "internal/queue_link.hpp"
 
@@ -50,6 +52,57 @@ TEST(Inbox, PackableAcceptsExactly48BitAddresses) {
   EXPECT_FALSE(Inbox::packable(&with_bit(node, 48)));
   EXPECT_FALSE(Inbox::packable(&with_bit(node, 56)));
   EXPECT_FALSE(Inbox::packable(&with_bit(node, 63)));
+}
+
+// A submitter stopped inside its push, after reading the head and before its compare-and-swap,
+// while its participant is removed and the place re-registered 65,536 times (the 16-bit tag
+// wraps: well under a second of churn): its late push must be refused, not queued for the new
+// tenant. Once with the inbox empty when the push read it and when it goes on, once with a
+// request at the head each time.
+using FirstPushStops = runtime_tests::FirstPassStops<&detail::test_hooks::inbox_pushing>;
+
+void stale_push_across_reregistrations(bool with_queued_request) {
+  constexpr std::uint32_t kOld = 7;
+  constexpr std::uint32_t kNew = kOld + 65'536;  // the same low 16 bits
+  Inbox inbox;
+  inbox.open(kOld);
+  Node old_head;
+  if (with_queued_request) {
+    ASSERT_EQ(inbox.push(old_head, kOld), Inbox::Push::queued_first);
+  }
+  Node stale;
+  FirstPushStops::arm();
+  Inbox::Push late = Inbox::Push::queued;
+  std::thread producer([&] { late = inbox.push(stale, kOld); });
+  FirstPushStops::stopped.acquire();
+
+  // The dispatcher: the participant removed, its place given to 65,536 registrations in turn.
+  (void)inbox.close();
+  for (std::uint32_t g = kOld + 1; g < kNew; ++g) {
+    inbox.open(g);
+    (void)inbox.close();
+  }
+  inbox.open(kNew);
+  Node fresh;
+  if (with_queued_request) {
+    ASSERT_EQ(inbox.push(fresh, kNew), Inbox::Push::queued_first);
+  }
+
+  FirstPushStops::go.release();
+  producer.join();
+  FirstPushStops::disarm();
+  EXPECT_EQ(late, Inbox::Push::refused) << "a removed participant's request reached the place's "
+                                           "new tenant";
+  EXPECT_EQ(inbox.take(kNew), with_queued_request ? &fresh : nullptr);
+  EXPECT_EQ(fresh.next, nullptr);
+}
+
+TEST(Inbox, AStalePushIsRefusedAfterItsPlaceWasReRegistered65536TimesWhileItWasEmpty) {
+  stale_push_across_reregistrations(false);
+}
+
+TEST(Inbox, AStalePushIsRefusedAfterItsPlaceWasReRegistered65536TimesWhileItHeldARequest) {
+  stale_push_across_reregistrations(true);
 }
 
 }  // namespace
