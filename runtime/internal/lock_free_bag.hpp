@@ -25,8 +25,9 @@
 // This replaced a push of one exchange and a link store after it, which is wait-free but leaves a
 // node half-made between the two: a producer stopped there hid every node pushed before it until
 // it ran again (tests/runtime/progress_test.cpp measured 200 ms of a stop as 200 ms of every other
-// tenant's wait). Side by side, under contention the CAS push costs about as much as the exchange
-// (bench/bench_queues.cpp, docs/design.md "Progress").
+// tenant's wait). Side by side (bench/bench_bag.cpp): a push and its drain take fewer
+// instructions than before (no half-made nodes to keep aside), and with producers racing the
+// consumer the retry costs a few per cent of pushes per second (docs/design.md, "Progress").
 //
 // Memory orders, in pairs:
 //  - push's CAS (release half) / drain's exchange (acquire): the node's contents and its link,
