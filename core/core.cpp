@@ -1,5 +1,6 @@
 #include "creditloop/core.hpp"
 
+#include "creditloop/detail/hand_back.hpp"
 #include "creditloop/detail/issuer.hpp"
 
 #include <bit>
@@ -453,8 +454,7 @@ Status Core::cancel(RequestHook& request) noexcept {
   }
   request.next_in_queue = nullptr;
   request.prev_in_queue = nullptr;
-  // release: pairs with the acquire of a runtime's submit (see give_back()).
-  request.held.store(RequestHook::kIdle, std::memory_order_release);
+  detail::give_back(request.held);  // the last access: it may be submitted again at once
   // No credit was taken at submission and none is given back: the buckets, their timers and the
   // cursors are as they were. A queue left empty leaves the waiting and ready sets, as after the
   // dispatch of its last request; its timers stay filed (leave_waiting()).
@@ -472,13 +472,7 @@ std::optional<Nanos> Core::oldest_queued_at(ParticipantId p) const noexcept {
   return oldest == nullptr ? std::nullopt : std::optional<Nanos>(oldest->queued_at);
 }
 
-void Core::give_back(const RequestList& list) noexcept {
-  for (RequestHook* r = list.front(); r != nullptr; r = r->next_in_queue) {
-    // release: pairs with the acquire of a runtime's submit, which may run on another thread once
-    // the caller has the list; the link written before is then the submitter's to overwrite.
-    r->held.store(RequestHook::kIdle, std::memory_order_release);
-  }
-}
+void Core::give_back(const RequestList& list) noexcept { detail::give_back_chain(list.front()); }
 
 RequestList Core::take_all_queued() noexcept {
   RequestList all;
@@ -486,13 +480,13 @@ RequestList Core::take_all_queued() noexcept {
        s = waiting_.find_next(s + 1)) {
     Slot& slot = slot_at(s);
     leave_waiting(s);
-    RequestList queue(slot.head, slot.tail, slot.queued);
-    give_back(queue);
-    all.splice_back(std::move(queue));
+    // Spliced before any is given back: splicing writes the link of the list's last request.
+    all.splice_back(RequestList(slot.head, slot.tail, slot.queued));
     slot.head = slot.tail = nullptr;
     slot.queued = 0;
   }
   turn_.active = false;
+  give_back(all);
   return all;
 }
 
@@ -817,8 +811,7 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   free_tickets_.push_back(t.index);  // never allocates: capacity covers every record
   --in_flight_;
   if (give_back_request) {
-    // release: pairs with the acquire of a runtime's submit (see give_back()).
-    f.request->held.store(RequestHook::kIdle, std::memory_order_release);
+    detail::give_back(f.request->held);
   }
 
   const ParticipantId p{f.slot, f.participant_generation, issuer_};

@@ -143,22 +143,19 @@ Result<RequestList> Runtime::Impl::remove(ParticipantId p) {
   Command c;
   c.work = [&] {
     if (phase_ != Phase::running) return;
+    if (!core_.contains(p)) {
+      result = Errc::unknown_participant;
+      return;
+    }
+    // The requests still in its inbox go into the core first (they are newer than every one it
+    // holds), so that the core gives back the whole list at once: a request given back may be
+    // submitted again at once, and appending to the list would write a given-back request's link.
+    move_to_core(mailboxes_[p.slot].inbox.close(), p, loop_now_);
     result = core_.remove(p);
     if (!result) return;
-    // Requests still in the inbox are newer than every one the core held.
-    Local& local = locals_[p.slot];
-    local.open = false;
+    locals_[p.slot].open = false;
     CounterWrite(counters_[p.slot]).forget();
     CounterWrite(totals_).add(CounterLine::kQueued, -static_cast<std::uint64_t>(result->size()));
-    RequestList inbox;
-    for (RequestHook* r = mailboxes_[p.slot].inbox.close(); r != nullptr;) {
-      RequestHook* const next = r->next_in_queue;
-      inbox.push_back(*r);
-      // release: pairs with the acquire of the request's next submit (request.hpp).
-      r->held.store(RequestHook::kIdle, std::memory_order_release);
-      r = next;
-    }
-    result->splice_back(std::move(inbox));
     if (observer_ != nullptr) observe().on_remove(p);
   };
   run_on_dispatcher(c);
@@ -348,30 +345,30 @@ ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
 
 // ---- snapshots ----------------------------------------------------------------------------------
 
-ParticipantSnapshot Runtime::Impl::describe(ParticipantId p, Nanos t) {
-  ParticipantSnapshot s;
-  s.id = p;
-  s.name = std::string(core_.name(p));
-  s.plan = core_.plan(p);
-  s.shares = core_.shares(p);
-  s.scale = core_.scale_of(p);
-  s.queued = core_.queued(p);
-  for (int c = 0; c < core_.classes(); ++c) {
-    const Result<Balance> b = core_.balance(p, static_cast<ClassId>(c), t);
-    if (b) s.balance[static_cast<std::size_t>(c)] = *b;
-  }
-  s.stats = core_.stats(p);
-  const Local& local = locals_[p.slot];
-  s.last_class = local.last_class;
+// Assigns every field, so `into` can be storage a previous description used: its strings keep
+// their capacity and the dispatcher allocates nothing for a name that fits.
+void Runtime::Impl::describe(ParticipantId p, Nanos t, ParticipantSnapshot& into) {
+  into.id = p;
+  into.name.assign(core_.name(p));
+  into.plan = core_.plan(p);
+  into.shares = core_.shares(p);
+  into.scale = core_.scale_of(p);
+  into.queued = core_.queued(p);
+  into.balance.fill(std::nullopt);
+  into.next_credit.fill(std::nullopt);
   for (int c = 0; c < core_.classes(); ++c) {
     const auto cls = static_cast<ClassId>(c);
+    const Result<Balance> b = core_.balance(p, cls, t);
+    if (b) into.balance[static_cast<std::size_t>(c)] = *b;
     const std::optional<Nanos> next = core_.next_credit(p, cls, t);
-    if (next && *next > t) s.next_credit[static_cast<std::size_t>(c)] = next;
+    if (next && *next > t) into.next_credit[static_cast<std::size_t>(c)] = next;
   }
+  into.stats = core_.stats(p);
+  into.last_class = locals_[p.slot].last_class;
+  into.oldest_queued_age.reset();
   if (const std::optional<Nanos> oldest = core_.oldest_queued_at(p)) {
-    s.oldest_queued_age = t - *oldest;
+    into.oldest_queued_age = t - *oldest;
   }
-  return s;
 }
 
 std::optional<ParticipantSnapshot> Runtime::Impl::snapshot(ParticipantId p) {
@@ -382,24 +379,47 @@ std::optional<ParticipantSnapshot> Runtime::Impl::snapshot(ParticipantId p) {
     const Nanos t = loop_now_;
     // What producers have queued so far counts: move it into the core first.
     activations_.drain([&](Mailbox& m) { take_inbox(m, t); });
-    result = describe(p, t);
+    describe(p, t, result.emplace());
   };
   run_on_dispatcher(c);
   return result;
 }
 
+// One command per kSnapshotChunk ring places: a scrape of a million participants used to hold the
+// dispatcher for one command of 1.5 s (bench/snapshot_gap, docs/performance.md); in chunks it
+// decides between them. The chunk's storage is this thread's and reused, so the dispatcher
+// neither allocates for the scrape nor touches fresh pages; the copy out is this thread's cost.
 std::vector<ParticipantSnapshot> Runtime::Impl::snapshot_participants() {
   std::vector<ParticipantSnapshot> result;
+  std::vector<ParticipantSnapshot> chunk(kSnapshotChunk);
+  std::size_t described = 0;
+  std::size_t population = 0;
+  std::uint32_t next_place = 0;
+  bool finished = false;
   Command c;
   c.work = [&] {
     const Nanos t = loop_now_;
     activations_.drain([&](Mailbox& m) { take_inbox(m, t); });
-    result.reserve(core_.size());
-    for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
-      if (const std::optional<ParticipantId> p = core_.at(slot)) result.push_back(describe(*p, t));
+    described = 0;
+    // The ring may have grown since the previous chunk; places only ever get added.
+    const std::uint32_t end = core_.ring_size();
+    const std::uint32_t stop =
+        end - next_place > kSnapshotChunk ? next_place + kSnapshotChunk : end;
+    for (; next_place < stop; ++next_place) {
+      if (const std::optional<ParticipantId> p = core_.at(next_place)) {
+        describe(*p, t, chunk[described++]);
+      }
     }
+    finished = next_place >= end;
+    population = core_.size();
   };
-  run_on_dispatcher(c);
+  do {
+    run_on_dispatcher(c);
+    if (result.capacity() == 0) result.reserve(population);
+    result.insert(result.end(), chunk.begin(),
+                  chunk.begin() + static_cast<std::ptrdiff_t>(described));
+    if (!finished) CREDITLOOP_TEST_HOOK(snapshot_between_chunks);
+  } while (!finished);
   return result;
 }
 

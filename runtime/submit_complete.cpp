@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "creditloop/detail/hand_back.hpp"
 #include "creditloop/runtime.hpp"
 #include "internal/runtime_impl.hpp"
 
@@ -13,25 +14,16 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
   // Before anything touches the hook: a tagged address may not be ours to write (inbox.hpp).
   if (!Mailbox::Queue::packable(&request)) [[unlikely]]
     return Errc::unsupported_address;
-  std::uint8_t idle = RequestHook::kIdle;
-  // acquire on success: pairs with the release that gave the request back (a completion, a
-  // hand-back), so the library's last writes to its link come before this producer's. relaxed on
-  // failure: the request is left alone.
-  if (!request.held.compare_exchange_strong(idle, RequestHook::kInbox, std::memory_order_acquire,
-                                            std::memory_order_relaxed)) {
-    return Errc::already_queued;
-  }
+  if (!detail::take_from_caller(request.held)) return Errc::already_queued;
   Mailbox* const mailbox = mailboxes_.find(p.slot);
   const Mailbox::Submit outcome =
       mailbox == nullptr || p.generation == 0 || p.issuer != core_.issuer()
           ? Mailbox::Submit::refused
           : mailbox->submit(request, p.generation);
   if (outcome == Mailbox::Submit::refused) {
-    // release: pairs with the acquire CAS above in the request's next submit, which may be
-    // another thread's (a racing second submit of the same request, refused until now): a push
-    // that retried before it was refused wrote the request's link, and that write must happen
-    // before the next submit's own write of it.
-    request.held.store(RequestHook::kIdle, std::memory_order_release);
+    // A push that retried before it was refused wrote the request's link; the next submit, which
+    // may be another thread's (a racing second submit, refused until now), writes it too.
+    detail::give_back(request.held);
     // relaxed: an inbox refused because shutdown closed it was read by an acquire load that
     // synchronizes with close()'s release exchange, which begin_shutdown() makes after clearing
     // the flag: the flag reads false here, on any machine (tests/relacy/shutdown_flag_model).
@@ -62,9 +54,8 @@ Status Runtime::Impl::claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*
       return Errc::stale_ticket;
   }
   r->cost = cost_nano;  // the record is this thread's until published
-  // release: pairs with the acquire of the next submit of this request (request.hpp); the
-  // request is its caller's from here on, and the dispatcher will not touch it (retire_nano()).
-  r->request->held.store(RequestHook::kIdle, std::memory_order_release);
+  // The request is its caller's from here on; the dispatcher will not touch it (retire_nano()).
+  detail::give_back(r->request->held);
   CREDITLOOP_PROBE3(complete, ticket.index, ticket.generation, cost_nano);
   record = r;
   return {};

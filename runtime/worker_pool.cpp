@@ -17,6 +17,7 @@
 #include <optional>
 #include <thread>
 
+#include "creditloop/detail/hand_back.hpp"
 #include "creditloop/runtime.hpp"
 #include "internal/runtime_impl.hpp"
 
@@ -120,9 +121,8 @@ void Runtime::Impl::worker_main(std::size_t index) {
         continue;
       }
       // The request is the handler's from here on (runtime.hpp): the pool keeps only its ticket,
-      // and the dispatcher never touches it again (retire_nano()). release: pairs with the
-      // acquire of the request's next submit (request.hpp).
-      job.request->held.store(RequestHook::kIdle, std::memory_order_release);
+      // and the dispatcher never touches it again (retire_nano()).
+      detail::give_back(job.request->held);
       double cost = 0;
       bool ok = true;
       try {

@@ -42,7 +42,8 @@ class RuntimeObserver {
   virtual void on_scale(ParticipantId, std::uint32_t /*millionths*/, Nanos /*now*/) {}
   /// A request moved from its participant's inbox into the core's queue.
   virtual void on_submit(ParticipantId, const RequestHook&, Nanos /*now*/) {}
-  /// A queued request was withdrawn: cancel(request) (successful calls only).
+  /// A queued request was withdrawn: cancel(request) (successful calls only). The request is its
+  /// caller's again and may be submitted anew by then: recognise it by its address, do not read it.
   virtual void on_cancel(ParticipantId, const RequestHook&) {}
   /// begin_turn(now) returned `pass` (nothing: every queue was empty).
   virtual void on_begin_turn(std::optional<ClassId> /*pass*/, Nanos /*now*/) {}

@@ -2,7 +2,9 @@
 //
 // Snapshots are taken by the dispatcher between two decisions, so each one is consistent: the
 // balances, queue depths and counters of one instant. Taking one costs the caller a round trip to
-// the dispatcher (a few microseconds) and the dispatcher O(1) per participant reported.
+// the dispatcher (a few microseconds) and the dispatcher O(1) per participant reported. A snapshot
+// of every participant (Runtime::snapshot_participants) is taken in chunks, each consistent at its
+// own instant, so that a large one does not stall dispatching.
 //
 // Counters (ParticipantCounters, RuntimeCounters) are for a metrics scrape under full load: any
 // thread reads them at any time without a round trip and without slowing the dispatcher, which

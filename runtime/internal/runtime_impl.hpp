@@ -99,6 +99,10 @@ class Runtime::Impl {
   }
   void wake() noexcept { parker_.notify(detail::kWakeOnRoom | detail::kWakeOnWork); }
   std::optional<ParticipantSnapshot> snapshot(ParticipantId p);
+  // Ring places one snapshot_participants() command describes. At 256, 97 % of the chunks of a
+  // scrape of a million held the dispatcher under 100 us (bench/snapshot_gap: 478 gaps over
+  // 100 us in 19,500 chunks); at 512, nearly every chunk was such a gap.
+  static constexpr std::uint32_t kSnapshotChunk = 256;
   std::vector<ParticipantSnapshot> snapshot_participants();
   RuntimeSnapshot snapshot();
   ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline);
@@ -166,7 +170,7 @@ class Runtime::Impl {
   // Every request still queued, into handed_back_; the loop then only waits for what is in flight.
   void hand_back_queued();
   void ensure_places(std::uint32_t places);
-  ParticipantSnapshot describe(ParticipantId p, Nanos now);
+  void describe(ParticipantId p, Nanos now, ParticipantSnapshot& into);
 
   // ---- any thread
   // ---------------------------------------------------------------------------------

@@ -28,6 +28,9 @@ inline std::atomic<void (*)()> inbox_pushing{nullptr};
 /// pool's blocks), after it read the list's head and before its compare-and-swap: a preemption,
 /// or a cgroup's quota, stops a thread anywhere, and this is where a stop could hide the most.
 inline std::atomic<void (*)()> list_pushing{nullptr};
+/// The caller of Runtime::snapshot_participants() between two of its chunks: the dispatcher is
+/// free to decide until the next chunk's command.
+inline std::atomic<void (*)()> snapshot_between_chunks{nullptr};
 /// Before the constructor starts thread `n` (the workers from 0, then the dispatcher). May throw,
 /// as std::thread's constructor does when the system cannot start a thread.
 inline std::atomic<void (*)(std::size_t n)> thread_starting{nullptr};

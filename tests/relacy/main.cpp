@@ -125,15 +125,16 @@ int main(int argc, char** argv) {
       {"shutdown_flag", shutdown_flag_model},
       {"capture_ring", capture_ring_model},
       {"counter_line", counter_line_model},
+      {"hand_back", hand_back_model},
       {"zone_entry", zone_entry_model},
   };
   const std::string_view variant = argc == 3 ? argv[2] : "";
   if (variant != "correct" && variant != "twin") {
-    std::fprintf(stderr,
-                 "usage: %s MODEL correct|twin (MODEL: inbox activation withdrawal parking "
-                 "charge_back ticket close pool_completion shutdown_flag capture_ring "
-                 "counter_line zone_entry)\n",
-                 argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL correct|twin\nMODEL:", argv[0]);
+    for (const Entry& m : kModels) {
+      std::fprintf(stderr, " %.*s", static_cast<int>(m.name.size()), m.name.data());
+    }
+    std::fprintf(stderr, "\n");
     return 2;
   }
   for (const Entry& m : kModels) {

@@ -284,6 +284,7 @@ bool pool_completion_model(Variant variant);
 bool shutdown_flag_model(Variant variant);
 bool capture_ring_model(Variant variant);
 bool counter_line_model(Variant variant);
+bool hand_back_model(Variant variant);
 bool zone_entry_model(Variant variant);  // the nginx module's workers, not the runtime
 
 // A ticket's record as the completion models use it: the cell, the completion list's link, and

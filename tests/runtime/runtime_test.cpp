@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -380,6 +381,89 @@ TEST(Runtime, SnapshotsReportQueueDepthBalancesAndTheLastClass) {
   EXPECT_GT(all.dispatcher_cpu, 0);  // read on the dispatcher thread, while it runs
   EXPECT_GE(rt.snapshot().dispatcher_cpu, all.dispatcher_cpu);
   complete_all(rt, recorder, 4);
+}
+
+// A scrape of every participant is served in chunks between which the dispatcher decides: after
+// the first chunk the test completes the one request in flight, and the dispatcher must send the
+// next one before the scrape ends. Each participant comes out whole: the chunk's storage is
+// reused, so a participant with nothing queued, in the place another one with a queue held in the
+// chunk before, must not inherit its fields.
+namespace scrape {
+Runtime* runtime = nullptr;
+Recorder* recorder = nullptr;
+int gaps = 0;                  // the hook's calls: the chunks, less one
+bool decided_between = false;  // a decision came between two chunks
+void between_chunks() {
+  if (gaps++ != 0) return;
+  (void)runtime->complete(recorder->seen().front().ticket, 0);
+  decided_between = recorder->wait_for(2);
+}
+}  // namespace scrape
+TEST(Runtime, AScrapeOfEveryParticipantComesInChunksBetweenWhichTheDispatcherDecides) {
+  Recorder recorder;
+  RuntimeOptions o = options_with(recorder, 1);
+  o.clock = [] { return Nanos{0}; };
+  Runtime rt(std::move(o));
+  // 2,000 places; the runtime's chunk is 256 places, and any chunk up to 400 needs 5 commands.
+  constexpr std::uint32_t kParticipants = 2000;
+  std::vector<ParticipantId> ids;
+  for (std::uint32_t i = 0; i < kParticipants; ++i) {
+    // Every third name is longer than a short string's inline storage.
+    const std::string name =
+        (i % 3 == 0 ? "a-participant-with-a-long-name-" : "p") + std::to_string(i);
+    ids.push_back(*rt.add(name, i % 2 == 0 ? "pro" : "lite", 1));
+  }
+  for (std::uint32_t i = 1; i < kParticipants; i += 7) ASSERT_TRUE(rt.remove(ids[i]).ok());
+  // With one slot, the first request goes out and the rest stay queued: the first chunk's places
+  // hold queues, the later chunks' do not.
+  auto submitted = [](std::uint32_t i) { return i % 2 == 0 && i % 7 != 1 && i < 200; };
+  std::deque<Req> requests;
+  for (std::uint32_t i = 0; i < kParticipants; ++i) {
+    if (submitted(i)) {
+      ASSERT_TRUE(rt.submit(ids[i], requests.emplace_back()).ok());
+    }
+  }
+  ASSERT_TRUE(recorder.wait_for(1));
+
+  scrape::runtime = &rt;
+  scrape::recorder = &recorder;
+  // release: pairs with the acquire load in CREDITLOOP_TEST_HOOK (test_hooks.hpp).
+  detail::test_hooks::snapshot_between_chunks.store(&scrape::between_chunks,
+                                                    std::memory_order_release);
+  const std::vector<ParticipantSnapshot> all = rt.snapshot_participants();
+  detail::test_hooks::snapshot_between_chunks.store(nullptr, std::memory_order_release);
+  EXPECT_GE(scrape::gaps, 4) << "the scrape came in fewer chunks than its 2,000 places need";
+  EXPECT_TRUE(scrape::decided_between) << "nothing was dispatched between two chunks";
+
+  std::vector<int> seen(kParticipants, 0);
+  std::uint64_t queued = 0;
+  for (const ParticipantSnapshot& s : all) {
+    const auto i =
+        static_cast<std::uint32_t>(std::find(ids.begin(), ids.end(), s.id) - ids.begin());
+    ASSERT_LT(i, kParticipants);
+    ++seen[i];
+    EXPECT_NE(i % 7, 1u) << "a removed participant was reported";
+    const std::string name =
+        (i % 3 == 0 ? "a-participant-with-a-long-name-" : "p") + std::to_string(i);
+    EXPECT_EQ(s.name, name);
+    EXPECT_EQ(
+        s.queued > 0 || s.stats.dispatched[0] + s.stats.dispatched[1] + s.stats.dispatched[2] > 0,
+        submitted(i))
+        << name;
+    EXPECT_EQ(s.oldest_queued_age.has_value(), s.queued > 0) << name;
+    EXPECT_EQ(s.balance[0].has_value(), i % 2 == 0) << name;  // lite holds no P1
+    if (!submitted(i)) {
+      EXPECT_FALSE(s.last_class.has_value()) << name;
+    }
+    queued += s.queued;
+  }
+  // The second request may have gone out before or after its place's chunk was described.
+  EXPECT_GE(queued, requests.size() - 2);
+  EXPECT_LE(queued, requests.size() - 1);
+  for (std::uint32_t i = 0; i < kParticipants; ++i) {
+    EXPECT_EQ(seen[i], i % 7 == 1 ? 0 : 1) << "participant " << i;
+  }
+  complete_all(rt, recorder, requests.size());
 }
 
 TEST(Runtime, ReplanWhileRunningKeepsTheBalanceClippedAndMayDropABucket) {

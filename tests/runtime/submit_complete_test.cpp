@@ -155,6 +155,64 @@ TEST(Runtime, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
   complete_all(rt, recorder, 3);
 }
 
+// A request handed back may be submitted again the moment it is, from any thread: the hand-back
+// must not touch it after (creditloop/detail/hand_back.hpp, tests/relacy/hand_back_model.cpp).
+// A second thread submits each request to bob the instant a removal of alice gives it back, with
+// alice's requests partly in the core and partly still in her inbox. ThreadSanitizer reports any
+// read or write of a given-back request's link by the removal (the walk that gives the requests
+// back, or the splice of the inbox's requests after the core's) as a race with the submit's push.
+TEST(Runtime, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHandBack) {
+  Recorder recorder;
+  std::atomic<bool> room{false};
+  Runtime rt(options_with_room_flag(recorder, room));
+  const ParticipantId bob = *rt.add("bob", "lite", 1);
+  constexpr std::size_t kRounds = 300;
+  constexpr std::size_t kPerRound = 6;
+  std::deque<Req> requests(kRounds * kPerRound);
+  // The round whose requests the racer may take (release: pairs with the racer's acquire, so
+  // the racer submits only requests this thread submitted first); the rounds the racer finished.
+  std::atomic<std::size_t> round{0};
+  std::atomic<std::size_t> finished{0};
+  std::atomic<std::size_t> unexpected{0};
+  std::thread racer([&] {
+    for (std::size_t r = 1; r <= kRounds; ++r) {
+      while (round.load(std::memory_order_acquire) < r) std::this_thread::yield();
+      for (std::size_t i = (r - 1) * kPerRound; i < r * kPerRound; ++i) {
+        for (;;) {
+          const Status s = rt.submit(bob, requests[i]);
+          if (s.ok()) break;
+          if (s.error() != Errc::already_queued) {
+            unexpected.fetch_add(1, std::memory_order_relaxed);  // a test count: no pairing
+            break;
+          }
+          std::this_thread::yield();
+        }
+      }
+      finished.store(r, std::memory_order_release);  // pairs with the main thread's acquire
+    }
+  });
+  for (std::size_t r = 1; r <= kRounds; ++r) {
+    const ParticipantId alice = *rt.add("alice", "pro", 1);
+    for (std::size_t i = (r - 1) * kPerRound; i < r * kPerRound; ++i) {
+      ASSERT_TRUE(rt.submit(alice, requests[i]).ok());
+    }
+    round.store(r, std::memory_order_release);
+    Result<RequestList> back = rt.remove(alice);
+    ASSERT_TRUE(back.ok());
+    // Only its size: the racer may already have queued its requests for bob, relinking them.
+    EXPECT_EQ(back->size(), kPerRound);
+    while (finished.load(std::memory_order_acquire) < r) std::this_thread::yield();
+  }
+  racer.join();
+  EXPECT_EQ(unexpected.load(std::memory_order_relaxed), 0u);
+  EXPECT_EQ(rt.snapshot(bob)->queued, requests.size())
+      << "every request handed back was queued again, for bob";
+  room.store(true, std::memory_order_relaxed);
+  rt.wake();
+  complete_all(rt, recorder, requests.size());
+  for (const Req& r : requests) EXPECT_TRUE(r.idle());
+}
+
 // Both runtimes number their places and tickets from 0: without the issuer, a sharded embedder
 // that used the wrong shard would queue for, and complete, a stranger's request there.
 TEST(Runtime, AnotherRuntimesIdsAndTicketsAreRefused) {

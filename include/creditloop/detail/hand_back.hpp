@@ -1,0 +1,54 @@
+// creditloop/detail/hand_back.hpp: the hand-off of a request between its caller and the library,
+// through its hook's state (request.hpp, RequestHook::held).
+//
+// A runtime's submit takes the request with a compare-and-swap from kIdle; whatever ends the
+// library's hold on it (a completion, the worker pool handing it to its handler, a removal, a
+// withdrawal, a shutdown's hand-back, a refused submit) gives it back with a release store of
+// kIdle. The moment that store is visible another thread may submit the request again and rewrite
+// its links, so the store is the library's last access to the request: a chain is walked by
+// reading each link before its request is given back. Every such path goes through these
+// functions, which take the atomic type as a parameter so that the Relacy model
+// (tests/relacy/hand_back_model.cpp) runs them as shipped.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "creditloop/request.hpp"
+
+namespace creditloop::detail {
+
+/// A runtime's submit: whether the request was its caller's and is now the library's (kInbox).
+/// acquire on success: pairs with give_back()'s release, so the library's last writes to the
+/// request (its links) happen before this submitter's. relaxed on failure: the request is left
+/// alone.
+template <class Held>
+[[nodiscard]] bool take_from_caller(Held& held) noexcept {
+  std::uint8_t idle = RequestHook::kIdle;
+  return held.compare_exchange_strong(idle, RequestHook::kInbox, std::memory_order_acquire,
+                                      std::memory_order_relaxed);
+}
+
+/// Ends the library's hold on a request. release: pairs with take_from_caller()'s acquire in the
+/// request's next submit, which may be on another thread at once.
+template <class Held>
+void give_back(Held& held) noexcept {
+  held.store(RequestHook::kIdle, std::memory_order_release);
+}
+
+/// The queue link as the core and runtime ship it.
+struct HookLink {
+  [[nodiscard]] static RequestHook* get(const RequestHook& r) noexcept { return r.next_in_queue; }
+};
+
+/// Gives back every request of the chain that starts at `first`, linked through Link.
+template <class Link = HookLink, class Node>
+void give_back_chain(Node* first) noexcept {
+  for (Node* r = first; r != nullptr;) {
+    Node* const next = Link::get(*r);  // before: once given back, the link is not ours to read
+    give_back(r->held);
+    r = next;
+  }
+}
+
+}  // namespace creditloop::detail
