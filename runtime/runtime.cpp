@@ -387,8 +387,8 @@ std::optional<ParticipantSnapshot> Runtime::Impl::snapshot(ParticipantId p) {
 
 // One command per kSnapshotChunk ring places: a scrape of a million participants used to hold the
 // dispatcher for one command of 1.5 s (bench/snapshot_gap, docs/performance.md); in chunks it
-// decides between them. The chunk's storage is this thread's and reused, so the dispatcher
-// neither allocates for the scrape nor touches fresh pages; the copy out is this thread's cost.
+// decides between them. The chunk's storage is this thread's and reused, so the dispatcher touches
+// no fresh pages and allocates only to lengthen a reused name; the copy out is this thread's cost.
 std::vector<ParticipantSnapshot> Runtime::Impl::snapshot_participants() {
   std::vector<ParticipantSnapshot> result;
   std::vector<ParticipantSnapshot> chunk(kSnapshotChunk);

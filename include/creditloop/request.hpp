@@ -11,7 +11,8 @@
 // the library's from submit until its completion or its hand-back. A second submit in between is
 // refused with Errc::already_queued. The state is an atomic byte on the hook's own line, which
 // the submitter writes anyway: one uncontended compare-and-swap for the runtime's submit, a plain
-// load and store for the core's.
+// load and store for the core's. How the library takes and gives back a request across threads,
+// and why giving it back is its last access to it: creditloop/detail/hand_back.hpp.
 #pragma once
 
 #include <atomic>

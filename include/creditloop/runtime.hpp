@@ -254,7 +254,8 @@ class Runtime {
   /// decisions, so a scrape of a million holds up no decision for more than one chunk (nearly
   /// all under 100 us, bench/snapshot_gap). Each participant appears at most once and is
   /// consistent as of its chunk's instant; one added or removed during the scrape may or may not
-  /// appear. Allocates on this thread, not the dispatcher's.
+  /// appear. Allocates on this thread; the dispatcher allocates only to lengthen one of the
+  /// chunk's reused names (at most a few hundred a scrape).
   [[nodiscard]] std::vector<ParticipantSnapshot> snapshot_participants();
   [[nodiscard]] RuntimeSnapshot snapshot();
   /// `p`'s counters (snapshot.hpp), without a round trip: lock-free, no allocation; it retries
