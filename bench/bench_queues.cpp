@@ -174,7 +174,7 @@ class MailboxDesign {
   MailboxDesign(std::size_t participants, unsigned /*producers*/)
       : boxes_(new Mailbox[participants]), participants_(participants) {
     for (std::size_t i = 0; i < participants; ++i) {
-      boxes_[i].slot = static_cast<std::uint32_t>(i);
+      boxes_[i].place = static_cast<std::uint32_t>(i);
       boxes_[i].open(kGeneration);
     }
   }
@@ -190,7 +190,7 @@ class MailboxDesign {
   std::size_t drain(Sink& sink) {
     std::size_t n = 0;
     activations_.drain(
-        [&](Mailbox& box) { n += deliver(box.slot, box.take_listed(true, kGeneration), sink); });
+        [&](Mailbox& box) { n += deliver(box.place, box.take_listed(true, kGeneration), sink); });
     return n;
   }
 
@@ -199,7 +199,7 @@ class MailboxDesign {
   std::size_t sweep(Sink& sink) {
     std::size_t n = 0;
     for (std::size_t i = 0; i < participants_; ++i) {
-      n += deliver(boxes_[i].slot, boxes_[i].inbox.take(kGeneration), sink);
+      n += deliver(boxes_[i].place, boxes_[i].inbox.take(kGeneration), sink);
     }
     return n;
   }
@@ -210,11 +210,11 @@ class MailboxDesign {
   static constexpr std::uint32_t kGeneration = 1;
 
   template <class Sink>
-  static std::size_t deliver(std::uint32_t slot, RequestHook* oldest, Sink& sink) {
+  static std::size_t deliver(std::uint32_t place, RequestHook* oldest, Sink& sink) {
     std::size_t n = 0;
     for (RequestHook* r = oldest; r != nullptr; ++n) {
       RequestHook* const next = r->next_in_queue;
-      sink(slot, static_cast<Item&>(*r));
+      sink(place, static_cast<Item&>(*r));
       r = next;
     }
     return n;
@@ -333,7 +333,7 @@ struct alignas(64) VyukovQueue {
   RequestHook stub;
   std::atomic<bool> listed{false};
   std::atomic<VyukovQueue*> next_listed{nullptr};
-  std::uint32_t slot = 0;
+  std::uint32_t place = 0;
 };
 // Its stub is a whole request hook (40 bytes since the hook links both ways), which takes it past
 // one line: the comparison with the shipped inbox, which keeps no stub, got no fairer for it.
@@ -343,7 +343,7 @@ class VyukovDesign {
  public:
   VyukovDesign(std::size_t participants, unsigned /*producers*/)
       : queues_(new VyukovQueue[participants]), participants_(participants) {
-    for (std::size_t i = 0; i < participants; ++i) queues_[i].slot = static_cast<std::uint32_t>(i);
+    for (std::size_t i = 0; i < participants; ++i) queues_[i].place = static_cast<std::uint32_t>(i);
   }
 
   void push(unsigned /*producer*/, Item& item) noexcept {
@@ -376,7 +376,7 @@ class VyukovDesign {
       VyukovQueue::Pop outcome{};
       RequestHook* const r = q.pop(outcome);
       if (outcome == VyukovQueue::Pop::item) {
-        sink(q.slot, static_cast<Item&>(*r));
+        sink(q.place, static_cast<Item&>(*r));
         ++n;
         continue;
       }
@@ -397,7 +397,7 @@ struct alignas(64) MoodyQueue {
   moodycamel::ConcurrentQueue<Item*, CountingTraits> queue{0};
   std::atomic<bool> listed{false};
   std::atomic<MoodyQueue*> next_listed{nullptr};
-  std::uint32_t slot = 0;
+  std::uint32_t place = 0;
 };
 
 class MoodyPerParticipantDesign {
@@ -411,7 +411,7 @@ class MoodyPerParticipantDesign {
         tokens_(static_cast<std::size_t>(producers)) {
     consumer_tokens_.reserve(participants);
     for (std::size_t i = 0; i < participants; ++i) {
-      queues_[i].slot = static_cast<std::uint32_t>(i);
+      queues_[i].place = static_cast<std::uint32_t>(i);
       consumer_tokens_.emplace_back(queues_[i].queue);
     }
     for (auto& row : tokens_) {
@@ -451,8 +451,8 @@ class MoodyPerParticipantDesign {
     std::size_t n = 0;
     for (;;) {
       const std::size_t got =
-          q.queue.try_dequeue_bulk(consumer_tokens_[q.slot], batch.begin(), batch.size());
-      for (std::size_t i = 0; i < got; ++i) sink(q.slot, *batch[i]);
+          q.queue.try_dequeue_bulk(consumer_tokens_[q.place], batch.begin(), batch.size());
+      for (std::size_t i = 0; i < got; ++i) sink(q.place, *batch[i]);
       n += got;
       if (got < batch.size()) return n;
     }
@@ -519,14 +519,14 @@ struct BoostSlot {
   BoostQueue<Item*> queue{0};
   std::atomic<bool> listed{false};
   std::atomic<BoostSlot*> next_listed{nullptr};
-  std::uint32_t slot = 0;
+  std::uint32_t place = 0;
 };
 
 class BoostPerParticipantDesign {
  public:
   BoostPerParticipantDesign(std::size_t participants, unsigned /*producers*/)
       : queues_(new BoostSlot[participants]), participants_(participants) {
-    for (std::size_t i = 0; i < participants; ++i) queues_[i].slot = static_cast<std::uint32_t>(i);
+    for (std::size_t i = 0; i < participants; ++i) queues_[i].place = static_cast<std::uint32_t>(i);
   }
 
   void push(unsigned /*producer*/, Item& item) {
@@ -557,7 +557,7 @@ class BoostPerParticipantDesign {
     std::size_t n = 0;
     Item* item = nullptr;
     while (q.queue.pop(item)) {
-      sink(q.slot, *item);
+      sink(q.place, *item);
       ++n;
     }
     return n;
@@ -743,8 +743,8 @@ struct PoolFixture {
   }
   void run(const Job& job) {
     (void)handler(job);
-    const auto slot = static_cast<std::size_t>(tbb::this_task_arena::current_thread_index());
-    counts[slot & 3].jobs.fetch_add(1, std::memory_order_release);
+    const auto place = static_cast<std::size_t>(tbb::this_task_arena::current_thread_index());
+    counts[place & 3].jobs.fetch_add(1, std::memory_order_release);
   }
 };
 

@@ -51,7 +51,7 @@ using creditloop::ParticipantId;
 using creditloop::RequestHook;
 using creditloop::Ticket;
 
-// The opaque C values hold the C++ ones bytewise (ParticipantId is {slot, generation, issuer},
+// The opaque C values hold the C++ ones bytewise (ParticipantId is {place, generation, issuer},
 // Ticket {index, issuer, generation}), so that their fields may change as long as they fit.
 static_assert(sizeof(ParticipantId) <= sizeof(creditloop_participant));
 static_assert(sizeof(Ticket) <= sizeof(creditloop_ticket));
@@ -623,10 +623,10 @@ creditloop_status creditloop_snapshot(creditloop_core* core, creditloop_particip
 uint32_t creditloop_ring_size(const creditloop_core* core) {
   return core == nullptr ? 0 : core->core.ring_size();
 }
-creditloop_status creditloop_at(const creditloop_core* core, uint32_t slot,
+creditloop_status creditloop_at(const creditloop_core* core, uint32_t place,
                                 creditloop_participant* out) {
   if (core == nullptr || out == nullptr) return CREDITLOOP_BAD_ARGUMENT;
-  const auto p = core->core.at(slot);
+  const auto p = core->core.at(place);
   if (!p) return CREDITLOOP_NOT_FOUND;
   *out = to_c(*p);
   return CREDITLOOP_OK;

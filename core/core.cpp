@@ -85,7 +85,7 @@ void Core::reserve(std::size_t participants, std::size_t in_flight) {
       participants < kMaxParticipants ? participants : std::size_t{kMaxParticipants});
   grow_places(places);
   name_index_.reserve(participants);
-  free_slots_.reserve(participants);
+  free_places_.reserve(participants);
   in_flight_records_.grow_to(in_flight < kMaxInFlight ? in_flight : std::size_t{kMaxInFlight});
   free_tickets_.reserve(in_flight_records_.capacity());
 }
@@ -93,8 +93,8 @@ void Core::reserve(std::size_t participants, std::size_t in_flight) {
 // ---- participants ---------------------------------------------------------------------------
 
 bool Core::live(ParticipantId p) const noexcept {
-  if (p.slot >= ring_size_) return false;
-  const Slot& s = slot_at(p.slot);
+  if (p.place >= ring_size_) return false;
+  const Header& s = header_at(p.place);
   return s.live && s.generation == p.generation && p.issuer == issuer_;
 }
 
@@ -115,15 +115,15 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
   if (name_index_.find(name, name_hash, name_of()) != detail::NameIndex::npos) {
     return Errc::duplicate_name;
   }
-  now = observe(now);
+  now = advance_clock(now);
 
-  std::uint32_t slot = 0;
-  if (!free_slots_.empty()) {
-    slot = free_slots_.back();
+  std::uint32_t place = 0;
+  if (!free_places_.empty()) {
+    place = free_places_.back();
   } else {
     if (ring_size_ == kMaxParticipants) return Errc::too_many_participants;
-    slot = ring_size_;
-    if (slot >= places_) {
+    place = ring_size_;
+    if (place >= places_) {
       // Geometric from a few places, so that a core with nothing reserved pays for those at its
       // first add and O(1) per add after (reserve() sizes everything up front instead).
       const std::uint32_t doubled = places_ > kMaxParticipants / 2 ? kMaxParticipants : places_ * 2;
@@ -133,48 +133,48 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
   // Everything that can allocate happens before the first change of state.
   std::string stored_name(name);
   name_index_.make_room_for_one();
-  name_index_.insert(name_hash, slot);
-  if (!free_slots_.empty()) {
-    free_slots_.pop_back();
+  name_index_.insert(name_hash, place);
+  if (!free_places_.empty()) {
+    free_places_.pop_back();
   } else {
     ++ring_size_;
   }
 
-  Slot& s = slot_at(slot);
+  Header& s = header_at(place);
   const std::uint32_t generation = s.generation + 1 == 0 ? 1 : s.generation + 1;
-  s = Slot{};
+  s = Header{};
   s.refilled_at = now;
   s.joined_turn = turn_.active ? turn_.serial : 0;
   s.generation = generation;
   s.held = terms_[plan].held;
   s.live = true;
-  cold_[slot] = Cold{.plan = plan, .shares = shares};
+  cold_[place] = Cold{.plan = plan, .shares = shares};
   for (int c = 0; c < k_; ++c) {
-    BucketRec& b = bucket(slot, static_cast<ClassId>(c));
-    set_terms(slot, static_cast<ClassId>(c));
+    BucketRec& b = bucket(place, static_cast<ClassId>(c));
+    set_terms(place, static_cast<ClassId>(c));
     b.balance = static_cast<Balance>(b.cap);
     b.remainder = 0;
     b.dispatched = 0;
     ++b.incarnation;
   }
-  names_[slot] = std::move(stored_name);
+  names_[place] = std::move(stored_name);
   ++live_;
-  return ParticipantId{slot, generation, issuer_};
+  return ParticipantId{place, generation, issuer_};
 }
 
 Result<RequestList> Core::remove(ParticipantId p) {
   if (!live(p)) return Errc::unknown_participant;
-  Slot& s = slot_at(p.slot);
-  if (s.queued != 0) leave_waiting(p.slot);
-  forget_timers(p.slot, s.held);
+  Header& s = header_at(p.place);
+  if (s.queued != 0) leave_waiting(p.place);
+  forget_timers(p.place, s.held);
   RequestList handed_back(s.head, s.tail, s.queued);
   give_back(handed_back);
   s.head = s.tail = nullptr;
   s.queued = 0;
   s.live = false;
-  for (int c = 0; c < k_; ++c) ++bucket(p.slot, static_cast<ClassId>(c)).incarnation;
-  name_index_.erase(detail::NameIndex::hash_of(names_[p.slot]), p.slot);
-  free_slots_.push_back(p.slot);
+  for (int c = 0; c < k_; ++c) ++bucket(p.place, static_cast<ClassId>(c)).incarnation;
+  name_index_.erase(detail::NameIndex::hash_of(names_[p.place]), p.place);
+  free_places_.push_back(p.place);
   --live_;
   return handed_back;
 }
@@ -183,20 +183,20 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
   if (!live(p)) return Errc::unknown_participant;
   if (plan >= terms_.size()) return Errc::unknown_plan;
   if (shares == 0 || shares > kMaxShares) return Errc::bad_shares;
-  now = observe(now);
-  bring_to(p.slot, now);  // refill at the old terms up to the change
-  Slot& s = slot_at(p.slot);
+  now = advance_clock(now);
+  bring_to(p.place, now);  // refill at the old terms up to the change
+  Header& s = header_at(p.place);
   const std::uint8_t old_held = s.held;
-  forget_timers(p.slot, old_held);  // new terms, new instants
-  cold_[p.slot].plan = plan;
-  cold_[p.slot].shares = shares;
+  forget_timers(p.place, old_held);  // new terms, new instants
+  cold_[p.place].plan = plan;
+  cold_[p.place].shares = shares;
   s.held = terms_[plan].held;
   for (int i = 0; i < k_; ++i) {
     const auto c = static_cast<ClassId>(i);
     const bool had = ((old_held >> c) & 1u) != 0;
     const bool has = ((s.held >> c) & 1u) != 0;
-    BucketRec& b = bucket(p.slot, c);
-    set_terms(p.slot, c);
+    BucketRec& b = bucket(p.place, c);
+    set_terms(p.place, c);
     if (has && had) {
       if (b.balance >= static_cast<Balance>(b.cap)) {
         b.balance = static_cast<Balance>(b.cap);
@@ -208,57 +208,57 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
       ++b.incarnation;
     } else if (had) {
       ++b.incarnation;
-      ready_[c].clear(p.slot);
+      ready_[c].clear(p.place);
     }
   }
-  if (s.queued != 0) refile_held(p.slot, s);
+  if (s.queued != 0) refile_held(p.place, s);
   return {};
 }
 
 Status Core::scale(ParticipantId p, std::uint32_t millionths, Nanos now) noexcept {
   if (!live(p)) return Errc::unknown_participant;
   if (millionths > kWholePlan) return Errc::bad_scale;
-  now = observe(now);
-  bring_to(p.slot, now);  // refill at the old terms up to the change
-  Slot& s = slot_at(p.slot);
-  forget_timers(p.slot, s.held);  // new terms, new instants
+  now = advance_clock(now);
+  bring_to(p.place, now);  // refill at the old terms up to the change
+  Header& s = header_at(p.place);
+  forget_timers(p.place, s.held);  // new terms, new instants
   s.scale = millionths;
   for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     const auto c = static_cast<ClassId>(std::countr_zero(held));
-    BucketRec& b = bucket(p.slot, c);
-    set_terms(p.slot, c);
+    BucketRec& b = bucket(p.place, c);
+    set_terms(p.place, c);
     if (b.balance >= static_cast<Balance>(b.cap)) {
       b.balance = static_cast<Balance>(b.cap);
       b.remainder = 0;
     }
   }
-  if (s.queued != 0) refile_held(p.slot, s);
+  if (s.queued != 0) refile_held(p.place, s);
   return {};
 }
 
 std::optional<ParticipantId> Core::find(std::string_view name) const {
-  const std::uint32_t slot = name_index_.find(name, detail::NameIndex::hash_of(name), name_of());
-  if (slot == detail::NameIndex::npos) return std::nullopt;
-  return ParticipantId{slot, slot_at(slot).generation, issuer_};
+  const std::uint32_t place = name_index_.find(name, detail::NameIndex::hash_of(name), name_of());
+  if (place == detail::NameIndex::npos) return std::nullopt;
+  return ParticipantId{place, header_at(place).generation, issuer_};
 }
 
-std::optional<ParticipantId> Core::at(std::uint32_t slot) const noexcept {
-  if (slot >= ring_size_ || !slot_at(slot).live) return std::nullopt;
-  return ParticipantId{slot, slot_at(slot).generation, issuer_};
+std::optional<ParticipantId> Core::at(std::uint32_t place) const noexcept {
+  if (place >= ring_size_ || !header_at(place).live) return std::nullopt;
+  return ParticipantId{place, header_at(place).generation, issuer_};
 }
 
-std::string_view Core::name(ParticipantId p) const noexcept { return names_[p.slot]; }
-PlanId Core::plan(ParticipantId p) const noexcept { return cold_[p.slot].plan; }
-std::uint32_t Core::shares(ParticipantId p) const noexcept { return cold_[p.slot].shares; }
-std::uint32_t Core::scale_of(ParticipantId p) const noexcept { return slot_at(p.slot).scale; }
+std::string_view Core::name(ParticipantId p) const noexcept { return names_[p.place]; }
+PlanId Core::plan(ParticipantId p) const noexcept { return cold_[p.place].plan; }
+std::uint32_t Core::shares(ParticipantId p) const noexcept { return cold_[p.place].shares; }
+std::uint32_t Core::scale_of(ParticipantId p) const noexcept { return header_at(p.place).scale; }
 ParticipantStats Core::stats(ParticipantId p) const noexcept {
   ParticipantStats out;
   for (int c = 0; c < k_; ++c) {
     out.dispatched[static_cast<std::size_t>(c)] =
-        bucket(p.slot, static_cast<ClassId>(c)).dispatched;
+        bucket(p.place, static_cast<ClassId>(c)).dispatched;
   }
-  out.dispatched[static_cast<std::size_t>(k_)] = slot_at(p.slot).unmetered_dispatched;
-  const Cold& cold = cold_[p.slot];
+  out.dispatched[static_cast<std::size_t>(k_)] = header_at(p.place).unmetered_dispatched;
+  const Cold& cold = cold_[p.place];
   out.completed = cold.completed;
   out.cost_charged = cold.cost_charged;
   out.cost_uncharged = cold.cost_uncharged;
@@ -269,13 +269,13 @@ ParticipantStats Core::stats(ParticipantId p) const noexcept {
 
 // Always inline: with its scaled branch GCC stopped inlining it, and the calls cost each add 80
 // instructions (bench_instructions add/10000/unreserved).
-[[gnu::always_inline]] inline void Core::set_terms(std::uint32_t slot, ClassId c) noexcept {
-  const Cold& cold = cold_[slot];
-  BucketRec& b = bucket(slot, c);
+[[gnu::always_inline]] inline void Core::set_terms(std::uint32_t place, ClassId c) noexcept {
+  const Cold& cold = cold_[place];
+  BucketRec& b = bucket(place, c);
   // Within the limits of units.hpp both products fit 64 bits (at most 1e19).
   const std::uint64_t rate = terms_[cold.plan].rate[c] * cold.shares;
   const std::uint64_t cap = static_cast<std::uint64_t>(terms_[cold.plan].burst[c]) * cold.shares;
-  const std::uint32_t scale = slot_at(slot).scale;
+  const std::uint32_t scale = header_at(place).scale;
   if (scale == kWholePlan) [[likely]] {  // every participant until scaled
     b.rate = rate;
     b.cap = cap;
@@ -285,7 +285,7 @@ ParticipantStats Core::stats(ParticipantId p) const noexcept {
   }
 }
 
-void Core::bring_to(Slot& s, Nanos now) noexcept {
+void Core::bring_to(Header& s, Nanos now) noexcept {
   if (now <= s.refilled_at) return;
   // In unsigned arithmetic: a participant registered before 0 and read near the clock's end is
   // more than INT64_MAX nanoseconds behind.
@@ -302,39 +302,39 @@ void Core::bring_to(Slot& s, Nanos now) noexcept {
   }
 }
 
-void Core::refile(std::uint32_t slot, Slot& s, ClassId c) noexcept {
+void Core::refile(std::uint32_t place, Header& s, ClassId c) noexcept {
   BucketRec& b = buckets_of(s)[c];
   if (b.has_credit()) {
-    timers_[c].erase(slot);
-    ready_[c].set(slot);
+    timers_[c].erase(place);
+    ready_[c].set(place);
   } else {
-    ready_[c].clear(slot);
+    ready_[c].clear(place);
     Nanos due = 0;
     // A bucket just debited had a credit, so file_spent() needs no such test: only one scaled
     // below a capacity of one credit reaches this branch without ever having had one.
     if (b.holds_a_credit() &&
         credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at, due)) {
-      timers_[c].set(slot, due);
+      timers_[c].set(place, due);
     } else {
       // Its credit lies beyond the clock, or never comes at these terms: nothing to wait for.
-      timers_[c].erase(slot);
+      timers_[c].erase(place);
       b.timer.set_instant(std::numeric_limits<Nanos>::max());
     }
   }
 }
 
-void Core::file_spent(std::uint32_t slot, Slot& s, ClassId c) noexcept {
+void Core::file_spent(std::uint32_t place, Header& s, ClassId c) noexcept {
   BucketRec& b = buckets_of(s)[c];
-  ready_[c].clear(slot);
+  ready_[c].clear(place);
   Nanos due = 0;
   if (credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at, due)) {
-    timers_[c].file(slot, due);
+    timers_[c].file(place, due);
   } else {
     b.timer.set_instant(std::numeric_limits<Nanos>::max());
   }
 }
 
-void Core::settle_credit_from(Slot& s) noexcept {
+void Core::settle_credit_from(Header& s) noexcept {
   // A held bucket without a credit is filed at its exact instant (or the clock's end), since
   // every debit, charge and re-plan that took a credit away re-filed it. A due timer that expired
   // into the ready set kept its key, so "key reached" covers it too.
@@ -348,16 +348,16 @@ void Core::settle_credit_from(Slot& s) noexcept {
   s.credit_from = earliest;
 }
 
-void Core::refile_held(std::uint32_t slot, Slot& s) noexcept {
+void Core::refile_held(std::uint32_t place, Header& s) noexcept {
   for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
-    refile(slot, s, static_cast<ClassId>(std::countr_zero(held)));
+    refile(place, s, static_cast<ClassId>(std::countr_zero(held)));
   }
   settle_credit_from(s);
 }
 
-void Core::enter_waiting(std::uint32_t slot) noexcept {
-  waiting_.set(slot);
-  Slot& s = slot_at(slot);
+void Core::enter_waiting(std::uint32_t place) noexcept {
+  waiting_.set(place);
+  Header& s = header_at(place);
   BucketRec* buckets = buckets_of(s);
   for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     const auto c = static_cast<ClassId>(std::countr_zero(held));
@@ -365,25 +365,25 @@ void Core::enter_waiting(std::uint32_t slot) noexcept {
     // bucket took the timer out (the dispatch that emptied the queue, a charge or re-plan while
     // idle), and refill alone does not move the instant. Only a credit that has landed since
     // needs the ready set.
-    if (buckets[c].has_credit() || !timers_[c].contains(slot)) refile(slot, s, c);
+    if (buckets[c].has_credit() || !timers_[c].contains(place)) refile(place, s, c);
   }
   settle_credit_from(s);
 }
 
-void Core::leave_waiting(std::uint32_t slot) noexcept {
-  waiting_.clear(slot);
+void Core::leave_waiting(std::uint32_t place) noexcept {
+  waiting_.clear(place);
   // The timers stay filed (a participant that comes back before its credit lands finds them
   // exact, and one that fires meanwhile is dropped by expire_timers): going idle and coming back,
   // the usual life of a queue one request deep, then costs no timer work and no division.
-  for (std::uint8_t held = slot_at(slot).held; held != 0;
+  for (std::uint8_t held = header_at(place).held; held != 0;
        held &= static_cast<std::uint8_t>(held - 1)) {
-    ready_[std::countr_zero(held)].clear(slot);
+    ready_[std::countr_zero(held)].clear(place);
   }
 }
 
-void Core::forget_timers(std::uint32_t slot, std::uint8_t held) noexcept {
+void Core::forget_timers(std::uint32_t place, std::uint8_t held) noexcept {
   for (; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
-    timers_[std::countr_zero(held)].forget(slot);
+    timers_[std::countr_zero(held)].forget(place);
   }
 }
 
@@ -391,13 +391,13 @@ void Core::expire_due_timers(ClassId c, Nanos now) noexcept {
   auto& timers = timers_[c];
   // A due instant is exact: every change to the bucket since it was filed (debit, charge,
   // re-plan) re-filed it. So a due participant has its credit and joins the ready set without
-  // its record being read (only its timer slot is written; the visit re-tests the credit anyway,
+  // its record being read (only its timer handle is written; the visit re-tests the credit anyway,
   // for one comparison).
-  for (std::uint32_t slot = timers.pop_due(now); slot != detail::TimerHeap::npos;
-       slot = timers.pop_due(now)) {
+  for (std::uint32_t place = timers.pop_due(now); place != detail::TimerHeap::npos;
+       place = timers.pop_due(now)) {
     // An idle participant's timer only falls due: its bucket has the credit, which it finds
     // when it next starts waiting.
-    if (waiting_.test(slot)) ready_[c].set(slot);
+    if (waiting_.test(place)) ready_[c].set(place);
   }
 }
 
@@ -412,13 +412,13 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
     return Errc::already_queued;
   }
   request.held.store(RequestHook::kQueued, std::memory_order_relaxed);  // the core's own
-  now = observe(now);
+  now = advance_clock(now);
   request.queued_at = now;
-  Slot& s = slot_at(p.slot);
+  Header& s = header_at(p.place);
   request.next_in_queue = nullptr;
   request.prev_in_queue = s.tail;
   request.queued_by = issuer_;
-  request.queued_place = p.slot;
+  request.queued_place = p.place;
   if (s.tail == nullptr) {
     s.head = &request;
   } else {
@@ -426,8 +426,8 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
   }
   s.tail = &request;
   if (++s.queued == 1) {
-    bring_to(p.slot, now);
-    enter_waiting(p.slot);
+    bring_to(p.place, now);
+    enter_waiting(p.place);
   }
   return {};
 }
@@ -437,8 +437,8 @@ Status Core::cancel(RequestHook& request) noexcept {
   const std::uint8_t state = request.held.load(std::memory_order_relaxed);
   if (state == RequestHook::kInFlight && request.queued_by == issuer_) return Errc::in_flight;
   if (state != RequestHook::kQueued || request.queued_by != issuer_) return Errc::not_queued;
-  const std::uint32_t slot = request.queued_place;
-  Slot& s = slot_at(slot);
+  const std::uint32_t place = request.queued_place;
+  Header& s = header_at(place);
   // The head's prev_in_queue is not kept (request.hpp): the queue says who its head is.
   RequestHook* const before = s.head == &request ? nullptr : request.prev_in_queue;
   RequestHook* const after = request.next_in_queue;
@@ -458,17 +458,17 @@ Status Core::cancel(RequestHook& request) noexcept {
   // No credit was taken at submission and none is given back: the buckets, their timers and the
   // cursors are as they were. A queue left empty leaves the waiting and ready sets, as after the
   // dispatch of its last request; its timers stay filed (leave_waiting()).
-  if (--s.queued == 0) leave_waiting(slot);
+  if (--s.queued == 0) leave_waiting(place);
   return {};
 }
 
 std::size_t Core::queued(ParticipantId p) const noexcept {
-  return live(p) ? slot_at(p.slot).queued : 0;
+  return live(p) ? header_at(p.place).queued : 0;
 }
 
 std::optional<Nanos> Core::oldest_queued_at(ParticipantId p) const noexcept {
   if (!live(p)) return std::nullopt;
-  const RequestHook* const oldest = slot_at(p.slot).head;
+  const RequestHook* const oldest = header_at(p.place).head;
   return oldest == nullptr ? std::nullopt : std::optional<Nanos>(oldest->queued_at);
 }
 
@@ -478,12 +478,12 @@ RequestList Core::take_all_queued() noexcept {
   RequestList all;
   for (std::uint32_t s = waiting_.find_next(0); s != detail::ReadySet::npos;
        s = waiting_.find_next(s + 1)) {
-    Slot& slot = slot_at(s);
+    Header& place = header_at(s);
     leave_waiting(s);
     // Spliced before any is given back: splicing writes the link of the list's last request.
-    all.splice_back(RequestList(slot.head, slot.tail, slot.queued));
-    slot.head = slot.tail = nullptr;
-    slot.queued = 0;
+    all.splice_back(RequestList(place.head, place.tail, place.queued));
+    place.head = place.tail = nullptr;
+    place.queued = 0;
   }
   turn_.active = false;
   give_back(all);
@@ -493,7 +493,7 @@ RequestList Core::take_all_queued() noexcept {
 // ---- the loop -------------------------------------------------------------------------------
 
 [[gnu::flatten]] std::optional<ClassId> Core::begin_turn(Nanos now) noexcept {
-  now = observe(now);
+  now = advance_clock(now);
   turn_.active = false;
   ClassId chosen = unmetered();
   for (int i = 0; i < k_; ++i) {
@@ -535,7 +535,7 @@ void Core::grow_tickets() {
   free_tickets_.reserve(in_flight_records_.capacity());
 }
 
-Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
+Ticket Core::issue(std::uint32_t place, std::uint32_t generation, ClassId out,
                    std::uint32_t incarnation, RequestHook& request) {
   std::uint32_t index = 0;
   if (!free_tickets_.empty()) {
@@ -547,7 +547,7 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
   }
   InFlight& f = in_flight_records_[index];
   ++f.generation;  // odd: in flight
-  f.slot = slot;
+  f.place = place;
   f.participant_generation = generation;
   f.bucket = out;
   f.incarnation = incarnation;
@@ -556,7 +556,7 @@ Ticket Core::issue(std::uint32_t slot, std::uint32_t generation, ClassId out,
   return Ticket{index, issuer_, f.generation};
 }
 
-void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
+void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
                           bool whole_record) noexcept {
   // At a million participants a record is rarely in cache, and a miss costs several visits'
   // time: the records of the cursor's next kLookAhead stops are loaded ahead, each found by one
@@ -573,10 +573,10 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
   // The frontier is a hint: a participant that joins the set behind it is simply not prefetched.
   Lookahead& la = lookahead_;
   int searches = 1;
-  if (la.serial != turn_.serial || la.wrapped != turn_.wrapped || la.from <= slot) {
+  if (la.serial != turn_.serial || la.wrapped != turn_.wrapped || la.from <= place) {
     la.serial = turn_.serial;
     la.wrapped = turn_.wrapped;
-    la.from = slot + 1;
+    la.from = place + 1;
     la.found = 0;
     searches = kLookAhead;
   }
@@ -595,7 +595,7 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
   }
   if (la.found > kLookAhead / 2) {
     const std::uint32_t half = la.places[(la.found - 1 - kLookAhead / 2) % kLookAhead];
-    const Slot& h = slot_at(half);
+    const Header& h = header_at(half);
     if (const RequestHook* head = h.head) __builtin_prefetch(head);
     if (!whole_record && credit_possible(h, now_)) {
       const BucketRec* buckets = buckets_of(h);
@@ -608,7 +608,7 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
 
 // Writes each field of `d` on its own, as the caller's copies read them: built in a register
 // first, the outcome went through the stack and was read back wider than it was written.
-[[gnu::always_inline]] inline void Core::take_oldest(std::uint32_t slot, Slot& s, ClassId out,
+[[gnu::always_inline]] inline void Core::take_oldest(std::uint32_t place, Header& s, ClassId out,
                                                      ClassId turn, Dispatch& d) noexcept {
   std::uint32_t incarnation = 0;
   if (out != unmetered()) {
@@ -627,15 +627,15 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
   // (or the runtime's job queue), which orders this store first.
   request->held.store(RequestHook::kInFlight, std::memory_order_relaxed);
   --s.queued;
-  cursor_[turn] = slot;
+  cursor_[turn] = place;
   d.request = request;
-  d.ticket = issue(slot, s.generation, out, incarnation, *request);
-  d.participant = ParticipantId{slot, s.generation, issuer_};
+  d.ticket = issue(place, s.generation, out, incarnation, *request);
+  d.participant = ParticipantId{place, s.generation, issuer_};
   d.out = out;
   d.turn = turn;
 }
 
-ClassId Core::highest_credit(const Slot& s, std::uint8_t among) noexcept {
+ClassId Core::highest_credit(const Header& s, std::uint8_t among) noexcept {
   const BucketRec* buckets = buckets_of(s);
   for (std::uint8_t held = among; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     const auto h = static_cast<ClassId>(std::countr_zero(held));
@@ -649,7 +649,7 @@ std::optional<Dispatch> Core::visit(Nanos now) noexcept {
   // copied out on return is read back wider than it was written (see dispatch()).
   std::optional<Dispatch> d;
   if (!turn_.active) return d;
-  now = observe(now);
+  now = advance_clock(now);
   d.emplace();
   const bool sent =
       turn_.cls == unmetered() ? visit_unmetered(now, *d) : visit_metered(turn_.cls, now, *d);
@@ -658,7 +658,7 @@ std::optional<Dispatch> Core::visit(Nanos now) noexcept {
 }
 
 std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
-  now = observe(now);
+  now = advance_clock(now);
   std::size_t n = 0;
   while (n < out.size()) {
     if (!turn_.active && !begin_turn(now)) break;
@@ -671,18 +671,18 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
   return n;
 }
 
-[[gnu::always_inline]] inline Core::Slot* Core::next_stop(const detail::ReadySet& set,
-                                                          bool whole_record,
-                                                          std::uint32_t& slot) noexcept {
+[[gnu::always_inline]] inline Core::Header* Core::next_stop(const detail::ReadySet& set,
+                                                            bool whole_record,
+                                                            std::uint32_t& place) noexcept {
   for (;;) {
-    slot = next_in_turn(set);
-    if (slot == detail::ReadySet::npos) {
+    place = next_in_turn(set);
+    if (place == detail::ReadySet::npos) {
       turn_.active = false;
       return nullptr;
     }
-    turn_.next = slot + 1;
-    if (ring_size_ >= kPrefetchFrom) prefetch_ahead(set, slot, whole_record);
-    Slot& s = slot_at(slot);
+    turn_.next = place + 1;
+    if (ring_size_ >= kPrefetchFrom) prefetch_ahead(set, place, whole_record);
+    Header& s = header_at(place);
     if (s.joined_turn != turn_.serial) return &s;
   }
 }
@@ -694,14 +694,14 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
   for (;;) {
     // Credits that land during the turn count when the cursor reaches their owner.
     expire_timers(c, now);
-    std::uint32_t slot = 0;
-    Slot* const stop = next_stop(ready_[c], true, slot);
+    std::uint32_t place = 0;
+    Header* const stop = next_stop(ready_[c], true, place);
     if (stop == nullptr) return false;
-    Slot& s = *stop;
+    Header& s = *stop;
     bring_to(s, now);
     BucketRec* buckets = buckets_of(s);
     if (!buckets[c].has_credit()) [[unlikely]] {
-      refile(slot, s, c);  // a charge-back landed since it was filed
+      refile(place, s, c);  // a charge-back landed since it was filed
       settle_credit_from(s);
       continue;
     }
@@ -713,12 +713,12 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
       const ClassId h = highest_credit(s, above);
       if (h != kNoClass) out = h;
     }
-    take_oldest(slot, s, out, c, d);
+    take_oldest(place, s, out, c, d);
     if (out == c) {
       // From the ready set, so its c timer is not filed: an empty queue leaves it exact, and
       // a spent credit files it without the heap looking for it first.
       if (s.queued == 0) {
-        leave_waiting(slot);
+        leave_waiting(place);
         return true;
       }
       if (buckets[c].has_credit()) {
@@ -726,24 +726,24 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
         s.credit_from = std::numeric_limits<Nanos>::min();
         return true;
       }
-      file_spent(slot, s, c);
+      file_spent(place, s, c);
       settle_credit_from(s);
       return true;
     }
     // Went out above the turn's class (rule 4): that bucket is re-filed.
-    file_after_debit(slot, s, out, true);
+    file_after_debit(place, s, out, true);
     return true;
   }
 }
 
 [[gnu::always_inline]] inline bool Core::visit_unmetered(Nanos now, Dispatch& d) noexcept {
   const ClassId c = unmetered();
-  std::uint32_t slot = 0;
-  Slot* const stop = next_stop(waiting_, false, slot);
+  std::uint32_t place = 0;
+  Header* const stop = next_stop(waiting_, false, place);
   if (stop == nullptr) return false;
-  Slot& s = *stop;
+  Header& s = *stop;
   if (credit_possible(s, now)) {
-    visit_unmetered_with_credit(slot, s, now, d);
+    visit_unmetered_with_credit(place, s, now, d);
     return true;
   }
   // The usual unmetered visit: every bucket of this participant is filed with an exact credit
@@ -751,31 +751,31 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
   // refill is lazy and exact, so skipping it loses nothing. It is in no ready set either (a ready
   // participant has a credit, so its credit_from is behind the clock), so going idle only leaves
   // the waiting set.
-  take_oldest(slot, s, c, c, d);
-  if (s.queued == 0) waiting_.clear(slot);
+  take_oldest(place, s, c, c, d);
+  if (s.queued == 0) waiting_.clear(place);
   return true;
 }
 
 // A credit landed since the turn began (unmetered turns expire no timers): the request goes out
 // under the highest class that has one, if the refill confirms it.
-void Core::visit_unmetered_with_credit(std::uint32_t slot, Slot& s, Nanos now,
+void Core::visit_unmetered_with_credit(std::uint32_t place, Header& s, Nanos now,
                                        Dispatch& d) noexcept {
   bring_to(s, now);
   const ClassId h = highest_credit(s, s.held);
   const ClassId out = h == kNoClass ? unmetered() : h;
-  take_oldest(slot, s, out, unmetered(), d);
-  file_after_debit(slot, s, out, out != unmetered());
+  take_oldest(place, s, out, unmetered(), d);
+  file_after_debit(place, s, out, out != unmetered());
 }
 
-[[gnu::always_inline]] inline void Core::file_after_debit(std::uint32_t slot, Slot& s, ClassId out,
-                                                          bool refile_out) noexcept {
+[[gnu::always_inline]] inline void Core::file_after_debit(std::uint32_t place, Header& s,
+                                                          ClassId out, bool refile_out) noexcept {
   if (s.queued == 0) {
-    leave_waiting(slot);
+    leave_waiting(place);
     // An idle participant's timers must be exact (enter_waiting keeps them); the debited
     // bucket's may still be filed at the instant of the credit just spent.
-    if (out != unmetered()) timers_[out].erase(slot);
+    if (out != unmetered()) timers_[out].erase(place);
   } else {
-    if (refile_out) refile(slot, s, out);
+    if (refile_out) refile(place, s, out);
     settle_credit_from(s);  // its lines are in cache now
   }
 }
@@ -805,7 +805,7 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   InFlight& f = in_flight_records_[t.index];
   if (t.generation > f.generation) return Errc::unknown_ticket;
   if (t.generation != f.generation) return Errc::stale_ticket;
-  now = observe(now);
+  now = advance_clock(now);
 
   ++f.generation;                    // even: retired; a repeat of this ticket is now stale
   free_tickets_.push_back(t.index);  // never allocates: capacity covers every record
@@ -814,11 +814,11 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
     detail::give_back(f.request->held);
   }
 
-  const ParticipantId p{f.slot, f.participant_generation, issuer_};
+  const ParticipantId p{f.place, f.participant_generation, issuer_};
   Completion done{p, f.bucket, false};
   if (!live(p)) return done;
-  Slot& s = slot_at(f.slot);
-  Cold& st = cold_[f.slot];
+  Header& s = header_at(f.place);
+  Cold& st = cold_[f.place];
   ++st.completed;
   const ClassId c = f.bucket;
   // Reached through the header: the chunked store's lookup is not repeated for each use.
@@ -838,7 +838,7 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   b.balance -= cost_nano;
   st.cost_charged += cost_nano;
   if (s.queued != 0) {
-    refile(f.slot, s, c);
+    refile(f.place, s, c);
     if (b.has_credit()) {
       // What settle_credit_from would find: a held bucket with a credit makes it "now".
       s.credit_from = std::numeric_limits<Nanos>::min();
@@ -846,7 +846,7 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
       settle_credit_from(s);
     }
   } else {
-    timers_[c].erase(f.slot);  // its instant moved; enter_waiting files it again
+    timers_[c].erase(f.place);  // its instant moved; enter_waiting files it again
   }
   return done;
 }
@@ -854,21 +854,21 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
 // ---- reading --------------------------------------------------------------------------------
 
 bool Core::holds(ParticipantId p, ClassId c) const noexcept {
-  return live(p) && c < k_ && ((slot_at(p.slot).held >> c) & 1u) != 0;
+  return live(p) && c < k_ && ((header_at(p.place).held >> c) & 1u) != 0;
 }
 
 Result<Balance> Core::balance(ParticipantId p, ClassId c, Nanos now) noexcept {
   if (!live(p)) return Errc::unknown_participant;
   if (!holds(p, c)) return Errc::unknown_class;
-  bring_to(p.slot, observe(now));
-  return bucket(p.slot, c).balance;
+  bring_to(p.place, advance_clock(now));
+  return bucket(p.place, c).balance;
 }
 
 std::optional<Nanos> Core::next_credit(ParticipantId p, ClassId c, Nanos now) noexcept {
   if (!holds(p, c)) return std::nullopt;
-  now = observe(now);
-  bring_to(p.slot, now);
-  const BucketRec& b = bucket(p.slot, c);
+  now = advance_clock(now);
+  bring_to(p.place, now);
+  const BucketRec& b = bucket(p.place, c);
   if (!b.holds_a_credit()) return std::nullopt;  // scaled below one credit: never has one
   // The same exact arithmetic that files the bucket's timer: at the instant minus 1 ns the
   // refilled balance is still short of a credit.
@@ -876,11 +876,11 @@ std::optional<Nanos> Core::next_credit(ParticipantId p, ClassId c, Nanos now) no
 }
 
 bool Core::qualifies(ParticipantId p, ClassId c, Nanos now) noexcept {
-  if (!live(p) || slot_at(p.slot).queued == 0 || c > k_) return false;
+  if (!live(p) || header_at(p.place).queued == 0 || c > k_) return false;
   if (c == unmetered()) return true;
   if (!holds(p, c)) return false;
-  bring_to(p.slot, observe(now));
-  return bucket(p.slot, c).has_credit();
+  bring_to(p.place, advance_clock(now));
+  return bucket(p.place, c).has_credit();
 }
 
 }  // namespace creditloop

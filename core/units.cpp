@@ -24,6 +24,21 @@ double to_credits(Balance nano) noexcept {
          static_cast<double>(frac) / static_cast<double>(kNanoPerCredit);
 }
 
+double to_seconds(Nanos t) noexcept {
+  // Split as to_credits does, so that the whole seconds are converted exactly.
+  return static_cast<double>(t / kNanosPerSecond) +
+         static_cast<double>(t % kNanosPerSecond) / static_cast<double>(kNanosPerSecond);
+}
+
+std::optional<Nanos> from_seconds(double seconds) noexcept {
+  if (!std::isfinite(seconds)) return std::nullopt;
+  const double nanos = std::round(seconds * static_cast<double>(kNanosPerSecond));
+  // -2^63 and 2^63 are exact doubles; every double in [-2^63, 2^63) converts without overflow.
+  constexpr double kLimit = 9'223'372'036'854'775'808.0;
+  if (nanos < -kLimit || nanos >= kLimit) return std::nullopt;
+  return static_cast<Nanos>(nanos);
+}
+
 std::string to_decimal(Balance nano) {
   if (nano == 0) return "0";
   const bool negative = nano < 0;

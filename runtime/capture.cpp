@@ -34,7 +34,7 @@ struct CaptureRecord {
   enum class Kind : std::uint8_t { request, plan, scale, remove, dropped };
   Kind kind = Kind::request;
   ClassId out = 0;
-  std::uint32_t slot = 0;
+  std::uint32_t place = 0;
   std::uint32_t generation = 0;
   PlanId plan = 0;
   std::uint32_t shares = 0;
@@ -447,8 +447,8 @@ CaptureStats CaptureWriter::stats() const {
 // ---- CaptureObserver ----------------------------------------------------------------------------
 
 namespace {
-std::uint64_t key_of(std::uint32_t slot, std::uint32_t generation) noexcept {
-  return (std::uint64_t{slot} << 32) | generation;
+std::uint64_t key_of(std::uint32_t place, std::uint32_t generation) noexcept {
+  return (std::uint64_t{place} << 32) | generation;
 }
 }  // namespace
 
@@ -508,12 +508,12 @@ bool CaptureObserver::push(const detail::CaptureRecord& record, bool control) {
 void CaptureObserver::on_add(ParticipantId p, std::string_view name, PlanId plan,
                              std::uint32_t shares, Nanos now) {
   seen(now);
-  if (p.slot >= places_.size())
-    places_.resize(std::max<std::size_t>(p.slot + 1, places_.size() * 2));
-  places_[p.slot] = Place{p.generation, 0};
+  if (p.place >= places_.size())
+    places_.resize(std::max<std::size_t>(p.place + 1, places_.size() * 2));
+  places_[p.place] = Place{p.generation, 0};
   detail::CaptureRecord r;
   r.kind = detail::CaptureRecord::Kind::plan;
-  r.slot = p.slot;
+  r.place = p.place;
   r.generation = p.generation;
   r.plan = plan;
   r.shares = shares;
@@ -526,12 +526,12 @@ void CaptureObserver::on_remove(ParticipantId p) {
   // The core's remove takes no instant: the dispatcher's latest is when it happened.
   detail::CaptureRecord r;
   r.kind = detail::CaptureRecord::Kind::remove;
-  r.slot = p.slot;
+  r.place = p.place;
   r.generation = p.generation;
   r.t = last_now_;
-  if (p.slot < places_.size() && places_[p.slot].generation == p.generation) {
-    r.amount = static_cast<std::int64_t>(places_[p.slot].in_flight);
-    places_[p.slot] = Place{};
+  if (p.place < places_.size() && places_[p.place].generation == p.generation) {
+    r.amount = static_cast<std::int64_t>(places_[p.place].in_flight);
+    places_[p.place] = Place{};
   }
   push(r, true);
 }
@@ -540,7 +540,7 @@ void CaptureObserver::on_replan(ParticipantId p, PlanId plan, std::uint32_t shar
   seen(now);
   detail::CaptureRecord r;
   r.kind = detail::CaptureRecord::Kind::plan;
-  r.slot = p.slot;
+  r.place = p.place;
   r.generation = p.generation;
   r.plan = plan;
   r.shares = shares;
@@ -552,7 +552,7 @@ void CaptureObserver::on_scale(ParticipantId p, std::uint32_t millionths, Nanos 
   seen(now);
   detail::CaptureRecord r;
   r.kind = detail::CaptureRecord::Kind::scale;
-  r.slot = p.slot;
+  r.place = p.place;
   r.generation = p.generation;
   r.amount = millionths;
   r.t = now;
@@ -575,9 +575,9 @@ void CaptureObserver::on_visit(const Dispatch* dispatch, Ticket ticket, Nanos no
   e.dispatch = now;
   e.participant = dispatch->participant;
   e.out = dispatch->out;
-  const std::uint32_t slot = dispatch->participant.slot;
-  if (slot < places_.size() && places_[slot].generation == dispatch->participant.generation) {
-    ++places_[slot].in_flight;
+  const std::uint32_t place = dispatch->participant.place;
+  if (place < places_.size() && places_[place].generation == dispatch->participant.generation) {
+    ++places_[place].in_flight;
   }
 }
 
@@ -587,14 +587,14 @@ void CaptureObserver::on_complete(Ticket ticket, std::int64_t cost_nano, Nanos n
   TicketEntry& e = tickets_[ticket.index];
   if (e.generation != ticket.generation) return;  // dispatched before the capture began
   e.generation = 0;
-  const std::uint32_t slot = e.participant.slot;
-  if (slot < places_.size() && places_[slot].generation == e.participant.generation) {
-    --places_[slot].in_flight;
+  const std::uint32_t place = e.participant.place;
+  if (place < places_.size() && places_[place].generation == e.participant.generation) {
+    --places_[place].in_flight;
   }
   detail::CaptureRecord r;
   r.kind = detail::CaptureRecord::Kind::request;
   r.out = e.out;
-  r.slot = slot;
+  r.place = place;
   r.generation = e.participant.generation;
   r.t = now;
   r.arrive = e.arrive;
@@ -628,7 +628,7 @@ std::size_t CaptureObserver::write_some() {
 
 void CaptureObserver::write(const detail::CaptureRecord& r) {
   using Kind = detail::CaptureRecord::Kind;
-  const std::uint64_t key = key_of(r.slot, r.generation);
+  const std::uint64_t key = key_of(r.place, r.generation);
   const Config& config = options_.setup.config;
   const auto plan_name = [&](PlanId id) -> std::string_view {
     return id < config.plans.size() ? std::string_view(config.plans[id].name) : "?";

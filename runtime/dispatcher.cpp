@@ -1,4 +1,4 @@
-// The dispatcher thread: its loop (SPEC section 2 on the monotonic clock), the drains of the
+// The dispatcher thread: its loop (docs/contract.md §2 on the monotonic clock), the drains of the
 // activation and completion lists, the decisions and their hand-outs to the sink or the pool, and
 // parking when it has nothing to do.
 #include <pthread.h>
@@ -70,7 +70,7 @@ void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t) {
   assert(applied.ok() && "the runtime completes each core ticket once, with a checked cost");
   const bool charged = applied.ok() && applied->charged;
   if (applied.ok() && core_.contains(applied->participant)) {
-    CounterWrite w(counters_[applied->participant.slot]);
+    CounterWrite w(counters_[applied->participant.place]);
     w.add(CounterLine::kCompleted, 1);
     if (charged) w.add_cost(record.cost);
   }
@@ -80,7 +80,8 @@ void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t) {
     if (charged) w.add_cost(record.cost);
   }
   if (observer_ != nullptr) {
-    observe().on_complete(Ticket{record.index, core_.issuer(), record.generation}, record.cost, t);
+    guarded_observer().on_complete(Ticket{record.index, core_.issuer(), record.generation},
+                                   record.cost, t);
   }
   record.cell.release();
   free_tickets_.push_back(record.index);  // within the capacity reserved when it was created
@@ -100,9 +101,9 @@ void Runtime::Impl::apply_pool_completions(detail::PoolBlock& block, Nanos t) {
 }
 
 void Runtime::Impl::take_inbox(Mailbox& mailbox, Nanos t) {
-  const Local& local = locals_[mailbox.slot];
+  const Local& local = locals_[mailbox.place];
   RequestHook* const oldest = mailbox.take_listed(local.open, local.generation);
-  move_to_core(oldest, ParticipantId{mailbox.slot, local.generation, core_.issuer()}, t);
+  move_to_core(oldest, ParticipantId{mailbox.place, local.generation, core_.issuer()}, t);
 }
 
 void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t) {
@@ -113,11 +114,11 @@ void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t)
     const Status queued = core_.submit(id, *r, t);
     assert(queued.ok() && "an open inbox belongs to a live participant");
     (void)queued;
-    if (observer_ != nullptr) observe().on_submit(id, *r, t);
+    if (observer_ != nullptr) guarded_observer().on_submit(id, *r, t);
     ++submitted_;
     r = next;
   }
-  CounterWrite(counters_[id.slot]).add(CounterLine::kQueued, moved);
+  CounterWrite(counters_[id.place]).add(CounterLine::kQueued, moved);
   CounterWrite(totals_).add(CounterLine::kQueued, moved);
 }
 
@@ -150,12 +151,12 @@ std::uint32_t Runtime::Impl::dispatch_in_one_call(Nanos t) {
     sent = static_cast<std::uint32_t>(
         core_.dispatch(t, std::span<Dispatch>(batch_dispatches_.data(), want)));
     // Before the hand-outs: their on_visit() calls carry the batch's dispatches.
-    if (observer_ != nullptr) observe().on_dispatch(want, sent, t);
+    if (observer_ != nullptr) guarded_observer().on_dispatch(want, sent, t);
     for (std::uint32_t i = 0; i < sent; ++i) hand_out(batch_dispatches_[i], t);
   }
   if (sent == room && core_.in_turn()) {  // no room left ends the turn, as in the loop below
     core_.end_turn();
-    if (observer_ != nullptr) observe().on_end_turn();
+    if (observer_ != nullptr) guarded_observer().on_end_turn();
   }
   return sent;
 }
@@ -168,18 +169,18 @@ std::uint32_t Runtime::Impl::dispatch_one_by_one(Nanos t) {
     if (!has_room()) {
       if (core_.in_turn()) {
         core_.end_turn();
-        if (observer_ != nullptr) observe().on_end_turn();
+        if (observer_ != nullptr) guarded_observer().on_end_turn();
       }
       break;
     }
     if (!core_.in_turn()) {
       const std::optional<ClassId> pass = core_.begin_turn(t);
-      if (observer_ != nullptr) observe().on_begin_turn(pass, t);
+      if (observer_ != nullptr) guarded_observer().on_begin_turn(pass, t);
       if (!pass) break;
     }
     const std::optional<Dispatch> d = core_.visit(t);
     if (!d) {
-      if (observer_ != nullptr) observe().on_visit(nullptr, Ticket{}, t);
+      if (observer_ != nullptr) guarded_observer().on_visit(nullptr, Ticket{}, t);
       continue;
     }
     hand_out(*d, t);
@@ -215,17 +216,17 @@ void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
   // The rest of a batch decided in one call is handed out after a sink that removed the
   // participant and registered another in its place, inline: that place's counters and record are
   // the newcomer's, and this dispatch is not.
-  Local& local = locals_[d.participant.slot];
+  Local& local = locals_[d.participant.place];
   const bool still_registered = local.generation == d.participant.generation;
-  for (CounterLine* line : {&counters_[d.participant.slot], &totals_}) {
+  for (CounterLine* line : {&counters_[d.participant.place], &totals_}) {
     if (line != &totals_ && !still_registered) continue;
     CounterWrite w(*line);
     w.add(CounterLine::kQueued, ~std::uint64_t{0});  // minus one
     w.add(CounterLine::kDispatched + d.out, 1);
   }
   if (still_registered) local.last_class = d.out;
-  if (observer_ != nullptr) observe().on_visit(&d, ticket, t);
-  CREDITLOOP_PROBE4(dispatch, d.participant.slot, d.out, ticket.index, ticket.generation);
+  if (observer_ != nullptr) guarded_observer().on_visit(&d, ticket, t);
+  CREDITLOOP_PROBE4(dispatch, d.participant.place, d.out, ticket.index, ticket.generation);
   if (options_.workers > 0) {
     batch_jobs_.push_back(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
   } else {

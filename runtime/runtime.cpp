@@ -68,7 +68,7 @@ void Runtime::Impl::ensure_places(std::uint32_t places) {
   locals_.grow_to(places);
   mailboxes_.grow_to(places, [](Mailbox* chunk, std::size_t first) {
     for (std::size_t i = 0; i < detail::ChunkedTable<Mailbox>::kChunk; ++i) {
-      chunk[i].slot = static_cast<std::uint32_t>(first + i);
+      chunk[i].place = static_cast<std::uint32_t>(first + i);
     }
   });
   counters_.grow_to(places, [](CounterLine*, std::size_t) {});
@@ -124,14 +124,14 @@ Result<ParticipantId> Runtime::Impl::add(std::string_view name, std::string_view
     if (!result) return;
     const ParticipantId id = *result;
     ensure_places(core_.ring_size());
-    Local& local = locals_[id.slot];
+    Local& local = locals_[id.place];
     local = Local{};
     local.generation = id.generation;
     local.open = true;
-    mailboxes_[id.slot].open(id.generation);
-    CounterWrite(counters_[id.slot]).reset(id.generation);
+    mailboxes_[id.place].open(id.generation);
+    CounterWrite(counters_[id.place]).reset(id.generation);
     if (observer_ != nullptr) {
-      observe().on_add(id, name, core_.plan(id), shares, t);
+      guarded_observer().on_add(id, name, core_.plan(id), shares, t);
     }
   };
   run_on_dispatcher(c);
@@ -150,13 +150,13 @@ Result<RequestList> Runtime::Impl::remove(ParticipantId p) {
     // The requests still in its inbox go into the core first (they are newer than every one it
     // holds), so that the core gives back the whole list at once: a request given back may be
     // submitted again at once, and appending to the list would write a given-back request's link.
-    move_to_core(mailboxes_[p.slot].inbox.close(), p, loop_now_);
+    move_to_core(mailboxes_[p.place].inbox.close(), p, loop_now_);
     result = core_.remove(p);
     if (!result) return;
-    locals_[p.slot].open = false;
-    CounterWrite(counters_[p.slot]).forget();
+    locals_[p.place].open = false;
+    CounterWrite(counters_[p.place]).forget();
     CounterWrite(totals_).add(CounterLine::kQueued, -static_cast<std::uint64_t>(result->size()));
-    if (observer_ != nullptr) observe().on_remove(p);
+    if (observer_ != nullptr) guarded_observer().on_remove(p);
   };
   run_on_dispatcher(c);
   return result;
@@ -178,7 +178,7 @@ Status Runtime::Impl::replan(ParticipantId p, std::string_view plan, std::uint32
     }
     const Nanos t = loop_now_;
     result = core_.replan(p, *id, shares, t);
-    if (result && observer_ != nullptr) observe().on_replan(p, *id, shares, t);
+    if (result && observer_ != nullptr) guarded_observer().on_replan(p, *id, shares, t);
   };
   run_on_dispatcher(c);
   return result;
@@ -191,7 +191,7 @@ Status Runtime::Impl::scale(ParticipantId p, std::uint32_t millionths) {
     if (phase_ != Phase::running) return;
     const Nanos t = loop_now_;
     result = core_.scale(p, millionths, t);
-    if (result && observer_ != nullptr) observe().on_scale(p, millionths, t);
+    if (result && observer_ != nullptr) guarded_observer().on_scale(p, millionths, t);
   };
   run_on_dispatcher(c);
   return result;
@@ -209,21 +209,21 @@ Status Runtime::Impl::cancel(ParticipantId p, RequestHook& request) {
     // A request whose submit() returned is in the core or in p's inbox: take the inbox into the
     // core now, as its activation would. The mailbox stays listed if it was, and that later take
     // finds only what came since; a submit that finds the inbox empty lists it anew.
-    const Local& local = locals_[p.slot];
-    move_to_core(mailboxes_[p.slot].take_unlisted(local.generation), p, loop_now_);
+    const Local& local = locals_[p.place];
+    move_to_core(mailboxes_[p.place].take_unlisted(local.generation), p, loop_now_);
     // Core::cancel finds the request's queue from its hook: one queued for another participant
     // must not be withdrawn and counted against p. relaxed: only the dispatcher, this thread,
     // moves a request into or out of the core's queue.
     if (request.held.load(std::memory_order_relaxed) == RequestHook::kQueued &&
-        request.queued_place != p.slot) {
+        request.queued_place != p.place) {
       result = Errc::not_queued;
       return;
     }
     result = core_.cancel(request);  // its release store makes the request the caller's
     if (!result) return;
-    CounterWrite(counters_[p.slot]).add(CounterLine::kQueued, ~std::uint64_t{0});
+    CounterWrite(counters_[p.place]).add(CounterLine::kQueued, ~std::uint64_t{0});
     CounterWrite(totals_).add(CounterLine::kQueued, ~std::uint64_t{0});
-    if (observer_ != nullptr) observe().on_cancel(p, request);
+    if (observer_ != nullptr) guarded_observer().on_cancel(p, request);
   };
   run_on_dispatcher(c);
   return result;
@@ -245,12 +245,12 @@ void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
   accepting_.store(false, std::memory_order_relaxed);
   // Close every inbox: a push from now on is refused. What the inboxes held joins the core's
   // queues behind what they already hold, so each participant's order is kept.
-  for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
-    Local& local = locals_[slot];
+  for (std::uint32_t place = 0; place < core_.ring_size(); ++place) {
+    Local& local = locals_[place];
     if (!local.open) continue;
     local.open = false;
-    move_to_core(mailboxes_[slot].inbox.close(),
-                 ParticipantId{slot, local.generation, core_.issuer()}, t);
+    move_to_core(mailboxes_[place].inbox.close(),
+                 ParticipantId{place, local.generation, core_.issuer()}, t);
   }
   if (mode == ShutdownMode::hand_back) {
     hand_back_queued();
@@ -260,12 +260,12 @@ void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
 }
 
 void Runtime::Impl::hand_back_queued() {
-  for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
-    if (core_.at(slot)) CounterWrite(counters_[slot]).set(CounterLine::kQueued, 0);
+  for (std::uint32_t place = 0; place < core_.ring_size(); ++place) {
+    if (core_.at(place)) CounterWrite(counters_[place]).set(CounterLine::kQueued, 0);
   }
   CounterWrite(totals_).set(CounterLine::kQueued, 0);
   handed_back_ = core_.take_all_queued();
-  if (observer_ != nullptr) observe().on_take_all();
+  if (observer_ != nullptr) guarded_observer().on_take_all();
   phase_ = Phase::finishing;
 }
 
@@ -347,7 +347,7 @@ ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
 
 // Assigns every field, so `into` can be storage a previous description used: its strings keep
 // their capacity and the dispatcher allocates nothing for a name that fits.
-void Runtime::Impl::describe(ParticipantId p, Nanos t, ParticipantSnapshot& into) {
+void Runtime::Impl::fill_snapshot(ParticipantId p, Nanos t, ParticipantSnapshot& into) {
   into.id = p;
   into.name.assign(core_.name(p));
   into.plan = core_.plan(p);
@@ -364,7 +364,7 @@ void Runtime::Impl::describe(ParticipantId p, Nanos t, ParticipantSnapshot& into
     if (next && *next > t) into.next_credit[static_cast<std::size_t>(c)] = next;
   }
   into.stats = core_.stats(p);
-  into.last_class = locals_[p.slot].last_class;
+  into.last_class = locals_[p.place].last_class;
   into.oldest_queued_age.reset();
   if (const std::optional<Nanos> oldest = core_.oldest_queued_at(p)) {
     into.oldest_queued_age = t - *oldest;
@@ -379,7 +379,7 @@ std::optional<ParticipantSnapshot> Runtime::Impl::snapshot(ParticipantId p) {
     const Nanos t = loop_now_;
     // What producers have queued so far counts: move it into the core first.
     activations_.drain([&](Mailbox& m) { take_inbox(m, t); });
-    describe(p, t, result.emplace());
+    fill_snapshot(p, t, result.emplace());
   };
   run_on_dispatcher(c);
   return result;
@@ -407,7 +407,7 @@ std::vector<ParticipantSnapshot> Runtime::Impl::snapshot_participants() {
         end - next_place > kSnapshotChunk ? next_place + kSnapshotChunk : end;
     for (; next_place < stop; ++next_place) {
       if (const std::optional<ParticipantId> p = core_.at(next_place)) {
-        describe(*p, t, chunk[described++]);
+        fill_snapshot(*p, t, chunk[described++]);
       }
     }
     finished = next_place >= end;

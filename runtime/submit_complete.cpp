@@ -15,7 +15,7 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
   if (!Mailbox::Queue::packable(&request)) [[unlikely]]
     return Errc::unsupported_address;
   if (!detail::take_from_caller(request.held)) return Errc::already_queued;
-  Mailbox* const mailbox = mailboxes_.find(p.slot);
+  Mailbox* const mailbox = mailboxes_.find(p.place);
   const Mailbox::Submit outcome =
       mailbox == nullptr || p.generation == 0 || p.issuer != core_.issuer()
           ? Mailbox::Submit::refused
@@ -32,7 +32,7 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
   if (outcome == Mailbox::Submit::unsupported) [[unlikely]] {
     return Errc::unsupported_address;  // checked above already; the inbox keeps its own guard
   }
-  CREDITLOOP_PROBE2(submit, p.slot, p.generation);
+  CREDITLOOP_PROBE2(submit, p.place, p.generation);
   if (outcome == Mailbox::Submit::queued_and_listed) {
     activations_.push(*mailbox);  // seq_cst exchange: the work the dispatcher re-checks
     parker_.notify(detail::kWakeOnWork);

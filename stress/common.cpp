@@ -6,7 +6,7 @@
 #include <mutex>
 #include <thread>
 
-namespace stress {
+namespace creditloop::stress {
 namespace {
 
 std::uint64_t g_seed = 0;
@@ -52,7 +52,7 @@ void stall(const char* check, const std::string& what) {
 std::string str(Balance v) { return creditloop::to_decimal(v); }
 
 std::string str(ParticipantId p) {
-  return "{" + std::to_string(p.slot) + "," + std::to_string(p.generation) + "}";
+  return "{" + std::to_string(p.place) + "," + std::to_string(p.generation) + "}";
 }
 
 std::string str(Ticket t) {
@@ -90,4 +90,4 @@ bool parse_participant_name(std::string_view name, std::uint32_t& index) noexcep
   return true;
 }
 
-}  // namespace stress
+}  // namespace creditloop::stress

@@ -11,7 +11,7 @@
 
 #include "creditloop/runtime.hpp"
 
-namespace stress {
+namespace creditloop::stress {
 
 using creditloop::Balance;
 using creditloop::ClassId;
@@ -148,7 +148,7 @@ struct Req : creditloop::RequestHook {
 namespace directory {
 inline constexpr std::uint64_t kRemoved = std::uint64_t{1} << 63;
 [[nodiscard]] constexpr std::uint64_t pack(ParticipantId p, bool removed) noexcept {
-  return (removed ? kRemoved : 0) | (std::uint64_t{p.slot} << 32) | p.generation;
+  return (removed ? kRemoved : 0) | (std::uint64_t{p.place} << 32) | p.generation;
 }
 // The word leaves out the issuer, which is the run's one runtime's.
 [[nodiscard]] constexpr ParticipantId id_of(std::uint64_t word, std::uint32_t issuer) noexcept {
@@ -189,4 +189,4 @@ class StopSignal {
   std::atomic<bool> stopped_{false};
 };
 
-}  // namespace stress
+}  // namespace creditloop::stress

@@ -19,16 +19,16 @@
 
 #include "common.hpp"
 
-namespace stress {
+namespace creditloop::stress {
 
 enum class EventKind : std::uint8_t {
-  add,         // slot, generation; value: name index; x: plan; y: shares
-  remove,      // slot, generation
-  replan,      // slot, generation; x: plan; y: shares
-  scale,       // slot, generation; x: millionths of the plan
-  submit,      // slot, generation; value: request id
+  add,         // place, generation; value: name index; x: plan; y: shares
+  remove,      // place, generation
+  replan,      // place, generation; x: plan; y: shares
+  scale,       // place, generation; x: millionths of the plan
+  submit,      // place, generation; value: request id
   begin_turn,  // out: the pass class, or kNoClass
-  visit,       // slot, generation; x, y: ticket; value: request id; out, turn
+  visit,       // place, generation; x, y: ticket; value: request id; out, turn
   visit_none,  // the turn is over
   dispatch,    // a batch: value: the span size asked for; x: the dispatches, whose visits follow
   end_turn,    // no room
@@ -41,7 +41,7 @@ inline constexpr std::uint8_t kNoClass = 0xff;
 struct Event {
   Nanos now = 0;
   std::uint64_t value = 0;
-  std::uint32_t slot = 0;
+  std::uint32_t place = 0;
   std::uint32_t generation = 0;
   std::uint32_t x = 0;
   std::uint32_t y = 0;
@@ -158,4 +158,4 @@ class EventLog {
   std::vector<Chunk*> spare_;
 };
 
-}  // namespace stress
+}  // namespace creditloop::stress

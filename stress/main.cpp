@@ -5,9 +5,9 @@
 // using complete(), complete_nano() and CompletionBatch, out of order) completes them with costs
 // drawn from the seed: mostly 0 or fractions of a credit, sometimes thousands, sometimes the
 // limit, sometimes a cost the runtime must refuse. With --churn a thread adds, removes and
-// re-plans participants (and tries the refusals of SPEC section 5) while all this runs. Another
-// thread tries completions that must be refused (repeated, stale, forged tickets; bad costs). The
-// run ends with shutdown(hand_back) or shutdown(drain). All threads start at one gate.
+// re-plans participants (and tries the refusals of docs/contract.md §5) while all this runs.
+// Another thread tries completions that must be refused (repeated, stale, forged tickets; bad
+// costs). The run ends with shutdown(hand_back) or shutdown(drain). All threads start at one gate.
 //
 // What is checked (the first violation ends the run with status 1 and a message that names the
 // check, the participant or request, and the seed):
@@ -30,7 +30,7 @@
 //     observer; the model then walks the loop of turns and visits that call stands for, begins
 //     the turns itself, and must match every dispatch, find every queue empty where a batch
 //     stopped short, and (replaying the whole run) begin as many turns per class as the runtime.
-//  5. Bounded wait (SPEC section 3). Checked in the replay, see replay.hpp: from the instant a
+//  5. Bounded wait (docs/contract.md §3). Checked in the replay, see replay.hpp: from the instant a
 //     P1 holder with queued work has a P1 credit, its next dispatch comes within the turn in
 //     progress plus one P1 turn (exact, counted in dispatches) and within --wait-slack-ms.
 //  6. No lost wake-up. A watchdog fails the run if nothing is dispatched or completed for
@@ -61,7 +61,7 @@
 
 #include "run.hpp"
 
-namespace stress {
+namespace creditloop::stress {
 namespace {
 
 // The counters this file reads were written by threads it has joined (or, in the watchdog's
@@ -292,10 +292,10 @@ Run::Run(Options options)
   }
 }
 
-}  // namespace stress
+}  // namespace creditloop::stress
 
 int main(int argc, char** argv) {
-  using namespace stress;
+  using namespace creditloop::stress;
   const Options options = parse_options(argc, argv);
   std::printf("creditloop-stress: seed 0x%016" PRIx64 "\n", options.seed);
   std::fflush(stdout);

@@ -10,7 +10,7 @@
 
 #include "creditloop/units.hpp"
 
-namespace stress {
+namespace creditloop::stress {
 namespace {
 
 constexpr const char* kUsage = R"(usage: creditloop-stress [options]
@@ -229,4 +229,4 @@ creditloop::Config make_config(int classes) {
   return config;
 }
 
-}  // namespace stress
+}  // namespace creditloop::stress

@@ -7,7 +7,7 @@
 
 #include "creditloop/plan.hpp"
 
-namespace stress {
+namespace creditloop::stress {
 
 enum class SinkMode : std::uint8_t { pool, sink };
 enum class EndMode : std::uint8_t { hand_back, drain };
@@ -53,4 +53,4 @@ struct Options {
 [[nodiscard]] const char* end_name(EndMode m);
 [[nodiscard]] const char* decide_name(DecideMode m);
 
-}  // namespace stress
+}  // namespace creditloop::stress

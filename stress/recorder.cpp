@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace stress {
+namespace creditloop::stress {
 namespace {
 
 // The sample and the event log keep a generation's low 32 bits: a stress run reuses a ticket
@@ -34,12 +34,12 @@ Recorder::Recorder(const creditloop::Config& config, const Options& options, Eve
 }
 
 Recorder::Account& Recorder::live_account(ParticipantId p, const char* event) {
-  if (p.slot >= accounts_.size() || !accounts_[p.slot].live ||
-      accounts_[p.slot].generation != p.generation) {
+  if (p.place >= accounts_.size() || !accounts_[p.place].live ||
+      accounts_[p.place].generation != p.generation) {
     fail("check 3 (ledger)", std::string(event) + " for participant " + str(p) +
                                  ", which is not registered as the observer saw it");
   }
-  return accounts_[p.slot];
+  return accounts_[p.place];
 }
 
 void Recorder::record(const Event& e) {
@@ -67,13 +67,13 @@ void Recorder::on_add(ParticipantId p, std::string_view name, creditloop::PlanId
   if (!parse_participant_name(name, index)) {
     fail("check 3 (ledger)", "on_add reports a name this run never used: " + std::string(name));
   }
-  if (p.slot >= accounts_.size()) {
-    accounts_.resize(std::size_t{p.slot} + 1);
+  if (p.place >= accounts_.size()) {
+    accounts_.resize(std::size_t{p.place} + 1);
     order_.resize(accounts_.size() * producers_, 0);
   }
-  Account& a = accounts_[p.slot];
+  Account& a = accounts_[p.place];
   if (a.live) {
-    fail("check 3 (ledger)", "on_add of " + who(index, p) + " in place " + std::to_string(p.slot) +
+    fail("check 3 (ledger)", "on_add of " + who(index, p) + " in place " + std::to_string(p.place) +
                                  ", which " + participant_name(a.name) + " still holds");
   }
   const auto incarnation = a.incarnation;
@@ -85,15 +85,15 @@ void Recorder::on_add(ParticipantId p, std::string_view name, creditloop::PlanId
   a.name = index;
   a.plan = plan;
   a.shares = shares;
-  std::fill_n(order_.begin() + static_cast<std::ptrdiff_t>(std::size_t{p.slot} * producers_),
+  std::fill_n(order_.begin() + static_cast<std::ptrdiff_t>(std::size_t{p.place} * producers_),
               producers_, 0);
-  record(Event{now, index, p.slot, p.generation, plan, shares, EventKind::add, 0, 0});
+  record(Event{now, index, p.place, p.generation, plan, shares, EventKind::add, 0, 0});
 }
 
 void Recorder::on_remove(ParticipantId p) {
   Account& a = live_account(p, "on_remove");
   a.live = false;
-  record(Event{last_now_, 0, p.slot, p.generation, 0, 0, EventKind::remove, 0, 0});
+  record(Event{last_now_, 0, p.place, p.generation, 0, 0, EventKind::remove, 0, 0});
 }
 
 void Recorder::on_replan(ParticipantId p, creditloop::PlanId plan, std::uint32_t shares,
@@ -105,12 +105,12 @@ void Recorder::on_replan(ParticipantId p, creditloop::PlanId plan, std::uint32_t
   }
   a.plan = plan;
   a.shares = shares;
-  record(Event{now, 0, p.slot, p.generation, plan, shares, EventKind::replan, 0, 0});
+  record(Event{now, 0, p.place, p.generation, plan, shares, EventKind::replan, 0, 0});
 }
 
 void Recorder::on_scale(ParticipantId p, std::uint32_t millionths, Nanos now) {
   (void)live_account(p, "on_scale");  // checks that it is registered
-  record(Event{now, 0, p.slot, p.generation, millionths, 0, EventKind::scale, 0, 0});
+  record(Event{now, 0, p.place, p.generation, millionths, 0, EventKind::scale, 0, 0});
 }
 
 void Recorder::on_submit(ParticipantId p, const creditloop::RequestHook& request, Nanos now) {
@@ -122,7 +122,7 @@ void Recorder::on_submit(ParticipantId p, const creditloop::RequestHook& request
                                " but entered the queue of " + who(a.name, p));
   }
   if (r.producer >= producers_) fail("check 1 (fate)", "on_submit of a request nobody made");
-  std::uint64_t& last = order_[std::size_t{p.slot} * producers_ + r.producer];
+  std::uint64_t& last = order_[std::size_t{p.place} * producers_ + r.producer];
   if (r.seq <= last) {
     fail("check 2 (order)", req_str(r) + " entered the queue of " + who(a.name, p) +
                                 " after the same producer's later submission " +
@@ -131,7 +131,7 @@ void Recorder::on_submit(ParticipantId p, const creditloop::RequestHook& request
   last = r.seq;
   r.core_seq = ++a.entered;
   bump(submits_);
-  record(Event{now, r.id, p.slot, p.generation, 0, 0, EventKind::submit, 0, 0});
+  record(Event{now, r.id, p.place, p.generation, 0, 0, EventKind::submit, 0, 0});
 }
 
 void Recorder::on_begin_turn(std::optional<ClassId> pass, Nanos now) {
@@ -189,7 +189,7 @@ void Recorder::on_visit(const creditloop::Dispatch* d, Ticket ticket, Nanos now)
                                  std::to_string(t.generation) + " in flight");
   }
   t = InFlight{ticket.generation,
-               d->participant.slot,
+               d->participant.place,
                d->participant.generation,
                d->out < k_ ? a.incarnation[d->out] : 0,
                d->out,
@@ -200,7 +200,7 @@ void Recorder::on_visit(const creditloop::Dispatch* d, Ticket ticket, Nanos now)
   r.ticket = ticket;
   max_queue_wait_ = std::max(max_queue_wait_, now - r.submitted_at);
   bump(dispatches_);
-  record(Event{now, r.id, d->participant.slot, d->participant.generation, ticket.index,
+  record(Event{now, r.id, d->participant.place, d->participant.generation, ticket.index,
                low_generation(ticket), EventKind::visit, d->out, d->turn});
   if (recording_ && ++recorded_dispatches_ == replay_limit_) stop_recording(Cut::limit);
 }
@@ -231,9 +231,9 @@ void Recorder::on_complete(Ticket ticket, std::int64_t cost_nano, Nanos now) {
   cost_applied_ += cost_nano;
   // The core's rule: a removed participant's completion counts nowhere; otherwise the cost is
   // charged to the admitting bucket if the participant still holds that very bucket.
-  if (t.slot < accounts_.size() && accounts_[t.slot].live &&
-      accounts_[t.slot].generation == t.participant_generation) {
-    Account& a = accounts_[t.slot];
+  if (t.place < accounts_.size() && accounts_[t.place].live &&
+      accounts_[t.place].generation == t.participant_generation) {
+    Account& a = accounts_[t.place];
     ++a.completed;
     if (t.out < k_ && holds(a.plan, t.out) && a.incarnation[t.out] == t.incarnation) {
       a.cost_charged += cost_nano;
@@ -261,9 +261,9 @@ std::optional<Ticket> Recorder::completed_sample(Rng& rng, std::uint32_t issuer)
 }
 
 const Recorder::Account* Recorder::account(ParticipantId p) const noexcept {
-  if (p.slot >= accounts_.size()) return nullptr;
-  const Account& a = accounts_[p.slot];
+  if (p.place >= accounts_.size()) return nullptr;
+  const Account& a = accounts_[p.place];
   return a.live && a.generation == p.generation ? &a : nullptr;
 }
 
-}  // namespace stress
+}  // namespace creditloop::stress

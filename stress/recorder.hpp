@@ -26,7 +26,7 @@
 #include "event_log.hpp"
 #include "options.hpp"
 
-namespace stress {
+namespace creditloop::stress {
 
 class Recorder final : public creditloop::RuntimeObserver {
  public:
@@ -109,7 +109,7 @@ class Recorder final : public creditloop::RuntimeObserver {
   static constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
   struct InFlight {
     std::uint64_t generation = 0;
-    std::uint32_t slot = 0;
+    std::uint32_t place = 0;
     std::uint32_t participant_generation = 0;
     std::uint32_t incarnation = 0;
     ClassId out = 0;
@@ -170,4 +170,4 @@ class Recorder final : public creditloop::RuntimeObserver {
   std::array<std::atomic<std::uint64_t>, kSamples> samples_{};
 };
 
-}  // namespace stress
+}  // namespace creditloop::stress

@@ -3,7 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-namespace stress {
+namespace creditloop::stress {
 
 using creditloop::model::Pid;
 
@@ -117,8 +117,8 @@ Replayer::Replayer(const creditloop::Config& config, const Options& options, Han
       model_(config) {}
 
 std::optional<Pid> Replayer::pid_of(ParticipantId p) const noexcept {
-  if (p.slot >= places_.size()) return std::nullopt;
-  const Place& pl = places_[p.slot];
+  if (p.place >= places_.size()) return std::nullopt;
+  const Place& pl = places_[p.place];
   if (!pl.live || pl.generation != p.generation) return std::nullopt;
   return pl.pid;
 }
@@ -145,20 +145,20 @@ bool Replayer::wait_done(std::chrono::nanoseconds timeout) {
 void Replayer::diverge(const Event& e, const std::string& what) {
   std::string where = "event " + std::to_string(summary_.events) + " (" + kind_str(e.kind) +
                       ", now " + std::to_string(e.now) + " ns";
-  if (e.slot < places_.size() &&
+  if (e.place < places_.size() &&
       (e.kind == EventKind::submit || e.kind == EventKind::visit || e.kind == EventKind::add ||
        e.kind == EventKind::remove || e.kind == EventKind::replan || e.kind == EventKind::scale)) {
-    where += ", " + who(places_[e.slot].name, ParticipantId{e.slot, e.generation});
+    where += ", " + who(places_[e.place].name, ParticipantId{e.place, e.generation});
   }
   fail("check 4 (replay)", where + "): " + what);
 }
 
 Replayer::Place& Replayer::place(const Event& e, const char* what) {
-  if (e.slot >= places_.size() || !places_[e.slot].live ||
-      places_[e.slot].generation != e.generation) {
+  if (e.place >= places_.size() || !places_[e.place].live ||
+      places_[e.place].generation != e.generation) {
     diverge(e, std::string(what) + " for a participant the replay does not know");
   }
-  return places_[e.slot];
+  return places_[e.place];
 }
 
 std::optional<ClassId> Replayer::begin_model_turn(Nanos now) {
@@ -211,7 +211,7 @@ void Replayer::apply(const Event& e) {
   while (!due_.empty() && due_.top().at <= now_) {
     const Due d = due_.top();
     due_.pop();
-    Place& p = places_[d.slot];
+    Place& p = places_[d.place];
     if (p.watching && p.credit_known && !p.marked && p.version == d.version) {
       p.marked = true;
       p.mark = summary_.dispatches;
@@ -223,12 +223,12 @@ void Replayer::apply(const Event& e) {
       const auto r = model_.add(name, e.x, e.y, e.now);
       if (!r)
         diverge(e, "the model refuses the registration of " + name + ": " + errc_str(r.error()));
-      if (r->place != e.slot) {
-        diverge(e, name + " took ring place " + std::to_string(e.slot) + ", the model gives " +
+      if (r->place != e.place) {
+        diverge(e, name + " took ring place " + std::to_string(e.place) + ", the model gives " +
                        std::to_string(r->place));
       }
-      if (e.slot >= places_.size()) places_.resize(std::size_t{e.slot} + 1);
-      Place& p = places_[e.slot];
+      if (e.place >= places_.size()) places_.resize(std::size_t{e.place} + 1);
+      Place& p = places_[e.place];
       p = Place{e.generation, true, static_cast<std::uint32_t>(e.value), *r};
       break;
     }
@@ -237,7 +237,7 @@ void Replayer::apply(const Event& e) {
       auto r = model_.remove(p.pid);
       if (!r) diverge(e, "the model refuses the removal: " + errc_str(r.error()));
       queued_ -= r->size();
-      handbacks_.model(HandBacks::key(ParticipantId{e.slot, e.generation}), std::move(*r));
+      handbacks_.model(HandBacks::key(ParticipantId{e.place, e.generation}), std::move(*r));
       p.live = false;
       p.watching = false;
       break;
@@ -249,9 +249,9 @@ void Replayer::apply(const Event& e) {
       if (!model_.holds(p.pid, 0)) {
         p.watching = false;
       } else if (!p.watching && model_.queued(p.pid) > 0) {
-        watch(e.slot, e.now);
+        watch(e.place, e.now);
       } else {
-        update_credit(e.slot, e.now);
+        update_credit(e.place, e.now);
       }
       break;
     }
@@ -263,9 +263,9 @@ void Replayer::apply(const Event& e) {
       if (!model_.holds(p.pid, 0)) {
         p.watching = false;
       } else if (!p.watching && model_.queued(p.pid) > 0) {
-        watch(e.slot, e.now);
+        watch(e.place, e.now);
       } else {
-        update_credit(e.slot, e.now);
+        update_credit(e.place, e.now);
       }
       break;
     }
@@ -274,7 +274,7 @@ void Replayer::apply(const Event& e) {
       const creditloop::Status s = model_.submit(p.pid, e.value, e.now);
       if (!s) diverge(e, "the model refuses the submission: " + errc_str(s.error()));
       ++queued_;
-      if (!p.watching && model_.queued(p.pid) == 1 && model_.holds(p.pid, 0)) watch(e.slot, e.now);
+      if (!p.watching && model_.queued(p.pid) == 1 && model_.holds(p.pid, 0)) watch(e.place, e.now);
       break;
     }
     case EventKind::begin_turn: {
@@ -301,10 +301,11 @@ void Replayer::apply(const Event& e) {
     case EventKind::visit: {
       const auto d = batch_left_ > 0 ? visit_in_batch(e) : model_.visit(e.now);
       const std::string subject =
-          e.slot < places_.size() ? who(places_[e.slot].name, ParticipantId{e.slot, e.generation})
-                                  : str(ParticipantId{e.slot, e.generation});
+          e.place < places_.size()
+              ? who(places_[e.place].name, ParticipantId{e.place, e.generation})
+              : str(ParticipantId{e.place, e.generation});
       if (!d) diverge(e, "the runtime dispatched from " + subject + ", the model ends the turn");
-      if (d->participant.place != e.slot || d->request != e.value || d->out != e.out ||
+      if (d->participant.place != e.place || d->request != e.value || d->out != e.out ||
           d->turn != e.turn) {
         char buf[256];
         std::snprintf(buf, sizeof buf,
@@ -319,11 +320,11 @@ void Replayer::apply(const Event& e) {
       Place& p = place(e, "visit");
       if (e.x >= flights_.size()) flights_.resize(std::size_t{e.x} + 1024);
       flights_[e.x] = Flight{e.y, d->ticket, true};
-      end_wait(e.slot, e.now);
+      end_wait(e.place, e.now);
       --queued_;
       ++summary_.dispatches;
       if (e.out < e.turn) ++summary_.out_above_turn;
-      if (model_.holds(p.pid, 0) && model_.queued(p.pid) > 0) watch(e.slot, e.now);
+      if (model_.holds(p.pid, 0) && model_.queued(p.pid) > 0) watch(e.place, e.now);
       if (batch_left_ > 0 && --batch_left_ == 0) end_batch(e);
       break;
     }
@@ -363,16 +364,16 @@ void Replayer::apply(const Event& e) {
   }
 }
 
-void Replayer::watch(std::uint32_t slot, Nanos now) {
-  Place& p = places_[slot];
+void Replayer::watch(std::uint32_t place, Nanos now) {
+  Place& p = places_[place];
   p.watching = true;
   p.credit_known = false;
   p.marked = false;
-  update_credit(slot, now);
+  update_credit(place, now);
 }
 
-void Replayer::update_credit(std::uint32_t slot, Nanos now) {
-  Place& p = places_[slot];
+void Replayer::update_credit(std::uint32_t place, Nanos now) {
+  Place& p = places_[place];
   if (!p.watching) return;
   const std::optional<Nanos> at = model_.credit_instant(p.pid, 0);
   if (!at) {  // beyond the clock's end: nothing to bound
@@ -392,11 +393,11 @@ void Replayer::update_credit(std::uint32_t slot, Nanos now) {
   p.credit_at = *at;
   p.marked = false;
   ++p.version;
-  due_.push(Due{*at, slot, p.version});
+  due_.push(Due{*at, place, p.version});
 }
 
-void Replayer::end_wait(std::uint32_t slot, Nanos now) {
-  Place& p = places_[slot];
+void Replayer::end_wait(std::uint32_t place, Nanos now) {
+  Place& p = places_[place];
   if (!p.watching) return;
   p.watching = false;
   if (!p.credit_known || p.credit_at > now) return;  // went out before its P1 credit came
@@ -408,7 +409,7 @@ void Replayer::end_wait(std::uint32_t slot, Nanos now) {
     summary_.max_dispatches_after_credit = between;
   }
   const std::uint64_t ring = model_.ring_size();
-  const std::string subject = who(p.name, ParticipantId{slot, p.generation});
+  const std::string subject = who(p.name, ParticipantId{place, p.generation});
   if (between > 2 * ring) {
     fail("check 5 (bounded wait)",
          subject + " held a P1 credit and a queued request from " + std::to_string(p.credit_at) +
@@ -429,4 +430,4 @@ void Replayer::end_wait(std::uint32_t slot, Nanos now) {
   }
 }
 
-}  // namespace stress
+}  // namespace creditloop::stress

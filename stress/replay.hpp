@@ -11,8 +11,8 @@
 // decisions of the contract given the inputs it saw. After the run the main thread compares the
 // model's balances and statistics with the runtime's snapshot, to the nano-credit.
 //
-// The bounded wait (SPEC section 3) is checked here too, because the model knows exactly when a
-// bucket reaches a credit: for a participant that holds P1 and has a request queued, C is the
+// The bounded wait (docs/contract.md §3) is checked here too, because the model knows exactly when
+// a bucket reaches a credit: for a participant that holds P1 and has a request queued, C is the
 // instant its P1 bucket holds a credit (recomputed whenever its own dispatch, charge-back or
 // re-plan moves it). Its next dispatch D must come
 //  - within the turn in progress plus one P1 turn: at most 2 x (places in the ring) dispatches
@@ -43,7 +43,7 @@
 #include "model/model.hpp"
 #include "options.hpp"
 
-namespace stress {
+namespace creditloop::stress {
 
 /// Requests handed back, as the runtime returned them and as the model says, matched by key
 /// (the participant for remove(), kShutdownKey for shutdown) whichever side arrives first.
@@ -51,7 +51,7 @@ class HandBacks {
  public:
   static constexpr std::uint64_t kShutdownKey = ~std::uint64_t{0};
   static std::uint64_t key(ParticipantId p) noexcept {
-    return (std::uint64_t{p.slot} << 32) | p.generation;
+    return (std::uint64_t{p.place} << 32) | p.generation;
   }
   /// `queued` requests at the front came from the core's queue; the rest from the inbox, which
   /// the model never saw.
@@ -133,7 +133,7 @@ class Replayer {
   };
   struct Due {
     Nanos at;
-    std::uint32_t slot;
+    std::uint32_t place;
     std::uint32_t version;
     bool operator>(const Due& o) const noexcept { return at > o.at; }
   };
@@ -147,9 +147,9 @@ class Replayer {
   void end_batch(const Event& e);
   Place& place(const Event& e, const char* what);
   [[noreturn]] void diverge(const Event& e, const std::string& what);
-  void watch(std::uint32_t slot, Nanos now);
-  void update_credit(std::uint32_t slot, Nanos now);
-  void end_wait(std::uint32_t slot, Nanos now);
+  void watch(std::uint32_t place, Nanos now);
+  void update_credit(std::uint32_t place, Nanos now);
+  void end_wait(std::uint32_t place, Nanos now);
 
   const Nanos slack_ns_;
   HandBacks& handbacks_;
@@ -169,4 +169,4 @@ class Replayer {
   bool done_ = false;
 };
 
-}  // namespace stress
+}  // namespace creditloop::stress

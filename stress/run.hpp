@@ -15,7 +15,7 @@
 #include "recorder.hpp"
 #include "replay.hpp"
 
-namespace stress {
+namespace creditloop::stress {
 
 /// One producer: its requests, and the stack through which others give them back.
 struct Producer {
@@ -65,7 +65,7 @@ class SinkRing {
     const std::uint32_t h = head_.load(std::memory_order_relaxed);
     if (h == tail_.load(std::memory_order_acquire)) return false;
     d = items_[h & mask_];
-    head_.store(h + 1, std::memory_order_release);  // the slot may be reused
+    head_.store(h + 1, std::memory_order_release);  // the cell may be reused
     return true;
   }
   void wait_nonempty() noexcept {
@@ -144,4 +144,4 @@ std::vector<std::uint64_t> take_handed_back(Run& run, creditloop::RequestList li
                                             std::optional<ParticipantId> from,
                                             const std::string& subject, std::size_t& queued);
 
-}  // namespace stress
+}  // namespace creditloop::stress

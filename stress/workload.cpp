@@ -10,7 +10,7 @@
 
 #include "run.hpp"
 
-namespace stress {
+namespace creditloop::stress {
 
 using creditloop::Errc;
 using creditloop::Status;
@@ -18,9 +18,9 @@ using creditloop::Status;
 namespace {
 
 constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
-// The names of the checks beyond the six: SPEC section 5's refusals, asserted as they happen.
-constexpr const char* kCompletionErrors = "completion errors (SPEC 5)";
-constexpr const char* kLifecycle = "lifecycle (SPEC 5)";
+// The names of the checks beyond the six: docs/contract.md §5's refusals, asserted as they happen.
+constexpr const char* kCompletionErrors = "completion errors (contract §5)";
+constexpr const char* kLifecycle = "lifecycle (contract §5)";
 
 const char* state_str(ReqState s) {
   switch (s) {
@@ -743,4 +743,4 @@ void watchdog_main(Run& run) {
   }
 }
 
-}  // namespace stress
+}  // namespace creditloop::stress

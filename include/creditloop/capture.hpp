@@ -224,7 +224,7 @@ class CaptureObserver final : public RuntimeObserver {
     ParticipantId participant;
     ClassId out = 0;
   };
-  struct Place {  // per participant slot: the dispatcher's
+  struct Place {  // per ring place: the dispatcher's
     std::uint32_t generation = 0;
     std::uint64_t in_flight = 0;
   };
@@ -253,7 +253,7 @@ class CaptureObserver final : public RuntimeObserver {
   std::atomic<std::uint64_t> dropped_{0};  // written by the dispatcher only; read by stats()
   // The writer thread's (and close()'s, once it has joined it).
   std::unique_ptr<CaptureWriter> writer_;
-  std::unordered_map<std::uint64_t, Known> known_;  // by participant slot and generation
+  std::unordered_map<std::uint64_t, Known> known_;  // by ring place and generation
   std::uint64_t lost_unknown_ = 0;  // request records of a participant whose add was dropped
   std::mutex wake_mutex_;
   std::condition_variable wake_;

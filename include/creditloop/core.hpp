@@ -1,6 +1,6 @@
 // creditloop/core.hpp: the deterministic dispatcher core.
 //
-// What it is: the scheduling contract (SPEC sections 1-5) as a single-threaded state machine.
+// What it is: the scheduling contract (docs/contract.md §1-5) as a single-threaded state machine.
 // It never reads a clock and never touches a thread: every call that depends on time takes `now`,
 // and the embedder says when the server has room by calling the loop only while it has. The same
 // code runs under the simulator's virtual clock, the tests' manual clock, and (wrapped) the
@@ -166,8 +166,8 @@ class Core {
   /// Participants registered now, and places in the ring (registered or free).
   [[nodiscard]] std::size_t size() const noexcept { return live_; }
   [[nodiscard]] std::uint32_t ring_size() const noexcept { return ring_size_; }
-  /// The participant at ring place `slot`, if one is registered there.
-  [[nodiscard]] std::optional<ParticipantId> at(std::uint32_t slot) const noexcept;
+  /// The participant at ring place `place`, if one is registered there.
+  [[nodiscard]] std::optional<ParticipantId> at(std::uint32_t place) const noexcept;
 
   // ---- requests (noexcept, no allocation) --------------------------------------------------
   /// Appends `request` to `p`'s queue. On error the request is not linked and nothing changes:
@@ -276,7 +276,7 @@ class Core {
   void for_each_waiting(F&& f) const {
     for (std::uint32_t s = waiting_.find_next(0); s != detail::ReadySet::npos;
          s = waiting_.find_next(s + 1)) {
-      f(ParticipantId{s, slot_at(s).generation, issuer_});
+      f(ParticipantId{s, header_at(s).generation, issuer_});
     }
   }
 
@@ -288,7 +288,7 @@ class Core {
  private:
   friend struct detail::CoreTestAccess;
 
-  struct alignas(64) Slot {  // hot per-participant state, one cache line
+  struct alignas(64) Header {  // hot per-participant state, one cache line
     RequestHook* head = nullptr;
     RequestHook* tail = nullptr;
     Nanos refilled_at = 0;
@@ -307,7 +307,7 @@ class Core {
     std::uint8_t held = 0;  // bit c: the plan holds class c
     bool live = false;
   };
-  struct alignas(64) BucketRec {    // one cache line per bucket, right after its Slot
+  struct alignas(64) BucketRec {    // one cache line per bucket, right after its Header
     Balance balance = 0;            // nano-credits, the exact value rounded down
     std::uint64_t rate = 0;         // nano-credits per second: plan rate x shares x scale
     std::uint64_t cap = 0;          // nano-credits: plan burst x shares x scale
@@ -316,7 +316,7 @@ class Core {
     std::uint32_t incarnation = 0;  // bumped when a re-plan creates or drops this bucket
     // Its entry in the class's timer heap. While its participant waits, the key is the exact
     // instant its balance (as last filed) reaches a credit, or the clock's end if never.
-    detail::TimerSlot timer;
+    detail::TimerHandle timer;
     [[nodiscard]] bool has_credit() const noexcept { return balance >= kNanoPerCredit; }
     // Whether its capacity holds a credit: not below one credit, which only a plan scaled down
     // has. Without it no refill brings a credit (credit_instant() ignores the cap).
@@ -324,14 +324,14 @@ class Core {
       return cap >= static_cast<std::uint64_t>(kNanoPerCredit);
     }
   };
-  static_assert(sizeof(Slot) == 64);
+  static_assert(sizeof(Header) == 64);
   static_assert(sizeof(BucketRec) == 64);
-  using Places = detail::PlaceStore<Slot, BucketRec>;
-  // Class c's timer heap keeps each participant's timer slot in its c bucket.
+  using Places = detail::PlaceStore<Header, BucketRec>;
+  // Class c's timer heap keeps each participant's timer handle in its c bucket.
   struct BucketTimers {
     Places* places = nullptr;
     ClassId c = 0;
-    detail::TimerSlot& operator()(std::uint32_t place) const noexcept {
+    detail::TimerHandle& operator()(std::uint32_t place) const noexcept {
       return places->bucket(place, c).timer;
     }
   };
@@ -345,7 +345,7 @@ class Core {
   struct InFlight {
     // Odd while in flight. 64 bits: 2^63 uses of one record before it wraps (ticket.hpp).
     std::uint64_t generation = 0;
-    std::uint32_t slot = 0;
+    std::uint32_t place = 0;
     std::uint32_t participant_generation = 0;
     std::uint32_t incarnation = 0;
     ClassId bucket = 0;
@@ -372,60 +372,62 @@ class Core {
     }
   };
 
-  Slot& slot_at(std::uint32_t slot) noexcept { return places_store_.header(slot); }
-  const Slot& slot_at(std::uint32_t slot) const noexcept { return places_store_.header(slot); }
-  BucketRec& bucket(std::uint32_t slot, ClassId c) noexcept {
-    return places_store_.bucket(slot, c);
+  Header& header_at(std::uint32_t place) noexcept { return places_store_.header(place); }
+  const Header& header_at(std::uint32_t place) const noexcept {
+    return places_store_.header(place);
   }
-  const BucketRec& bucket(std::uint32_t slot, ClassId c) const noexcept {
-    return places_store_.bucket(slot, c);
+  BucketRec& bucket(std::uint32_t place, ClassId c) noexcept {
+    return places_store_.bucket(place, c);
+  }
+  const BucketRec& bucket(std::uint32_t place, ClassId c) const noexcept {
+    return places_store_.bucket(place, c);
   }
   // The stored name of a place, for name_index_.
   auto name_of() const noexcept {
-    return [this](std::uint32_t slot) -> std::string_view { return names_[slot]; };
+    return [this](std::uint32_t place) -> std::string_view { return names_[place]; };
   }
   [[nodiscard]] bool live(ParticipantId p) const noexcept;
-  void set_terms(std::uint32_t slot, ClassId c) noexcept;
-  static BucketRec* buckets_of(Slot& s) noexcept { return Places::buckets_after(s); }
-  static const BucketRec* buckets_of(const Slot& s) noexcept { return Places::buckets_after(s); }
-  void bring_to(std::uint32_t slot, Nanos now) noexcept { bring_to(slot_at(slot), now); }
-  static void bring_to(Slot& s, Nanos now) noexcept;
-  void refile(std::uint32_t slot, Slot& s, ClassId c) noexcept;
+  void set_terms(std::uint32_t place, ClassId c) noexcept;
+  static BucketRec* buckets_of(Header& s) noexcept { return Places::buckets_after(s); }
+  static const BucketRec* buckets_of(const Header& s) noexcept { return Places::buckets_after(s); }
+  void bring_to(std::uint32_t place, Nanos now) noexcept { bring_to(header_at(place), now); }
+  static void bring_to(Header& s, Nanos now) noexcept;
+  void refile(std::uint32_t place, Header& s, ClassId c) noexcept;
   // refile() for a bucket just debited below a credit by a participant from c's ready set, whose
   // c timer is therefore not filed (the ready set and the timer heap never both hold a place).
-  void file_spent(std::uint32_t slot, Slot& s, ClassId c) noexcept;
+  void file_spent(std::uint32_t place, Header& s, ClassId c) noexcept;
   // Every held class, then the earliest credit instant: for a waiting participant that changes
   // plan.
-  void refile_held(std::uint32_t slot, Slot& s) noexcept;
-  void enter_waiting(std::uint32_t slot) noexcept;
+  void refile_held(std::uint32_t place, Header& s) noexcept;
+  void enter_waiting(std::uint32_t place) noexcept;
   // Whether any held bucket of waiting `s` may have a credit at `now`. False proves none has one
   // (filing is exact); reads only the header line.
-  [[nodiscard]] static bool credit_possible(const Slot& s, Nanos now) noexcept {
+  [[nodiscard]] static bool credit_possible(const Header& s, Nanos now) noexcept {
     return s.credit_from <= now;
   }
   // Sets s.credit_from from the held buckets, each filed already.
-  static void settle_credit_from(Slot& s) noexcept;
-  void leave_waiting(std::uint32_t slot) noexcept;
-  // Takes `slot` out of the timer heaps of the classes in `held`, and gives their ids back: it
+  static void settle_credit_from(Header& s) noexcept;
+  void leave_waiting(std::uint32_t place) noexcept;
+  // Takes `place` out of the timer heaps of the classes in `held`, and gives their ids back: it
   // is leaving, or it has new terms.
-  void forget_timers(std::uint32_t slot, std::uint8_t held) noexcept;
+  void forget_timers(std::uint32_t place, std::uint8_t held) noexcept;
   // Moves class c's participants whose credit has landed by `now` into its ready set; one
   // compare when none has.
   void expire_timers(ClassId c, Nanos now) noexcept {
     if (timers_[c].may_be_due(now)) expire_due_timers(c, now);
   }
   [[gnu::noinline]] void expire_due_timers(ClassId c, Nanos now) noexcept;
-  // The turn's next stop in `set` (its place in `slot`), past any participant that registered
+  // The turn's next stop in `set` (its place in `place`), past any participant that registered
   // during the turn, with the look-ahead moved on; null when the cursor has been round (the turn
   // is then over).
-  Slot* next_stop(const detail::ReadySet& set, bool whole_record, std::uint32_t& slot) noexcept;
+  Header* next_stop(const detail::ReadySet& set, bool whole_record, std::uint32_t& place) noexcept;
   // One visit of the current turn (metered class c, or the unmetered class): true with the
   // dispatch in `d`, false when the turn is over.
   bool visit_metered(ClassId c, Nanos now, Dispatch& d) noexcept;
   bool visit_unmetered(Nanos now, Dispatch& d) noexcept;
-  [[gnu::noinline]] void visit_unmetered_with_credit(std::uint32_t slot, Slot& s, Nanos now,
+  [[gnu::noinline]] void visit_unmetered_with_credit(std::uint32_t place, Header& s, Nanos now,
                                                      Dispatch& d) noexcept;
-  [[gnu::noinline]] void prefetch_ahead(const detail::ReadySet& set, std::uint32_t slot,
+  [[gnu::noinline]] void prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
                                         bool whole_record) noexcept;
   static constexpr int kLookAhead = 8;
   struct Lookahead {           // prefetch_ahead's frontier in the current turn
@@ -437,19 +439,19 @@ class Core {
   };
   // Debits `out` (nothing when unmetered), dequeues the oldest request, issues its ticket and
   // moves the turn's cursor here, into `d`. The caller then files what changed.
-  void take_oldest(std::uint32_t slot, Slot& s, ClassId out, ClassId turn, Dispatch& d) noexcept;
+  void take_oldest(std::uint32_t place, Header& s, ClassId out, ClassId turn, Dispatch& d) noexcept;
   // After a visit that read the buckets: a queue left empty goes idle; otherwise `out` is
   // re-filed when `refile_out`, and the earliest credit instant is settled again.
-  void file_after_debit(std::uint32_t slot, Slot& s, ClassId out, bool refile_out) noexcept;
+  void file_after_debit(std::uint32_t place, Header& s, ClassId out, bool refile_out) noexcept;
   static constexpr ClassId kNoClass = 0xff;
   // The highest class in `among` whose bucket has a credit, or kNoClass. Reads no clock: the
   // buckets must be refilled already.
-  [[nodiscard]] static ClassId highest_credit(const Slot& s, std::uint8_t among) noexcept;
+  [[nodiscard]] static ClassId highest_credit(const Header& s, std::uint8_t among) noexcept;
   [[nodiscard]] std::uint32_t next_in_turn(const detail::ReadySet& set) noexcept;
-  Nanos observe(Nanos now) noexcept { return now > now_ ? (now_ = now) : now_; }
+  Nanos advance_clock(Nanos now) noexcept { return now > now_ ? (now_ = now) : now_; }
   void grow_places(std::uint32_t places);
-  Ticket issue(std::uint32_t slot, std::uint32_t generation, ClassId out, std::uint32_t incarnation,
-               RequestHook& request);
+  Ticket issue(std::uint32_t place, std::uint32_t generation, ClassId out,
+               std::uint32_t incarnation, RequestHook& request);
   // Marks every request of `list` the caller's again.
   static void give_back(const RequestList& list) noexcept;
   Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now,
@@ -467,8 +469,8 @@ class Core {
   // A deque, so that growing it moves no name: name() hands out views into them.
   std::deque<std::string> names_;
   std::vector<Cold> cold_;
-  detail::NameIndex name_index_;           // into names_
-  std::vector<std::uint32_t> free_slots_;  // LIFO: the most recently freed place is reused first
+  detail::NameIndex name_index_;            // into names_
+  std::vector<std::uint32_t> free_places_;  // LIFO: the most recently freed place is reused first
   std::uint32_t ring_size_ = 0;
   std::size_t live_ = 0;
 

@@ -254,10 +254,10 @@ typedef struct creditloop_participant_snapshot {
 creditloop_status creditloop_snapshot(creditloop_core* core, creditloop_participant p,
                                       int64_t now, creditloop_participant_snapshot* out);
 
-/* The participant at ring place `slot` (0 .. creditloop_ring_size() - 1): NOT_FOUND for a free
+/* The participant at ring place `place` (0 .. creditloop_ring_size() - 1): NOT_FOUND for a free
  * place. For walking every participant. Allocate nothing. */
 uint32_t creditloop_ring_size(const creditloop_core* core);
-creditloop_status creditloop_at(const creditloop_core* core, uint32_t slot,
+creditloop_status creditloop_at(const creditloop_core* core, uint32_t place,
                                 creditloop_participant* out);
 
 /* The first instant at or after `now` at which `p`'s class-`cls` bucket has a credit

@@ -22,7 +22,7 @@ enum class Errc : unsigned char {
   bad_cost,               // negative, NaN, infinite, or above kMaxCost
   bad_classes,            // class count outside 1..kMaxClasses
   unknown_ticket,         // a ticket this core never issued
-  stale_ticket,           // a ticket already completed, or from an earlier use of its slot
+  stale_ticket,           // a ticket already completed, or from an earlier use of its record
   too_many_participants,  // kMaxParticipants are registered
   shut_down,              // the runtime no longer accepts this call
   unsupported_address,    // a request's address has a bit above bit 47 set (a pointer tag)

@@ -21,7 +21,7 @@ namespace creditloop {
 /// trip to the dispatcher of a microsecond or more, over two hours. A server changes its tenants a
 /// few times a second.
 struct ParticipantId {
-  std::uint32_t slot = 0;
+  std::uint32_t place = 0;
   std::uint32_t generation = 0;  // never 0 for a registered participant
   std::uint32_t issuer = 0;      // the registering core's identity; never 0 for a registered one
 

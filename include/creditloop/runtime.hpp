@@ -2,11 +2,11 @@
 //
 // What it gives:
 //  - submit() from any thread: lock-free, allocation-free, into the participant's own queue.
-//  - One dispatcher thread (named, optionally pinned) running the loop of SPEC section 2 on the
-//    monotonic clock, handing each dispatched request to a sink: your callback on the dispatcher
-//    thread, or the built-in worker pool, which runs your handler and completes the request with
-//    the cost it returns (a pool's tickets are its own: completing one yourself is refused as
-//    stale).
+//  - One dispatcher thread (named, optionally pinned) running the loop of docs/contract.md §2
+//    on the monotonic clock, handing each dispatched request to a sink: your callback on the
+//    dispatcher thread, or the built-in worker pool, which runs your handler and completes the
+//    request with the cost it returns (a pool's tickets are its own: completing one yourself is
+//    refused as stale).
 //  - complete() from any thread: lock-free, never blocks, never takes a lock. It claims the ticket
 //    (a repeated, stale or forged one is refused and changes nothing), returns the room, and
 //    hands the cost to the dispatcher, which charges it to the admitting bucket before its next
@@ -20,8 +20,8 @@
 //  - Snapshots per participant and per class, from any thread.
 //
 // What it does not promise: an order between requests of different participants beyond what the
-// core decides; that a request submitted during a turn is seen by that turn (SPEC 5a); any
-// bound on how long a sink callback or a handler may take (the dispatcher waits for the former;
+// core decides; that a request submitted during a turn is seen by that turn (docs/contract.md §5a);
+// any bound on how long a sink callback or a handler may take (the dispatcher waits for the former;
 // the latter only delays room). A sink callback must not block; it may call submit(),
 // complete() and the lifecycle calls, which then run inline.
 //
@@ -112,9 +112,9 @@ struct RuntimeOptions {
   /// Room, your own test: called on the dispatcher thread before every decision. When it says
   /// no, the dispatcher re-tests every `room_recheck`, and at once after wake().
   std::function<bool()> room;
-  /// How often a room test that said no is asked again without a wake(): SPEC 5a's millisecond
-  /// by default. An embedder that calls wake() whenever room appears may lengthen it to save the
-  /// dispatcher's wake-ups; at least 1 ns.
+  /// How often a room test that said no is asked again without a wake(): docs/contract.md §5a's
+  /// millisecond by default. An embedder that calls wake() whenever room appears may lengthen it to
+  /// save the dispatcher's wake-ups; at least 1 ns.
   std::chrono::nanoseconds room_recheck{1'000'000};
 
   /// Sink, your callback: called on the dispatcher thread for each dispatch. Must not block.
@@ -122,7 +122,7 @@ struct RuntimeOptions {
   /// Sink, the built-in worker pool: used when `workers` > 0. Each worker runs `handler` on the
   /// dispatch (its request, participant, class out and ticket; the ticket is the pool's own, for
   /// logs: completing it yourself is refused as stale) and completes the request with the cost
-  /// it returns (credits, SPEC section 2). A handler that throws or returns a cost the runtime
+  /// it returns (credits, docs/contract.md §2). A handler that throws or returns a cost the runtime
   /// refuses completes with cost 0, counted in handler_errors().
   unsigned workers = 0;
   std::function<double(const Dispatched&)> handler;

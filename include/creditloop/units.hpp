@@ -62,6 +62,13 @@ __extension__ typedef __int128 Balance;
 /// A balance in credits, for display and traces only (never for decisions).
 [[nodiscard]] double to_credits(Balance nano) noexcept;
 
+/// An instant or a duration in seconds: for display, reports and traces, never for decisions.
+[[nodiscard]] double to_seconds(Nanos t) noexcept;
+
+/// Seconds as nanoseconds, rounded to the nearest. Returns nothing when the value is not finite
+/// or does not fit Nanos (about 292 years either way).
+[[nodiscard]] std::optional<Nanos> from_seconds(double seconds) noexcept;
+
 /// A balance's exact decimal digits in nano-credits ("-1500000000"): the standard library
 /// cannot print a 128-bit integer. For messages and tests.
 [[nodiscard]] std::string to_decimal(Balance nano);

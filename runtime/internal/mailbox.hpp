@@ -77,7 +77,7 @@ struct alignas(64) Mailbox {
   Queue inbox;
   Atomic<bool> listed{false};
   Atomic<Mailbox*> next_listed{nullptr};  // the activation list's link (lock_free_bag.hpp)
-  std::uint32_t slot = 0;                 // constant once created
+  std::uint32_t place = 0;                // constant once created
 };
 
 }  // namespace creditloop::detail

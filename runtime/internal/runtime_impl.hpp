@@ -110,7 +110,7 @@ class Runtime::Impl {
     return handler_errors_.load(std::memory_order_relaxed);  // a statistic: no pairing
   }
   [[nodiscard]] std::optional<ParticipantCounters> counters(ParticipantId p) const noexcept {
-    const CounterLine* const line = counters_.find(p.slot);
+    const CounterLine* const line = counters_.find(p.place);
     if (line == nullptr || p.generation == 0 || p.issuer != core_.issuer()) return std::nullopt;
     ParticipantCounters out;
     if (detail::read_counters(*line, out) != p.generation) return std::nullopt;
@@ -170,7 +170,7 @@ class Runtime::Impl {
   // Every request still queued, into handed_back_; the loop then only waits for what is in flight.
   void hand_back_queued();
   void ensure_places(std::uint32_t places);
-  void describe(ParticipantId p, Nanos now, ParticipantSnapshot& into);
+  void fill_snapshot(ParticipantId p, Nanos now, ParticipantSnapshot& into);
 
   // ---- any thread
   // ---------------------------------------------------------------------------------
@@ -234,7 +234,7 @@ class Runtime::Impl {
    private:
     const Impl& impl_;
   };
-  [[nodiscard]] GuardedObserver observe() const noexcept { return GuardedObserver(*this); }
+  [[nodiscard]] GuardedObserver guarded_observer() const noexcept { return GuardedObserver(*this); }
   // The sink threw for `record`'s dispatch: see RuntimeOptions::sink.
   void sink_failed(TicketRecord& record, const Dispatch& d, std::exception_ptr error, Nanos t);
 

@@ -9,11 +9,11 @@
 // Two positions, each written by one side only, count records since the start (they never wrap
 // in practice: 2^64 records):
 //   tail_  the producer's: records published. release store in try_push() pairs with the
-//          consumer's acquire load in drain(), so a record's contents are visible before its slot
+//          consumer's acquire load in drain(), so a record's contents are visible before its cell
 //          is counted.
 //   head_  the consumer's: records consumed. release store in drain() pairs with the producer's
-//          acquire load in try_push(), so the consumer's reads of a slot happen before the
-//          producer writes that slot again.
+//          acquire load in try_push(), so the consumer's reads of a cell happen before the
+//          producer writes that cell again.
 // Each side keeps a private copy of the other's position and reloads it only when its copy says
 // the ring is full (producer) or empty (consumer), so in steady state neither reads the other's
 // cache line per record.
@@ -47,13 +47,13 @@ class SpscRing {
     const std::uint64_t limit = capacity() - keep_free;
     if (tail - producer_head_ + 1 > limit) {
       // acquire: pairs with the release store of head_ in drain(); the consumer has finished
-      // reading every slot it counted as consumed before this thread overwrites one.
+      // reading every cell it counted as consumed before this thread overwrites one.
       producer_head_ = head_.load(std::memory_order_acquire);
       if (tail - producer_head_ + 1 > limit) return false;
     }
     slots_[tail & mask_] = record;
     // release: pairs with the acquire load of tail_ in drain(); the record written above is
-    // visible to the consumer once it sees the slot counted.
+    // visible to the consumer once it sees the cell counted.
     tail_.store(tail + 1, std::memory_order_release);
     return true;
   }

@@ -59,7 +59,7 @@ static void item_init(item* it, int id) {
 }
 static int id_of(const creditloop_request* r) { return ((const item*)r->user)->id; }
 
-/* SPEC section 2: the pass class is the highest with a credit; each turn visits each
+/* docs/contract.md §2: the pass class is the highest with a credit; each turn visits each
  * qualifying participant once; a visit's request goes out under its highest class with credit. */
 static void test_reference_decisions(void) {
   creditloop_core* core = reference_core();

@@ -67,14 +67,14 @@ std::string str(Status s) { return s.ok() ? std::string("ok") : std::string(str(
 std::string str(std::optional<ClassId> c) { return c ? pc(*c) : std::string("none"); }
 
 std::string str(ParticipantId p) {
-  return "{" + std::to_string(p.slot) + "," + std::to_string(p.generation) + "}";
+  return "{" + std::to_string(p.place) + "," + std::to_string(p.generation) + "}";
 }
 
 std::string str(Ticket t) {
   return "{" + std::to_string(t.index) + "," + std::to_string(t.generation) + "}";
 }
 
-std::uint64_t key(ParticipantId p) { return (std::uint64_t{p.slot} << 32) | p.generation; }
+std::uint64_t key(ParticipantId p) { return (std::uint64_t{p.place} << 32) | p.generation; }
 // Unique while generations stay below 2^32, which no run of this harness approaches.
 std::uint64_t key(Ticket t) { return (std::uint64_t{t.index} << 32) ^ t.generation; }
 
@@ -1011,8 +1011,8 @@ void Harness::op_add(bool initial) {
     ++report_.refusals;
     return;
   }
-  if (cr->slot != mr->place) {
-    fail("add: core place " + std::to_string(cr->slot) + ", model place " +
+  if (cr->place != mr->place) {
+    fail("add: core place " + std::to_string(cr->place) + ", model place " +
          std::to_string(mr->place));
     return;
   }
@@ -1257,7 +1257,7 @@ void Harness::compare_everyone() {
   }
   // The waiting participants, in ring order: the order `pass` trace lines list them in.
   std::vector<std::uint32_t> core_waiting;
-  core_->for_each_waiting([&](ParticipantId p) { core_waiting.push_back(p.slot); });
+  core_->for_each_waiting([&](ParticipantId p) { core_waiting.push_back(p.place); });
   std::vector<std::uint32_t> model_waiting;
   for (std::uint32_t place = 0; place < model_->ring_size(); ++place) {
     const std::optional<Pid> p = model_->at(place);

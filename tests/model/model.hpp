@@ -1,4 +1,4 @@
-// tests/model/model.hpp: a reference model of the scheduling contract (SPEC sections 1-5).
+// tests/model/model.hpp: a reference model of the scheduling contract (docs/contract.md §1-5).
 //
 // Deliberately plain: a vector of participants indexed by ring place, linear scans, std::deque
 // queues, and exact integer arithmetic in units of 1e-18 credit. It shares nothing with the core

@@ -52,7 +52,7 @@ struct ActivationModel : rl::test_suite<ActivationModel<Policy>, 3> {
 
   void before() {
     for (int m = 0; m < kMailboxes; ++m) {
-      mailboxes[m].slot = static_cast<std::uint32_t>(m);
+      mailboxes[m].place = static_cast<std::uint32_t>(m);
       mailboxes[m].open(kGeneration);
     }
   }
@@ -81,7 +81,7 @@ struct ActivationModel : rl::test_suite<ActivationModel<Policy>, 3> {
 
   std::size_t drain() {
     return list.drain([&](Mailbox& mailbox) {
-      RL_ASSERT(on_list[mailbox.slot].fetch_add(-1, std::memory_order_relaxed) == 1);
+      RL_ASSERT(on_list[mailbox.place].fetch_add(-1, std::memory_order_relaxed) == 1);
       for (Request* r = mailbox.take_listed(true, kGeneration); r != nullptr;
            r = RequestLink::get(*r)) {
         const int id = static_cast<int>(r - requests.data());

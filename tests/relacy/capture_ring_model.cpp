@@ -5,7 +5,7 @@
 //
 // Checked: every record pushed is taken exactly once, in push order, with the contents the
 // producer wrote (a Relacy var: reading it unordered is a data race); a dropped record is never
-// taken; and the producer never writes a slot the consumer is still reading (the same var: a
+// taken; and the producer never writes a cell the consumer is still reading (the same var: a
 // write racing the read is a data race too).
 //
 // The orders that matter: try_push()'s release store of tail_ publishes the record to drain()'s
@@ -22,7 +22,7 @@
 namespace creditloop::relacy {
 namespace {
 
-// A ring slot whose contents Relacy checks for races: a copy reads the source and writes the
+// A ring cell whose contents Relacy checks for races: a copy reads the source and writes the
 // destination through Relacy vars.
 struct Slot {
   Slot() = default;

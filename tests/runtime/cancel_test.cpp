@@ -110,8 +110,9 @@ TEST(RuntimeCancel, ARequestNotWaitingForThatParticipantIsRefusedAndStaysWhereIt
   ASSERT_TRUE(rt.submit(bob, bobs).ok());
   EXPECT_EQ(rt.cancel(alice, bobs).error(), Errc::not_queued);
   EXPECT_EQ(rt.cancel(alice, never).error(), Errc::not_queued);
-  EXPECT_EQ(rt.cancel(ParticipantId{alice.slot, alice.generation + 1, alice.issuer}, never).error(),
-            Errc::unknown_participant);
+  EXPECT_EQ(
+      rt.cancel(ParticipantId{alice.place, alice.generation + 1, alice.issuer}, never).error(),
+      Errc::unknown_participant);
   EXPECT_FALSE(bobs.idle());
   EXPECT_EQ(rt.counters(bob)->queued, 1u);
   EXPECT_EQ(rt.counters(alice)->queued, 0u);

@@ -153,7 +153,7 @@ Ticket ticket_of(Recorder& recorder, ParticipantId p) {
   for (const Dispatched& d : recorder.seen()) {
     if (d.participant == p) return d.ticket;
   }
-  ADD_FAILURE() << "no dispatch for participant " << p.slot;
+  ADD_FAILURE() << "no dispatch for participant " << p.place;
   return {};
 }
 

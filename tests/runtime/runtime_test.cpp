@@ -372,7 +372,7 @@ TEST(Runtime, SnapshotsReportQueueDepthBalancesAndTheLastClass) {
   EXPECT_EQ(*s.balance[0], *fresh.balance[0] - kNanoPerCredit);
   EXPECT_EQ(s.stats.dispatched[0], 1u);
   EXPECT_FALSE(
-      rt.snapshot(ParticipantId{alice.slot, alice.generation + 1, alice.issuer}).has_value());
+      rt.snapshot(ParticipantId{alice.place, alice.generation + 1, alice.issuer}).has_value());
   const RuntimeSnapshot all = rt.snapshot();
   EXPECT_EQ(all.participants, 1u);
   EXPECT_EQ(all.per_class[0].dispatched, 1u);
@@ -474,7 +474,7 @@ TEST(Runtime, ReplanWhileRunningKeepsTheBalanceClippedAndMayDropABucket) {
   const ParticipantId alice = *rt.add("alice", "pro", 10);
   EXPECT_EQ(rt.replan(alice, "nope", 1).error(), Errc::unknown_plan);
   EXPECT_EQ(rt.replan(alice, "pro", 0).error(), Errc::bad_shares);
-  EXPECT_EQ(rt.replan(ParticipantId{alice.slot, 99, alice.issuer}, "pro", 1).error(),
+  EXPECT_EQ(rt.replan(ParticipantId{alice.place, 99, alice.issuer}, "pro", 1).error(),
             Errc::unknown_participant);
   const Balance ten_shares = *rt.snapshot(alice)->balance[0];
   ASSERT_TRUE(rt.replan(alice, "pro", 1).ok());
@@ -548,7 +548,7 @@ TEST(Runtime, ScaleFromAnotherThreadWhileRequestsFlowTakesEffectAtOnceAndSnapsho
   ASSERT_TRUE(wait_until([&] { return dispatched(alice, true) > metered; }));
 
   EXPECT_EQ(rt.scale(alice, kWholePlan + 1).error(), Errc::bad_scale);
-  EXPECT_EQ(rt.scale(ParticipantId{alice.slot, 99, alice.issuer}, 1).error(),
+  EXPECT_EQ(rt.scale(ParticipantId{alice.place, 99, alice.issuer}, 1).error(),
             Errc::unknown_participant);
   EXPECT_EQ(rt.snapshot(alice)->scale, kWholePlan);
   stop.store(true, std::memory_order_relaxed);  // the producer's polled flag: no pairing needed

@@ -57,17 +57,17 @@ TEST(Runtime, SubmissionToAnUnknownOrRemovedParticipantIsRefusedAndTheRequestSta
   Runtime rt(options_with(recorder));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
   Req r;
-  EXPECT_EQ(rt.submit(ParticipantId{alice.slot, alice.generation + 1, alice.issuer}, r).error(),
+  EXPECT_EQ(rt.submit(ParticipantId{alice.place, alice.generation + 1, alice.issuer}, r).error(),
             Errc::unknown_participant);
   EXPECT_EQ(rt.submit(ParticipantId{12345, 1, rt.issuer()}, r).error(), Errc::unknown_participant);
-  EXPECT_EQ(rt.submit(ParticipantId{alice.slot, 0, alice.issuer}, r).error(),
+  EXPECT_EQ(rt.submit(ParticipantId{alice.place, 0, alice.issuer}, r).error(),
             Errc::unknown_participant);
   ASSERT_TRUE(rt.remove(alice).ok());
   EXPECT_EQ(rt.submit(alice, r).error(), Errc::unknown_participant);
   EXPECT_EQ(r.next_in_queue, nullptr);
   // The place is reused by the next registration; the old id stays refused.
   const ParticipantId again = *rt.add("alice", "pro", 1);
-  EXPECT_EQ(again.slot, alice.slot);
+  EXPECT_EQ(again.place, alice.place);
   EXPECT_EQ(rt.submit(alice, r).error(), Errc::unknown_participant);
   ASSERT_TRUE(rt.submit(again, r).ok());
   ASSERT_TRUE(recorder.wait_for(1));
@@ -223,7 +223,7 @@ TEST(Runtime, AnotherRuntimesIdsAndTicketsAreRefused) {
   EXPECT_NE(mine.issuer(), theirs.issuer());
   const ParticipantId alice = *mine.add("alice", "pro", 1);
   const ParticipantId stranger = *theirs.add("alice", "pro", 1);
-  ASSERT_EQ(alice.slot, stranger.slot);
+  ASSERT_EQ(alice.place, stranger.place);
   ASSERT_EQ(alice.generation, stranger.generation);
   Req r;
   EXPECT_EQ(mine.submit(stranger, r).error(), Errc::unknown_participant);

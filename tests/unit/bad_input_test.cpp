@@ -1,7 +1,7 @@
-// SPEC section 5: every bad input is refused with the error that names it, and nothing changes.
-// "Nothing changes" is checked against a twin: two worlds are built by the same steps; only one
-// receives the bad call; then both must show the same snapshot (balances, queues, counters,
-// in_flight, turn) and make the same decisions for seconds afterwards, through the same
+// docs/contract.md §5: every bad input is refused with the error that names it, and nothing
+// changes. "Nothing changes" is checked against a twin: two worlds are built by the same steps;
+// only one receives the bad call; then both must show the same snapshot (balances, queues,
+// counters, in_flight, turn) and make the same decisions for seconds afterwards, through the same
 // completions, turns and shutdown.
 #include <gtest/gtest.h>
 

@@ -303,6 +303,24 @@ TEST(Units, ToCreditsIsForDisplay) {
   EXPECT_DOUBLE_EQ(to_credits(-250'000'000), -0.25);
 }
 
+TEST(Units, ToSecondsIsForDisplay) {
+  EXPECT_DOUBLE_EQ(to_seconds(1'500'000'000), 1.5);
+  EXPECT_DOUBLE_EQ(to_seconds(-250'000'000), -0.25);
+  EXPECT_NEAR(to_seconds(std::numeric_limits<Nanos>::max()), 9'223'372'036.854775807, 1e-5);
+}
+
+TEST(Units, FromSecondsRoundsToTheNearestNanosecondAndRefusesWhatDoesNotFit) {
+  EXPECT_EQ(from_seconds(1.5), Nanos{1'500'000'000});
+  EXPECT_EQ(from_seconds(-0.25), Nanos{-250'000'000});
+  EXPECT_EQ(from_seconds(2.4e-9), Nanos{2});
+  EXPECT_EQ(from_seconds(2.6e-9), Nanos{3});
+  EXPECT_EQ(from_seconds(9.2e9), Nanos{9'200'000'000'000'000'000});
+  EXPECT_EQ(from_seconds(9.3e9), std::nullopt);
+  EXPECT_EQ(from_seconds(-9.3e9), std::nullopt);
+  EXPECT_EQ(from_seconds(std::numeric_limits<double>::quiet_NaN()), std::nullopt);
+  EXPECT_EQ(from_seconds(std::numeric_limits<double>::infinity()), std::nullopt);
+}
+
 TEST(Units, LimitsAreAtLeastWhatTheSpecAsks) {
   static_assert(kMaxShares >= 1'000'000);
   static_assert(kMaxCost >= 1'000'000.0);

@@ -1,4 +1,4 @@
-// SPEC section 2, "Completion": the cost goes to the admitting bucket after its refill to now,
+// docs/contract.md §2, "Completion": the cost goes to the admitting bucket after its refill to now,
 // on top of the credit taken at dispatch; unmetered costs go nowhere; at most once.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// SPEC sections 1 and 5: a configuration is refused when a class count, rate or burst is out of
-// bounds; check() names the error, the plan and the class, and Core(config) throws with it.
+// docs/contract.md §1 and §5: a configuration is refused when a class count, rate or burst is out
+// of bounds; check() names the error, the plan and the class, and Core(config) throws with it.
 #include <gtest/gtest.h>
 
 #include <cmath>

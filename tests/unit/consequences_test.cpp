@@ -1,6 +1,6 @@
-// SPEC section 3: what follows from the loop. Interleave, shares, descend and climb, bounded
+// docs/contract.md §3: what follows from the loop. Interleave, shares, descend and climb, bounded
 // wait, heavy work. Small scenarios worked out by hand; the longer ones run the slot model of
-// SPEC section 6 on a manual clock and check the bound the rule states.
+// docs/contract.md §6 on a manual clock and check the bound the rule states.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -1,6 +1,6 @@
 // Shared helpers of the unit tests: a manual clock in plain Nanos, requests with ids, and a rig
 // that drives the core turn by turn and writes what it decided as short strings, so that each
-// test can state the expected decisions, worked out by hand from SPEC.md, in one line.
+// test can state the expected decisions, worked out by hand from docs/contract.md, in one line.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -98,7 +98,7 @@ class Rig {
   /// p's balance in class c at `now`, in nano-credits; fails the test on a refusal.
   Balance bal(ParticipantId p, ClassId c, Nanos now) {
     Result<Balance> r = core.balance(p, c, now);
-    EXPECT_TRUE(r.ok()) << "balance of slot " << p.slot << " class " << int{c};
+    EXPECT_TRUE(r.ok()) << "balance of place " << p.place << " class " << int{c};
     return r.ok() ? *r : Balance{-1};
   }
   std::string bals(ParticipantId p, ClassId c, Nanos now) { return str(bal(p, c, now)); }
@@ -171,13 +171,13 @@ inline std::vector<int> ids(RequestList& list) {
 /// which changes no value, so two cores in the same state give the same string.
 inline std::string snapshot(Core& core, Nanos now) {
   std::string s;
-  for (std::uint32_t slot = 0; slot < core.ring_size(); ++slot) {
-    const std::optional<ParticipantId> p = core.at(slot);
+  for (std::uint32_t place = 0; place < core.ring_size(); ++place) {
+    const std::optional<ParticipantId> p = core.at(place);
     if (!p) {
-      s += "[" + std::to_string(slot) + " free]";
+      s += "[" + std::to_string(place) + " free]";
       continue;
     }
-    s += "[" + std::to_string(slot) + " " + std::string(core.name(*p)) +
+    s += "[" + std::to_string(place) + " " + std::string(core.name(*p)) +
          " plan=" + std::to_string(core.plan(*p)) + " shares=" + std::to_string(core.shares(*p)) +
          " queued=" + std::to_string(core.queued(*p));
     for (ClassId c = 0; c < core.classes(); ++c) {
@@ -199,7 +199,7 @@ inline std::string snapshot(Core& core, Nanos now) {
   return s;
 }
 
-/// The slot model of SPEC section 6 on a manual clock: a request holds one of `slots` slots
+/// The slot model of docs/contract.md §6 on a manual clock: a request holds one of `slots` slots
 /// for its service time and then completes with its cost. At each instant: the completions due,
 /// in dispatch order; then the arrivals due, in the order given; then the loop until no room or
 /// no work; a completion falling due at that same instant (service 0) waits for the loop to stop,

@@ -1,5 +1,5 @@
 // Participants over time: registration, removal, re-plan, registering a name again, shutdown
-// (take_all_queued), and a clock that seems to run backwards. SPEC sections 1, 5 and 5a.
+// (take_all_queued), and a clock that seems to run backwards. docs/contract.md §1, §5 and §5a.
 #include <gtest/gtest.h>
 
 #include <optional>

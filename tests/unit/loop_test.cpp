@@ -1,4 +1,4 @@
-// SPEC section 2, steps 2 to 4: the class question, the turn and its cursor, the visit.
+// docs/contract.md §2, steps 2 to 4: the class question, the turn and its cursor, the visit.
 // Each expected string is worked out by hand from the rules (in a comment where it is not
 // obvious); "P2: A B>P1" reads "a P2 turn visited A (out P2), then B, whose request went out
 // as P1".

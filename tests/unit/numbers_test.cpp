@@ -1,5 +1,5 @@
-// SPEC section 4 through the core: nine decimal places, an exact credit test, no drift, and the
-// documented limits (units.hpp) accepted at the limit, refused above it, and free of overflow.
+// docs/contract.md §4 through the core: nine decimal places, an exact credit test, no drift, and
+// the documented limits (units.hpp) accepted at the limit, refused above it, and free of overflow.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -49,7 +49,7 @@ TEST(Scale, ANewParticipantHasTheWholePlan) {
   // A new registration in the same place starts whole again.
   ASSERT_TRUE(rig.core.remove(a).ok());
   const ParticipantId b = rig.add("B", "pro");
-  EXPECT_EQ(b.slot, a.slot);
+  EXPECT_EQ(b.place, a.place);
   EXPECT_EQ(rig.core.scale_of(b), kWholePlan);
   EXPECT_EQ(rig.bal(b, 0, 0), credits(10));
 }

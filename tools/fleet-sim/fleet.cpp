@@ -22,7 +22,8 @@ namespace {
 constexpr Nanos kNever = std::numeric_limits<Nanos>::max();
 constexpr Nanos kNanosPerMs = 1'000'000;
 
-Nanos to_nanos(double seconds) { return static_cast<Nanos>(std::llround(seconds * 1e9)); }
+// The configuration's checks keep every duration within Nanos.
+Nanos to_nanos(double seconds) { return creditloop::from_seconds(seconds).value(); }
 
 /// splitmix64: one 8-byte state per stream, so that each stream's draws do not depend on the
 /// order in which servers are advanced.
@@ -409,7 +410,7 @@ void Simulation::advance(Server& s, Nanos to) {
     const Nanos arrival = s.arrivals.empty() ? kNever : s.arrivals.front().first;
     const Nanos now = std::min(completion, arrival);
     if (now > to || now == kNever) break;
-    // One instant: completions first, then arrivals, then the loop (SPEC section 6's order).
+    // One instant: completions first, then arrivals, then the loop (docs/contract.md §6's order).
     while (!s.completions.empty() && s.completions.front().at == now) {
       const Completion done = s.completions.front();
       s.completions.pop_front();
@@ -560,13 +561,13 @@ Spread spread_of(std::vector<double> v) {
 
 OverGrant Simulation::over_grant(Nanos from, Nanos to) const {
   OverGrant g;
-  const auto window = static_cast<std::size_t>(
-      std::llround(c_.over_grant_window_s * 1e9 / static_cast<double>(bin_)));
+  const auto window =
+      static_cast<std::size_t>((to_nanos(c_.over_grant_window_s) + bin_ / 2) / bin_);
   const auto b0 = static_cast<std::size_t>(from / bin_);
   const auto b1 = std::min(bins_, static_cast<std::size_t>(to / bin_));
-  g.from_s = static_cast<double>(b0 * bin_) / 1e9;
-  g.to_s = static_cast<double>(b1 * bin_) / 1e9;
-  const double window_seconds = static_cast<double>(window * bin_) / 1e9;
+  g.from_s = creditloop::to_seconds(static_cast<Nanos>(b0) * bin_);
+  g.to_s = creditloop::to_seconds(static_cast<Nanos>(b1) * bin_);
+  const double window_seconds = creditloop::to_seconds(static_cast<Nanos>(window) * bin_);
   for (std::uint32_t t = 0; t < c_.tenants; ++t) {
     const PlanSpec& plan = c_.plans[tenants_[t].plan];
     const std::uint16_t* counts = &p1_bins_[t * bins_];
@@ -598,10 +599,9 @@ OverGrant Simulation::over_grant(Nanos from, Nanos to) const {
 
 Simulation::WindowsOut Simulation::windows_out(std::uint32_t t, std::size_t from,
                                                std::size_t to) const {
-  const auto window =
-      static_cast<std::size_t>(std::llround(c_.window_s * 1e9 / static_cast<double>(bin_)));
+  const auto window = static_cast<std::size_t>((to_nanos(c_.window_s) + bin_ / 2) / bin_);
   const double expected =
-      c_.plans[tenants_[t].plan].rate * static_cast<double>(window * bin_) / 1e9;
+      c_.plans[tenants_[t].plan].rate * creditloop::to_seconds(static_cast<Nanos>(window) * bin_);
   const std::uint16_t* counts = &p1_bins_[t * bins_];
   WindowsOut out;
   if (to < from + window) return out;
@@ -623,7 +623,7 @@ void Simulation::measure(SimResult& r) const {
   const Nanos warmup = to_nanos(c_.warmup_s);
   const auto b0 = static_cast<std::size_t>(warmup / bin_);
   const auto b1 = std::min(bins_, static_cast<std::size_t>(steady_end / bin_));
-  const double seconds = static_cast<double>((b1 - b0) * static_cast<std::size_t>(bin_)) / 1e9;
+  const double seconds = creditloop::to_seconds(static_cast<Nanos>(b1 - b0) * bin_);
   std::vector<double> sat;
   std::vector<double> light;
   if (b1 > b0) {
@@ -658,8 +658,7 @@ void Simulation::measure(SimResult& r) const {
       if (after.final_out) continue;
       ++r.converged;
       const std::size_t from = after.last ? *after.last + 1 : change_bin;
-      times.push_back(static_cast<double>((from - change_bin) * static_cast<std::size_t>(bin_)) /
-                      1e9);
+      times.push_back(creditloop::to_seconds(static_cast<Nanos>(from - change_bin) * bin_));
     }
     r.convergence_s = spread_of(times);
     r.after_change = over_grant(change_at_, std::min(end_, change_at_ + to_nanos(5)));

@@ -23,9 +23,6 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
-double seconds(Nanos ns) { return static_cast<double>(ns) / 1e9; }
-double credits(Balance nano) { return static_cast<double>(nano) / 1e9; }
-
 ClientMetric labelled(std::initializer_list<std::pair<const char*, std::string>> labels) {
   ClientMetric m;
   for (const auto& [name, value] : labels) m.label.push_back({name, value});
@@ -95,15 +92,31 @@ double quantile(const prometheus::Histogram& h, double q) {
   return lower;
 }
 
-std::string metrics_text(Server& server) {
-  const std::shared_ptr<const Directory> dir = server.directory();
-  const int k = dir->config->plans.classes;
-  const auto snaps = snapshots_by_name(server);
-  const bool fifo = server.scheduler().runtime() == nullptr;
-  // One round trip for the loop's counters and clock, one for the participants: never one per
-  // tenant.
-  const RuntimeSnapshot loop = fifo ? RuntimeSnapshot{} : server.scheduler().runtime()->snapshot();
+namespace {
 
+using Families = std::vector<MetricFamily>;
+
+// A family of one unlabelled sample: most of the loop's and the server's metrics.
+void add_single(Families& families, const char* name, const char* help, MetricType type, double v) {
+  MetricFamily f = family(name, help, type);
+  if (type == MetricType::Counter) {
+    add_counter(f, {}, v);
+  } else {
+    add_gauge(f, {}, v);
+  }
+  families.push_back(std::move(f));
+}
+
+// Statistics, each read alone: relaxed, ordering nothing.
+double count(const std::atomic<std::uint64_t>& v) {
+  return static_cast<double>(v.load(std::memory_order_relaxed));
+}
+
+// Per tenant: what the server counts, and (but in FIFO mode) what the runtime's snapshot says.
+void add_tenant_metrics(Families& families, const Directory& dir,
+                        const std::map<std::string, ParticipantSnapshot>& snaps,
+                        const RuntimeSnapshot& loop, bool fifo) {
+  const int k = dir.config->plans.classes;
   MetricFamily served =
       family("creditloop_tenant_requests_total",
              "Requests answered, by the class they went out under", MetricType::Counter);
@@ -121,19 +134,19 @@ std::string metrics_text(Server& server) {
   MetricFamily wait = family("creditloop_tenant_queue_wait_seconds", "Time from arrival to start",
                              MetricType::Histogram);
 
-  for (const auto& [name, entry] : dir->by_name) {
+  for (const auto& [name, entry] : dir.by_name) {
     const Tenant& t = *entry.tenant;
     for (int c = fifo ? k : 0; c <= k; ++c) {
       add_counter(served,
                   labelled({{"tenant", name}, {"class", class_name(static_cast<ClassId>(c))}}),
-                  static_cast<double>(
-                      t.served[static_cast<std::size_t>(c)].load(std::memory_order_relaxed)));
+                  count(t.served[static_cast<std::size_t>(c)]));
     }
     add_gauge(
         queued, labelled({{"tenant", name}}),
         static_cast<double>(std::max<std::int64_t>(0, t.queued.load(std::memory_order_relaxed))));
-    add_counter(cost, labelled({{"tenant", name}}),
-                credits(static_cast<Balance>(t.cost_charged_nano.load(std::memory_order_relaxed))));
+    add_counter(
+        cost, labelled({{"tenant", name}}),
+        to_credits(static_cast<Balance>(t.cost_charged_nano.load(std::memory_order_relaxed))));
     ClientMetric h = t.wait_seconds->Collect();
     h.label.push_back({"tenant", name});
     wait.metric.push_back(std::move(h));
@@ -143,100 +156,107 @@ std::string metrics_text(Server& server) {
       const auto& b = s->second.balance[static_cast<std::size_t>(c)];
       if (!b) continue;
       const std::string cls = class_name(static_cast<ClassId>(c));
-      add_gauge(balance, labelled({{"tenant", name}, {"class", cls}}), credits(*b));
+      add_gauge(balance, labelled({{"tenant", name}, {"class", cls}}), to_credits(*b));
       const auto& n = s->second.next_credit[static_cast<std::size_t>(c)];
       add_gauge(next, labelled({{"tenant", name}, {"class", cls}}),
-                n ? std::max(0.0, seconds(*n - loop.at)) : 0.0);
+                n ? std::max(0.0, to_seconds(*n - loop.at)) : 0.0);
     }
     add_gauge(oldest, labelled({{"tenant", name}}),
-              s->second.oldest_queued_age ? seconds(*s->second.oldest_queued_age) : 0.0);
+              s->second.oldest_queued_age ? to_seconds(*s->second.oldest_queued_age) : 0.0);
   }
 
-  std::vector<MetricFamily> families{std::move(served), std::move(queued), std::move(cost),
-                                     std::move(wait)};
+  for (MetricFamily* f : {&served, &queued, &cost, &wait}) families.push_back(std::move(*f));
   if (!fifo) {
-    families.push_back(std::move(balance));
-    families.push_back(std::move(next));
-    families.push_back(std::move(oldest));
-    MetricFamily passes = family("creditloop_loop_passes_total",
-                                 "Turns the dispatcher settled on each class", MetricType::Counter);
-    MetricFamily dispatched = family("creditloop_loop_dispatched_total",
-                                     "Requests dispatched under each class", MetricType::Counter);
-    for (int c = 0; c <= k; ++c) {
-      const std::string cls = class_name(static_cast<ClassId>(c));
-      const auto& pc = loop.per_class[static_cast<std::size_t>(c)];
-      add_counter(passes, labelled({{"class", cls}}), static_cast<double>(pc.passes));
-      add_counter(dispatched, labelled({{"class", cls}}), static_cast<double>(pc.dispatched));
-    }
-    families.push_back(std::move(passes));
-    families.push_back(std::move(dispatched));
-    MetricFamily parks =
-        family("creditloop_loop_parks_total", "Times the dispatcher slept for want of work or room",
-               MetricType::Counter);
-    add_counter(parks, {}, static_cast<double>(loop.parks));
-    families.push_back(std::move(parks));
-    MetricFamily wakeups =
-        family("creditloop_loop_wakeups_total",
-               "Times a submission or completion woke the dispatcher", MetricType::Counter);
-    add_counter(wakeups, {}, static_cast<double>(loop.wakeups));
-    families.push_back(std::move(wakeups));
-    MetricFamily cpu = family("creditloop_loop_cpu_seconds_total",
-                              "CPU time of the dispatcher thread", MetricType::Counter);
-    add_counter(cpu, {}, seconds(loop.dispatcher_cpu));
-    families.push_back(std::move(cpu));
-    MetricFamily in_flight = family("creditloop_loop_in_flight",
-                                    "Requests dispatched and not yet completed", MetricType::Gauge);
-    add_gauge(in_flight, {}, static_cast<double>(loop.in_flight));
-    families.push_back(std::move(in_flight));
+    for (MetricFamily* f : {&balance, &next, &oldest}) families.push_back(std::move(*f));
   }
-  MetricFamily conns =
-      family("creditloop_server_connections", "Open client connections", MetricType::Gauge);
-  add_gauge(conns, {},
-            static_cast<double>(server.connections_open.load(std::memory_order_relaxed)));
-  families.push_back(std::move(conns));
-  MetricFamily bad = family("creditloop_server_bad_requests_total",
-                            "Requests refused as malformed or too large", MetricType::Counter);
-  add_counter(bad, {}, static_cast<double>(server.bad_requests.load(std::memory_order_relaxed)));
-  families.push_back(std::move(bad));
-  const auto counter = [&families](const char* name, const char* help, std::uint64_t v) {
-    MetricFamily f = family(name, help, MetricType::Counter);
-    add_counter(f, {}, static_cast<double>(v));
-    families.push_back(std::move(f));
-  };
-  // Statistics, each read alone: relaxed.
-  const auto read = [](const std::atomic<std::uint64_t>& v) {
-    return v.load(std::memory_order_relaxed);
-  };
-  counter("creditloop_server_requests_cancelled_total",
-          "Queued requests withdrawn because their client left", read(server.cancelled));
-  counter("creditloop_server_requests_timed_out_total",
-          "Queued requests answered 503 at their tenant's queue timeout", read(server.timed_out));
-  counter("creditloop_server_connections_refused_total",
-          "Client connections refused at the connection limits", read(server.connections_refused));
-  counter("creditloop_server_accept_pauses_total",
-          "Times accepting paused for want of file descriptors", read(server.accept_pauses));
-  // relaxed: statistics, read alone; they pair with the relaxed increments where a 401 is
-  // answered (Server::admit, admin_response) and order nothing else.
+}
+
+// The dispatcher's loop, from one runtime snapshot.
+void add_loop_metrics(Families& families, const RuntimeSnapshot& loop, int k) {
+  MetricFamily passes = family("creditloop_loop_passes_total",
+                               "Turns the dispatcher settled on each class", MetricType::Counter);
+  MetricFamily dispatched = family("creditloop_loop_dispatched_total",
+                                   "Requests dispatched under each class", MetricType::Counter);
+  for (int c = 0; c <= k; ++c) {
+    const std::string cls = class_name(static_cast<ClassId>(c));
+    const auto& pc = loop.per_class[static_cast<std::size_t>(c)];
+    add_counter(passes, labelled({{"class", cls}}), static_cast<double>(pc.passes));
+    add_counter(dispatched, labelled({{"class", cls}}), static_cast<double>(pc.dispatched));
+  }
+  families.push_back(std::move(passes));
+  families.push_back(std::move(dispatched));
+  add_single(families, "creditloop_loop_parks_total",
+             "Times the dispatcher slept for want of work or room", MetricType::Counter,
+             static_cast<double>(loop.parks));
+  add_single(families, "creditloop_loop_wakeups_total",
+             "Times a submission or completion woke the dispatcher", MetricType::Counter,
+             static_cast<double>(loop.wakeups));
+  add_single(families, "creditloop_loop_cpu_seconds_total", "CPU time of the dispatcher thread",
+             MetricType::Counter, to_seconds(loop.dispatcher_cpu));
+  add_single(families, "creditloop_loop_in_flight", "Requests dispatched and not yet completed",
+             MetricType::Gauge, static_cast<double>(loop.in_flight));
+}
+
+// The server's own counters: connections, refusals, withdrawals.
+void add_server_metrics(Families& families, const Server& server) {
+  const auto counter = MetricType::Counter;
+  add_single(families, "creditloop_server_connections", "Open client connections",
+             MetricType::Gauge, count(server.connections_open));
+  add_single(families, "creditloop_server_bad_requests_total",
+             "Requests refused as malformed or too large", counter, count(server.bad_requests));
+  add_single(families, "creditloop_server_requests_cancelled_total",
+             "Queued requests withdrawn because their client left", counter,
+             count(server.cancelled));
+  add_single(families, "creditloop_server_requests_timed_out_total",
+             "Queued requests answered 503 at their tenant's queue timeout", counter,
+             count(server.timed_out));
+  add_single(families, "creditloop_server_connections_refused_total",
+             "Client connections refused at the connection limits", counter,
+             count(server.connections_refused));
+  add_single(families, "creditloop_server_accept_pauses_total",
+             "Times accepting paused for want of file descriptors", counter,
+             count(server.accept_pauses));
+  // The 401 counters pair with nothing: relaxed increments where a 401 is answered
+  // (Server::admit, admin_response), read alone here.
   MetricFamily unauthorized =
       family("creditloop_server_unauthorized_total",
              "Requests refused for want of a valid key, by listener", MetricType::Counter);
   add_counter(unauthorized, labelled({{"listener", "tenants"}}),
-              static_cast<double>(server.unauthorized_tenants.load(std::memory_order_relaxed)));
-  add_counter(unauthorized, labelled({{"listener", "admin"}}),
-              static_cast<double>(server.unauthorized_admin.load(std::memory_order_relaxed)));
+              count(server.unauthorized_tenants));
+  add_counter(unauthorized, labelled({{"listener", "admin"}}), count(server.unauthorized_admin));
   families.push_back(std::move(unauthorized));
+}
+
+// An operator's two questions of a capture: is it recording everything, and can it write?
+void add_capture_metrics(Families& families, const CaptureStats& c) {
+  const auto add = [&families](const char* name, const char* help, std::uint64_t v) {
+    add_single(families, name, help, MetricType::Counter, static_cast<double>(v));
+  };
+  add("creditloop_capture_requests_total", "Request lines written to the capture", c.requests);
+  add("creditloop_capture_dropped_total",
+      "Request records lost because the capture's writer fell behind", c.dropped);
+  add("creditloop_capture_errors_total", "Failed opens, writes and renames of capture files",
+      c.errors);
+  add("creditloop_capture_lost_lines_total", "Capture lines not written because of an error",
+      c.lost);
+  add("creditloop_capture_files_total", "Capture files started (one per rotation)", c.files);
+}
+
+}  // namespace
+
+std::string metrics_text(Server& server) {
+  const std::shared_ptr<const Directory> dir = server.directory();
+  const bool fifo = server.scheduler().runtime() == nullptr;
+  // One round trip for the loop's counters and clock, one for the participants: never one per
+  // tenant.
+  const RuntimeSnapshot loop = fifo ? RuntimeSnapshot{} : server.scheduler().runtime()->snapshot();
+  Families families;
+  add_tenant_metrics(families, *dir, snapshots_by_name(server), loop, fifo);
+  if (!fifo) add_loop_metrics(families, loop, dir->config->plans.classes);
+  add_server_metrics(families, server);
   if (const Fleet* fleet = server.fleet()) add_fleet_metrics(families, *fleet);
   if (const std::optional<CaptureStats> c = server.scheduler().capture_stats()) {
-    // An operator's two questions: is it recording everything, and can it write?
-    counter("creditloop_capture_requests_total", "Request lines written to the capture",
-            c->requests);
-    counter("creditloop_capture_dropped_total",
-            "Request records lost because the capture's writer fell behind", c->dropped);
-    counter("creditloop_capture_errors_total", "Failed opens, writes and renames of capture files",
-            c->errors);
-    counter("creditloop_capture_lost_lines_total", "Capture lines not written because of an error",
-            c->lost);
-    counter("creditloop_capture_files_total", "Capture files started (one per rotation)", c->files);
+    add_capture_metrics(families, *c);
   }
   return prometheus::TextSerializer().Serialize(families);
 }
@@ -263,7 +283,7 @@ std::string participants_json(Server& server) {
       passes.push_back(loop.per_class[static_cast<std::size_t>(c)].passes);
       dispatched.push_back(loop.per_class[static_cast<std::size_t>(c)].dispatched);
     }
-    out["loop"] = {{"at_s", seconds(loop.at)},
+    out["loop"] = {{"at_s", to_seconds(loop.at)},
                    {"participants", loop.participants},
                    {"waiting", loop.waiting},
                    {"in_flight", loop.in_flight},
@@ -271,7 +291,7 @@ std::string participants_json(Server& server) {
                    {"completed", loop.completed},
                    {"parks", loop.parks},
                    {"wakeups", loop.wakeups},
-                   {"dispatcher_cpu_s", seconds(loop.dispatcher_cpu)},
+                   {"dispatcher_cpu_s", to_seconds(loop.dispatcher_cpu)},
                    {"passes", passes},
                    {"dispatched_by_class", dispatched}};
   }
@@ -290,7 +310,7 @@ std::string participants_json(Server& server) {
     }
     j["served"] = served;
     j["cost_charged"] =
-        credits(static_cast<Balance>(t.cost_charged_nano.load(std::memory_order_relaxed)));
+        to_credits(static_cast<Balance>(t.cost_charged_nano.load(std::memory_order_relaxed)));
     const prometheus::Histogram& h = *t.wait_seconds;
     j["wait_s"] = {{"count", h.Collect().histogram.sample_count},
                    {"p50", quantile(h, 0.50)},
@@ -304,12 +324,12 @@ std::string participants_json(Server& server) {
       for (int c = 0; c < k; ++c) {
         const std::string cls = class_name(static_cast<ClassId>(c));
         const auto& b = s->second.balance[static_cast<std::size_t>(c)];
-        if (b) bal[cls] = credits(*b);
+        if (b) bal[cls] = to_credits(*b);
         const auto& n = s->second.next_credit[static_cast<std::size_t>(c)];
-        if (n) next[cls] = std::max(0.0, seconds(*n - now));
+        if (n) next[cls] = std::max(0.0, to_seconds(*n - now));
       }
       if (s->second.oldest_queued_age) {
-        j["oldest_queued_age_s"] = seconds(*s->second.oldest_queued_age);
+        j["oldest_queued_age_s"] = to_seconds(*s->second.oldest_queued_age);
       }
       if (s->second.last_class) j["last_class"] = class_name(*s->second.last_class);
       // What the runtime enforces at this instant; the fleet's own "fraction" is what its thread

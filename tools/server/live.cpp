@@ -282,11 +282,11 @@ std::shared_ptr<const std::string> LiveView::tick_event(std::int64_t now,
         const auto i = static_cast<std::size_t>(c);
         const std::string cls = class_name(static_cast<ClassId>(c));
         if (const auto& b = s->second.balance[i]) {
-          balance[cls] = six_places(static_cast<double>(*b) / 1e9);
+          balance[cls] = six_places(to_credits(*b));
           const auto plan = std::find_if(plans.begin(), plans.end(),
                                          [&](const Plan& p) { return p.name == entry.plan; });
           const auto& terms = plan == plans.end() ? std::nullopt : plan->terms[i];
-          if (!terms || static_cast<double>(*b) < terms->burst * entry.shares * 1e9) full = false;
+          if (!terms || to_credits(*b) < terms->burst * entry.shares) full = false;
         }
         if (const auto& n = s->second.next_credit[i]) {
           next[cls] = now + (*n - loop.at + 999) / 1000;  // the microsecond it has landed by

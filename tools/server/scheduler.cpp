@@ -241,9 +241,9 @@ class FifoScheduler final : public Scheduler {
 
 }  // namespace
 
-std::int64_t to_nano_credits(double credits) noexcept {
-  const double clamped = std::clamp(credits, 0.0, kMaxCost);
-  return std::llround(clamped * 1e9);
+std::int64_t clamp_to_nano_credits(double credits) noexcept {
+  if (std::isnan(credits)) return 0;
+  return creditloop::to_nano_credits(std::clamp(credits, 0.0, kMaxCost), kMaxCost).value_or(0);
 }
 
 std::unique_ptr<Scheduler> make_creditloop_scheduler(const ServerConfig& config,

@@ -99,7 +99,8 @@ class Scheduler {
 [[nodiscard]] std::unique_ptr<Scheduler> make_fifo_scheduler(const ServerConfig& config,
                                                              Scheduler::Start start);
 
-/// Credits, clamped to what the runtime takes, as nano-credits for the server's counters.
-[[nodiscard]] std::int64_t to_nano_credits(double credits) noexcept;
+/// Credits, clamped to what the runtime takes (0 to kMaxCost; not a number counts as 0), as
+/// nano-credits for the server's counters. creditloop::to_nano_credits refuses what this clamps.
+[[nodiscard]] std::int64_t clamp_to_nano_credits(double credits) noexcept;
 
 }  // namespace creditloop::server

@@ -425,7 +425,7 @@ void Server::finish(Exchange& e, double cost) {
   scheduler_->complete(e, cost);
   Tenant& t = *e.tenant;
   t.served[e.out].fetch_add(1, std::memory_order_relaxed);  // statistics: no ordering
-  t.cost_charged_nano.fetch_add(static_cast<std::uint64_t>(to_nano_credits(cost)),
+  t.cost_charged_nano.fetch_add(static_cast<std::uint64_t>(clamp_to_nano_credits(cost)),
                                 std::memory_order_relaxed);
   t.wait_seconds->Observe(ms_between(e.arrived, e.started) / 1e3);
   live_->record(e, Clock::now(), cost);

@@ -1,5 +1,7 @@
 #include "capture_file.hpp"
 
+#include "common/json_text.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -12,7 +14,9 @@
 
 #include "creditloop/plan.hpp"
 
-namespace sim {
+namespace creditloop::sim {
+
+using tools::json_string;
 namespace {
 
 using json = nlohmann::json;
@@ -26,10 +30,6 @@ struct Bad {
 
 [[noreturn]] void fail(const std::string& where, const std::string& problem) {
   throw Bad{where + ": " + problem};
-}
-
-std::string quote(const std::string& s) {
-  return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string got(const json& v) {
@@ -226,7 +226,7 @@ Header parse_header(const std::string& name, std::string_view first_line) {
     ParticipantSpec spec;
     spec.name = text(field(p, "name", path), path + ".name");
     if (!seen.insert(spec.name).second) {
-      fail(path + ".name", "duplicate participant name " + quote(spec.name));
+      fail(path + ".name", "duplicate participant name " + json_string(spec.name));
     }
     spec.plan = text(field(p, "plan", path), path + ".plan");
     if (p.contains("shares")) {
@@ -291,7 +291,7 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
       const auto it = index.find(name);
       if (it == index.end()) {
         fail(where + ": participant",
-             "unknown participant " + quote(name) + " (not in the header's participants)");
+             "unknown participant " + json_string(name) + " (not in the header's participants)");
       }
       r.participant = it->second;
       r.arrive = time_of(parsed, "arrive", where);
@@ -335,7 +335,8 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
              "each participant its whole plan)");
       }
       if (!header.plans.contains(plan)) {
-        fail(where + ": plan", "unknown plan " + quote(plan) + " (not in the header's plans)");
+        fail(where + ": plan",
+             "unknown plan " + json_string(plan) + " (not in the header's plans)");
       }
       const auto it = index.find(name);
       if (it == index.end()) {
@@ -344,8 +345,8 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
         // no request of it comes before. Not after a removal, whose ring place the core may
         // give to the newcomer.
         if (members.removed) {
-          fail(where + ": ev", "\"plan\": adding participant " + quote(name) +
-                                   " after participant " + quote(*members.removed) +
+          fail(where + ": ev", "\"plan\": adding participant " + json_string(name) +
+                                   " after participant " + json_string(*members.removed) +
                                    " was removed cannot be replayed (the core may give the "
                                    "newcomer the removed one's ring place)");
         }
@@ -355,13 +356,13 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
         spec.shares = shares;
         members.add(out, std::move(spec));
       } else if (!members.is_active(it->second)) {
-        fail(where + ": ev", "\"plan\": adding participant " + quote(name) +
+        fail(where + ": ev", "\"plan\": adding participant " + json_string(name) +
                                  " again after its removal cannot be replayed");
       } else if (out.participants[it->second].plan != plan ||
                  out.participants[it->second].shares != shares) {
         // The same plan and shares again changes nothing; a change would need the simulator to
         // re-plan mid-run, which it does not do.
-        fail(where + ": ev", "\"plan\": re-planning participant " + quote(name) +
+        fail(where + ": ev", "\"plan\": re-planning participant " + json_string(name) +
                                  " during a capture cannot be replayed (the simulator keeps "
                                  "each participant's plan and shares for the whole run)");
       }
@@ -372,7 +373,8 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
       const std::string name = text(field(v, "participant", where), where + ": participant");
       const auto it = index.find(name);
       if (it == index.end() || !members.is_active(it->second)) {
-        fail(where + ": participant", "unknown participant " + quote(name) + " (not registered)");
+        fail(where + ": participant",
+             "unknown participant " + json_string(name) + " (not registered)");
       }
       members.active.erase(std::find(members.active.begin(), members.active.end(), it->second));
       members.removed = name;
@@ -520,7 +522,7 @@ Scenario base_scenario(int k, const std::string& plans_json, const std::string& 
                                    [&](const ParticipantSpec& p) { return p.name == change.name; });
       if (it == participants.end()) {
         fail(changes->name + ": participants[" + std::to_string(i) + "].name",
-             "no participant " + quote(change.name) + " in " + participants_from);
+             "no participant " + json_string(change.name) + " in " + participants_from);
       }
       if (change.plan) it->plan = *change.plan;
       if (change.shares) it->shares = *change.shares;
@@ -529,8 +531,8 @@ Scenario base_scenario(int k, const std::string& plans_json, const std::string& 
   const json plans = json::parse(plans_json);
   for (const ParticipantSpec& p : participants) {
     if (!plans.contains(p.plan)) {
-      fail(plans_from + ": plans",
-           "no plan " + quote(p.plan) + ", which participant " + quote(p.name) + " has");
+      fail(plans_from + ": plans", "no plan " + json_string(p.plan) + ", which participant " +
+                                       json_string(p.name) + " has");
     }
   }
   ordered_json s = ordered_json::object();
@@ -591,7 +593,7 @@ std::variant<PlanFile, ScenarioError> parse_plan_file(std::string_view text_in) 
         PlanFile::Change change;
         change.name = text(field(p, "name", path), path + ".name");
         if (!seen.insert(change.name).second) {
-          fail(path + ".name", "duplicate participant name " + quote(change.name));
+          fail(path + ".name", "duplicate participant name " + json_string(change.name));
         }
         if (p.contains("plan")) change.plan = text(p["plan"], path + ".plan");
         if (p.contains("shares")) {
@@ -658,4 +660,4 @@ std::variant<Scenario, ScenarioError> with_plans(const Scenario& scenario, const
   }
 }
 
-}  // namespace sim
+}  // namespace creditloop::sim

@@ -24,7 +24,7 @@
 #include "creditloop/units.hpp"
 #include "scenario.hpp"
 
-namespace sim {
+namespace creditloop::sim {
 
 struct CapturedRequest {
   std::uint32_t participant = 0;  // index into Capture::participants
@@ -65,8 +65,8 @@ struct CaptureText {
 [[nodiscard]] std::variant<Capture, CaptureError> read_capture(
     const std::vector<CaptureText>& files);
 
-/// Plans for a replay or a second run: the scenario format's `plans` object (SPEC section 6), and
-/// optionally `participants` ([{"name", "plan", "shares"}]) changing some participants' plan or
+/// Plans for a replay or a second run: the scenario format's `plans` object (docs/contract.md §6),
+/// and optionally `participants` ([{"name", "plan", "shares"}]) changing some participants' plan or
 /// shares, and `classes`, which must then be the run's. Keys of a whole scenario (`server`,
 /// `arrivals`, `until`) are accepted and ignored, so that another scenario file can serve.
 struct PlanFile {
@@ -100,4 +100,4 @@ struct PlanFile {
 /// plain decimal (a sign, an exponent).
 [[nodiscard]] std::optional<creditloop::Nanos> decimal_seconds(std::string_view text);
 
-}  // namespace sim
+}  // namespace creditloop::sim

@@ -1,6 +1,6 @@
 // creditloop-sim: runs a scenario through the real dispatcher core on a virtual clock and writes
-// the trace of SPEC section 6 (or a table, or only the summary); or replays a capture, or runs a
-// scenario's arrivals under two sets of plans, and compares the two runs (docs/replay.md).
+// the trace of docs/contract.md §6 (or a table, or only the summary); or replays a capture, or runs
+// a scenario's arrivals under two sets of plans, and compares the two runs (docs/replay.md).
 //
 // Exit status: 0 success; 1 a bad or unreadable scenario, capture or plans file (one line on
 // stderr naming the field, nothing on stdout); 2 a bad command line; 3 the run failed (the output
@@ -28,6 +28,8 @@
 #include "scenario.hpp"
 #include "simulator.hpp"
 
+namespace sim = creditloop::sim;
+
 namespace {
 
 constexpr const char* kUsage =
@@ -39,7 +41,7 @@ constexpr const char* kUsage =
     "\n"
     "Runs SCENARIO.json (\"-\" reads standard input) through the creditloop dispatcher core on a\n"
     "virtual clock against a slot-model server. By default writes the JSON Lines trace of every\n"
-    "arrival, pass, dispatch and completion, then a summary line (SPEC section 6).\n"
+    "arrival, pass, dispatch and completion, then a summary line (docs/contract.md §6).\n"
     "\n"
     "options:\n"
     "  --table     instead of the trace, print an aligned table per participant: plan, shares,\n"
@@ -324,115 +326,204 @@ bool record_run(Recorded& run, bool drawing, const std::string& title, std::stri
   return true;
 }
 
-// --replay and SCENARIO --plans: two runs side by side.
-int compare_runs(const Options& o) {
-  const bool drawing = !o.html_path.empty();
-  std::optional<sim::PlanFile> plans;
-  if (!o.plans_path.empty()) {
-    std::string text;
-    std::string error;
-    if (!read_input(o.plans_path, text, error)) {
-      error_line(error);
-      return 1;
-    }
-    auto parsed = sim::parse_plan_file(text);
-    if (const auto* bad = std::get_if<sim::ScenarioError>(&parsed)) {
-      error_line(o.plans_path + ": " + bad->message);
-      return 1;
-    }
-    plans = std::get<sim::PlanFile>(std::move(parsed));
-    plans->name = o.plans_path;
-  }
-
+// The two runs of --replay or SCENARIO --plans, before they run.
+struct TwoRuns {
   sim::Comparison cmp;
-  std::optional<sim::Capture> capture;
-  Recorded first;   // the scenario as given (scenario mode only)
-  Recorded second;  // the replay, or the scenario under --plans
+  std::optional<sim::Capture> capture;  // --replay: what was recorded
+  Recorded first;                       // the scenario as given (SCENARIO --plans only)
+  Recorded second;                      // the replay, or the scenario under --plans
   std::string title;
   std::string first_label;
   std::string second_label;
+};
+
+// Reads --plans FILE, if given. Returns false after saying why.
+bool load_plans(const Options& o, std::optional<sim::PlanFile>& plans) {
+  if (o.plans_path.empty()) return true;
+  std::string text;
+  std::string error;
+  if (!read_input(o.plans_path, text, error)) {
+    error_line(error);
+    return false;
+  }
+  auto parsed = sim::parse_plan_file(text);
+  if (const auto* bad = std::get_if<sim::ScenarioError>(&parsed)) {
+    error_line(o.plans_path + ": " + bad->message);
+    return false;
+  }
+  plans = std::get<sim::PlanFile>(std::move(parsed));
+  plans->name = o.plans_path;
+  return true;
+}
+
+// --replay: the capture read, and its replay's scenario. Returns false after saying why.
+bool prepare_replay(const Options& o, const sim::PlanFile* plans, TwoRuns& runs) {
+  std::vector<sim::CaptureText> texts;
+  for (const std::string& file : o.files) {
+    sim::CaptureText t;
+    t.name = file;
+    std::string error;
+    if (!read_input(file, t.text, error)) {
+      error_line(error);
+      return false;
+    }
+    texts.push_back(std::move(t));
+  }
+  auto read = sim::read_capture(texts);
+  if (const auto* bad = std::get_if<sim::CaptureError>(&read)) {
+    error_line(bad->message);
+    return false;
+  }
+  const sim::Capture& capture = runs.capture.emplace(std::get<sim::Capture>(std::move(read)));
+  auto scenario = sim::replay_scenario(capture, plans, o.slots, capture.files.front());
+  if (const auto* bad = std::get_if<sim::ScenarioError>(&scenario)) {
+    error_line(bad->message);
+    return false;
+  }
+  runs.second.scenario = std::get<sim::Scenario>(std::move(scenario));
+  sim::Comparison& cmp = runs.cmp;
+  cmp.keys = {"captured", "replayed"};
+  cmp.classes = capture.classes;
+  cmp.slots = runs.second.scenario.slots;
+  cmp.dropped = capture.dropped;
+  std::string files;
+  for (const std::string& f : capture.files) files += (files.empty() ? "" : ", ") + f;
+  cmp.what = "replay of " + files + ": " + std::to_string(capture.requests.size()) +
+             " requests; captured: as recorded; replayed: through the core on a virtual clock" +
+             (plans ? " under the plans of " + plans->name : " under the captured plans");
+  if (capture.first_file > 0) {
+    // The files before it were rotated away: see docs/replay.md, "what it cannot".
+    cmp.what += "; note: the earliest file given is file " + std::to_string(capture.first_file) +
+                " of the capture, so the replay starts there with every bucket full";
+  }
+  const std::string first_file = base_name(capture.files.front());
+  runs.title = "replay of " + first_file;
+  runs.first_label =
+      "captured: " + first_file + " as recorded (no passes or balances in a capture)";
+  runs.second_label = "replayed: under " + (plans ? "the plans of " + base_name(plans->name)
+                                                  : std::string("the captured plans"));
+  return true;
+}
+
+// SCENARIO --plans: the scenario, and its arrivals under the other plans. Returns false after
+// saying why.
+bool prepare_plans_run(const Options& o, const sim::PlanFile& plans, TwoRuns& runs) {
+  std::string text;
+  std::string error;
+  const std::string& file = o.files[0];
+  if (!read_input(file, text, error)) {
+    error_line(error);
+    return false;
+  }
+  sim::ParseResult parsed = sim::parse_scenario(text);
+  if (const auto* bad = std::get_if<sim::ScenarioError>(&parsed)) {
+    error_line(file + ": " + bad->message);
+    return false;
+  }
+  runs.first.scenario = std::get<sim::Scenario>(std::move(parsed));
+  auto other = sim::with_plans(runs.first.scenario, plans);
+  if (const auto* bad = std::get_if<sim::ScenarioError>(&other)) {
+    error_line(bad->message);
+    return false;
+  }
+  runs.second.scenario = std::get<sim::Scenario>(std::move(other));
+  runs.cmp.keys = {"scenario", "plans"};
+  runs.cmp.classes = runs.first.scenario.config.classes;
+  runs.cmp.slots = runs.first.scenario.slots;
+  runs.cmp.what = "two runs of " + file +
+                  "'s arrivals: scenario: under its own plans; plans: under " + plans.name + "'s";
+  runs.title = base_name(file) + " and " + base_name(plans.name);
+  runs.first_label = "scenario: " + base_name(file) + " under its own plans";
+  runs.second_label = "plans: the same arrivals under the plans of " + base_name(plans.name);
+  return true;
+}
+
+// The captured side of a replay: as recorded, drawn from the capture's own instants.
+struct CapturedSide {
+  std::optional<sim::Scenario> scenario;
+  std::unique_ptr<sim::Picture> picture;
+  sim::RunReport report;
+};
+
+// Runs both (a replay's captured side is only read), prints the comparison, draws the page;
+// returns the exit status.
+int run_and_compare(const Options& o, TwoRuns& runs) {
+  const bool drawing = !o.html_path.empty();
+  std::unique_ptr<OutputFile> page;
+  std::string error;
+  if (drawing) {
+    page = std::make_unique<OutputFile>("--html", o.html_path);
+    if (!page->open(error)) {
+      error_line(error);
+      return 3;
+    }
+  }
+  if (!o.replay && !record_run(runs.first, drawing, runs.title, error)) {
+    error_line(o.files[0] + ": " + error);
+    return 1;
+  }
+  if (!record_run(runs.second, drawing, runs.title, error)) {
+    error_line(error);
+    return 1;
+  }
+  CapturedSide captured;
   if (o.replay) {
-    std::vector<sim::CaptureText> texts;
-    for (const std::string& file : o.files) {
-      sim::CaptureText t;
-      t.name = file;
-      std::string error;
-      if (!read_input(file, t.text, error)) {
-        error_line(error);
+    const sim::Capture& capture = *runs.capture;
+    runs.cmp.runs[0] = sim::account_of(capture);
+    if (drawing) {
+      const std::uint64_t slots = runs.second.scenario.slots;
+      auto s = sim::replay_scenario(capture, nullptr, slots, capture.files.front());
+      if (const auto* bad = std::get_if<sim::ScenarioError>(&s)) {
+        error_line(bad->message);
         return 1;
       }
-      texts.push_back(std::move(t));
+      captured.scenario = std::get<sim::Scenario>(std::move(s));
+      captured.picture = std::make_unique<sim::Picture>(*captured.scenario, runs.title);
+      captured.picture->without_balances();
+      sim::play_capture(capture, *captured.picture);
+      captured.report = report_of(capture, slots);
     }
-    auto read = sim::read_capture(texts);
-    if (const auto* bad = std::get_if<sim::CaptureError>(&read)) {
-      error_line(bad->message);
-      return 1;
-    }
-    capture = std::get<sim::Capture>(std::move(read));
-    auto scenario =
-        sim::replay_scenario(*capture, plans ? &*plans : nullptr, o.slots, capture->files.front());
-    if (const auto* bad = std::get_if<sim::ScenarioError>(&scenario)) {
-      error_line(bad->message);
-      return 1;
-    }
-    second.scenario = std::get<sim::Scenario>(std::move(scenario));
-    cmp.keys = {"captured", "replayed"};
-    cmp.classes = capture->classes;
-    cmp.slots = second.scenario.slots;
-    cmp.dropped = capture->dropped;
-    std::string files;
-    for (const std::string& f : capture->files) files += (files.empty() ? "" : ", ") + f;
-    cmp.what = "replay of " + files + ": " + std::to_string(capture->requests.size()) +
-               " requests; captured: as recorded; replayed: through the core on a virtual clock" +
-               (plans ? " under the plans of " + plans->name : " under the captured plans");
-    if (capture->first_file > 0) {
-      // The files before it were rotated away: see docs/replay.md, "what it cannot".
-      cmp.what += "; note: the earliest file given is file " + std::to_string(capture->first_file) +
-                  " of the capture, so the replay starts there with every bucket full";
-    }
-    title = "replay of " + base_name(capture->files.front());
-    first_label = "captured: " + base_name(capture->files.front()) +
-                  " as recorded (no passes or balances in a capture)";
-    second_label = "replayed: under " + (plans ? "the plans of " + base_name(plans->name)
-                                               : std::string("the captured plans"));
   } else {
-    std::string text;
-    std::string error;
-    const std::string& file = o.files[0];
-    if (!read_input(file, text, error)) {
-      error_line(error);
-      return 1;
-    }
-    sim::ParseResult parsed = sim::parse_scenario(text);
-    if (const auto* bad = std::get_if<sim::ScenarioError>(&parsed)) {
-      error_line(file + ": " + bad->message);
-      return 1;
-    }
-    first.scenario = std::get<sim::Scenario>(std::move(parsed));
-    auto other = sim::with_plans(first.scenario, *plans);
-    if (const auto* bad = std::get_if<sim::ScenarioError>(&other)) {
-      error_line(bad->message);
-      return 1;
-    }
-    second.scenario = std::get<sim::Scenario>(std::move(other));
-    cmp.keys = {"scenario", "plans"};
-    cmp.classes = first.scenario.config.classes;
-    cmp.slots = first.scenario.slots;
-    cmp.what = "two runs of " + file + "'s arrivals: scenario: under its own plans; plans: under " +
-               plans->name + "'s";
-    title = base_name(file) + " and " + base_name(plans->name);
-    first_label = "scenario: " + base_name(file) + " under its own plans";
-    second_label = "plans: the same arrivals under the plans of " + base_name(plans->name);
+    runs.cmp.runs[0] = runs.first.waits->account();
   }
-  const std::uint64_t requests = second.scenario.requests;
-  if (drawing && requests > sim::Picture::kMaxRequests) {
+  runs.cmp.runs[1] = runs.second.waits->account();
+
+  const std::string out =
+      o.json ? sim::comparison_json(runs.cmp) + "\n" : sim::format_comparison(runs.cmp);
+  if (std::fputs(out.c_str(), stdout) < 0 || std::fflush(stdout) != 0) {
+    error_line(std::string("cannot write the output: ") + std::strerror(errno));
+    return 3;
+  }
+  if (!drawing) return 0;
+  const sim::Picture::Run top =
+      o.replay ? sim::Picture::Run{captured.picture.get(), &captured.report, runs.first_label}
+               : sim::Picture::Run{runs.first.picture.get(), &runs.first.report, runs.first_label};
+  const sim::Picture::Run below{runs.second.picture.get(), &runs.second.report, runs.second_label};
+  if (!page->commit(sim::Picture::pair_html(runs.title, top, below), error)) {
+    error_line(error);
+    return 3;
+  }
+  return 0;
+}
+
+// --replay and SCENARIO --plans: two runs side by side.
+int compare_runs(const Options& o) {
+  std::optional<sim::PlanFile> plans;
+  if (!load_plans(o, plans)) return 1;
+  TwoRuns runs;
+  if (o.replay ? !prepare_replay(o, plans ? &*plans : nullptr, runs)
+               : !prepare_plans_run(o, *plans, runs)) {
+    return 1;
+  }
+  const std::uint64_t requests = runs.second.scenario.requests;
+  if (!o.html_path.empty() && requests > sim::Picture::kMaxRequests) {
     error_line(std::to_string(requests) + " requests in this run; a picture takes at most " +
                std::to_string(sim::Picture::kMaxRequests));
     return 2;
   }
   if (o.mode == Mode::check) {
-    for (Recorded* r : {&first, &second}) {
-      if (o.replay && r == &first) continue;
+    for (Recorded* r : {&runs.first, &runs.second}) {
+      if (o.replay && r == &runs.first) continue;
       auto built = sim::Simulator::create(r->scenario);
       if (const auto* bad = std::get_if<sim::ScenarioError>(&built)) {
         error_line(bad->message);
@@ -441,216 +532,142 @@ int compare_runs(const Options& o) {
     }
     return 0;
   }
-
   try {
-    std::unique_ptr<OutputFile> page;
-    if (drawing) {
-      page = std::make_unique<OutputFile>("--html", o.html_path);
-      std::string error;
-      if (!page->open(error)) {
-        error_line(error);
-        return 3;
-      }
-    }
-    std::string error;
-    if (!o.replay && !record_run(first, drawing, title, error)) {
-      error_line(o.files[0] + ": " + error);
-      return 1;
-    }
-    if (!record_run(second, drawing, title, error)) {
-      error_line(error);
-      return 1;
-    }
-    // The captured side: as recorded, drawn from the capture's own instants.
-    std::optional<sim::Scenario> captured_scenario;
-    std::unique_ptr<sim::Picture> captured_picture;
-    sim::RunReport captured_report;
-    if (o.replay) {
-      cmp.runs[0] = sim::account_of(*capture);
-      if (drawing) {
-        auto s =
-            sim::replay_scenario(*capture, nullptr, second.scenario.slots, capture->files.front());
-        if (const auto* bad = std::get_if<sim::ScenarioError>(&s)) {
-          error_line(bad->message);
-          return 1;
-        }
-        captured_scenario = std::get<sim::Scenario>(std::move(s));
-        captured_picture = std::make_unique<sim::Picture>(*captured_scenario, title);
-        captured_picture->without_balances();
-        sim::play_capture(*capture, *captured_picture);
-        captured_report = report_of(*capture, second.scenario.slots);
-      }
-    } else {
-      cmp.runs[0] = first.waits->account();
-    }
-    cmp.runs[1] = second.waits->account();
-
-    std::string out = o.json ? sim::comparison_json(cmp) + "\n" : sim::format_comparison(cmp);
-    if (std::fputs(out.c_str(), stdout) < 0 || std::fflush(stdout) != 0) {
-      error_line(std::string("cannot write the output: ") + std::strerror(errno));
-      return 3;
-    }
-    if (drawing) {
-      const sim::Picture::Run top =
-          o.replay ? sim::Picture::Run{captured_picture.get(), &captured_report, first_label}
-                   : sim::Picture::Run{first.picture.get(), &first.report, first_label};
-      const sim::Picture::Run below{second.picture.get(), &second.report, second_label};
-      if (!page->commit(sim::Picture::pair_html(title, top, below), error)) {
-        error_line(error);
-        return 3;
-      }
-    }
+    return run_and_compare(o, runs);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     error_line(std::string("run failed: ") + e.what());
     return 3;
   }
+}
+
+// --html, --svg, --capture, --plans and --slots, as `--name value` or `--name=value` (argv[i]).
+// Returns nothing when argv[i] is none of them, 0 when it was read (i past its value), 2 for a
+// missing or bad value.
+std::optional<int> parse_valued(int argc, char** argv, int& i, Options& o) {
+  const std::string_view arg = argv[i];
+  const std::size_t eq = arg.find('=');
+  const std::string name(arg.substr(0, eq));
+  std::string* const path = name == "--html"      ? &o.html_path
+                            : name == "--svg"     ? &o.svg_path
+                            : name == "--capture" ? &o.capture_path
+                            : name == "--plans"   ? &o.plans_path
+                                                  : nullptr;
+  if (path == nullptr && name != "--slots") return std::nullopt;
+  std::string value;
+  if (eq != std::string_view::npos) {
+    value = std::string(arg.substr(eq + 1));
+  } else if (i + 1 < argc) {
+    value = argv[++i];
+  }
+  if (value.empty()) {
+    error_line(name + (path == nullptr ? " needs a number" : " needs a file name") +
+               " (see --help)");
+    return 2;
+  }
+  if (path != nullptr) {
+    *path = value;
+    return 0;
+  }
+  std::uint64_t n = 0;
+  const auto r = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (r.ec != std::errc() || r.ptr != value.data() + value.size() || n < 1 || n > sim::kMaxSlots) {
+    error_line("--slots must be a whole number from 1 to " + std::to_string(sim::kMaxSlots) +
+               ", got '" + value + "' (see --help)");
+    return 2;
+  }
+  o.slots = n;
   return 0;
 }
 
-}  // namespace
+// The files a single run writes besides standard output, each created before the run starts.
+struct RunOutputs {
+  std::vector<std::unique_ptr<OutputFile>> pictures;  // --html, then --svg, those given
+  std::unique_ptr<sim::Picture> picture;
+  std::unique_ptr<CaptureTarget> capture_target;
+  std::unique_ptr<sim::CaptureRecorder> capture;
+  sim::ObserverFan observers;
+};
 
-int main(int argc, char** argv) {
-  Options o;
-  bool options_done = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (!options_done && (arg == "-h" || arg == "--help")) {
-      std::fputs(kUsage, stdout);
-      return 0;
+// Creates the outputs `o` asks for; on failure, says why and returns false.
+bool open_outputs(const Options& o, const sim::Scenario& scenario, RunOutputs& out) {
+  std::string error;
+  if (!o.html_path.empty() || !o.svg_path.empty()) {
+    if (!o.html_path.empty()) {
+      out.pictures.push_back(std::make_unique<OutputFile>("--html", o.html_path));
     }
-    if (!options_done && arg == "--") {
-      options_done = true;
-    } else if (!options_done && arg == "--reasons") {
-      o.reasons = true;
-    } else if (!options_done && arg == "--replay") {
-      o.replay = true;
-    } else if (!options_done && arg == "--json") {
-      o.json = true;
-    } else if (!options_done &&
-               (arg == "--html" || arg == "--svg" || arg == "--capture" || arg == "--plans" ||
-                arg == "--slots" || arg.starts_with("--html=") || arg.starts_with("--svg=") ||
-                arg.starts_with("--capture=") || arg.starts_with("--plans=") ||
-                arg.starts_with("--slots="))) {
-      const std::size_t eq = arg.find('=');
-      const std::string name(arg.substr(0, eq));
-      std::string value;
-      if (eq != std::string_view::npos) {
-        value = std::string(arg.substr(eq + 1));
-      } else if (i + 1 < argc) {
-        value = argv[++i];
+    if (!o.svg_path.empty()) {
+      out.pictures.push_back(std::make_unique<OutputFile>("--svg", o.svg_path));
+    }
+    for (auto& f : out.pictures) {
+      if (!f->open(error)) {
+        error_line(error);
+        return false;
       }
-      if (value.empty()) {
-        error_line(name + (name == "--slots" ? " needs a number" : " needs a file name") +
-                   " (see --help)");
-        return 2;
-      }
-      if (name == "--slots") {
-        std::uint64_t n = 0;
-        const auto r = std::from_chars(value.data(), value.data() + value.size(), n);
-        if (r.ec != std::errc() || r.ptr != value.data() + value.size() || n < 1 ||
-            n > sim::kMaxSlots) {
-          error_line("--slots must be a whole number from 1 to " + std::to_string(sim::kMaxSlots) +
-                     ", got '" + value + "' (see --help)");
-          return 2;
-        }
-        o.slots = n;
-      } else {
-        (name == "--html"      ? o.html_path
-         : name == "--svg"     ? o.svg_path
-         : name == "--capture" ? o.capture_path
-                               : o.plans_path) = value;
-      }
-    } else if (!options_done && (arg == "--table" || arg == "--summary" || arg == "--check")) {
-      const Mode m = arg == "--table"     ? Mode::table
-                     : arg == "--summary" ? Mode::summary
-                                          : Mode::check;
-      if (o.mode != Mode::trace && o.mode != m) {
-        error_line("--table, --summary and --check exclude each other (see --help)");
-        return 2;
-      }
-      o.mode = m;
-    } else if (!options_done && arg.size() > 1 && arg[0] == '-') {
-      error_line("unknown option '" + std::string(arg) + "' (see --help)");
-      return 2;
+    }
+    out.picture = std::make_unique<sim::Picture>(scenario, base_name(o.files[0]));
+    out.observers.add(out.picture.get());
+  }
+  if (!o.capture_path.empty()) {
+    out.capture_target = std::make_unique<CaptureTarget>(o.capture_path);
+    if (!out.capture_target->open(error)) {
+      error_line(error);
+      return false;
+    }
+    out.capture = std::make_unique<sim::CaptureRecorder>(scenario, out.capture_target->file());
+    if (!out.capture->error().empty()) {
+      error_line("--capture " + o.capture_path + ": " + out.capture->error());
+      return false;
+    }
+    out.observers.add(out.capture.get());
+  }
+  return true;
+}
+
+// Finishes the capture and writes the pictures of `report`. Returns false after saying why.
+bool commit_outputs(const Options& o, const sim::RunReport& report, RunOutputs& out) {
+  std::string error;
+  if (out.capture) {
+    out.capture->finish();
+    error = out.capture->error();
+    if (!error.empty()) {
+      error = "--capture " + o.capture_path + ": " + error;
     } else {
-      o.files.emplace_back(arg);
+      out.capture.reset();  // closes the file
+      (void)out.capture_target->commit(error);
+    }
+    if (!error.empty()) {
+      error_line(error);
+      return false;
     }
   }
+  std::size_t next = 0;
+  for (const std::string* path : {&o.html_path, &o.svg_path}) {
+    if (path->empty()) continue;
+    const std::string content =
+        path == &o.html_path ? out.picture->html(report) : out.picture->svg(report);
+    if (!out.pictures[next++]->commit(content, error)) {
+      error_line(error);
+      return false;
+    }
+  }
+  return true;
+}
 
-  const bool two_runs = o.replay || !o.plans_path.empty();
-  if (o.replay) {
-    if (o.files.empty()) {
-      error_line("--replay needs at least one capture file (see --help)");
-      return 2;
-    }
-    if (std::count(o.files.begin(), o.files.end(), "-") > 1) {
-      error_line("standard input (\"-\") can be only one of the capture files (see --help)");
-      return 2;
-    }
-  } else if (o.files.size() != 1) {
-    error_line(o.files.empty() ? "no scenario file given (see --help)"
-                               : "exactly one scenario file, got " +
-                                     std::to_string(o.files.size()) + " (see --help)");
-    return 2;
-  }
-  if (two_runs) {
-    const char* what = o.replay ? "--replay" : "--plans with a scenario";
-    std::string clash;
-    if (o.mode == Mode::table || o.mode == Mode::summary) {
-      clash = o.mode == Mode::table ? "--table" : "--summary";
-    } else if (o.reasons) {
-      clash = "--reasons";
-    } else if (!o.svg_path.empty()) {
-      clash = "--svg";
-    } else if (!o.capture_path.empty()) {
-      clash = "--capture";
-    }
-    if (!clash.empty()) {
-      error_line(std::string(what) + " prints the two runs' comparison; it does not take " + clash +
-                 " (see --help)");
-      return 2;
-    }
-    if (o.slots && !o.replay) {
-      error_line("--slots is for --replay (a scenario gives its own) (see --help)");
-      return 2;
-    }
-    if (o.mode == Mode::check && !o.html_path.empty()) {
-      error_line("--check runs nothing, so it cannot draw --html or --svg (see --help)");
-      return 2;
-    }
-    return compare_runs(o);
-  }
-  if (o.json || o.slots) {
-    error_line(std::string(o.json ? "--json" : "--slots") +
-               " is for --replay or --plans (see --help)");
-    return 2;
-  }
-
-  const Mode mode = o.mode;
-  const bool reasons = o.reasons;
-  const std::string& html_path = o.html_path;
-  const std::string& svg_path = o.svg_path;
-  if (mode == Mode::check && (!html_path.empty() || !svg_path.empty() || !o.capture_path.empty())) {
-    error_line(o.capture_path.empty() || !html_path.empty() || !svg_path.empty()
-                   ? "--check runs nothing, so it cannot draw --html or --svg (see --help)"
-                   : "--check runs nothing, so it cannot write --capture (see --help)");
-    return 2;
-  }
-
+// SCENARIO alone: the trace, the table or the summary, and the files asked for.
+int single_run(const Options& o) {
   const std::string& file = o.files[0];
   std::string text;
   if (std::string error; !read_input(file, text, error)) {
     error_line(error);
     return 1;
   }
-
   sim::ParseResult parsed = sim::parse_scenario(text);
   if (const auto* bad = std::get_if<sim::ScenarioError>(&parsed)) {
     error_line(file + ": " + bad->message);
     return 1;
   }
-  const bool drawing = !html_path.empty() || !svg_path.empty();
+  const bool drawing = !o.html_path.empty() || !o.svg_path.empty();
   // Refused before the simulator sizes its pool for the run.
   if (drawing && std::get<sim::Scenario>(parsed).requests > sim::Picture::kMaxRequests) {
     error_line(file + ": " + std::to_string(std::get<sim::Scenario>(parsed).requests) +
@@ -667,47 +684,16 @@ int main(int argc, char** argv) {
       error_line(file + ": " + bad->message);
       return 1;
     }
-    if (mode == Mode::check) return 0;
+    if (o.mode == Mode::check) return 0;
     sim::Simulator& simulator = *std::get<0>(built);
+    RunOutputs outputs;
+    if (scenario && !open_outputs(o, *scenario, outputs)) return 3;
+    if (!outputs.observers.empty()) simulator.observe(&outputs.observers);
 
-    std::vector<std::unique_ptr<OutputFile>> pictures;
-    std::unique_ptr<sim::Picture> picture;
-    sim::ObserverFan observers;
-    if (drawing) {
-      if (!html_path.empty()) pictures.push_back(std::make_unique<OutputFile>("--html", html_path));
-      if (!svg_path.empty()) pictures.push_back(std::make_unique<OutputFile>("--svg", svg_path));
-      for (auto& f : pictures) {
-        std::string error;
-        if (!f->open(error)) {
-          error_line(error);
-          return 3;
-        }
-      }
-      picture = std::make_unique<sim::Picture>(*scenario, base_name(file));
-      observers.add(picture.get());
-    }
-    std::unique_ptr<CaptureTarget> capture_target;
-    std::unique_ptr<sim::CaptureRecorder> capture;
-    if (!o.capture_path.empty()) {
-      capture_target = std::make_unique<CaptureTarget>(o.capture_path);
-      std::string error;
-      if (!capture_target->open(error)) {
-        error_line(error);
-        return 3;
-      }
-      capture = std::make_unique<sim::CaptureRecorder>(*scenario, capture_target->file());
-      if (!capture->error().empty()) {
-        error_line("--capture " + o.capture_path + ": " + capture->error());
-        return 3;
-      }
-      observers.add(capture.get());
-    }
-    if (!observers.empty()) simulator.observe(&observers);
-
-    simulator.explain_passes(reasons);
+    simulator.explain_passes(o.reasons);
     sim::LineWriter out(stdout);
-    const sim::RunReport report = simulator.run(mode == Mode::trace ? &out : nullptr);
-    if (mode == Mode::table) {
+    const sim::RunReport report = simulator.run(o.mode == Mode::trace ? &out : nullptr);
+    if (o.mode == Mode::table) {
       out.buffer() += sim::format_table(report);
     } else {
       sim::append_summary(out.buffer(), report);
@@ -718,34 +704,116 @@ int main(int argc, char** argv) {
       error_line(std::string("cannot write the output: ") + std::strerror(errno));
       return 3;
     }
-    if (capture) {
-      capture->finish();
-      std::string error = capture->error();
-      if (!error.empty()) {
-        error = "--capture " + o.capture_path + ": " + error;
-      } else {
-        capture.reset();  // closes the file
-        (void)capture_target->commit(error);
-      }
-      if (!error.empty()) {
-        error_line(error);
-        return 3;
-      }
-    }
-    std::size_t next = 0;
-    for (const std::string* path : {&html_path, &svg_path}) {
-      if (path->empty()) continue;
-      const std::string content = path == &html_path ? picture->html(report) : picture->svg(report);
-      std::string error;
-      if (!pictures[next++]->commit(content, error)) {
-        error_line(error);
-        return 3;
-      }
-    }
+    if (!commit_outputs(o, report, outputs)) return 3;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     error_line(std::string("run failed: ") + e.what());
     return 3;
   }
   return 0;
+}
+
+// Reads the command line into `o`. Returns the exit status when the program should stop here: 0
+// after --help, 2 for a bad command line.
+std::optional<int> parse_options(int argc, char** argv, Options& o) {
+  bool options_done = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const bool option = !options_done && arg.size() > 1 && arg[0] == '-';
+    if (!option) {
+      o.files.emplace_back(arg);
+    } else if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--") {
+      options_done = true;
+    } else if (arg == "--reasons") {
+      o.reasons = true;
+    } else if (arg == "--replay") {
+      o.replay = true;
+    } else if (arg == "--json") {
+      o.json = true;
+    } else if (arg == "--table" || arg == "--summary" || arg == "--check") {
+      const Mode m = arg == "--table"     ? Mode::table
+                     : arg == "--summary" ? Mode::summary
+                                          : Mode::check;
+      if (o.mode != Mode::trace && o.mode != m) {
+        error_line("--table, --summary and --check exclude each other (see --help)");
+        return 2;
+      }
+      o.mode = m;
+    } else if (const std::optional<int> status = parse_valued(argc, argv, i, o)) {
+      if (*status != 0) return status;
+    } else {
+      error_line("unknown option '" + std::string(arg) + "' (see --help)");
+      return 2;
+    }
+  }
+  return std::nullopt;
+}
+
+// A rule of which options go together: when it applies, the command line is refused.
+struct Exclusion {
+  bool (*applies)(const Options&);
+  const char* message;
+  bool names_comparison = false;  // the message follows the option that makes two runs
+};
+
+bool two_runs(const Options& o) { return o.replay || !o.plans_path.empty(); }
+
+// In order: the first that applies is the one reported.
+constexpr Exclusion kExclusions[] = {
+    {[](const Options& o) { return o.replay && o.files.empty(); },
+     "--replay needs at least one capture file"},
+    {[](const Options& o) {
+       return o.replay && std::count(o.files.begin(), o.files.end(), "-") > 1;
+     },
+     "standard input (\"-\") can be only one of the capture files"},
+    {[](const Options& o) { return !o.replay && o.files.empty(); }, "no scenario file given"},
+    {[](const Options& o) { return two_runs(o) && o.mode == Mode::table; },
+     "prints the two runs\' comparison; it does not take --table", true},
+    {[](const Options& o) { return two_runs(o) && o.mode == Mode::summary; },
+     "prints the two runs\' comparison; it does not take --summary", true},
+    {[](const Options& o) { return two_runs(o) && o.reasons; },
+     "prints the two runs\' comparison; it does not take --reasons", true},
+    {[](const Options& o) { return two_runs(o) && !o.svg_path.empty(); },
+     "prints the two runs\' comparison; it does not take --svg", true},
+    {[](const Options& o) { return two_runs(o) && !o.capture_path.empty(); },
+     "prints the two runs\' comparison; it does not take --capture", true},
+    {[](const Options& o) { return two_runs(o) && o.slots && !o.replay; },
+     "--slots is for --replay (a scenario gives its own)"},
+    {[](const Options& o) { return !two_runs(o) && o.json; }, "--json is for --replay or --plans"},
+    {[](const Options& o) { return !two_runs(o) && o.slots.has_value(); },
+     "--slots is for --replay or --plans"},
+    {[](const Options& o) {
+       return o.mode == Mode::check && (!o.html_path.empty() || !o.svg_path.empty());
+     },
+     "--check runs nothing, so it cannot draw --html or --svg"},
+    {[](const Options& o) { return o.mode == Mode::check && !o.capture_path.empty(); },
+     "--check runs nothing, so it cannot write --capture"},
+};
+
+// Whether the options go together; if not, says why on standard error.
+bool options_agree(const Options& o) {
+  if (!o.replay && o.files.size() > 1) {
+    error_line("exactly one scenario file, got " + std::to_string(o.files.size()) +
+               " (see --help)");
+    return false;
+  }
+  for (const Exclusion& rule : kExclusions) {
+    if (!rule.applies(o)) continue;
+    const std::string mode = o.replay ? "--replay " : "--plans with a scenario ";
+    error_line((rule.names_comparison ? mode : "") + rule.message + " (see --help)");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (const std::optional<int> status = parse_options(argc, argv, o)) return *status;
+  if (!options_agree(o)) return 2;
+  return two_runs(o) ? compare_runs(o) : single_run(o);
 }

@@ -13,7 +13,7 @@
 // with many requests, a pass lane with many passes, a balance line with many samples are drawn
 // as aggregates over 500 time bins, so it stays within about 30 KB per class (P1..Pk and the
 // unmetered one) and participant, plus 10 KB per participant, whatever the number of requests:
-// 0.5 MB for 100,000 requests among 12 participants on 2 classes (tests/sim_test.cpp holds it
+// 0.5 MB for 100,000 requests among 12 participants on 2 classes (tests/sim/sim_test.cpp holds it
 // under 2 MB).
 #pragma once
 
@@ -25,7 +25,7 @@
 #include "scenario.hpp"
 #include "simulator.hpp"
 
-namespace sim {
+namespace creditloop::sim {
 
 class Picture final : public RunObserver {
  public:
@@ -105,6 +105,19 @@ class Picture final : public RunObserver {
   [[nodiscard]] std::string data_json(const RunReport& report) const;
   [[nodiscard]] std::int64_t end_micro(const RunReport& report) const;
 
+  // The static picture, a layer at a time, top to bottom (picture.cpp).
+  struct Svg;  // the layout, the time scale, and what is drawn so far
+  void svg_header(Svg& svg) const;
+  void svg_legend(Svg& svg) const;
+  void svg_axis(Svg& svg) const;
+  void svg_passes(Svg& svg) const;
+  void svg_lane(Svg& svg, std::size_t index) const;
+  void svg_requests(Svg& svg, const Lane& lane) const;
+  void svg_requests_aggregated(Svg& svg, const Lane& lane) const;
+  void svg_balances(Svg& svg, const Lane& lane) const;
+  void svg_balance_line(Svg& svg, const Lane& lane, std::size_t held, double top, double height,
+                        double lo, double hi) const;
+
   const Scenario& scenario_;
   std::string title_;
   bool balances_ = true;
@@ -115,4 +128,4 @@ class Picture final : public RunObserver {
   Passes passes_;
 };
 
-}  // namespace sim
+}  // namespace creditloop::sim

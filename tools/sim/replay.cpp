@@ -1,4 +1,6 @@
 #include "replay.hpp"
+
+#include "common/json_text.hpp"
 #include "table.hpp"
 
 #include <algorithm>
@@ -7,22 +9,14 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
-namespace sim {
+namespace creditloop::sim {
 
 using creditloop::ClassId;
 using creditloop::Nanos;
+using tools::append_uint;
+using tools::json_string;
 
 namespace {
-
-std::string json_string(const std::string& s) {
-  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-void append_uint(std::string& out, std::uint64_t v) {
-  char digits[24];
-  const auto r = std::to_chars(digits, digits + sizeof digits, v);
-  out.append(digits, r.ptr);
-}
 
 // Exact: seconds with 9 decimals, the capture's own form.
 void append_nanos(std::string& out, Nanos t) {
@@ -340,4 +334,4 @@ std::string comparison_json(const Comparison& c) {
   return out;
 }
 
-}  // namespace sim
+}  // namespace creditloop::sim

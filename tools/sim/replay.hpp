@@ -18,7 +18,7 @@
 #include "creditloop/capture.hpp"
 #include "simulator.hpp"
 
-namespace sim {
+namespace creditloop::sim {
 
 /// One run's account, by participant in scenario (= ring) order.
 struct RunAccount {
@@ -131,4 +131,4 @@ struct Comparison {
 /// Nearest-rank percentile `p` (1..100) of sorted `waits`; they must not be empty.
 [[nodiscard]] creditloop::Nanos percentile(const std::vector<creditloop::Nanos>& sorted, int p);
 
-}  // namespace sim
+}  // namespace creditloop::sim

@@ -1,5 +1,7 @@
 #include "scenario.hpp"
 
+#include "common/json_text.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -10,7 +12,9 @@
 #include <set>
 #include <utility>
 
-namespace sim {
+namespace creditloop::sim {
+
+using tools::json_string;
 namespace {
 
 using json = nlohmann::json;
@@ -33,13 +37,8 @@ bool plain_key(std::string_view key) {
   });
 }
 
-std::string json_quote(std::string_view s) {
-  // The replace handler never throws: a name cannot carry invalid UTF-8 past the parser anyway.
-  return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
 std::string child(const std::string& path, std::string_view key) {
-  if (path.empty()) return plain_key(key) ? std::string(key) : "[" + json_quote(key) + "]";
+  if (path.empty()) return plain_key(key) ? std::string(key) : "[" + json_string(key) + "]";
   return path + path_key(key);
 }
 
@@ -221,13 +220,13 @@ std::vector<ParticipantSpec> parse_participants(const json& root,
     ParticipantSpec spec;
     spec.name = text(p["name"], child(path, "name"));
     if (auto [it, fresh] = seen.emplace(spec.name, i); !fresh) {
-      fail(child(path, "name"), "duplicate participant name " + json_quote(spec.name) +
+      fail(child(path, "name"), "duplicate participant name " + json_string(spec.name) +
                                     " (first at participants[" + std::to_string(it->second) + "])");
     }
     spec.plan = text(p["plan"], child(path, "plan"));
     if (std::none_of(plans.begin(), plans.end(),
                      [&](const creditloop::Plan& pl) { return pl.name == spec.plan; })) {
-      fail(child(path, "plan"), "unknown plan " + json_quote(spec.plan));
+      fail(child(path, "plan"), "unknown plan " + json_string(spec.plan));
     }
     if (p.contains("shares")) {
       spec.shares = static_cast<std::uint32_t>(
@@ -263,7 +262,7 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
     const std::string name = text(a["participant"], child(path, "participant"));
     const auto it = index.find(name);
     if (it == index.end())
-      fail(child(path, "participant"), "unknown participant " + json_quote(name));
+      fail(child(path, "participant"), "unknown participant " + json_string(name));
     spec.participant = it->second;
     if (a.contains("count")) spec.count = whole(a["count"], child(path, "count"), 0, kMaxCount);
     if (a.contains("every")) spec.every = time_at(a["every"], child(path, "every"));
@@ -397,7 +396,7 @@ class KeyCheck {
 }  // namespace
 
 std::string path_key(std::string_view key) {
-  return plain_key(key) ? "." + std::string(key) : "[" + json_quote(key) + "]";
+  return plain_key(key) ? "." + std::string(key) : "[" + json_string(key) + "]";
 }
 
 Nanos seconds_to_nanos(double seconds) noexcept {
@@ -456,4 +455,4 @@ ParseResult parse_scenario(std::string_view text_in) {
   }
 }
 
-}  // namespace sim
+}  // namespace creditloop::sim

@@ -1,4 +1,4 @@
-// tools/sim/scenario.hpp: a simulator scenario (SPEC section 6), parsed strictly.
+// tools/sim/scenario.hpp: a simulator scenario (docs/contract.md §6), parsed strictly.
 //
 // Parsing is all-or-nothing: a scenario either comes back complete, with every time already in
 // whole nanoseconds and every cost in nano-credits, or not at all, with one message of the form
@@ -16,14 +16,14 @@
 #include <variant>
 #include <vector>
 
+#include "common/wide_int.hpp"
 #include "creditloop/plan.hpp"
 #include "creditloop/units.hpp"
 
-namespace sim {
+namespace creditloop::sim {
 
-// 128-bit integers for exact bounds and formatting; __extension__ keeps -Wpedantic quiet.
-__extension__ typedef __int128 I128;
-__extension__ typedef unsigned __int128 U128;
+using tools::I128;
+using tools::U128;
 
 /// Largest time the scenario may give, in seconds (about 31.7 years of virtual clock), so that
 /// every instant of a run fits the clock's 64-bit nanoseconds with room to spare.
@@ -82,4 +82,4 @@ using ParseResult = std::variant<Scenario, ScenarioError>;
 /// Formats a path component: `.name` for a plain identifier, `["..."]` (JSON-escaped) otherwise.
 [[nodiscard]] std::string path_key(std::string_view key);
 
-}  // namespace sim
+}  // namespace creditloop::sim

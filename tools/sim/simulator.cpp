@@ -1,4 +1,6 @@
 #include "simulator.hpp"
+
+#include "common/json_text.hpp"
 #include "table.hpp"
 
 #include <algorithm>
@@ -10,12 +12,14 @@
 #include <stdexcept>
 #include <utility>
 
-namespace sim {
+namespace creditloop::sim {
 
 using creditloop::Balance;
 using creditloop::ClassId;
 using creditloop::Nanos;
 using creditloop::ParticipantId;
+using tools::append_uint;
+using tools::json_string;
 
 struct Simulator::Request : creditloop::RequestHook {
   Nanos arrived = 0;
@@ -48,30 +52,10 @@ namespace {
 
 [[noreturn]] void core_bug(const std::string& what) { throw std::runtime_error(what); }
 
-void append_uint(std::string& out, U128 v) {
-  char digits[40];
-  std::size_t n = 0;
-  do {
-    digits[n++] = static_cast<char>('0' + static_cast<int>(v % 10));
-    v /= 10;
-  } while (v != 0);
-  while (n > 0) out += digits[--n];
-}
-
-void append_uint(std::string& out, std::uint64_t v) {
-  char digits[24];
-  const auto r = std::to_chars(digits, digits + sizeof digits, v);
-  out.append(digits, r.ptr);
-}
-
 std::string micro(Balance nano) {
   std::string s;
   append_micro(s, nano);
   return s;
-}
-
-std::string json_string(const std::string& s) {
-  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Min-heaps through std::push_heap: "less" means "later", so the earliest sits at front().
@@ -152,11 +136,11 @@ std::variant<std::unique_ptr<Simulator>, ScenarioError> Simulator::create(Scenar
     }
     s.participants_.push_back(std::move(p));
   }
-  s.by_slot_.assign(s.core_.ring_size(), std::numeric_limits<std::uint32_t>::max());
+  s.by_place_.assign(s.core_.ring_size(), std::numeric_limits<std::uint32_t>::max());
   for (std::size_t i = 0; i < s.participants_.size(); ++i) {
-    const std::uint32_t slot = s.participants_[i].id.slot;
-    if (slot >= s.by_slot_.size()) core_bug("a registered participant lies outside the ring");
-    s.by_slot_[slot] = static_cast<std::uint32_t>(i);
+    const std::uint32_t place = s.participants_[i].id.place;
+    if (place >= s.by_place_.size()) core_bug("a registered participant lies outside the ring");
+    s.by_place_[place] = static_cast<std::uint32_t>(i);
   }
   return sim;
 }
@@ -310,7 +294,7 @@ void Simulator::on_pass(ClassId c) {
   scratch_.clear();
   for (const ParticipantId id : scratch_ids_) {
     PassEntry e;
-    e.participant = by_slot_[id.slot];
+    e.participant = by_place_[id.place];
     e.eligible = core_.qualifies(id, c, now_);
     scratch_.push_back(e);
   }
@@ -457,11 +441,11 @@ RunReport Simulator::report(Nanos stopped_at) {
   out.stopped_at = stopped_at;
   out.arrived = next_req_;
   out.withdraws = scenario_.withdraws;
-  for (std::uint32_t slot = 0; slot < core_.ring_size(); ++slot) {
-    const auto id = core_.at(slot);
+  for (std::uint32_t place = 0; place < core_.ring_size(); ++place) {
+    const auto id = core_.at(place);
     if (!id) continue;
-    const Participant& p = participants_[by_slot_[slot]];
-    const ParticipantSpec& spec = scenario_.participants[by_slot_[slot]];
+    const Participant& p = participants_[by_place_[place]];
+    const ParticipantSpec& spec = scenario_.participants[by_place_[place]];
     ParticipantReport r;
     r.name = spec.name;
     r.plan = spec.plan;
@@ -621,4 +605,4 @@ std::string format_table(const RunReport& report) {
   return out;
 }
 
-}  // namespace sim
+}  // namespace creditloop::sim

@@ -2,10 +2,10 @@
 //
 // The simulator owns the clock, the server and the requests; every scheduling decision is the
 // core's (creditloop::Core::run). The server is a slot model: a dispatch takes a slot for the
-// request's `service`, and room is "a slot is free". Events at one instant go in the order SPEC
-// section 6 fixes: completions due (in dispatch order), arrivals due (scenario order), then the
-// loop; completions that fall due at the same instant while the loop runs (service 0) wait for it
-// to stop, and the instant is handled again. Withdrawals (an entry's `cancel_after`, an
+// request's `service`, and room is "a slot is free". Events at one instant go in the order
+// docs/contract.md §6 fixes: completions due (in dispatch order), arrivals due (scenario order),
+// then the loop; completions that fall due at the same instant while the loop runs (service 0) wait
+// for it to stop, and the instant is handled again. Withdrawals (an entry's `cancel_after`, an
 // extension of that order) come after the arrivals and before the loop, in request order.
 //
 // Cost: the arrival stream is a heap of one cursor per scenario entry, the completions a heap
@@ -29,7 +29,7 @@
 #include "creditloop/core.hpp"
 #include "scenario.hpp"
 
-namespace sim {
+namespace creditloop::sim {
 
 /// What the summary and the table report about one participant when the run stopped.
 struct ParticipantReport {
@@ -141,7 +141,7 @@ class Simulator {
   RunReport run(LineWriter* trace);
 
   /// Each pass line also says why each ignored participant was passed over (`--reasons`): an
-  /// extension of SPEC section 6's trace, off by default so that the trace stays as defined.
+  /// extension of docs/contract.md §6's trace, off by default so that the trace stays as defined.
   void explain_passes(bool on) noexcept { explain_passes_ = on; }
 
   /// Tells `observer` every event of the coming run, with or without a trace. It must outlive
@@ -168,7 +168,7 @@ class Simulator {
   Scenario scenario_;
   creditloop::Core core_;
   std::vector<Participant> participants_;  // scenario order (= ring order: nobody is removed)
-  std::vector<std::uint32_t> by_slot_;     // ring place -> index in participants_
+  std::vector<std::uint32_t> by_place_;    // ring place -> index in participants_
   std::vector<Request> pool_;              // req number -> request; sized before the run
   std::vector<creditloop::ParticipantId> scratch_ids_;
   std::vector<PassEntry> scratch_;
@@ -197,7 +197,7 @@ class Simulator {
   std::uint64_t dispatch_seq_ = 0;
 };
 
-/// The summary line (SPEC section 6), without the trailing newline.
+/// The summary line (docs/contract.md §6), without the trailing newline.
 void append_summary(std::string& out, const RunReport& report);
 
 /// A readable, aligned table of the report: one row per participant, then totals.
@@ -207,4 +207,4 @@ void append_summary(std::string& out, const RunReport& report);
 /// 6 places, shortest form with at least one decimal digit: 3.0, 3.2, -0.8, 0.000001.
 void append_micro(std::string& out, creditloop::Balance nano);
 
-}  // namespace sim
+}  // namespace creditloop::sim

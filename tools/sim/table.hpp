@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace sim {
+namespace creditloop::sim {
 
 /// Appends `header`, a rule, `rows` and, when `totals` is not empty and there is more than one
 /// row, a rule and `totals`: columns two spaces apart, each as wide as its widest cell, those
@@ -45,4 +45,4 @@ inline void append_table(std::string& out, const std::vector<std::string>& heade
   }
 }
 
-}  // namespace sim
+}  // namespace creditloop::sim

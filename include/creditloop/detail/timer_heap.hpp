@@ -27,11 +27,11 @@
 // Two earlier layouts were measured at a million participants and lost: nodes inside the
 // records (filing wrote the list neighbour's record; a re-sort followed a list from record to
 // record, a cache and TLB miss per step), and linked nodes in a pool (a re-sort still chased one
-// node at a time). What stays with each place is a TimerSlot (its key and its timer's id), kept
-// where the caller chooses (`Slots` maps a place to it): the core keeps it in the bucket's own
+// node at a time). What stays with each place is a TimerHandle (its key and its timer's id), kept
+// where the caller chooses (`Handles` maps a place to it): the core keeps it in the bucket's own
 // cache line, so a visit reads a bucket's credit instant from the record it already holds. The
-// heap reads and writes a place's slot only when that place is filed or erased, when the caller
-// holds its record. An erased slot keeps its key: the core reads it as "the credit instant last
+// heap reads and writes a place's handle only when that place is filed or erased, when the caller
+// holds its record. An erased handle keeps its key: the core reads it as "the credit instant last
 // filed". Where each entry sits is kept apart, in a dense table indexed by the timer's id: a
 // removal or a re-sort moves other places' entries and must record their new positions, and
 // with the positions in the records every such write was a cache miss at a million waiting
@@ -55,7 +55,7 @@
 namespace creditloop::detail {
 
 /// What a place keeps of its timer: 16 bytes, to fit beside a bucket's 48 in one cache line.
-struct TimerSlot {
+struct TimerHandle {
   static constexpr std::uint32_t npos = 0xffffffffu;
   // Keys are biased so that the order of signed instants is the order of unsigned keys.
   static constexpr std::uint64_t kBias = std::uint64_t{1} << 63;
@@ -67,30 +67,32 @@ struct TimerSlot {
   void set_instant(Nanos at) noexcept { key = static_cast<std::uint64_t>(at) ^ kBias; }
 };
 
-/// Slots in a vector of their own, for a heap used on its own.
-class OwnedTimerSlots {
+/// Handles in a vector of their own, for a heap used on its own.
+class OwnedTimerHandles {
  public:
-  TimerSlot& operator()(std::uint32_t place) noexcept { return slots_[place]; }
-  const TimerSlot& operator()(std::uint32_t place) const noexcept { return slots_[place]; }
+  TimerHandle& operator()(std::uint32_t place) noexcept { return handles_[place]; }
+  const TimerHandle& operator()(std::uint32_t place) const noexcept { return handles_[place]; }
   void resize(std::uint32_t places) {
-    if (slots_.size() < places) slots_.resize(places);
+    if (handles_.size() < places) handles_.resize(places);
   }
 
  private:
-  std::vector<TimerSlot> slots_;
+  std::vector<TimerHandle> handles_;
 };
 
-template <class Slots>
+template <class Handles>
 class BasicTimerHeap {
  public:
-  static constexpr std::uint32_t npos = TimerSlot::npos;
+  static constexpr std::uint32_t npos = TimerHandle::npos;
 
-  explicit BasicTimerHeap(Slots slots = Slots{}) : slots_(std::move(slots)) { heads_.fill(npos); }
+  explicit BasicTimerHeap(Handles handles = Handles{}) : handles_(std::move(handles)) {
+    heads_.fill(npos);
+  }
 
   /// Makes room for `places` filed entries, so that filing allocates nothing up to that many.
-  /// Grows the slots too when the heap owns them. May allocate.
+  /// Grows the handles too when the heap owns them. May allocate.
   void reserve(std::uint32_t places) {
-    if constexpr (requires(Slots & s) { s.resize(places); }) slots_.resize(places);
+    if constexpr (requires(Handles & s) { s.resize(places); }) handles_.resize(places);
     pos_.reserve(places);
     free_ids_.reserve(places);
     // Every list's blocks are full but its first, a list holds at least one entry, and a re-sort
@@ -103,15 +105,15 @@ class BasicTimerHeap {
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] bool contains(std::uint32_t place) const noexcept {
-    return position(slots_(place)) != npos;
+    return position(handles_(place)) != npos;
   }
   /// The instant `place` is (or was last) filed at.
-  [[nodiscard]] Nanos due(std::uint32_t place) const noexcept { return slots_(place).instant(); }
+  [[nodiscard]] Nanos due(std::uint32_t place) const noexcept { return handles_(place).instant(); }
 
   /// Files `place` at `due`, or moves it there. An instant at or before the floor (at most the
   /// latest find_due's `now`) is due at once.
   void set(std::uint32_t place, Nanos due) noexcept {
-    TimerSlot& s = slots_(place);
+    TimerHandle& s = handles_(place);
     const std::uint64_t key = static_cast<std::uint64_t>(due) ^ kBias;
     if (key < due_from_) due_from_ = key;
     if (s.id == npos) s.id = take_id();
@@ -134,7 +136,7 @@ class BasicTimerHeap {
   /// million participants that read is a cache miss, and a caller often knows the answer (the
   /// core files a bucket it has just taken from the ready set, which holds no filed place).
   void file(std::uint32_t place, Nanos due) noexcept {
-    TimerSlot& s = slots_(place);
+    TimerHandle& s = handles_(place);
     assert(!contains(place));
     const std::uint64_t key = static_cast<std::uint64_t>(due) ^ kBias;
     if (key < due_from_) due_from_ = key;
@@ -144,7 +146,7 @@ class BasicTimerHeap {
 
   /// Removes `place` if filed. Its key stays, and its id.
   void erase(std::uint32_t place) noexcept {
-    const TimerSlot& s = slots_(place);
+    const TimerHandle& s = handles_(place);
     const std::uint32_t pos = position(s);
     if (pos == npos) return;
     remove(list_for(s.key), pos);
@@ -156,7 +158,7 @@ class BasicTimerHeap {
   /// again soon (its participant leaves, or its bucket is dropped).
   void forget(std::uint32_t place) noexcept {
     erase(place);
-    TimerSlot& s = slots_(place);
+    TimerHandle& s = handles_(place);
     if (s.id == npos) return;
     free_ids_.push_back(s.id);  // within the reservation: ids never outnumber the places
     s.id = npos;
@@ -178,7 +180,7 @@ class BasicTimerHeap {
   }
 
   /// Removes and returns a place filed at or before `now`, or npos. Like find_due then erase,
-  /// but it touches neither the place's slot nor its record, which the caller has not loaded.
+  /// but it touches neither the place's handle nor its record, which the caller has not loaded.
   [[nodiscard]] std::uint32_t pop_due(Nanos now) noexcept {
     const std::uint64_t key = static_cast<std::uint64_t>(now) ^ kBias;
     if (key < due_from_ || !settle(key)) return npos;
@@ -196,7 +198,7 @@ class BasicTimerHeap {
   }
 
  private:
-  static constexpr std::uint64_t kBias = TimerSlot::kBias;
+  static constexpr std::uint64_t kBias = TimerHandle::kBias;
   // A block's size in entries (a power of two, for positions): kPerBlock of them and the link.
   static constexpr std::uint32_t kStride = 32;
   static constexpr std::uint32_t kPerBlock = kStride - 1;
@@ -229,7 +231,7 @@ class BasicTimerHeap {
   Entry& entry(std::uint32_t pos) noexcept { return blocks_[pos / kStride].entries[pos % kStride]; }
 
   // Files `s` (of `place`, with an id, not filed) at `key`.
-  void insert(TimerSlot& s, std::uint32_t place, std::uint64_t key) noexcept {
+  void insert(TimerHandle& s, std::uint32_t place, std::uint64_t key) noexcept {
     ++size_;
     s.key = key;
     pos_[s.id] = append(list_for(key), Entry{key, place, s.id});
@@ -242,7 +244,7 @@ class BasicTimerHeap {
     return index != npos ? index : new_block();
   }
   // Where a place's entry sits, or npos when it is not filed (or has never had an id).
-  [[nodiscard]] std::uint32_t position(const TimerSlot& s) const noexcept {
+  [[nodiscard]] std::uint32_t position(const TimerHandle& s) const noexcept {
     return s.id == npos ? npos : pos_[s.id];
   }
 
@@ -423,7 +425,7 @@ class BasicTimerHeap {
     }
   }
 
-  Slots slots_;
+  Handles handles_;
   std::vector<std::uint32_t> pos_;          // by id: block * kStride + index while filed, else npos
   std::vector<std::uint32_t> free_ids_;     // ids given back by forget()
   std::vector<Block> blocks_;               // the filed entries, and free blocks among them
@@ -438,6 +440,6 @@ class BasicTimerHeap {
   std::size_t size_ = 0;
 };
 
-using TimerHeap = BasicTimerHeap<OwnedTimerSlots>;
+using TimerHeap = BasicTimerHeap<OwnedTimerHandles>;
 
 }  // namespace creditloop::detail

@@ -1,7 +1,7 @@
 // The capture reader and the replay's scenario, in-process; and the runtime's next-credit instants
 // (ParticipantSnapshot::next_credit) against the simulator's (`--reasons`, PassEntry::next_credit)
 // on the same inputs. Expected values come from the capture format (docs/replay.md) and the rules
-// of SPEC sections 2-3, never from a previous run.
+// of docs/contract.md §2-3, never from a previous run.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -26,6 +26,8 @@
 #include "replay.hpp"
 #include "scenario.hpp"
 #include "simulator.hpp"
+
+namespace sim = creditloop::sim;
 
 namespace {
 

@@ -2,14 +2,14 @@
 # creditloop-top against a real creditloop-server: the plain frame of --once, then the live view
 # driven through tmux (keys in with send-keys, the screen read back with capture-pane).
 #
-# usage: top_test.sh CREDITLOOP-SERVER CREDITLOOP-TOP
+# usage: tests/top/top_test.sh CREDITLOOP-SERVER CREDITLOOP-TOP
 #
 # Every wait polls for its condition under a deadline; nothing sleeps a fixed time to let
 # something happen. The server listens on ports the kernel picks, read from the line it prints.
 set -euo pipefail
 
-server=${1:?usage: top_test.sh CREDITLOOP-SERVER CREDITLOOP-TOP}
-top=${2:?usage: top_test.sh CREDITLOOP-SERVER CREDITLOOP-TOP}
+server=${1:?usage: tests/top/top_test.sh CREDITLOOP-SERVER CREDITLOOP-TOP}
+top=${2:?usage: tests/top/top_test.sh CREDITLOOP-SERVER CREDITLOOP-TOP}
 for tool in tmux curl; do
   command -v "$tool" >/dev/null || { echo "top_test: $tool is needed (tools/install-deps)"; exit 1; }
 done

@@ -1,6 +1,6 @@
 // The simulator, run as a user runs it: a child process with its own stdout and stderr, scenario
-// files on disk. Expected values come from SPEC section 6 (its quoted lines) or from the rules of
-// sections 2-3 applied to the trace, never from a previous run of the simulator.
+// files on disk. Expected values come from docs/contract.md §6 (its quoted lines) or from the rules
+// of sections 2-3 applied to the trace, never from a previous run of the simulator.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -819,7 +819,7 @@ TEST_F(SimTest, HangUpScenario) {
   EXPECT_EQ(impatient["waiting"], 0);
   EXPECT_EQ(t.participant("flood")["cancelled"], 0);
   // A cancel line has exactly these keys; a scenario without cancel_after keeps the summary of
-  // SPEC section 6 as it is.
+  // docs/contract.md §6 as it is.
   for (const json& c : cancels) {
     std::set<std::string> have;
     for (const auto& item : c.items()) have.insert(item.key());
