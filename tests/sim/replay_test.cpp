@@ -33,8 +33,8 @@ namespace {
 
 using creditloop::Nanos;
 using sim::Capture;
-using sim::CaptureError;
 using sim::CaptureText;
+using sim::Refusal;
 
 constexpr const char* kHeader =
     R"({"capture": "creditloop", "version": 1, "file": 0, "origin_unix_ns": 1764629000123456789,)"
@@ -66,14 +66,14 @@ std::string request(const std::string& who, const std::string& arrive, const std
          << "\"" << message << "\" does not start with \"" << prefix << "\"";
 }
 
-std::variant<Capture, CaptureError> read_one(const std::string& text) {
+sim::Parsed<Capture> read_one(const std::string& text) {
   return sim::read_capture({CaptureText{"a.cap", text}});
 }
 
 // The one-line error, or a failure if the capture was accepted.
 std::string error_of(const std::vector<CaptureText>& files) {
   auto r = sim::read_capture(files);
-  if (const auto* bad = std::get_if<CaptureError>(&r)) return bad->message;
+  if (const auto* bad = std::get_if<Refusal>(&r)) return bad->message;
   ADD_FAILURE() << "accepted";
   return "";
 }
@@ -100,7 +100,7 @@ TEST(CaptureReader, ReadsTheFormatsExampleAndKeepsEveryNanosecond) {
       request("bob", "9000000.000000001", "9000000.000000003", "9000000.000000007", "P3", "2") +
       "\n" + R"({"ev": "dropped", "t": 3.2, "requests": 17})" + "\n";
   auto r = read_one(text);
-  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<CaptureError>(r).message;
+  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<Refusal>(r).message;
   const Capture& c = std::get<Capture>(r);
   EXPECT_EQ(c.classes, 2);
   EXPECT_EQ(c.slots, 64u);
@@ -121,7 +121,7 @@ TEST(CaptureReader, ReadsTheFormatsExampleAndKeepsEveryNanosecond) {
 
   // One arrival per request at `arrive`, service complete - dispatch, its cost.
   auto s = sim::replay_scenario(c, nullptr, std::nullopt, "a.cap");
-  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(s)) << std::get<sim::ScenarioError>(s).message;
+  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(s)) << std::get<sim::Refusal>(s).message;
   const sim::Scenario& scenario = std::get<sim::Scenario>(s);
   EXPECT_EQ(scenario.slots, 64u);
   EXPECT_EQ(scenario.requests, 2u);
@@ -139,7 +139,7 @@ TEST(CaptureReader, RequestsComeInArrivalOrderWhateverTheirCompletionOrder) {
                            "\n" + request("bob", "0.1", "0.2", "0.9") + "\n" +
                            request("alice", "0.5", "0.5", "0.8") + "\n";
   auto r = read_one(text);
-  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<CaptureError>(r).message;
+  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<Refusal>(r).message;
   const auto& q = std::get<Capture>(r).requests;
   ASSERT_EQ(q.size(), 3u);
   EXPECT_EQ(q[0].arrive, 100'000'000);
@@ -162,7 +162,7 @@ TEST(CaptureReader, AddsRegisterInOrderAndARemovedParticipantKeepsItsRequestsInF
           request("zed", "0.2", "0.4", "0.6", "P2") + "\n" + request("amy", "0.3", "0.3", "0.4") +
           "\n";
   auto r = read_one(text);
-  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<CaptureError>(r).message;
+  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<Refusal>(r).message;
   const Capture& c = std::get<Capture>(r);
   ASSERT_EQ(c.participants.size(), 2u);
   EXPECT_EQ(c.participants[0].name, "zed");
@@ -176,11 +176,11 @@ TEST(CaptureReader, AddsRegisterInOrderAndARemovedParticipantKeepsItsRequestsInF
   next.replace(next.find(R"("participants": [])"), 18,
                R"("participants": [{"name": "amy", "plan": "pro"}])");
   auto both = sim::read_capture({CaptureText{"a", text}, CaptureText{"b", next + "\n"}});
-  EXPECT_TRUE(std::holds_alternative<Capture>(both)) << std::get<CaptureError>(both).message;
+  EXPECT_TRUE(std::holds_alternative<Capture>(both)) << std::get<Refusal>(both).message;
   auto wrong = sim::read_capture({CaptureText{"a", text}, CaptureText{"b", later_header + "\n"}});
-  ASSERT_TRUE(std::holds_alternative<CaptureError>(wrong));
+  ASSERT_TRUE(std::holds_alternative<Refusal>(wrong));
   auto s = sim::replay_scenario(c, nullptr, std::nullopt, "a");
-  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(s)) << std::get<sim::ScenarioError>(s).message;
+  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(s)) << std::get<sim::Refusal>(s).message;
   EXPECT_EQ(std::get<sim::Scenario>(s).participants[0].name, "zed");
 }
 
@@ -192,7 +192,7 @@ TEST(CaptureReader, UnknownKeysAndEventKindsAreIgnored) {
       "\n" + R"({"ev": "heartbeat", "t": 1})" + "\n\n" +
       R"({"ev": "plan", "t": 0.5, "participant": "bob", "plan": "lite", "shares": 1})" + "\n";
   auto r = read_one(text);
-  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<CaptureError>(r).message;
+  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<Refusal>(r).message;
   EXPECT_EQ(std::get<Capture>(r).requests.size(), 1u);
 }
 
@@ -284,7 +284,7 @@ TEST(CaptureReader, RotatedFilesAreOrderedByOriginAndFileNumber) {
                             request("bob", "0.05", "0.3", "0.4", "P2") + "\n";
   // Given newest first, as `ls PATH*` lists PATH before PATH.1.
   auto r = sim::read_capture({CaptureText{"cap", file1}, CaptureText{"cap.1", file0}});
-  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<CaptureError>(r).message;
+  ASSERT_TRUE(std::holds_alternative<Capture>(r)) << std::get<Refusal>(r).message;
   const Capture& c = std::get<Capture>(r);
   EXPECT_EQ(c.files, (std::vector<std::string>{"cap.1", "cap"}));
   ASSERT_EQ(c.requests.size(), 2u);
@@ -308,18 +308,18 @@ std::string replay_error(const std::string& header, const sim::PlanFile* plans,
                          std::optional<std::uint64_t> slots = std::nullopt) {
   auto r = read_one(header + "\n");
   if (!std::holds_alternative<Capture>(r)) {
-    ADD_FAILURE() << std::get<CaptureError>(r).message;
+    ADD_FAILURE() << std::get<Refusal>(r).message;
     return "";
   }
   auto s = sim::replay_scenario(std::get<Capture>(r), plans, slots, "a.cap");
-  if (const auto* bad = std::get_if<sim::ScenarioError>(&s)) return bad->message;
+  if (const auto* bad = std::get_if<sim::Refusal>(&s)) return bad->message;
   ADD_FAILURE() << "accepted";
   return "";
 }
 
 sim::PlanFile plan_file(const std::string& text) {
   auto p = sim::parse_plan_file(text);
-  if (const auto* bad = std::get_if<sim::ScenarioError>(&p)) {
+  if (const auto* bad = std::get_if<sim::Refusal>(&p)) {
     ADD_FAILURE() << bad->message;
     return {};
   }
@@ -362,7 +362,7 @@ TEST(CaptureReader, PlansAndRoomAreCheckedAsTheScenarioChecksThem) {
         R"({"plans": {}, "participants": [{"name": "a", "weight": 2}]})",
         R"({"plans": {}, "participants": [{"name": "a", "shares": 0}]})", "[1"}) {
     auto p = sim::parse_plan_file(text);
-    EXPECT_TRUE(std::holds_alternative<sim::ScenarioError>(p)) << text;
+    EXPECT_TRUE(std::holds_alternative<sim::Refusal>(p)) << text;
   }
 }
 
@@ -373,7 +373,7 @@ TEST(CaptureReader, PlansFileChangesOnlyTheParticipantsItNames) {
       R"({"plans": {"pro": {"P1": {"rate": 3, "burst": 4}}, "lite": {"P2": {"rate": 1, "burst": 1}}},
           "participants": [{"name": "bob", "plan": "pro", "shares": 3}]})");
   auto s = sim::replay_scenario(std::get<Capture>(r), &more, std::nullopt, "a.cap");
-  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(s)) << std::get<sim::ScenarioError>(s).message;
+  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(s)) << std::get<sim::Refusal>(s).message;
   const sim::Scenario& scenario = std::get<sim::Scenario>(s);
   EXPECT_EQ(scenario.participants[0].plan, "pro");
   EXPECT_EQ(scenario.participants[0].shares, 1u);
@@ -432,7 +432,7 @@ TEST(NextCredit, RuntimeSnapshotAgreesWithTheSimulatorOnTheSameInputs) {
     ]})";
   auto parsed = sim::parse_scenario(kScenario);
   ASSERT_TRUE(std::holds_alternative<sim::Scenario>(parsed))
-      << std::get<sim::ScenarioError>(parsed).message;
+      << std::get<sim::Refusal>(parsed).message;
   const sim::Scenario scenario = std::get<sim::Scenario>(parsed);
   auto built = sim::Simulator::create(scenario);
   ASSERT_TRUE(std::holds_alternative<std::unique_ptr<sim::Simulator>>(built));
@@ -614,12 +614,12 @@ TEST(RuntimeCapture, ReplaysToTheSameDecisions) {
   capture.close();
 
   auto read = sim::read_capture({CaptureText{path, slurp(path)}});
-  ASSERT_TRUE(std::holds_alternative<Capture>(read)) << std::get<CaptureError>(read).message;
+  ASSERT_TRUE(std::holds_alternative<Capture>(read)) << std::get<Refusal>(read).message;
   const Capture& captured = std::get<Capture>(read);
   ASSERT_EQ(captured.requests.size(), 8u);
   auto scenario = sim::replay_scenario(captured, nullptr, std::nullopt, path);
   ASSERT_TRUE(std::holds_alternative<sim::Scenario>(scenario))
-      << std::get<sim::ScenarioError>(scenario).message;
+      << std::get<sim::Refusal>(scenario).message;
   auto built = sim::Simulator::create(std::get<sim::Scenario>(scenario));
   ASSERT_TRUE(std::holds_alternative<std::unique_ptr<sim::Simulator>>(built));
   sim::WaitRecorder replayed(std::get<sim::Scenario>(scenario));

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apportion.hpp"
+#include "common/command_line.hpp"
 #include "fleet.hpp"
 
 namespace {
@@ -308,11 +309,8 @@ int main(int argc, char** argv) {
   app.add_flag("--apportion", apportion,
                "apply the fleet rule to a stored state (or an array of them) read from stdin "
                "as JSON, and print the answer");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+  if (const std::optional<int> status = creditloop::tools::parse_command_line(app, argc, argv)) {
+    return *status;
   }
   try {
     if (apportion) return apportion_input(std::cin);

@@ -46,9 +46,14 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include "common/command_line.hpp"
+#include "common/refusal.hpp"
 #include "cpu_work.hpp"
 
 namespace {
+
+using creditloop::tools::Parsed;
+using creditloop::tools::Refusal;
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -91,7 +96,7 @@ std::optional<double> number(const std::string& text) {
 
 // Unknown parameters are ignored: a proxy in front may add its own. A known one with a bad value
 // is refused, so that a load test's typo does not silently measure nothing.
-std::variant<Work, std::string> parse_work(std::string_view target, const Limits& limits) {
+Parsed<Work> parse_work(std::string_view target, const Limits& limits) {
   Work w;
   const auto q = target.find('?');
   std::string_view query = q == std::string_view::npos ? "" : target.substr(q + 1);
@@ -112,23 +117,26 @@ std::variant<Work, std::string> parse_work(std::string_view target, const Limits
                           value.find_first_not_of("0123456789") == std::string::npos;
       const unsigned code = digits ? static_cast<unsigned>(std::stoul(value)) : 0;
       if (code >= 100 && code <= 199) {
-        return "status: " + value +
-               " is an interim status (1xx), never a final answer; ask for 200 to 599";
+        return Refusal{"status: " + value +
+                       " is an interim status (1xx), never a final answer; ask for 200 to 599"};
       }
       if (code < 200 || code > 599) {
-        return "status: must be a final status, a whole number from 200 to 599, got \"" + value +
-               "\"";
+        return Refusal{"status: must be a final status, a whole number from 200 to 599, got \"" +
+                       value + "\""};
       }
       w.status = code;
       continue;
     }
     const std::optional<double> v = number(value);
-    if (!v) return std::string(name) + ": must be a number, at least 0";
+    if (!v) return Refusal{std::string(name) + ": must be a number, at least 0"};
     if (name == "cpu_ms") {
-      if (*v > limits.max_cpu_ms) return "cpu_ms: at most " + std::to_string(limits.max_cpu_ms);
+      if (*v > limits.max_cpu_ms)
+        return Refusal{"cpu_ms: at most " + std::to_string(limits.max_cpu_ms)};
       w.cpu_ms = *v;
     } else if (name == "wait_ms") {
-      if (*v > limits.max_wait_ms) return "wait_ms: at most " + std::to_string(limits.max_wait_ms);
+      if (*v > limits.max_wait_ms) {
+        return Refusal{"wait_ms: at most " + std::to_string(limits.max_wait_ms)};
+      }
       w.wait_ms = *v;
     } else if (name == "cost") {
       w.cost = *v;
@@ -233,8 +241,8 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_never();
     const std::string_view target(request_.target().data(), request_.target().size());
     auto parsed = parse_work(target, limits_);
-    if (auto* why = std::get_if<std::string>(&parsed)) {
-      write(make_response(request_, 400, *why + "\n"));
+    if (auto* why = std::get_if<Refusal>(&parsed)) {
+      write(make_response(request_, 400, why->message + "\n"));
       return;
     }
     work_ = std::get<Work>(parsed);
@@ -361,11 +369,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 256u));
   app.add_option("--max-cpu-ms", limits.max_cpu_ms, "most CPU a request may ask for");
   app.add_option("--max-wait-ms", limits.max_wait_ms, "most wait a request may ask for");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+  if (const std::optional<int> status = creditloop::tools::parse_command_line(app, argc, argv)) {
+    return *status;
   }
   try {
     asio::io_context io;

@@ -25,14 +25,8 @@ namespace {
 
 using nlohmann::json;
 
-// Carries the path of the field being read, so that every refusal names it.
-struct BadField : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-[[noreturn]] void fail(const std::string& path, const std::string& why) {
-  throw BadField(path + ": " + why);
-}
+// Every refusal names the path of the field being read; parse_config returns it.
+using tools::refuse;
 
 std::string join(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
@@ -42,7 +36,7 @@ std::string join(const std::string& path, std::string_view key) {
 class Fields {
  public:
   Fields(const json& object, std::string path) : object_(object), path_(std::move(path)) {
-    if (!object_.is_object()) fail(path_.empty() ? "(top level)" : path_, "must be an object");
+    if (!object_.is_object()) refuse(path_.empty() ? "(top level)" : path_, "must be an object");
   }
 
   const json* find(std::string_view key) {
@@ -56,12 +50,12 @@ class Fields {
   double number(std::string_view key, double fallback, double min, double max) {
     const json* v = find(key);
     if (v == nullptr) return fallback;
-    if (!v->is_number()) fail(path(key), "must be a number");
+    if (!v->is_number()) refuse(path(key), "must be a number");
     const double x = v->get<double>();
     if (!std::isfinite(x) || x < min || x > max) {
       std::ostringstream why;
       why << "must be between " << min << " and " << max << ", got " << x;
-      fail(path(key), why.str());
+      refuse(path(key), why.str());
     }
     return x;
   }
@@ -72,13 +66,13 @@ class Fields {
     if (v == nullptr) return fallback;
     if (!v->is_number_integer() ||
         (v->is_number_integer() && !v->is_number_unsigned() && v->get<std::int64_t>() < 0)) {
-      fail(path(key),
-           "must be a whole number from " + std::to_string(min) + " to " + std::to_string(max));
+      refuse(path(key),
+             "must be a whole number from " + std::to_string(min) + " to " + std::to_string(max));
     }
     const std::uint64_t x = v->get<std::uint64_t>();
     if (x < min || x > max) {
-      fail(path(key), "must be from " + std::to_string(min) + " to " + std::to_string(max) +
-                          ", got " + std::to_string(x));
+      refuse(path(key), "must be from " + std::to_string(min) + " to " + std::to_string(max) +
+                            ", got " + std::to_string(x));
     }
     return x;
   }
@@ -86,16 +80,16 @@ class Fields {
   std::string text(std::string_view key, std::string fallback, bool required = false) {
     const json* v = find(key);
     if (v == nullptr) {
-      if (required) fail(path(key), "is required");
+      if (required) refuse(path(key), "is required");
       return fallback;
     }
-    if (!v->is_string()) fail(path(key), "must be a string");
+    if (!v->is_string()) refuse(path(key), "must be a string");
     return v->get<std::string>();
   }
 
   void finish() const {
     for (const auto& [key, value] : object_.items()) {
-      if (read_.count(key) == 0) fail(join(path_, key), "unknown field");
+      if (read_.count(key) == 0) refuse(join(path_, key), "unknown field");
     }
   }
 
@@ -109,7 +103,7 @@ Endpoint endpoint(Fields& f, std::string_view key, Endpoint fallback) {
   const std::string text = f.text(key, fallback.text());
   const auto colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    fail(f.path(key), "must be HOST:PORT, got \"" + text + "\"");
+    refuse(f.path(key), "must be HOST:PORT, got \"" + text + "\"");
   }
   Endpoint e;
   e.host = text.substr(0, colon);
@@ -122,9 +116,9 @@ Endpoint endpoint(Fields& f, std::string_view key, Endpoint fallback) {
     port = std::stoul(text.substr(colon + 1), &used);
     if (used != text.size() - colon - 1) throw std::invalid_argument("trailing");
   } catch (const std::exception&) {
-    fail(f.path(key), "port must be a number, got \"" + text + "\"");
+    refuse(f.path(key), "port must be a number, got \"" + text + "\"");
   }
-  if (port > 65535) fail(f.path(key), "port must be at most 65535");
+  if (port > 65535) refuse(f.path(key), "port must be at most 65535");
   e.port = static_cast<std::uint16_t>(port);
   return e;
 }
@@ -159,15 +153,15 @@ constexpr std::size_t kMaxKeyFile = 4096;
 std::string read_key_file(const std::string& field, const std::string& file) {
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(file.c_str(), "rb"),
                                                            &std::fclose);
-  if (!in) fail(field, "cannot read \"" + file + "\": " + std::generic_category().message(errno));
+  if (!in) refuse(field, "cannot read \"" + file + "\": " + std::generic_category().message(errno));
   std::string content(kMaxKeyFile + 1, '\0');
   const std::size_t n = std::fread(content.data(), 1, content.size(), in.get());
   if (std::ferror(in.get())) {
-    fail(field, "cannot read \"" + file + "\": " + std::generic_category().message(errno));
+    refuse(field, "cannot read \"" + file + "\": " + std::generic_category().message(errno));
   }
   if (n > kMaxKeyFile) {
-    fail(field, "\"" + file + "\" is larger than " + std::to_string(kMaxKeyFile) +
-                    " bytes: not a key file");
+    refuse(field, "\"" + file + "\" is larger than " + std::to_string(kMaxKeyFile) +
+                      " bytes: not a key file");
   }
   content.resize(n);
   // What `echo KEY > file` and editors leave; anything more is refused below as white space.
@@ -203,25 +197,25 @@ std::optional<GivenKey> given_key(Fields& f, const std::string& base_dir, bool r
     const json* v = f.find(k);
     if (v == nullptr) continue;
     if (value != nullptr) {
-      fail(f.path(k), "give one of key, key_sha256, key_file, key_env, not two (" +
-                          std::string(kind) + " is given too)");
+      refuse(f.path(k), "give one of key, key_sha256, key_file, key_env, not two (" +
+                            std::string(kind) + " is given too)");
     }
     value = v;
     kind = k;
   }
   if (value == nullptr) {
-    if (required) fail(f.path("key"), "is required (or key_sha256, key_file, key_env)");
+    if (required) refuse(f.path("key"), "is required (or key_sha256, key_file, key_env)");
     return std::nullopt;
   }
   GivenKey given;
   given.path = f.path(kind);
-  if (!value->is_string()) fail(given.path, "must be a string");
+  if (!value->is_string()) refuse(given.path, "must be a string");
   const std::string& text = value->get_ref<const std::string&>();
   if (kind == "key_sha256") {
     const std::optional<KeyDigest> d = hex_digest(text);
     if (!d) {
-      fail(given.path, "must be 64 hex digits (the SHA-256 of the key), got " +
-                           std::to_string(text.size()) + " characters");
+      refuse(given.path, "must be 64 hex digits (the SHA-256 of the key), got " +
+                             std::to_string(text.size()) + " characters");
     }
     given.digest = *d;
     return given;
@@ -230,27 +224,27 @@ std::optional<GivenKey> given_key(Fields& f, const std::string& base_dir, bool r
   if (kind == "key") {
     key = text;
   } else if (kind == "key_file") {
-    if (text.empty()) fail(given.path, "must name a file");
+    if (text.empty()) refuse(given.path, "must name a file");
     const std::filesystem::path file(text);
     key = read_key_file(given.path, file.is_relative() && !base_dir.empty()
                                         ? (std::filesystem::path(base_dir) / file).string()
                                         : text);
   } else {
-    if (text.empty()) fail(given.path, "must name an environment variable");
+    if (text.empty()) refuse(given.path, "must name an environment variable");
     // Nothing in the server sets variables, so reading them from the reloading thread is safe.
     const char* v = std::getenv(text.c_str());
-    if (v == nullptr) fail(given.path, text + " is not set");
+    if (v == nullptr) refuse(given.path, text + " is not set");
     key = v;
-    if (key.empty()) fail(given.path, text + " is empty");
+    if (key.empty()) refuse(given.path, text + " is empty");
   }
-  if (key.empty()) fail(given.path, "the key is empty");
-  if (key.size() < 8) fail(given.path, "the key must be at least 8 characters");
+  if (key.empty()) refuse(given.path, "the key is empty");
+  if (key.size() < 8) refuse(given.path, "the key must be at least 8 characters");
   // A bearer token is one word: a key with white space could never be presented.
   if (key.find_first_of(" \t\r\n\v\f") != std::string::npos) {
-    fail(given.path, "the key must not contain white space");
+    refuse(given.path, "the key must not contain white space");
   }
   const std::optional<KeyDigest> d = key_digest(key);
-  if (!d) fail(given.path, "SHA-256 is unavailable (libcrypto)");
+  if (!d) refuse(given.path, "SHA-256 is unavailable (libcrypto)");
   given.digest = *d;
   return given;
 }
@@ -266,13 +260,13 @@ std::vector<HostName> admin_hosts(const json* v, const std::string& path, const 
     }
     return out;
   }
-  if (!v->is_array()) fail(path, "must be a list of host names");
-  if (v->empty()) fail(path, "must name at least one host");
+  if (!v->is_array()) refuse(path, "must be a list of host names");
+  if (v->empty()) refuse(path, "must name at least one host");
   for (std::size_t i = 0; i < v->size(); ++i) {
     const std::string at = path + "[" + std::to_string(i) + "]";
-    if (!(*v)[i].is_string()) fail(at, "must be a string");
+    if (!(*v)[i].is_string()) refuse(at, "must be a string");
     auto parsed = parse_host_name((*v)[i].get_ref<const std::string&>());
-    if (auto* why = std::get_if<std::string>(&parsed)) fail(at, *why);
+    if (auto* why = std::get_if<tools::Refusal>(&parsed)) refuse(at, why->message);
     out.push_back(std::get<HostName>(std::move(parsed)));
   }
   return out;
@@ -282,12 +276,12 @@ Config plans(const json& root, Fields& top) {
   Config config;
   config.classes = static_cast<int>(top.integer("classes", 2, 1, kMaxClasses));
   const json* p = top.find("plans");
-  if (p == nullptr) fail("plans", "is required");
-  if (!p->is_object() || p->empty()) fail("plans", "must be an object naming at least one plan");
+  if (p == nullptr) refuse("plans", "is required");
+  if (!p->is_object() || p->empty()) refuse("plans", "must be an object naming at least one plan");
   (void)root;
   for (const auto& [name, body] : p->items()) {
     const std::string path = "plans." + name;
-    if (!valid_name(name)) fail(path, "a plan's name is 1 to 64 of [A-Za-z0-9._-]");
+    if (!valid_name(name)) refuse(path, "a plan's name is 1 to 64 of [A-Za-z0-9._-]");
     Fields f(body, path);
     Plan plan;
     plan.name = name;
@@ -299,42 +293,42 @@ Config plans(const json& root, Fields& top) {
       ClassTerms terms;
       terms.rate = ct.number("rate", 0, 0, 1e9);
       terms.burst = ct.number("burst", 0, 0, 1e9);
-      if (ct.find("rate") == nullptr) fail(ct.path("rate"), "is required");
-      if (ct.find("burst") == nullptr) fail(ct.path("burst"), "is required");
+      if (ct.find("rate") == nullptr) refuse(ct.path("rate"), "is required");
+      if (ct.find("burst") == nullptr) refuse(ct.path("burst"), "is required");
       ct.finish();
       plan.terms[static_cast<std::size_t>(c)] = terms;
     }
     f.finish();
     config.plans.push_back(std::move(plan));
   }
-  if (const auto problem = check(config)) fail("plans", problem->message);
+  if (const auto problem = check(config)) refuse("plans", problem->message);
   return config;
 }
 
 FleetConfig fleet(const json& body) {
   Fields f(body, "fleet");
   FleetConfig c;
-  if (f.find("redis") == nullptr) fail("fleet.redis", "is required");
+  if (f.find("redis") == nullptr) refuse("fleet.redis", "is required");
   const std::string redis = f.text("redis", "");
   if (redis.rfind("unix:", 0) == 0) {
     c.unix_path = redis.substr(5);
-    if (c.unix_path.empty()) fail("fleet.redis", "unix: needs a socket path");
+    if (c.unix_path.empty()) refuse("fleet.redis", "unix: needs a socket path");
   } else {
     c.redis = endpoint(f, "redis", {});
   }
   c.user = f.text("user", "");
   c.password = f.text("password", "");
-  if (!c.user.empty() && c.password.empty()) fail("fleet.user", "needs a password");
+  if (!c.user.empty() && c.password.empty()) refuse("fleet.user", "needs a password");
   c.prefix = f.text("prefix", c.prefix);
   // A brace in the prefix would move the hash tag that keeps a tenant's key on one cluster slot.
   if (c.prefix.find_first_of("{} \t\r\n") != std::string::npos) {
-    fail("fleet.prefix", "must not contain braces or white space");
+    refuse("fleet.prefix", "must not contain braces or white space");
   }
   c.server_id = f.text("server_id", "");
   if (f.find("server_id") != nullptr &&
       (c.server_id.empty() || c.server_id.size() > 200 ||
        c.server_id.find_first_of(" \t\r\n") != std::string::npos)) {
-    fail("fleet.server_id", "must be 1 to 200 characters without white space");
+    refuse("fleet.server_id", "must be 1 to 200 characters without white space");
   }
   c.epoch = std::chrono::milliseconds(static_cast<std::int64_t>(
       f.integer("epoch_ms", static_cast<std::uint64_t>(c.epoch.count()), 100, 1000)));
@@ -355,7 +349,7 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
   } else if (mode == "proxy") {
     s.mode = ServeMode::proxy;
   } else {
-    fail("mode", "must be \"work\" or \"proxy\", got \"" + mode + "\"");
+    refuse("mode", "must be \"work\" or \"proxy\", got \"" + mode + "\"");
   }
   s.listen = endpoint(top, "listen", s.listen);
   std::optional<GivenKey> admin_key;
@@ -373,12 +367,12 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
   s.workers = static_cast<unsigned>(top.integer("workers", s.workers, 1, 1024));
   s.slots = static_cast<std::uint32_t>(top.integer("slots", s.slots, 1, 1'000'000));
   s.cost_unit_ms = top.number("cost_unit_ms", s.cost_unit_ms, 1e-6, 1e9);
-  if (s.cost_unit_ms <= 0) fail("cost_unit_ms", "must be above 0");
+  if (s.cost_unit_ms <= 0) refuse("cost_unit_ms", "must be above 0");
   s.shutdown_deadline = millis(top, "shutdown_deadline_ms", s.shutdown_deadline, 0);
   s.plans = plans(root, top);
 
   const json* tenants = top.find("tenants");
-  if (tenants != nullptr && !tenants->is_array()) fail("tenants", "must be an array");
+  if (tenants != nullptr && !tenants->is_array()) refuse("tenants", "must be an array");
   std::set<std::string, std::less<>> names;
   std::map<KeyDigest, std::string> keys;  // to the tenant it belongs to
   if (tenants != nullptr) {
@@ -386,16 +380,17 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
       Fields f((*tenants)[i], "tenants[" + std::to_string(i) + "]");
       TenantConfig t;
       t.name = f.text("name", "", true);
-      if (!valid_name(t.name)) fail(f.path("name"), "a tenant's name is 1 to 64 of [A-Za-z0-9._-]");
-      if (!names.insert(t.name).second) fail(f.path("name"), "\"" + t.name + "\" is named twice");
+      if (!valid_name(t.name))
+        refuse(f.path("name"), "a tenant's name is 1 to 64 of [A-Za-z0-9._-]");
+      if (!names.insert(t.name).second) refuse(f.path("name"), "\"" + t.name + "\" is named twice");
       const GivenKey key = *given_key(f, base_dir, true);
       const auto [other, added] = keys.emplace(key.digest, t.name);
-      if (!added) fail(key.path, "is the key of tenant \"" + other->second + "\" too");
+      if (!added) refuse(key.path, "is the key of tenant \"" + other->second + "\" too");
       t.key = key.digest;
       t.plan = f.text("plan", "", true);
       bool known = false;
       for (const Plan& p : s.plans.plans) known = known || p.name == t.plan;
-      if (!known) fail(f.path("plan"), "unknown plan \"" + t.plan + "\"");
+      if (!known) refuse(f.path("plan"), "unknown plan \"" + t.plan + "\"");
       t.shares = static_cast<std::uint32_t>(f.integer("shares", 1, 1, 1'000'000));
       t.queue_limit = static_cast<std::uint32_t>(f.integer("queue_limit", 0, 0, 1u << 30));
       t.queue_timeout = millis(f, "queue_timeout_ms", t.queue_timeout, 0);
@@ -412,18 +407,18 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
   }
   if (const json* p = top.find("proxy")) {
     Fields f(*p, "proxy");
-    if (f.find("backend") == nullptr) fail("proxy.backend", "is required");
+    if (f.find("backend") == nullptr) refuse("proxy.backend", "is required");
     s.proxy.backend = endpoint(f, "backend", {});
     s.proxy.cost_header = f.text("cost_header", s.proxy.cost_header);
     s.proxy.timeout = millis(f, "timeout_ms", s.proxy.timeout);
     s.proxy.idle_timeout = millis(f, "idle_timeout_ms", s.proxy.idle_timeout, 0);
     s.proxy.host = f.text("host", "");
     if (s.proxy.host.find_first_of(" \t\r\n") != std::string::npos) {
-      fail(f.path("host"), "must not contain white space");
+      refuse(f.path("host"), "must not contain white space");
     }
     f.finish();
   } else if (s.mode == ServeMode::proxy) {
-    fail("proxy", "is required in proxy mode");
+    refuse("proxy", "is required in proxy mode");
   }
   if (const json* l = top.find("limits")) {
     Fields f(*l, "limits");
@@ -443,7 +438,7 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
     Fields f(*c, "capture");
     CaptureConfig capture;
     capture.path = f.text("path", "", true);
-    if (capture.path.empty()) fail(f.path("path"), "must not be empty");
+    if (capture.path.empty()) refuse(f.path("path"), "must not be empty");
     capture.max_bytes = f.integer("max_bytes", capture.max_bytes, 4096, 1ull << 40);
     capture.files = static_cast<std::uint32_t>(f.integer("files", capture.files, 1, 1000));
     f.finish();
@@ -453,7 +448,7 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
     Fields f(*a, "access_log");
     AccessLogConfig log;
     log.path = f.text("path", "", true);
-    if (log.path.empty()) fail(f.path("path"), "must not be empty");
+    if (log.path.empty()) refuse(f.path("path"), "must not be empty");
     f.finish();
     s.access_log = std::move(log);
   }
@@ -463,8 +458,8 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
   // a tenant's key the admin endpoints.
   if (admin_key) {
     if (const auto it = keys.find(admin_key->digest); it != keys.end()) {
-      fail(admin_key->path,
-           "is the key of tenant \"" + it->second + "\" too; the admin key must be another");
+      refuse(admin_key->path,
+             "is the key of tenant \"" + it->second + "\" too; the admin key must be another");
     }
   }
   return s;
@@ -482,9 +477,10 @@ std::optional<KeyDigest> key_digest(std::string_view key) noexcept {
   return d;
 }
 
-std::variant<HostName, std::string> parse_host_name(std::string_view text) {
+tools::Parsed<HostName> parse_host_name(std::string_view text) {
   const auto bad = [text] {
-    return "must be a host name, optionally with :PORT, got \"" + std::string(text) + "\"";
+    return tools::Refusal{"must be a host name, optionally with :PORT, got \"" + std::string(text) +
+                          "\""};
   };
   const auto lower = [](std::string_view s) {
     std::string out(s);
@@ -535,32 +531,32 @@ std::variant<HostName, std::string> parse_host_name(std::string_view text) {
       return bad();
     }
     const unsigned long p = std::stoul(std::string(port));
-    if (p == 0 || p > 65535) return std::string("port must be from 1 to 65535");
+    if (p == 0 || p > 65535) return tools::Refusal{"port must be from 1 to 65535"};
     h.port = static_cast<std::uint16_t>(p);
   }
   return h;
 }
 
-ConfigResult parse_config(std::string_view json_text, const std::string& base_dir) {
+tools::Parsed<ServerConfig> parse_config(std::string_view json_text, const std::string& base_dir) {
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());
   } catch (const json::parse_error& e) {
-    return std::string("not valid JSON: ") + e.what();
+    return tools::Refusal{std::string("not valid JSON: ") + e.what()};
   }
   try {
     return parse(root, base_dir);
-  } catch (const BadField& e) {
-    return std::string(e.what());
+  } catch (const tools::Refusal& refusal) {
+    return refusal;
   }
 }
 
-ConfigResult load_config(const std::string& path) {
+tools::Parsed<ServerConfig> load_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return path + ": cannot be read";
+  if (!in) return tools::Refusal{path + ": cannot be read"};
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) return path + ": cannot be read";
+  if (in.bad()) return tools::Refusal{path + ": cannot be read"};
   return parse_config(text.str(), std::filesystem::path(path).parent_path().string());
 }
 

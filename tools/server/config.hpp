@@ -16,6 +16,8 @@
 
 #include <creditloop/plan.hpp>
 
+#include "common/refusal.hpp"
+
 namespace creditloop::server {
 
 enum class ServeMode : std::uint8_t { work, proxy };
@@ -41,7 +43,7 @@ struct HostName {
 };
 
 /// `NAME`, `NAME:PORT`, `[IPV6]`, `[IPV6]:PORT`, or a bare IPv6 address; otherwise why not.
-[[nodiscard]] std::variant<HostName, std::string> parse_host_name(std::string_view text);
+[[nodiscard]] tools::Parsed<HostName> parse_host_name(std::string_view text);
 
 struct TenantConfig {
   std::string name;
@@ -154,14 +156,13 @@ struct ServerConfig {
 };
 
 /// A configuration, or the reason it was refused (one line, naming the field).
-using ConfigResult = std::variant<ServerConfig, std::string>;
 
 /// `key_file` paths that are relative are taken from `base_dir` (the working directory when
 /// it is empty); `key_env` names are looked up in the environment now.
-[[nodiscard]] ConfigResult parse_config(std::string_view json_text,
-                                        const std::string& base_dir = {});
+[[nodiscard]] tools::Parsed<ServerConfig> parse_config(std::string_view json_text,
+                                                       const std::string& base_dir = {});
 /// Reads the file at `path` and the key files and variables it names.
-[[nodiscard]] ConfigResult load_config(const std::string& path);
+[[nodiscard]] tools::Parsed<ServerConfig> load_config(const std::string& path);
 
 /// Nothing when `next` can replace `current` in a running server (SIGHUP); otherwise why not.
 /// Tenants, their plans, shares, keys and queue limits may change; plans' terms, classes, room,

@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/command_line.hpp"
 #include "server.hpp"
 
 int main(int argc, char** argv) {
@@ -24,16 +25,13 @@ int main(int argc, char** argv) {
   app.add_flag("--fifo", options.fifo,
                "serve in arrival order with the same room (a baseline for load tests)");
   app.add_flag("--check", check_only, "validate the configuration and exit");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+  if (const std::optional<int> status = creditloop::tools::parse_command_line(app, argc, argv)) {
+    return *status;
   }
   if (check_only) {
-    const creditloop::server::ConfigResult r = creditloop::server::load_config(options.config_path);
-    if (const auto* why = std::get_if<std::string>(&r)) {
-      std::fprintf(stderr, "creditloop-server: %s\n", why->c_str());
+    const auto r = creditloop::server::load_config(options.config_path);
+    if (const auto* why = std::get_if<creditloop::tools::Refusal>(&r)) {
+      std::fprintf(stderr, "creditloop-server: %s\n", why->message.c_str());
       return 3;
     }
     return 0;

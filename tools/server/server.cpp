@@ -41,7 +41,7 @@ struct WorkArgs {
 };
 
 // `cpu_ms=5&wait_ms=20`; anything else is refused, so that a misspelt parameter is noticed.
-std::variant<WorkArgs, std::string> parse_work(std::string_view query, const WorkConfig& limits) {
+tools::Parsed<WorkArgs> parse_work(std::string_view query, const WorkConfig& limits) {
   WorkArgs args;
   while (!query.empty()) {
     const auto amp = query.find('&');
@@ -57,20 +57,20 @@ std::variant<WorkArgs, std::string> parse_work(std::string_view query, const Wor
       v = std::stod(value, &used);
       if (used != value.size() || !std::isfinite(v) || v < 0) throw std::invalid_argument("");
     } catch (const std::exception&) {
-      return std::string(name) + ": must be a number of milliseconds, at least 0";
+      return tools::Refusal{std::string(name) + ": must be a number of milliseconds, at least 0"};
     }
     if (name == "cpu_ms") {
       if (v > limits.max_cpu_ms) {
-        return "cpu_ms: at most " + std::to_string(limits.max_cpu_ms) + " here";
+        return tools::Refusal{"cpu_ms: at most " + std::to_string(limits.max_cpu_ms) + " here"};
       }
       args.cpu_ms = v;
     } else if (name == "wait_ms") {
       if (v > limits.max_wait_ms) {
-        return "wait_ms: at most " + std::to_string(limits.max_wait_ms) + " here";
+        return tools::Refusal{"wait_ms: at most " + std::to_string(limits.max_wait_ms) + " here"};
       }
       args.wait_ms = v;
     } else {
-      return "unknown parameter \"" + std::string(name) + "\" (cpu_ms, wait_ms)";
+      return tools::Refusal{"unknown parameter \"" + std::string(name) + "\" (cpu_ms, wait_ms)"};
     }
   }
   return args;
@@ -100,8 +100,8 @@ Server::Server(ServerOptions options)
       signals_(io_, SIGHUP, SIGTERM, SIGINT),
       accept_pause_(io_),
       admin_accept_pause_(io_) {
-  ConfigResult loaded = load_config(options_.config_path);
-  if (auto* why = std::get_if<std::string>(&loaded)) throw std::runtime_error(*why);
+  tools::Parsed<ServerConfig> loaded = load_config(options_.config_path);
+  if (auto* why = std::get_if<tools::Refusal>(&loaded)) throw std::runtime_error(why->message);
   auto config = std::make_shared<const ServerConfig>(std::get<ServerConfig>(std::move(loaded)));
   mode_ = config->mode;
   if (config->access_log) access_log_ = std::make_unique<AccessLog>(config->access_log->path);
@@ -183,9 +183,9 @@ void Server::retire(const std::shared_ptr<Tenant>& tenant) {
 
 void Server::reload() {
   std::lock_guard one_at_a_time(reload_mutex_);
-  ConfigResult loaded = load_config(options_.config_path);
-  if (auto* why = std::get_if<std::string>(&loaded)) {
-    log("reload refused, old configuration kept: " + *why);
+  tools::Parsed<ServerConfig> loaded = load_config(options_.config_path);
+  if (auto* why = std::get_if<tools::Refusal>(&loaded)) {
+    log("reload refused, old configuration kept: " + why->message);
     return;
   }
   auto next = std::make_shared<const ServerConfig>(std::get<ServerConfig>(std::move(loaded)));
@@ -328,8 +328,8 @@ std::optional<Response> Server::admit(Exchange& e) {
                      "not found: requests go to /work?cpu_ms=N&wait_ms=M\n");
     }
     auto args = parse_work(q == std::string_view::npos ? "" : target.substr(q + 1), config.work);
-    if (auto* why = std::get_if<std::string>(&args)) {
-      return refusal(head, http::status::bad_request, *why + "\n");
+    if (auto* why = std::get_if<tools::Refusal>(&args)) {
+      return refusal(head, http::status::bad_request, why->message + "\n");
     }
     e.cpu_ms = std::get<WorkArgs>(args).cpu_ms;
     e.wait_ms = std::get<WorkArgs>(args).wait_ms;

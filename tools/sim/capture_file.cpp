@@ -23,14 +23,8 @@ using json = nlohmann::json;
 using ordered_json = nlohmann::ordered_json;
 using creditloop::Nanos;
 
-// Thrown inside this file only, turned into the one-line error at the API's edge.
-struct Bad {
-  std::string message;
-};
-
-[[noreturn]] void fail(const std::string& where, const std::string& problem) {
-  throw Bad{where + ": " + problem};
-}
+// Each check refuses by throwing (tools::refuse); the API's entry points return the Refusal.
+using tools::refuse;
 
 std::string got(const json& v) {
   std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -113,15 +107,15 @@ ParsedLine parse_line(std::string_view text, const std::string& where) {
   Line handler(out.value);
   const bool ok =
       json::sax_parse(text.begin(), text.end(), &handler, json::input_format_t::json, true);
-  if (!ok) fail(where, "malformed JSON: " + handler.error());
-  if (!out.value.is_object()) fail(where, "must be a JSON object");
+  if (!ok) refuse(where, "malformed JSON: " + handler.error());
+  if (!out.value.is_object()) refuse(where, "must be a JSON object");
   out.raw = handler.raw();
   return out;
 }
 
 const json& field(const json& obj, const char* key, const std::string& where) {
   const auto it = obj.find(key);
-  if (it == obj.end()) fail(where + ": " + key, "missing required field");
+  if (it == obj.end()) refuse(where + ": " + key, "missing required field");
   return *it;
 }
 
@@ -136,15 +130,15 @@ std::uint64_t whole(const json& v, const std::string& where, std::uint64_t lo, s
     }
   }
   if (!n || *n < lo || *n > hi) {
-    fail(where, "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
-                    got(v));
+    refuse(where, "must be a whole number from " + std::to_string(lo) + " to " +
+                      std::to_string(hi) + got(v));
   }
   return *n;
 }
 
 std::string text(const json& v, const std::string& where) {
   if (!v.is_string() || v.get<std::string>().empty())
-    fail(where, "must be a non-empty string" + got(v));
+    refuse(where, "must be a non-empty string" + got(v));
   return v.get<std::string>();
 }
 
@@ -153,9 +147,9 @@ Nanos time_of(const ParsedLine& line, const char* key, const std::string& where)
   const std::string path = where + ": " + key;
   const json& v = field(line.value, key, where);
   const std::string rule = "must be a time in seconds from 0 to 1000000000";
-  if (!v.is_number()) fail(path, rule + got(v));
+  if (!v.is_number()) refuse(path, rule + got(v));
   const double d = v.get<double>();
-  if (!(d >= 0 && d <= kMaxSeconds)) fail(path, rule + got(v));
+  if (!(d >= 0 && d <= kMaxSeconds)) refuse(path, rule + got(v));
   const auto raw = line.raw.find(key);
   if (raw != line.raw.end()) {
     if (const auto exact = decimal_seconds(raw->second)) return *exact;
@@ -165,13 +159,13 @@ Nanos time_of(const ParsedLine& line, const char* key, const std::string& where)
 
 int parse_classes(const json& v, const std::string& where) {
   if (!v.is_array() || v.empty() || v.size() > creditloop::kMaxClasses) {
-    fail(where, "must be [\"P1\", ..., \"Pk\"] with k from 1 to " +
-                    std::to_string(creditloop::kMaxClasses) + got(v));
+    refuse(where, "must be [\"P1\", ..., \"Pk\"] with k from 1 to " +
+                      std::to_string(creditloop::kMaxClasses) + got(v));
   }
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::string want = "P" + std::to_string(i + 1);
     if (!v[i].is_string() || v[i].get<std::string>() != want) {
-      fail(where + "[" + std::to_string(i) + "]", "must be \"" + want + "\"" + got(v[i]));
+      refuse(where + "[" + std::to_string(i) + "]", "must be \"" + want + "\"" + got(v[i]));
     }
   }
   return static_cast<int>(v.size());
@@ -194,14 +188,14 @@ Header parse_header(const std::string& name, std::string_view first_line) {
   const json& h = line.value;
   const auto capture = h.find("capture");
   if (capture == h.end() || *capture != "creditloop") {
-    fail(where,
-         "not a creditloop capture (its first line must be a header with \"capture\": "
-         "\"creditloop\")");
+    refuse(where,
+           "not a creditloop capture (its first line must be a header with \"capture\": "
+           "\"creditloop\")");
   }
   const json& version = field(h, "version", where);
   if (!version.is_number_unsigned() || version.get<std::uint64_t>() != 1) {
-    fail(where + ": version",
-         "unknown capture version " + version.dump() + " (this simulator reads version 1)");
+    refuse(where + ": version",
+           "unknown capture version " + version.dump() + " (this simulator reads version 1)");
   }
   Header out;
   out.name = name;
@@ -211,22 +205,22 @@ Header parse_header(const std::string& name, std::string_view first_line) {
                      std::numeric_limits<std::uint64_t>::max());
   out.classes = parse_classes(field(h, "classes", where), where + ": classes");
   out.plans = field(h, "plans", where);
-  if (!out.plans.is_object()) fail(where + ": plans", "must be an object" + got(out.plans));
+  if (!out.plans.is_object()) refuse(where + ": plans", "must be an object" + got(out.plans));
   const json& server = field(h, "server", where);
-  if (!server.is_object()) fail(where + ": server", "must be an object" + got(server));
+  if (!server.is_object()) refuse(where + ": server", "must be an object" + got(server));
   const json& slots = field(server, "slots", where + ": server");
   if (!slots.is_null()) out.slots = whole(slots, where + ": server.slots", 1, kMaxSlots);
   const json& list = field(h, "participants", where);
-  if (!list.is_array()) fail(where + ": participants", "must be an array" + got(list));
+  if (!list.is_array()) refuse(where + ": participants", "must be an array" + got(list));
   std::set<std::string> seen;
   for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string path = where + ": participants[" + std::to_string(i) + "]";
     const json& p = list[i];
-    if (!p.is_object()) fail(path, "must be an object" + got(p));
+    if (!p.is_object()) refuse(path, "must be an object" + got(p));
     ParticipantSpec spec;
     spec.name = text(field(p, "name", path), path + ".name");
     if (!seen.insert(spec.name).second) {
-      fail(path + ".name", "duplicate participant name " + json_string(spec.name));
+      refuse(path + ".name", "duplicate participant name " + json_string(spec.name));
     }
     spec.plan = text(field(p, "plan", path), path + ".plan");
     if (p.contains("shares")) {
@@ -234,9 +228,9 @@ Header parse_header(const std::string& name, std::string_view first_line) {
           whole(p["shares"], path + ".shares", 1, creditloop::kMaxShares));
     }
     if (p.contains("scale") && whole(p["scale"], path + ".scale", 0, 1'000'000) != 1'000'000) {
-      fail(path + ".scale",
-           "a participant holding part of its plan cannot be replayed (the simulator gives "
-           "each participant its whole plan)");
+      refuse(path + ".scale",
+             "a participant holding part of its plan cannot be replayed (the simulator gives "
+             "each participant its whole plan)");
     }
     out.participants.push_back(std::move(spec));
   }
@@ -283,29 +277,29 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
     const ParsedLine parsed = parse_line(line, where);
     const json& v = parsed.value;
     const json& ev = field(v, "ev", where);
-    if (!ev.is_string()) fail(where + ": ev", "must be a string" + got(ev));
+    if (!ev.is_string()) refuse(where + ": ev", "must be a string" + got(ev));
     const std::string kind = ev.get<std::string>();
     if (kind == "request") {
       CapturedRequest r;
       const std::string name = text(field(v, "participant", where), where + ": participant");
       const auto it = index.find(name);
       if (it == index.end()) {
-        fail(where + ": participant",
-             "unknown participant " + json_string(name) + " (not in the header's participants)");
+        refuse(where + ": participant",
+               "unknown participant " + json_string(name) + " (not in the header's participants)");
       }
       r.participant = it->second;
       r.arrive = time_of(parsed, "arrive", where);
       r.dispatch = time_of(parsed, "dispatch", where);
       r.complete = time_of(parsed, "complete", where);
-      if (r.dispatch < r.arrive) fail(where + ": dispatch", "is before arrive");
-      if (r.complete < r.dispatch) fail(where + ": complete", "is before dispatch");
+      if (r.dispatch < r.arrive) refuse(where + ": dispatch", "is before arrive");
+      if (r.complete < r.dispatch) refuse(where + ": complete", "is before dispatch");
       const json& cls = field(v, "class", where);
       const auto c = cls.is_string()
                          ? creditloop::parse_class_name(cls.get<std::string>(), header.classes)
                          : std::nullopt;
       if (!c) {
-        fail(where + ": class",
-             "must be one of P1..P" + std::to_string(header.classes + 1) + got(cls));
+        refuse(where + ": class",
+               "must be one of P1..P" + std::to_string(header.classes + 1) + got(cls));
       }
       r.cls = *c;
       const json& cost = field(v, "cost", where);
@@ -313,7 +307,7 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
                             ? creditloop::to_nano_credits(cost.get<double>(), creditloop::kMaxCost)
                             : std::nullopt;
       if (!nano)
-        fail(where + ": cost", "must be a number of credits from 0 to 1000000" + got(cost));
+        refuse(where + ": cost", "must be a number of credits from 0 to 1000000" + got(cost));
       r.cost_nano = *nano;
       out.requests.push_back(r);
     } else if (kind == "dropped") {
@@ -330,13 +324,13 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
       // Every participant holds its whole plan here (headers refuse less): a line giving it
       // part of one adds or changes something the simulator cannot give.
       if (v.contains("scale") && whole(v["scale"], where + ": scale", 0, 1'000'000) != 1'000'000) {
-        fail(where + ": scale",
-             "a participant holding part of its plan cannot be replayed (the simulator gives "
-             "each participant its whole plan)");
+        refuse(where + ": scale",
+               "a participant holding part of its plan cannot be replayed (the simulator gives "
+               "each participant its whole plan)");
       }
       if (!header.plans.contains(plan)) {
-        fail(where + ": plan",
-             "unknown plan " + json_string(plan) + " (not in the header's plans)");
+        refuse(where + ": plan",
+               "unknown plan " + json_string(plan) + " (not in the header's plans)");
       }
       const auto it = index.find(name);
       if (it == index.end()) {
@@ -345,10 +339,10 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
         // no request of it comes before. Not after a removal, whose ring place the core may
         // give to the newcomer.
         if (members.removed) {
-          fail(where + ": ev", "\"plan\": adding participant " + json_string(name) +
-                                   " after participant " + json_string(*members.removed) +
-                                   " was removed cannot be replayed (the core may give the "
-                                   "newcomer the removed one's ring place)");
+          refuse(where + ": ev", "\"plan\": adding participant " + json_string(name) +
+                                     " after participant " + json_string(*members.removed) +
+                                     " was removed cannot be replayed (the core may give the "
+                                     "newcomer the removed one's ring place)");
         }
         ParticipantSpec spec;
         spec.name = name;
@@ -356,15 +350,15 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
         spec.shares = shares;
         members.add(out, std::move(spec));
       } else if (!members.is_active(it->second)) {
-        fail(where + ": ev", "\"plan\": adding participant " + json_string(name) +
-                                 " again after its removal cannot be replayed");
+        refuse(where + ": ev", "\"plan\": adding participant " + json_string(name) +
+                                   " again after its removal cannot be replayed");
       } else if (out.participants[it->second].plan != plan ||
                  out.participants[it->second].shares != shares) {
         // The same plan and shares again changes nothing; a change would need the simulator to
         // re-plan mid-run, which it does not do.
-        fail(where + ": ev", "\"plan\": re-planning participant " + json_string(name) +
-                                 " during a capture cannot be replayed (the simulator keeps "
-                                 "each participant's plan and shares for the whole run)");
+        refuse(where + ": ev", "\"plan\": re-planning participant " + json_string(name) +
+                                   " during a capture cannot be replayed (the simulator keeps "
+                                   "each participant's plan and shares for the whole run)");
       }
     } else if (kind == "remove") {
       // A removed participant's queued requests were handed back, so the capture holds none of
@@ -373,8 +367,8 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
       const std::string name = text(field(v, "participant", where), where + ": participant");
       const auto it = index.find(name);
       if (it == index.end() || !members.is_active(it->second)) {
-        fail(where + ": participant",
-             "unknown participant " + json_string(name) + " (not registered)");
+        refuse(where + ": participant",
+               "unknown participant " + json_string(name) + " (not registered)");
       }
       members.active.erase(std::find(members.active.begin(), members.active.end(), it->second));
       members.removed = name;
@@ -417,13 +411,13 @@ std::optional<Nanos> decimal_seconds(std::string_view s) {
   return whole_part * 1'000'000'000 + frac + (round_up ? 1 : 0);
 }
 
-std::variant<Capture, CaptureError> read_capture(const std::vector<CaptureText>& files) {
-  try {
-    if (files.empty()) return CaptureError{"no capture file given"};
+Parsed<Capture> read_capture(const std::vector<CaptureText>& files) {
+  return tools::refusing<Capture>("capture", [&]() -> Parsed<Capture> {
+    if (files.empty()) return Refusal{"no capture file given"};
     std::vector<Header> headers;
     for (std::size_t i = 0; i < files.size(); ++i) {
       const std::string_view t = files[i].text;
-      if (t.empty()) fail(files[i].name, "empty file (a capture starts with its header line)");
+      if (t.empty()) refuse(files[i].name, "empty file (a capture starts with its header line)");
       std::string_view first = t.substr(0, t.find('\n'));
       if (!first.empty() && first.back() == '\r') first.remove_suffix(1);
       headers.push_back(parse_header(files[i].name, first));
@@ -437,27 +431,28 @@ std::variant<Capture, CaptureError> read_capture(const std::vector<CaptureText>&
       const Header& h = headers[i];
       const std::string where = h.name + ":1";
       if (h.origin != first.origin) {
-        fail(where + ": origin_unix_ns",
-             "differs from " + first.name +
-                 "'s: the files are not of one capture (replay one capture at a time)");
+        refuse(where + ": origin_unix_ns",
+               "differs from " + first.name +
+                   "'s: the files are not of one capture (replay one capture at a time)");
       }
       if (h.file == headers[i - 1].file) {
-        fail(where + ": file", "the same file number as " + headers[i - 1].name + "'s (" +
-                                   std::to_string(h.file) + ")");
+        refuse(where + ": file", "the same file number as " + headers[i - 1].name + "'s (" +
+                                     std::to_string(h.file) + ")");
       }
       if (h.file != headers[i - 1].file + 1) {
-        fail(where + ": file", "file " + std::to_string(headers[i - 1].file + 1) +
-                                   " of the capture is missing (this is file " +
-                                   std::to_string(h.file) + ", the one before it " +
-                                   std::to_string(headers[i - 1].file) + ")");
+        refuse(where + ": file", "file " + std::to_string(headers[i - 1].file + 1) +
+                                     " of the capture is missing (this is file " +
+                                     std::to_string(h.file) + ", the one before it " +
+                                     std::to_string(headers[i - 1].file) + ")");
       }
-      if (h.classes != first.classes) fail(where + ": classes", "differ from " + first.name + "'s");
+      if (h.classes != first.classes)
+        refuse(where + ": classes", "differ from " + first.name + "'s");
       if (h.plans != first.plans) {
-        fail(where + ": plans", "differ from " + first.name +
-                                    "'s: a change of plans during a capture cannot be replayed");
+        refuse(where + ": plans", "differ from " + first.name +
+                                      "'s: a change of plans during a capture cannot be replayed");
       }
       if (h.slots != first.slots)
-        fail(where + ": server.slots", "differs from " + first.name + "'s");
+        refuse(where + ": server.slots", "differs from " + first.name + "'s");
     }
 
     Capture out;
@@ -472,14 +467,14 @@ std::variant<Capture, CaptureError> read_capture(const std::vector<CaptureText>&
       out.files.push_back(h.name);
       // Each file's header lists who is registered as it starts: what the files before said.
       if (!members.same(out, h.participants)) {
-        fail(h.name + ":1: participants", "differ from those registered at the end of " +
-                                              out.files[out.files.size() - 2] +
-                                              " (a file of the capture is missing or altered)");
+        refuse(h.name + ":1: participants", "differ from those registered at the end of " +
+                                                out.files[out.files.size() - 2] +
+                                                " (a file of the capture is missing or altered)");
       }
       read_events(files[h.index], h, out, members);
       if (out.requests.size() > kMaxRequests) {
-        fail(h.name, "more than " + std::to_string(kMaxRequests) +
-                         " requests (the simulator's limit for one run)");
+        refuse(h.name, "more than " + std::to_string(kMaxRequests) +
+                           " requests (the simulator's limit for one run)");
       }
     }
     std::stable_sort(out.requests.begin(), out.requests.end(),
@@ -488,11 +483,7 @@ std::variant<Capture, CaptureError> read_capture(const std::vector<CaptureText>&
                               std::tie(b.arrive, b.dispatch, b.complete);
                      });
     return out;
-  } catch (const Bad& bad) {
-    return CaptureError{bad.message};
-  } catch (const std::exception& e) {
-    return CaptureError{std::string("capture: ") + e.what()};
-  }
+  });
 }
 
 namespace {
@@ -511,18 +502,18 @@ Scenario base_scenario(int k, const std::string& plans_json, const std::string& 
                        const PlanFile* changes, const std::string& participants_from) {
   if (changes != nullptr) {
     if (changes->classes && *changes->classes != k) {
-      fail(changes->name + ": classes",
-           "has " + std::to_string(*changes->classes) +
-               (*changes->classes == 1 ? " metered class" : " metered classes") + "; the run has " +
-               std::to_string(k));
+      refuse(changes->name + ": classes",
+             "has " + std::to_string(*changes->classes) +
+                 (*changes->classes == 1 ? " metered class" : " metered classes") +
+                 "; the run has " + std::to_string(k));
     }
     for (std::size_t i = 0; i < changes->participants.size(); ++i) {
       const PlanFile::Change& change = changes->participants[i];
       const auto it = std::find_if(participants.begin(), participants.end(),
                                    [&](const ParticipantSpec& p) { return p.name == change.name; });
       if (it == participants.end()) {
-        fail(changes->name + ": participants[" + std::to_string(i) + "].name",
-             "no participant " + json_string(change.name) + " in " + participants_from);
+        refuse(changes->name + ": participants[" + std::to_string(i) + "].name",
+               "no participant " + json_string(change.name) + " in " + participants_from);
       }
       if (change.plan) it->plan = *change.plan;
       if (change.shares) it->shares = *change.shares;
@@ -531,8 +522,8 @@ Scenario base_scenario(int k, const std::string& plans_json, const std::string& 
   const json plans = json::parse(plans_json);
   for (const ParticipantSpec& p : participants) {
     if (!plans.contains(p.plan)) {
-      fail(plans_from + ": plans", "no plan " + json_string(p.plan) + ", which participant " +
-                                       json_string(p.name) + " has");
+      refuse(plans_from + ": plans", "no plan " + json_string(p.plan) + ", which participant " +
+                                         json_string(p.name) + " has");
     }
   }
   ordered_json s = ordered_json::object();
@@ -544,56 +535,56 @@ Scenario base_scenario(int k, const std::string& plans_json, const std::string& 
     s["participants"].push_back({{"name", p.name}, {"plan", p.plan}, {"shares", p.shares}});
   }
   s["arrivals"] = ordered_json::array();
-  ParseResult parsed = parse_scenario(s.dump());
-  if (const auto* bad = std::get_if<ScenarioError>(&parsed)) {
+  Parsed<Scenario> parsed = parse_scenario(s.dump());
+  if (const auto* bad = std::get_if<Refusal>(&parsed)) {
     // Plans are the only part not checked above: name where they came from.
-    fail(bad->message.starts_with("plans") ? plans_from : participants_from, bad->message);
+    refuse(bad->message.starts_with("plans") ? plans_from : participants_from, bad->message);
   }
   return std::get<Scenario>(std::move(parsed));
 }
 
 }  // namespace
 
-std::variant<PlanFile, ScenarioError> parse_plan_file(std::string_view text_in) {
-  try {
+Parsed<PlanFile> parse_plan_file(std::string_view text_in) {
+  return tools::refusing<PlanFile>("plans file", [&]() -> Parsed<PlanFile> {
     json root;
     try {
       root = json::parse(text_in.begin(), text_in.end());
     } catch (const json::parse_error& e) {
       std::string what = e.what();
       if (const auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
-      fail("plans file", "malformed JSON: " + what);
+      refuse("plans file", "malformed JSON: " + what);
     }
-    if (!root.is_object()) fail("plans file", "must be a JSON object with \"plans\"");
+    if (!root.is_object()) refuse("plans file", "must be a JSON object with \"plans\"");
     for (const auto& item : root.items()) {
       static const std::set<std::string> known = {"classes", "plans",    "participants",
                                                   "server",  "arrivals", "until"};
       if (known.count(item.key()) == 0) {
-        fail(item.key(), "unknown key (expected one of: plans, participants, classes)");
+        refuse(item.key(), "unknown key (expected one of: plans, participants, classes)");
       }
     }
     PlanFile out;
     const json& plans = field(root, "plans", "plans file");
-    if (!plans.is_object()) fail("plans", "must be an object" + got(plans));
+    if (!plans.is_object()) refuse("plans", "must be an object" + got(plans));
     out.plans_json = plans.dump();
     if (root.contains("classes")) out.classes = parse_classes(root["classes"], "classes");
     if (root.contains("participants")) {
       const json& list = root["participants"];
-      if (!list.is_array()) fail("participants", "must be an array" + got(list));
+      if (!list.is_array()) refuse("participants", "must be an array" + got(list));
       std::set<std::string> seen;
       for (std::size_t i = 0; i < list.size(); ++i) {
         const std::string path = "participants[" + std::to_string(i) + "]";
         const json& p = list[i];
-        if (!p.is_object()) fail(path, "must be an object" + got(p));
+        if (!p.is_object()) refuse(path, "must be an object" + got(p));
         for (const auto& item : p.items()) {
           if (item.key() != "name" && item.key() != "plan" && item.key() != "shares") {
-            fail(path + "." + item.key(), "unknown key (expected one of: name, plan, shares)");
+            refuse(path + "." + item.key(), "unknown key (expected one of: name, plan, shares)");
           }
         }
         PlanFile::Change change;
         change.name = text(field(p, "name", path), path + ".name");
         if (!seen.insert(change.name).second) {
-          fail(path + ".name", "duplicate participant name " + json_string(change.name));
+          refuse(path + ".name", "duplicate participant name " + json_string(change.name));
         }
         if (p.contains("plan")) change.plan = text(p["plan"], path + ".plan");
         if (p.contains("shares")) {
@@ -604,22 +595,18 @@ std::variant<PlanFile, ScenarioError> parse_plan_file(std::string_view text_in) 
       }
     }
     return out;
-  } catch (const Bad& bad) {
-    return ScenarioError{bad.message};
-  } catch (const std::exception& e) {
-    return ScenarioError{std::string("plans file: ") + e.what()};
-  }
+  });
 }
 
-std::variant<Scenario, ScenarioError> replay_scenario(const Capture& capture, const PlanFile* plans,
-                                                      std::optional<std::uint64_t> slots,
-                                                      const std::string& capture_name) {
-  try {
+Parsed<Scenario> replay_scenario(const Capture& capture, const PlanFile* plans,
+                                 std::optional<std::uint64_t> slots,
+                                 const std::string& capture_name) {
+  return tools::refusing<Scenario>("replay", [&]() -> Parsed<Scenario> {
     if (!slots) slots = capture.slots;
     if (!slots) {
-      fail(capture_name + ":1: server.slots",
-           "is null (the runtime used a room test of its own): give the replay's room with "
-           "--slots N");
+      refuse(capture_name + ":1: server.slots",
+             "is null (the runtime used a room test of its own): give the replay's room with "
+             "--slots N");
     }
     const std::string header = capture_name + ":1";
     Scenario s = base_scenario(capture.classes, plans ? plans->plans_json : capture.plans_json,
@@ -638,26 +625,18 @@ std::variant<Scenario, ScenarioError> replay_scenario(const Capture& capture, co
     }
     s.requests = capture.requests.size();
     return s;
-  } catch (const Bad& bad) {
-    return ScenarioError{bad.message};
-  } catch (const std::exception& e) {
-    return ScenarioError{std::string("replay: ") + e.what()};
-  }
+  });
 }
 
-std::variant<Scenario, ScenarioError> with_plans(const Scenario& scenario, const PlanFile& plans) {
-  try {
+Parsed<Scenario> with_plans(const Scenario& scenario, const PlanFile& plans) {
+  return tools::refusing<Scenario>("plans", [&]() -> Parsed<Scenario> {
     Scenario s = base_scenario(scenario.config.classes, plans.plans_json, plans.name,
                                scenario.participants, scenario.slots, &plans, "the scenario");
     s.arrivals = scenario.arrivals;
     s.until = scenario.until;
     s.requests = scenario.requests;
     return s;
-  } catch (const Bad& bad) {
-    return ScenarioError{bad.message};
-  } catch (const std::exception& e) {
-    return ScenarioError{std::string("plans: ") + e.what()};
-  }
+  });
 }
 
 }  // namespace creditloop::sim

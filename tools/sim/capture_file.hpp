@@ -50,11 +50,6 @@ struct Capture {
   std::uint64_t first_file = 0;      // the `file` number of the earliest file given
 };
 
-/// A refusal: one line naming the file, the line and the field.
-struct CaptureError {
-  std::string message;
-};
-
 struct CaptureText {
   std::string name;  // for messages
   std::string text;
@@ -62,8 +57,7 @@ struct CaptureText {
 
 /// Reads one or several files of one capture, in any order: they are ordered by their header's
 /// origin and `file` number. Never throws for bad input.
-[[nodiscard]] std::variant<Capture, CaptureError> read_capture(
-    const std::vector<CaptureText>& files);
+[[nodiscard]] Parsed<Capture> read_capture(const std::vector<CaptureText>& files);
 
 /// Plans for a replay or a second run: the scenario format's `plans` object (docs/contract.md §6),
 /// and optionally `participants` ([{"name", "plan", "shares"}]) changing some participants' plan or
@@ -82,19 +76,18 @@ struct PlanFile {
 };
 
 /// Parses a plans file; errors are "field: problem" (the caller adds the file name).
-[[nodiscard]] std::variant<PlanFile, ScenarioError> parse_plan_file(std::string_view text);
+[[nodiscard]] Parsed<PlanFile> parse_plan_file(std::string_view text);
 
 /// The scenario that replays `capture`: its participants (with `plans`' changes, if given) and
 /// plans (`plans`' if given), room `slots` if given (else the captured slot count), one arrival per
 /// captured request at its `arrive`, with service `complete - dispatch` and its captured cost.
 /// Errors name the file and field at fault.
-[[nodiscard]] std::variant<Scenario, ScenarioError> replay_scenario(
-    const Capture& capture, const PlanFile* plans, std::optional<std::uint64_t> slots,
-    const std::string& capture_name);
+[[nodiscard]] Parsed<Scenario> replay_scenario(const Capture& capture, const PlanFile* plans,
+                                               std::optional<std::uint64_t> slots,
+                                               const std::string& capture_name);
 
 /// `scenario` with `plans` applied: the same arrivals under other plans and shares.
-[[nodiscard]] std::variant<Scenario, ScenarioError> with_plans(const Scenario& scenario,
-                                                               const PlanFile& plans);
+[[nodiscard]] Parsed<Scenario> with_plans(const Scenario& scenario, const PlanFile& plans);
 
 /// Exact nanoseconds from a decimal text of seconds ("1.000000200"); nothing when it is not a
 /// plain decimal (a sign, an exponent).

@@ -309,7 +309,7 @@ struct Recorded {
 // Runs `scenario`; a refusal by the core comes back in `error` (exit status 1).
 bool record_run(Recorded& run, bool drawing, const std::string& title, std::string& error) {
   auto built = sim::Simulator::create(run.scenario);
-  if (const auto* bad = std::get_if<sim::ScenarioError>(&built)) {
+  if (const auto* bad = std::get_if<sim::Refusal>(&built)) {
     error = bad->message;
     return false;
   }
@@ -347,7 +347,7 @@ bool load_plans(const Options& o, std::optional<sim::PlanFile>& plans) {
     return false;
   }
   auto parsed = sim::parse_plan_file(text);
-  if (const auto* bad = std::get_if<sim::ScenarioError>(&parsed)) {
+  if (const auto* bad = std::get_if<sim::Refusal>(&parsed)) {
     error_line(o.plans_path + ": " + bad->message);
     return false;
   }
@@ -370,13 +370,13 @@ bool prepare_replay(const Options& o, const sim::PlanFile* plans, TwoRuns& runs)
     texts.push_back(std::move(t));
   }
   auto read = sim::read_capture(texts);
-  if (const auto* bad = std::get_if<sim::CaptureError>(&read)) {
+  if (const auto* bad = std::get_if<sim::Refusal>(&read)) {
     error_line(bad->message);
     return false;
   }
   const sim::Capture& capture = runs.capture.emplace(std::get<sim::Capture>(std::move(read)));
   auto scenario = sim::replay_scenario(capture, plans, o.slots, capture.files.front());
-  if (const auto* bad = std::get_if<sim::ScenarioError>(&scenario)) {
+  if (const auto* bad = std::get_if<sim::Refusal>(&scenario)) {
     error_line(bad->message);
     return false;
   }
@@ -415,14 +415,14 @@ bool prepare_plans_run(const Options& o, const sim::PlanFile& plans, TwoRuns& ru
     error_line(error);
     return false;
   }
-  sim::ParseResult parsed = sim::parse_scenario(text);
-  if (const auto* bad = std::get_if<sim::ScenarioError>(&parsed)) {
+  sim::Parsed<sim::Scenario> parsed = sim::parse_scenario(text);
+  if (const auto* bad = std::get_if<sim::Refusal>(&parsed)) {
     error_line(file + ": " + bad->message);
     return false;
   }
   runs.first.scenario = std::get<sim::Scenario>(std::move(parsed));
   auto other = sim::with_plans(runs.first.scenario, plans);
-  if (const auto* bad = std::get_if<sim::ScenarioError>(&other)) {
+  if (const auto* bad = std::get_if<sim::Refusal>(&other)) {
     error_line(bad->message);
     return false;
   }
@@ -473,7 +473,7 @@ int run_and_compare(const Options& o, TwoRuns& runs) {
     if (drawing) {
       const std::uint64_t slots = runs.second.scenario.slots;
       auto s = sim::replay_scenario(capture, nullptr, slots, capture.files.front());
-      if (const auto* bad = std::get_if<sim::ScenarioError>(&s)) {
+      if (const auto* bad = std::get_if<sim::Refusal>(&s)) {
         error_line(bad->message);
         return 1;
       }
@@ -525,7 +525,7 @@ int compare_runs(const Options& o) {
     for (Recorded* r : {&runs.first, &runs.second}) {
       if (o.replay && r == &runs.first) continue;
       auto built = sim::Simulator::create(r->scenario);
-      if (const auto* bad = std::get_if<sim::ScenarioError>(&built)) {
+      if (const auto* bad = std::get_if<sim::Refusal>(&built)) {
         error_line(bad->message);
         return 1;
       }
@@ -662,8 +662,8 @@ int single_run(const Options& o) {
     error_line(error);
     return 1;
   }
-  sim::ParseResult parsed = sim::parse_scenario(text);
-  if (const auto* bad = std::get_if<sim::ScenarioError>(&parsed)) {
+  sim::Parsed<sim::Scenario> parsed = sim::parse_scenario(text);
+  if (const auto* bad = std::get_if<sim::Refusal>(&parsed)) {
     error_line(file + ": " + bad->message);
     return 1;
   }
@@ -680,7 +680,7 @@ int single_run(const Options& o) {
     std::optional<sim::Scenario> scenario;
     if (drawing || !o.capture_path.empty()) scenario = std::get<sim::Scenario>(parsed);
     auto built = sim::Simulator::create(std::move(std::get<sim::Scenario>(parsed)));
-    if (const auto* bad = std::get_if<sim::ScenarioError>(&built)) {
+    if (const auto* bad = std::get_if<sim::Refusal>(&built)) {
       error_line(file + ": " + bad->message);
       return 1;
     }

@@ -91,15 +91,26 @@ Nanos percentile(const std::vector<Nanos>& sorted, int p) {
   return sorted[static_cast<std::size_t>(rank == 0 ? 0 : rank - 1)];
 }
 
-RunAccount account_of(const Capture& capture) {
-  RunAccount out;
-  for (const ParticipantSpec& p : capture.participants) {
+namespace {
+
+// An empty row per participant, in ring order.
+std::vector<RunAccount::Row> rows_of(const std::vector<ParticipantSpec>& participants) {
+  std::vector<RunAccount::Row> rows;
+  for (const ParticipantSpec& p : participants) {
     RunAccount::Row row;
     row.name = p.name;
     row.plan = p.plan;
     row.shares = p.shares;
-    out.rows.push_back(std::move(row));
+    rows.push_back(std::move(row));
   }
+  return rows;
+}
+
+}  // namespace
+
+RunAccount account_of(const Capture& capture) {
+  RunAccount out;
+  out.rows = rows_of(capture.participants);
   for (const CapturedRequest& r : capture.requests) {
     RunAccount::Row& row = out.rows[r.participant];
     ++row.requests;
@@ -110,13 +121,7 @@ RunAccount account_of(const Capture& capture) {
 }
 
 WaitRecorder::WaitRecorder(const Scenario& scenario) {
-  for (const ParticipantSpec& p : scenario.participants) {
-    RunAccount::Row row;
-    row.name = p.name;
-    row.plan = p.plan;
-    row.shares = p.shares;
-    account_.rows.push_back(std::move(row));
-  }
+  account_.rows = rows_of(scenario.participants);
   arrived_.reserve(static_cast<std::size_t>(scenario.requests));
 }
 

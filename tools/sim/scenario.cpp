@@ -20,15 +20,9 @@ namespace {
 using json = nlohmann::json;
 using creditloop::Nanos;
 
-// Thrown inside this file only; parse_scenario turns it into a ScenarioError so that the checks
-// below read as a straight list of rules.
-struct Bad {
-  std::string message;
-};
-
-[[noreturn]] void fail(const std::string& path, const std::string& problem) {
-  throw Bad{path + ": " + problem};
-}
+// The checks below read as a straight list of rules: each refuses by throwing (tools::refuse), and
+// parse_scenario returns the Refusal.
+using tools::refuse;
 
 bool plain_key(std::string_view key) {
   return !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) {
@@ -71,11 +65,11 @@ const char* type_name(const json& v) {
 }
 
 void expect_object(const json& v, const std::string& path) {
-  if (!v.is_object()) fail(path, std::string("must be an object, got ") + type_name(v));
+  if (!v.is_object()) refuse(path, std::string("must be an object, got ") + type_name(v));
 }
 
 void expect_array(const json& v, const std::string& path) {
-  if (!v.is_array()) fail(path, std::string("must be an array, got ") + type_name(v));
+  if (!v.is_array()) refuse(path, std::string("must be an array, got ") + type_name(v));
 }
 
 // Keys of `obj` must come from `allowed`; `required` ones must be present.
@@ -88,11 +82,11 @@ void check_keys(const json& obj, const std::string& path,
     if (!known) {
       std::string list;
       for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      fail(child(path, item.key()), "unknown key (expected one of: " + list + ")");
+      refuse(child(path, item.key()), "unknown key (expected one of: " + list + ")");
     }
   }
   for (const char* r : required) {
-    if (!obj.contains(r)) fail(child(path, r), "missing required field");
+    if (!obj.contains(r)) refuse(child(path, r), "missing required field");
   }
 }
 
@@ -110,27 +104,27 @@ std::uint64_t whole(const json& v, const std::string& path, std::uint64_t lo, st
       n = static_cast<std::uint64_t>(d);
     }
   }
-  if (!n || *n < lo || *n > hi) fail(path, rule + got(v));
+  if (!n || *n < lo || *n > hi) refuse(path, rule + got(v));
   return *n;
 }
 
 double number(const json& v, const std::string& path, const std::string& rule) {
-  if (!v.is_number()) fail(path, rule + got(v));
+  if (!v.is_number()) refuse(path, rule + got(v));
   return v.get<double>();
 }
 
 Nanos time_at(const json& v, const std::string& path) {
   const std::string rule = "must be a time in seconds from 0 to 1000000000";
   const double s = number(v, path, rule);
-  if (std::signbit(s) && s != 0) fail(path, "must not be negative" + got(v));
-  if (!(s <= kMaxSeconds)) fail(path, rule + got(v));
+  if (std::signbit(s) && s != 0) refuse(path, "must not be negative" + got(v));
+  if (!(s <= kMaxSeconds)) refuse(path, rule + got(v));
   return seconds_to_nanos(s);
 }
 
 std::string text(const json& v, const std::string& path) {
-  if (!v.is_string()) fail(path, std::string("must be a string, got ") + type_name(v));
+  if (!v.is_string()) refuse(path, std::string("must be a string, got ") + type_name(v));
   std::string s = v.get<std::string>();
-  if (s.empty()) fail(path, "must not be empty");
+  if (s.empty()) refuse(path, "must not be empty");
   return s;
 }
 
@@ -139,13 +133,13 @@ int parse_classes(const json& root) {
   const json& v = root["classes"];
   const std::string path = "classes";
   if (!v.is_array() || v.empty() || v.size() > creditloop::kMaxClasses) {
-    fail(path, "must be [\"P1\", ..., \"Pk\"] with k from 1 to " +
-                   std::to_string(creditloop::kMaxClasses) + got(v));
+    refuse(path, "must be [\"P1\", ..., \"Pk\"] with k from 1 to " +
+                     std::to_string(creditloop::kMaxClasses) + got(v));
   }
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::string want = "P" + std::to_string(i + 1);
     if (!v[i].is_string() || v[i].get<std::string>() != want) {
-      fail(child(path, i), "must be \"" + want + "\" (classes are P1..Pk in order)" + got(v[i]));
+      refuse(child(path, i), "must be \"" + want + "\" (classes are P1..Pk in order)" + got(v[i]));
     }
   }
   return static_cast<int>(v.size());
@@ -158,7 +152,7 @@ std::vector<creditloop::Plan> parse_plans(const json& root, int k) {
   std::vector<creditloop::Plan> out;
   for (const auto& item : plans.items()) {
     const std::string ppath = child(path, item.key());
-    if (item.key().empty()) fail(ppath, "a plan name must not be empty");
+    if (item.key().empty()) refuse(ppath, "a plan name must not be empty");
     expect_object(item.value(), ppath);
     creditloop::Plan plan;
     plan.name = item.key();
@@ -169,8 +163,8 @@ std::vector<creditloop::Plan> parse_plans(const json& root, int k) {
         if (cls.key() == "P" + std::to_string(i + 1)) c = i;
       }
       if (!c) {
-        fail(cpath, "unknown key (a plan holds metered classes only: P1.." + std::string("P") +
-                        std::to_string(k) + ")");
+        refuse(cpath, "unknown key (a plan holds metered classes only: P1.." + std::string("P") +
+                          std::to_string(k) + ")");
       }
       const json& terms = cls.value();
       expect_object(terms, cpath);
@@ -181,12 +175,12 @@ std::vector<creditloop::Plan> parse_plans(const json& root, int k) {
       const double rate = number(terms["rate"], rpath, rate_rule);
       // The core keeps rates to 9 decimals: a rate that rounds to 0 there refills nothing.
       const auto rate_nano = creditloop::to_nano_credits(rate, creditloop::kMaxRate);
-      if (!rate_nano || *rate_nano <= 0) fail(rpath, rate_rule + got(terms["rate"]));
+      if (!rate_nano || *rate_nano <= 0) refuse(rpath, rate_rule + got(terms["rate"]));
       const std::string bpath = child(cpath, "burst");
       const std::string burst_rule = "must be a number of credits from 1 to 1000000";
       const double burst = number(terms["burst"], bpath, burst_rule);
       if (!(burst >= 1 && burst <= creditloop::kMaxBurst)) {
-        fail(bpath, burst_rule + got(terms["burst"]));
+        refuse(bpath, burst_rule + got(terms["burst"]));
       }
       plan.terms[static_cast<std::size_t>(*c)] = creditloop::ClassTerms{rate, burst};
     }
@@ -207,8 +201,8 @@ std::vector<ParticipantSpec> parse_participants(const json& root,
   const json& list = root["participants"];
   expect_array(list, "participants");
   if (list.size() > creditloop::kMaxParticipants) {
-    fail("participants", "at most " + std::to_string(creditloop::kMaxParticipants) +
-                             " participants, got " + std::to_string(list.size()));
+    refuse("participants", "at most " + std::to_string(creditloop::kMaxParticipants) +
+                               " participants, got " + std::to_string(list.size()));
   }
   std::vector<ParticipantSpec> out;
   std::map<std::string, std::size_t, std::less<>> seen;
@@ -220,13 +214,14 @@ std::vector<ParticipantSpec> parse_participants(const json& root,
     ParticipantSpec spec;
     spec.name = text(p["name"], child(path, "name"));
     if (auto [it, fresh] = seen.emplace(spec.name, i); !fresh) {
-      fail(child(path, "name"), "duplicate participant name " + json_string(spec.name) +
-                                    " (first at participants[" + std::to_string(it->second) + "])");
+      refuse(child(path, "name"), "duplicate participant name " + json_string(spec.name) +
+                                      " (first at participants[" + std::to_string(it->second) +
+                                      "])");
     }
     spec.plan = text(p["plan"], child(path, "plan"));
     if (std::none_of(plans.begin(), plans.end(),
                      [&](const creditloop::Plan& pl) { return pl.name == spec.plan; })) {
-      fail(child(path, "plan"), "unknown plan " + json_string(spec.plan));
+      refuse(child(path, "plan"), "unknown plan " + json_string(spec.plan));
     }
     if (p.contains("shares")) {
       spec.shares = static_cast<std::uint32_t>(
@@ -262,7 +257,7 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
     const std::string name = text(a["participant"], child(path, "participant"));
     const auto it = index.find(name);
     if (it == index.end())
-      fail(child(path, "participant"), "unknown participant " + json_string(name));
+      refuse(child(path, "participant"), "unknown participant " + json_string(name));
     spec.participant = it->second;
     if (a.contains("count")) spec.count = whole(a["count"], child(path, "count"), 0, kMaxCount);
     if (a.contains("every")) spec.every = time_at(a["every"], child(path, "every"));
@@ -275,7 +270,7 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
       const std::string rule = "must be a number of credits from 0 to 1000000";
       const double cost = number(a["cost"], cpath, rule);
       const auto nano = creditloop::to_nano_credits(cost, creditloop::kMaxCost);
-      if (!nano) fail(cpath, rule + got(a["cost"]));
+      if (!nano) refuse(cpath, rule + got(a["cost"]));
       spec.cost_nano = *nano;
     }
 
@@ -290,8 +285,8 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
     }
     requests += spec.in_run;
     if (requests > kMaxRequests) {
-      fail(child(path, "count"), "more than " + std::to_string(kMaxRequests) +
-                                     " requests would arrive in the run (the simulator's limit)");
+      refuse(child(path, "count"), "more than " + std::to_string(kMaxRequests) +
+                                       " requests would arrive in the run (the simulator's limit)");
     }
     const I128 own_last = spec.in_run > 0 ? static_cast<I128>(spec.at) +
                                                 static_cast<I128>(spec.in_run - 1) * spec.every
@@ -299,12 +294,13 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
     last_arrival = std::max(last_arrival, own_last);
     total_service += static_cast<I128>(spec.in_run) * spec.service;
     if (spec.cancel_after && own_last + *spec.cancel_after > std::numeric_limits<Nanos>::max()) {
-      fail(child(path, "cancel_after"),
-           "a withdrawal could fall beyond the virtual clock (2^63 nanoseconds, about 292 years)");
+      refuse(
+          child(path, "cancel_after"),
+          "a withdrawal could fall beyond the virtual clock (2^63 nanoseconds, about 292 years)");
     }
     if (last_arrival + total_service > std::numeric_limits<Nanos>::max()) {
-      fail(child(path, own_last > std::numeric_limits<Nanos>::max() / 2 ? "every" : "service"),
-           "the run could outlast the virtual clock (2^63 nanoseconds, about 292 years)");
+      refuse(child(path, own_last > std::numeric_limits<Nanos>::max() / 2 ? "every" : "service"),
+             "the run could outlast the virtual clock (2^63 nanoseconds, about 292 years)");
     }
     out.push_back(spec);
   }
@@ -421,11 +417,11 @@ Nanos seconds_to_nanos(double seconds) noexcept {
   return static_cast<Nanos>(rem >= half ? q + 1 : q);
 }
 
-ParseResult parse_scenario(std::string_view text_in) {
-  try {
+Parsed<Scenario> parse_scenario(std::string_view text_in) {
+  return tools::refusing<Scenario>("scenario", [&]() -> Parsed<Scenario> {
     KeyCheck check;
     json::sax_parse(text_in.begin(), text_in.end(), &check, json::input_format_t::json, true);
-    if (check.error()) return ScenarioError{*check.error()};
+    if (check.error()) return Refusal{*check.error()};
     const json root = json::parse(text_in.begin(), text_in.end());
 
     expect_object(root, "scenario");
@@ -445,14 +441,10 @@ ParseResult parse_scenario(std::string_view text_in) {
     // The core validates the configuration again; anything it still refuses is reported here,
     // before the simulator builds it, so that a refusal never surfaces as an exception later.
     if (auto problem = creditloop::check(s.config)) {
-      return ScenarioError{"plans: " + problem->message};
+      return Refusal{"plans: " + problem->message};
     }
     return s;
-  } catch (const Bad& bad) {
-    return ScenarioError{bad.message};
-  } catch (const std::exception& e) {
-    return ScenarioError{std::string("scenario: ") + e.what()};
-  }
+  });
 }
 
 }  // namespace creditloop::sim

@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/refusal.hpp"
 #include "common/wide_int.hpp"
 #include "creditloop/plan.hpp"
 #include "creditloop/units.hpp"
@@ -65,15 +66,12 @@ struct Scenario {
   bool withdraws = false;      // some entry gives `cancel_after`
 };
 
-/// A refusal: "path: problem", one line.
-struct ScenarioError {
-  std::string message;
-};
-
-using ParseResult = std::variant<Scenario, ScenarioError>;
+// A refusal names the field at fault: "path: problem", one line.
+using tools::Parsed;
+using tools::Refusal;
 
 /// Parses scenario text. Never throws for bad input.
-[[nodiscard]] ParseResult parse_scenario(std::string_view text);
+[[nodiscard]] Parsed<Scenario> parse_scenario(std::string_view text);
 
 /// Seconds (a finite double >= 0) to the nearest nanosecond of that exact binary value, halves
 /// away from zero. Exact: no rounding in an intermediate product.

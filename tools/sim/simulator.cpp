@@ -94,12 +94,12 @@ void LineWriter::flush() {
   }
 }
 
-std::variant<std::unique_ptr<Simulator>, ScenarioError> Simulator::create(Scenario scenario) {
+Parsed<std::unique_ptr<Simulator>> Simulator::create(Scenario scenario) {
   std::unique_ptr<Simulator> sim;
   try {
     sim.reset(new Simulator(std::move(scenario)));
   } catch (const std::invalid_argument& e) {
-    return ScenarioError{std::string("plans: ") + e.what()};
+    return Refusal{std::string("plans: ") + e.what()};
   }
   Simulator& s = *sim;
   const auto& specs = s.scenario_.participants;
@@ -112,19 +112,18 @@ std::variant<std::unique_ptr<Simulator>, ScenarioError> Simulator::create(Scenar
     if (!id) {
       switch (id.error()) {
         case creditloop::Errc::unknown_plan:
-          return ScenarioError{path + ".plan: unknown plan " + json_string(specs[i].plan)};
+          return Refusal{path + ".plan: unknown plan " + json_string(specs[i].plan)};
         case creditloop::Errc::duplicate_name:
-          return ScenarioError{path + ".name: duplicate participant name " +
-                               json_string(specs[i].name)};
+          return Refusal{path + ".name: duplicate participant name " + json_string(specs[i].name)};
         case creditloop::Errc::bad_shares:
-          return ScenarioError{path + ".shares: must be a whole number from 1 to " +
-                               std::to_string(creditloop::kMaxShares)};
+          return Refusal{path + ".shares: must be a whole number from 1 to " +
+                         std::to_string(creditloop::kMaxShares)};
         case creditloop::Errc::too_many_participants:
-          return ScenarioError{"participants: more participants than the core's limit of " +
-                               std::to_string(creditloop::kMaxParticipants)};
+          return Refusal{"participants: more participants than the core's limit of " +
+                         std::to_string(creditloop::kMaxParticipants)};
         default:
-          return ScenarioError{
-              path + ": refused by the core: " + std::string(creditloop::describe(id.error()))};
+          return Refusal{path +
+                         ": refused by the core: " + std::string(creditloop::describe(id.error()))};
       }
     }
     Participant p;

@@ -127,9 +127,9 @@ class RunObserver {
 class Simulator {
  public:
   /// Builds the core from the scenario and registers the participants at time 0, in order. A
-  /// refusal by the core comes back as a ScenarioError naming the field ("participants[1].plan:
+  /// refusal by the core comes back as a Refusal naming the field ("participants[1].plan:
   /// ..."); nothing is written.
-  static std::variant<std::unique_ptr<Simulator>, ScenarioError> create(Scenario scenario);
+  static Parsed<std::unique_ptr<Simulator>> create(Scenario scenario);
 
   ~Simulator();
   Simulator(const Simulator&) = delete;

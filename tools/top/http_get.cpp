@@ -102,8 +102,8 @@ GetResult exchange(boost::asio::io_context& io, const Url& url, std::string_view
 
 }  // namespace
 
-std::variant<Url, std::string> parse_url(std::string_view text) {
-  if (starts_with_nocase(text, "https://")) return std::string("https is not supported");
+tools::Parsed<Url> parse_url(std::string_view text) {
+  if (starts_with_nocase(text, "https://")) return tools::Refusal{"https is not supported"};
   if (starts_with_nocase(text, "http://")) text.remove_prefix(7);
   const std::size_t slash = text.find('/');
   std::string_view authority = text.substr(0, slash);
@@ -111,25 +111,25 @@ std::variant<Url, std::string> parse_url(std::string_view text) {
   Url url;
   if (authority.starts_with('[')) {  // [::1]:9090
     const std::size_t close = authority.find(']');
-    if (close == std::string_view::npos) return std::string("unclosed '[' in the address");
+    if (close == std::string_view::npos) return tools::Refusal{"unclosed '[' in the address"};
     url.host = std::string(authority.substr(1, close - 1));
     authority.remove_prefix(close + 1);
     if (!authority.empty() && !authority.starts_with(':')) {
-      return std::string("expected ':' after the address");
+      return tools::Refusal{"expected ':' after the address"};
     }
   } else {
     url.host = std::string(authority.substr(0, authority.find(':')));
     authority.remove_prefix(url.host.size());
   }
-  if (url.host.empty()) return std::string("no host in the URL");
+  if (url.host.empty()) return tools::Refusal{"no host in the URL"};
   url.port = authority.empty() ? "80" : std::string(authority.substr(1));
   if (url.port.empty() || url.port.size() > 5 ||
       url.port.find_first_not_of("0123456789") != std::string::npos ||
       std::stoul(url.port) > 65535 || std::stoul(url.port) == 0) {
-    return std::string("bad port \"") + url.port + "\"";
+    return tools::Refusal{std::string("bad port \"") + url.port + "\""};
   }
   if (path.find_first_of("?# ") != std::string_view::npos) {
-    return std::string("the URL may hold a path prefix, not a query");
+    return tools::Refusal{"the URL may hold a path prefix, not a query"};
   }
   while (path.ends_with('/')) path.remove_suffix(1);
   url.base = std::string(path);

@@ -17,6 +17,8 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "common/refusal.hpp"
+
 namespace creditloop::top {
 
 struct Url {
@@ -29,7 +31,7 @@ struct Url {
 
 /// "http://host[:port][/prefix]" (the scheme may be left out; the port defaults to 80), or why
 /// not.
-[[nodiscard]] std::variant<Url, std::string> parse_url(std::string_view text);
+[[nodiscard]] tools::Parsed<Url> parse_url(std::string_view text);
 
 struct Reply {
   unsigned status = 0;

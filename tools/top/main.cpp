@@ -18,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/command_line.hpp"
 #include "frame.hpp"
 #include "http_get.hpp"
 #include "screen.hpp"
@@ -26,6 +27,7 @@
 namespace {
 
 using namespace creditloop::top;
+namespace tools = creditloop::tools;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::string_view kParticipants = "/debug/participants";
@@ -86,9 +88,9 @@ class Poller {
       fail(why, false);
       return;
     }
-    ParseResult parsed = parse_sample(reply.body);
-    if (const auto* why = std::get_if<std::string>(&parsed)) {
-      fail("bad answer: " + *why, false);
+    tools::Parsed<Sample> parsed = parse_sample(reply.body);
+    if (const auto* why = std::get_if<tools::Refusal>(&parsed)) {
+      fail("bad answer: " + why->message, false);
       return;
     }
     Sample& s = std::get<Sample>(parsed);
@@ -305,15 +307,12 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_flag("--no-color", o.no_colour, "no colours, attributes only (also: NO_COLOR set)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+  if (const std::optional<int> status = creditloop::tools::parse_command_line(app, argc, argv)) {
+    return *status;
   }
   const auto url = parse_url(o.url);
-  if (const auto* why = std::get_if<std::string>(&url)) {
-    std::fprintf(stderr, "creditloop-top: %s: %s\n", o.url.c_str(), why->c_str());
+  if (const auto* why = std::get_if<tools::Refusal>(&url)) {
+    std::fprintf(stderr, "creditloop-top: %s: %s\n", o.url.c_str(), why->message.c_str());
     return 2;
   }
   View view;

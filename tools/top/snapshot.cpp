@@ -14,13 +14,8 @@ using nlohmann::json;
 // More would make no sense on a terminal; the server itself allows eight.
 constexpr std::size_t kMostClasses = 16;
 
-struct Refused : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-[[noreturn]] void refuse(const std::string& path, const char* why) {
-  throw Refused(path + ": " + why);
-}
+// Each check refuses by throwing; parse_sample returns the Refusal.
+using tools::refuse;
 
 const json* field(const json& object, const char* key) {
   const auto it = object.find(key);
@@ -163,15 +158,15 @@ std::string printable(std::string_view text) {
   return out;
 }
 
-ParseResult parse_sample(std::string_view json_text) {
+tools::Parsed<Sample> parse_sample(std::string_view json_text) {
   const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return std::string("the answer is not JSON");
+  if (j.is_discarded()) return tools::Refusal{"the answer is not JSON"};
   try {
     return read_sample(j);
-  } catch (const Refused& e) {
-    return std::string(e.what());
+  } catch (const tools::Refusal& refusal) {
+    return refusal;
   } catch (const json::exception& e) {
-    return std::string("unexpected answer: ") + e.what();
+    return tools::Refusal{std::string("unexpected answer: ") + e.what()};
   }
 }
 

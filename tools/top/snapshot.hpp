@@ -13,6 +13,8 @@
 #include <variant>
 #include <vector>
 
+#include "common/refusal.hpp"
+
 namespace creditloop::top {
 
 struct WaitQuantiles {
@@ -57,9 +59,8 @@ struct Sample {
 };
 
 /// A sample, or why the text is not one (one line).
-using ParseResult = std::variant<Sample, std::string>;
 
-[[nodiscard]] ParseResult parse_sample(std::string_view json_text);
+[[nodiscard]] tools::Parsed<Sample> parse_sample(std::string_view json_text);
 
 /// `text` with every byte outside printable ASCII replaced by '?'.
 [[nodiscard]] std::string printable(std::string_view text);
