@@ -292,16 +292,8 @@ Run::Run(Options options)
   }
 }
 
-}  // namespace creditloop::stress
-
-int main(int argc, char** argv) {
-  using namespace creditloop::stress;
-  const Options options = parse_options(argc, argv);
-  std::printf("creditloop-stress: seed 0x%016" PRIx64 "\n", options.seed);
-  std::fflush(stdout);
-  set_identity(options.seed, rerun_command(options, argv[0]));
-  Run run(options);
-  const Options& o = run.o;
+// What the run will do, for the log.
+void print_setup(const Options& o) {
   const std::string replay =
       !o.replay ? std::string("off")
                 : "through the reference model until " +
@@ -319,10 +311,11 @@ int main(int argc, char** argv) {
       *o.decide == DecideMode::visits ? "visit" : "batch", replay.c_str(), o.wait_slack_ms,
       o.watchdog_ms);
   std::fflush(stdout);
+}
 
-  std::thread replay_thread;
-  if (run.replayer) replay_thread = std::thread([&run] { run.replayer->run(*run.log); });
-
+// The runtime under test: the run's recorder observes it, and its clock is the run's.
+creditloop::RuntimeOptions runtime_options(Run& run) {
+  const Options& o = run.o;
   creditloop::RuntimeOptions ro;
   ro.config = run.config;
   ro.slots = o.slots;
@@ -347,51 +340,35 @@ int main(int argc, char** argv) {
   } else {
     ro.sink = [&run](const creditloop::Dispatched& d) { sink(run, d); };
   }
-  run.rt = std::make_unique<creditloop::Runtime>(std::move(ro));
+  return ro;
+}
 
-  const Nanos setup = steady_ns();
-  register_all(run);
-  std::printf("  registered %u participants in %.2f s\n", o.participants,
-              static_cast<double>(steady_ns() - setup) / 1e9);
-  std::fflush(stdout);
-
-  std::vector<std::thread> threads;
-  for (std::uint32_t i = 0; i < o.producers; ++i) {
-    threads.emplace_back([&run, i] { producer_main(run, i); });
-  }
-  for (std::uint32_t i = 0; i < run.rings.size(); ++i) {
-    threads.emplace_back([&run, i] { completer_main(run, i); });
-  }
-  if (o.churn) threads.emplace_back([&run] { churn_main(run); });
-  threads.emplace_back([&run] { pranks_main(run); });
-  threads.emplace_back([&run] { monitor_main(run); });
-  std::thread watchdog([&run] { watchdog_main(run); });
-
-  const Nanos start = steady_ns();
-  run.gate.count_down();
-  std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));  // the run's length
-
+// Shuts the runtime down as --end says and checks what it hands back. Returns the instant
+// shutdown() returned.
+Nanos shut_down(Run& run) {
+  const Options& o = run.o;
   run.shutting_down.store(true, std::memory_order_release);
   creditloop::RequestList back =
       run.rt->shutdown(*o.end == EndMode::hand_back ? creditloop::ShutdownMode::hand_back
                                                     : creditloop::ShutdownMode::drain);
   const Nanos ended = steady_ns();
-  {
-    std::size_t queued = 0;
-    const std::size_t count = back.size();
-    if (*o.end == EndMode::drain && count != 0) {
-      fail("check 1 (fate)", "shutdown(drain) handed back " + std::to_string(count) + " requests");
-    }
-    std::vector<std::uint64_t> ids =
-        take_handed_back(run, std::move(back), std::nullopt, "shutdown()", queued);
-    run.handed_back_shutdown.fetch_add(count, kRelaxed);
-    if (run.log && *o.end == EndMode::hand_back) {
-      run.handbacks.real(HandBacks::kShutdownKey, std::move(ids), queued, "shutdown()");
-    }
+  std::size_t queued = 0;
+  const std::size_t count = back.size();
+  if (*o.end == EndMode::drain && count != 0) {
+    fail("check 1 (fate)", "shutdown(drain) handed back " + std::to_string(count) + " requests");
   }
+  std::vector<std::uint64_t> ids =
+      take_handed_back(run, std::move(back), std::nullopt, "shutdown()", queued);
+  run.handed_back_shutdown.fetch_add(count, kRelaxed);
+  if (run.log && *o.end == EndMode::hand_back) {
+    run.handbacks.real(HandBacks::kShutdownKey, std::move(ids), queued, "shutdown()");
+  }
+  return ended;
+}
 
-  // Everything in flight is completed and every queued request was handed back or dispatched:
-  // the threads can go.
+// Everything in flight is completed and every queued request was handed back or dispatched:
+// wakes every producer and completer for the last time, and joins them.
+void release_threads(Run& run, std::vector<std::thread>& threads, std::thread& watchdog) {
   run.producers_stop.store(true, std::memory_order_release);
   for (auto& p : run.producers) {
     Req* head = p->returned.load(kRelaxed);
@@ -408,7 +385,10 @@ int main(int argc, char** argv) {
   run.stop.raise();
   for (std::thread& t : threads) t.join();
   watchdog.join();
+}
 
+// Checks 1 and 2 from the producers' counts. Returns the bursts they sent, for the last line.
+std::uint64_t report_fates(Run& run) {
   std::uint64_t accepted = 0, refused_unknown = 0, refused_removed = 0, refused_shutdown = 0,
                 bursts = 0;
   for (const auto& p : run.producers) {
@@ -431,23 +411,67 @@ int main(int argc, char** argv) {
   std::printf(
       "  check 2 (order): every queue entered in each producer's order and left in the "
       "order it was entered\n");
+  return bursts;
+}
 
-  if (run.log) {
-    run.log->finish();
-    if (const std::uint64_t behind = run.log->appended() - run.replayer->replayed();
-        behind > EventLog::kChunkEvents) {
-      std::printf("  waiting for the replay (%" PRIu64 " events behind), at most %.0f s\n", behind,
-                  o.replay_lag_s);
-      std::fflush(stdout);
-    }
-    // The tail is bounded: what the replay has not reached by then is left unreplayed.
-    if (!run.replayer->wait_done(std::chrono::duration_cast<std::chrono::nanoseconds>(
-            std::chrono::duration<double>(o.replay_lag_s)))) {
-      run.replayer->abandon();
-    }
-    replay_thread.join();
-    run.handbacks.check_drained(!run.recorder.truncated() && !run.replayer->abandoned());
+// Lets the replay catch up, for at most --replay-lag-s: what it has not reached by then is left
+// unreplayed.
+void finish_replay(Run& run, std::thread& replay_thread) {
+  run.log->finish();
+  if (const std::uint64_t behind = run.log->appended() - run.replayer->replayed();
+      behind > EventLog::kChunkEvents) {
+    std::printf("  waiting for the replay (%" PRIu64 " events behind), at most %.0f s\n", behind,
+                run.o.replay_lag_s);
+    std::fflush(stdout);
   }
+  if (!run.replayer->wait_done(std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(run.o.replay_lag_s)))) {
+    run.replayer->abandon();
+  }
+  replay_thread.join();
+  run.handbacks.check_drained(!run.recorder.truncated() && !run.replayer->abandoned());
+}
+
+// Checks 4 and 5, from the replay through the reference model.
+void report_replay(Run& run, Nanos start) {
+  const Replayer::Summary& r = run.replayer->summary();
+  const bool part = run.recorder.truncated() || run.replayer->abandoned();
+  if (run.recorder.truncated()) {
+    constexpr const char* kWhy[] = {"", "at the replay limit", "the replay was too far behind",
+                                    "its log outgrew the memory allowed"};
+    std::printf("  recording for the replay ended %.1f s into the run (%s)\n",
+                creditloop::to_seconds(run.recorder.cut_at() - start),
+                kWhy[static_cast<int>(run.recorder.cut_reason())]);
+  }
+  if (run.replayer->abandoned()) {
+    std::printf("  the replay was left %" PRIu64 " events short of the %" PRIu64
+                " recorded, after waiting %.0f s (--replay-lag-s)\n",
+                run.log->appended() - r.events, run.log->appended(), run.o.replay_lag_s);
+  }
+  if (part) {
+    std::printf(
+        "  checks 4 and 5 cover the part of the run replayed; the ledger checks all "
+        "of it\n");
+  }
+  std::printf("  check 4 (classes): %" PRIu64
+              " events replayed through the reference model%s: "
+              "%" PRIu64 " turns, %" PRIu64 " dispatches (%" PRIu64
+              " under a class above "
+              "their turn's), %" PRIu64 " completions (%" PRIu64 " charged), %" PRIu64
+              " hand-backs matched; %s\n",
+              r.events, part ? " (the run's first part)" : "", r.turns, r.dispatches,
+              r.out_above_turn, r.completions, r.charged, run.handbacks.matched(),
+              part ? "balances not compared" : "final balances equal to the nano-credit");
+  std::printf("  check 5 (bounded wait): %" PRIu64 " waits of P1 holders checked; at most %" PRIu64
+              " dispatches (bound 2 x %u ring places) and %s ms (slack %s ms) from its P1 "
+              "credit to its dispatch\n",
+              r.waits_checked, r.max_dispatches_after_credit, r.ring,
+              fmt("%.3f", static_cast<double>(r.max_wait_after_credit) / 1e6).c_str(),
+              fmt("%.0f", run.o.wait_slack_ms).c_str());
+}
+
+// Check 3, then 4 and 5 (or that they were off), 6, and the run's totals.
+void report_checks(Run& run, std::uint64_t bursts, Nanos start, Nanos ended) {
   check_accounts(run);
   const std::string unchecked =
       run.recorder.unchecked_costs() == 0
@@ -459,46 +483,12 @@ int main(int argc, char** argv) {
       "each as its completer reported it%s) match the core's statistics exactly\n",
       str(run.recorder.cost_applied()).c_str(), unchecked.c_str());
   if (run.replayer) {
-    const Replayer::Summary& r = run.replayer->summary();
-    const bool part = run.recorder.truncated() || run.replayer->abandoned();
-    if (run.recorder.truncated()) {
-      constexpr const char* kWhy[] = {"", "at the replay limit", "the replay was too far behind",
-                                      "its log outgrew the memory allowed"};
-      std::printf("  recording for the replay ended %.1f s into the run (%s)\n",
-                  static_cast<double>(run.recorder.cut_at() - start) / 1e9,
-                  kWhy[static_cast<int>(run.recorder.cut_reason())]);
-    }
-    if (run.replayer->abandoned()) {
-      std::printf("  the replay was left %" PRIu64 " events short of the %" PRIu64
-                  " recorded, after waiting %.0f s (--replay-lag-s)\n",
-                  run.log->appended() - r.events, run.log->appended(), o.replay_lag_s);
-    }
-    if (part) {
-      std::printf(
-          "  checks 4 and 5 cover the part of the run replayed; the ledger checks all "
-          "of it\n");
-    }
-    std::printf("  check 4 (classes): %" PRIu64
-                " events replayed through the reference model%s: "
-                "%" PRIu64 " turns, %" PRIu64 " dispatches (%" PRIu64
-                " under a class above "
-                "their turn's), %" PRIu64 " completions (%" PRIu64 " charged), %" PRIu64
-                " hand-backs matched; %s\n",
-                r.events, part ? " (the run's first part)" : "", r.turns, r.dispatches,
-                r.out_above_turn, r.completions, r.charged, run.handbacks.matched(),
-                part ? "balances not compared" : "final balances equal to the nano-credit");
-    std::printf("  check 5 (bounded wait): %" PRIu64
-                " waits of P1 holders checked; at most %" PRIu64
-                " dispatches (bound 2 x %u ring places) and %s ms (slack %s ms) from its P1 "
-                "credit to its dispatch\n",
-                r.waits_checked, r.max_dispatches_after_credit, r.ring,
-                fmt("%.3f", static_cast<double>(r.max_wait_after_credit) / 1e6).c_str(),
-                fmt("%.0f", o.wait_slack_ms).c_str());
+    report_replay(run, start);
   } else {
     std::printf("  checks 4 and 5: off (--no-replay)\n");
   }
   std::printf("  check 6 (no lost wake-up): nothing stood still for %.0f ms with work waiting\n",
-              o.watchdog_ms);
+              run.o.watchdog_ms);
   std::printf("  also: %" PRIu64 " lifecycle calls (%" PRIu64 " adds, %" PRIu64 " removes, %" PRIu64
               " re-plans, %" PRIu64 " scales, %" PRIu64 " refused as required), %" PRIu64
               " completions refused as required, %" PRIu64 " bursts, %" PRIu64
@@ -509,10 +499,54 @@ int main(int argc, char** argv) {
               run.snapshots.load(kRelaxed),
               static_cast<double>(run.recorder.max_queue_wait()) / 1e6);
   const std::uint64_t through = run.dispatched_seen.load(kRelaxed);
+  const double seconds = creditloop::to_seconds(ended - start);
   std::printf("creditloop-stress: ok: %" PRIu64
               " requests pushed through (dispatched and "
               "completed) in %.1f s, %.0f per second\n",
-              through, static_cast<double>(ended - start) / 1e9,
-              static_cast<double>(through) / (static_cast<double>(ended - start) / 1e9));
+              through, seconds, static_cast<double>(through) / seconds);
+}
+
+}  // namespace creditloop::stress
+
+int main(int argc, char** argv) {
+  using namespace creditloop::stress;
+  const Options options = parse_options(argc, argv);
+  std::printf("creditloop-stress: seed 0x%016" PRIx64 "\n", options.seed);
+  std::fflush(stdout);
+  set_identity(options.seed, rerun_command(options, argv[0]));
+  Run run(options);
+  const Options& o = run.o;
+  print_setup(o);
+
+  std::thread replay_thread;
+  if (run.replayer) replay_thread = std::thread([&run] { run.replayer->run(*run.log); });
+  run.rt = std::make_unique<creditloop::Runtime>(runtime_options(run));
+  const Nanos setup = steady_ns();
+  register_all(run);
+  std::printf("  registered %u participants in %.2f s\n", o.participants,
+              creditloop::to_seconds(steady_ns() - setup));
+  std::fflush(stdout);
+
+  std::vector<std::thread> threads;
+  for (std::uint32_t i = 0; i < o.producers; ++i) {
+    threads.emplace_back([&run, i] { producer_main(run, i); });
+  }
+  for (std::uint32_t i = 0; i < run.rings.size(); ++i) {
+    threads.emplace_back([&run, i] { completer_main(run, i); });
+  }
+  if (o.churn) threads.emplace_back([&run] { churn_main(run); });
+  threads.emplace_back([&run] { pranks_main(run); });
+  threads.emplace_back([&run] { monitor_main(run); });
+  std::thread watchdog([&run] { watchdog_main(run); });
+
+  const Nanos start = steady_ns();
+  run.gate.count_down();
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));  // the run's length
+  const Nanos ended = shut_down(run);
+  release_threads(run, threads, watchdog);
+
+  const std::uint64_t bursts = report_fates(run);
+  if (run.log) finish_replay(run, replay_thread);
+  report_checks(run, bursts, start, ended);
   return 0;
 }
