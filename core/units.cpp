@@ -1,6 +1,8 @@
 #include "creditloop/units.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 namespace creditloop {
 
@@ -31,12 +33,33 @@ double to_seconds(Nanos t) noexcept {
 }
 
 std::optional<Nanos> from_seconds(double seconds) noexcept {
+  // Exact: the double's own binary value times 1e9, rounded once, half away from zero. A plain
+  // seconds * 1e9 rounds the product first, and can land a nanosecond off.
+  __extension__ typedef unsigned __int128 Wide;
   if (!std::isfinite(seconds)) return std::nullopt;
-  const double nanos = std::round(seconds * static_cast<double>(kNanosPerSecond));
-  // -2^63 and 2^63 are exact doubles; every double in [-2^63, 2^63) converts without overflow.
-  constexpr double kLimit = 9'223'372'036'854'775'808.0;
-  if (nanos < -kLimit || nanos >= kLimit) return std::nullopt;
-  return static_cast<Nanos>(nanos);
+  const bool negative = std::signbit(seconds);
+  const double magnitude = std::fabs(seconds);
+  if (magnitude == 0) return Nanos{0};
+  int exp = 0;
+  const double frac = std::frexp(magnitude, &exp);  // magnitude = frac * 2^exp, frac in [0.5, 1)
+  const auto mantissa = static_cast<std::uint64_t>(std::ldexp(frac, 53));
+  // magnitude * 1e9 = mantissa * 1e9 * 2^(exp - 53), exactly; mantissa * 1e9 < 2^83.
+  const Wide scaled = static_cast<Wide>(mantissa) * static_cast<Wide>(kNanosPerSecond);
+  const int shift = exp - 53;
+  Wide nanos = 0;
+  if (shift >= 0) {
+    if (shift > 40) return std::nullopt;  // at least 2^83: far beyond Nanos
+    nanos = scaled << shift;
+  } else if (-shift < 100) {  // else below a quarter of a nanosecond: 0
+    const int down = -shift;
+    const Wide q = scaled >> down;
+    const Wide rem = scaled - (q << down);
+    nanos = rem >= (static_cast<Wide>(1) << (down - 1)) ? q + 1 : q;
+  }
+  const Wide limit = (static_cast<Wide>(1) << 63) - (negative ? 0 : 1);
+  if (nanos > limit) return std::nullopt;
+  if (!negative) return static_cast<Nanos>(nanos);
+  return nanos == limit ? std::numeric_limits<Nanos>::min() : -static_cast<Nanos>(nanos);
 }
 
 std::string to_decimal(Balance nano) {

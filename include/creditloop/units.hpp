@@ -65,8 +65,9 @@ __extension__ typedef __int128 Balance;
 /// An instant or a duration in seconds: for display, reports and traces, never for decisions.
 [[nodiscard]] double to_seconds(Nanos t) noexcept;
 
-/// Seconds as nanoseconds, rounded to the nearest. Returns nothing when the value is not finite
-/// or does not fit Nanos (about 292 years either way).
+/// Seconds as nanoseconds: the double's exact value, rounded to the nearest (halves away from
+/// zero). Returns nothing when the value is not finite or does not fit Nanos (about 292 years
+/// either way).
 [[nodiscard]] std::optional<Nanos> from_seconds(double seconds) noexcept;
 
 /// A balance's exact decimal digits in nano-credits ("-1500000000"): the standard library

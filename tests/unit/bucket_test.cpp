@@ -309,12 +309,17 @@ TEST(Units, ToSecondsIsForDisplay) {
   EXPECT_NEAR(to_seconds(std::numeric_limits<Nanos>::max()), 9'223'372'036.854775807, 1e-5);
 }
 
-TEST(Units, FromSecondsRoundsToTheNearestNanosecondAndRefusesWhatDoesNotFit) {
+TEST(Units, FromSecondsRoundsTheExactValueAndRefusesWhatDoesNotFit) {
   EXPECT_EQ(from_seconds(1.5), Nanos{1'500'000'000});
   EXPECT_EQ(from_seconds(-0.25), Nanos{-250'000'000});
   EXPECT_EQ(from_seconds(2.4e-9), Nanos{2});
   EXPECT_EQ(from_seconds(2.6e-9), Nanos{3});
+  // The double nearest 395.5015136935 lies just below the half nanosecond; 395.5015136935 * 1e9
+  // rounds up to it in a double, so a plain product would give ...694.
+  EXPECT_EQ(from_seconds(395.5015136935), Nanos{395'501'513'693});
+  EXPECT_EQ(from_seconds(-395.5015136935), Nanos{-395'501'513'693});
   EXPECT_EQ(from_seconds(9.2e9), Nanos{9'200'000'000'000'000'000});
+  EXPECT_EQ(from_seconds(-9.2e9), Nanos{-9'200'000'000'000'000'000});
   EXPECT_EQ(from_seconds(9.3e9), std::nullopt);
   EXPECT_EQ(from_seconds(-9.3e9), std::nullopt);
   EXPECT_EQ(from_seconds(std::numeric_limits<double>::quiet_NaN()), std::nullopt);

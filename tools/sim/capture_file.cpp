@@ -154,7 +154,7 @@ Nanos time_of(const ParsedLine& line, const char* key, const std::string& where)
   if (raw != line.raw.end()) {
     if (const auto exact = decimal_seconds(raw->second)) return *exact;
   }
-  return seconds_to_nanos(d);
+  return *creditloop::from_seconds(d);  // checked above: within [0, kMaxSeconds]
 }
 
 int parse_classes(const json& v, const std::string& where) {

@@ -118,7 +118,7 @@ Nanos time_at(const json& v, const std::string& path) {
   const double s = number(v, path, rule);
   if (std::signbit(s) && s != 0) refuse(path, "must not be negative" + got(v));
   if (!(s <= kMaxSeconds)) refuse(path, rule + got(v));
-  return seconds_to_nanos(s);
+  return *creditloop::from_seconds(s);  // checked above: within [0, kMaxSeconds]
 }
 
 std::string text(const json& v, const std::string& path) {
@@ -393,28 +393,6 @@ class KeyCheck {
 
 std::string path_key(std::string_view key) {
   return plain_key(key) ? "." + std::string(key) : "[" + json_string(key) + "]";
-}
-
-Nanos seconds_to_nanos(double seconds) noexcept {
-  if (!(seconds > 0)) return 0;
-  int exp = 0;
-  const double frac = std::frexp(seconds, &exp);  // seconds = frac * 2^exp, frac in [0.5, 1)
-  const auto mantissa = static_cast<std::uint64_t>(std::ldexp(frac, 53));
-  // seconds * 1e9 = mantissa * 1e9 * 2^(exp - 53), exactly; mantissa * 1e9 < 2^83.
-  const U128 scaled = static_cast<U128>(mantissa) * 1'000'000'000u;
-  const int shift = exp - 53;
-  if (shift >= 0) {
-    // Only for seconds >= 2^53, far beyond any time a scenario accepts.
-    return shift > 40 ? std::numeric_limits<Nanos>::max()
-                      : static_cast<Nanos>(std::min<U128>(
-                            scaled << shift, static_cast<U128>(std::numeric_limits<Nanos>::max())));
-  }
-  const int down = -shift;
-  if (down >= 100) return 0;  // below a quarter of a nanosecond
-  const U128 q = scaled >> down;
-  const U128 rem = scaled - (q << down);
-  const U128 half = static_cast<U128>(1) << (down - 1);
-  return static_cast<Nanos>(rem >= half ? q + 1 : q);
 }
 
 Parsed<Scenario> parse_scenario(std::string_view text_in) {

@@ -73,10 +73,6 @@ using tools::Refusal;
 /// Parses scenario text. Never throws for bad input.
 [[nodiscard]] Parsed<Scenario> parse_scenario(std::string_view text);
 
-/// Seconds (a finite double >= 0) to the nearest nanosecond of that exact binary value, halves
-/// away from zero. Exact: no rounding in an intermediate product.
-[[nodiscard]] creditloop::Nanos seconds_to_nanos(double seconds) noexcept;
-
 /// Formats a path component: `.name` for a plain identifier, `["..."]` (JSON-escaped) otherwise.
 [[nodiscard]] std::string path_key(std::string_view key);
 
