@@ -220,6 +220,8 @@ void Simulation::build_config() {
   if (const auto problem = check(core_config_)) bad("plans", problem->message);
 }
 
+// Every server's core and every tenant's traffic, drawn from the seed in one fixed order: the
+// order of the draws is what makes a run repeatable, so they stay in one function.
 void Simulation::build_traffic() {
   Rng rng{c_.seed};
   auto pick = [&](const std::vector<double>& weights) {

@@ -60,7 +60,8 @@ const char* change_name(Change c) {
   return "none";
 }
 
-/// Reads a configuration file over the defaults. Every key must be known.
+/// Reads a configuration file over the defaults. Every key must be known. A field after another,
+/// in the order docs/fleet.md lists them.
 void read_config(const json& j, SimConfig& c) {
   if (!j.is_object()) throw BadInput("the configuration must be a JSON object");
   static const std::set<std::string> known{"servers",

@@ -261,6 +261,7 @@ std::string metrics_text(Server& server) {
   return prometheus::TextSerializer().Serialize(families);
 }
 
+// /debug/participants: one JSON document, its fields in the order docs/server.md lists them.
 std::string participants_json(Server& server) {
   using nlohmann::json;
   const std::shared_ptr<const Directory> dir = server.directory();

@@ -340,6 +340,70 @@ FleetConfig fleet(const json& body) {
   return c;
 }
 
+// The tenants, each with a name, a key and a plan no other has; `keys` maps each key to its
+// tenant, for the admin key's check.
+std::vector<TenantConfig> tenants(const json* list, const std::string& base_dir,
+                                  const Config& plans, std::map<KeyDigest, std::string>& keys) {
+  std::vector<TenantConfig> out;
+  if (list == nullptr) return out;
+  if (!list->is_array()) refuse("tenants", "must be an array");
+  std::set<std::string, std::less<>> names;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    Fields f((*list)[i], "tenants[" + std::to_string(i) + "]");
+    TenantConfig t;
+    t.name = f.text("name", "", true);
+    if (!valid_name(t.name)) refuse(f.path("name"), "a tenant's name is 1 to 64 of [A-Za-z0-9._-]");
+    if (!names.insert(t.name).second) refuse(f.path("name"), "\"" + t.name + "\" is named twice");
+    const GivenKey key = *given_key(f, base_dir, true);
+    const auto [other, added] = keys.emplace(key.digest, t.name);
+    if (!added) refuse(key.path, "is the key of tenant \"" + other->second + "\" too");
+    t.key = key.digest;
+    t.plan = f.text("plan", "", true);
+    bool known = false;
+    for (const Plan& p : plans.plans) known = known || p.name == t.plan;
+    if (!known) refuse(f.path("plan"), "unknown plan \"" + t.plan + "\"");
+    t.shares = static_cast<std::uint32_t>(f.integer("shares", 1, 1, 1'000'000));
+    t.queue_limit = static_cast<std::uint32_t>(f.integer("queue_limit", 0, 0, 1u << 30));
+    t.queue_timeout = millis(f, "queue_timeout_ms", t.queue_timeout, 0);
+    f.finish();
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+ProxyConfig proxy(const json& body) {
+  Fields f(body, "proxy");
+  ProxyConfig p;
+  if (f.find("backend") == nullptr) refuse("proxy.backend", "is required");
+  p.backend = endpoint(f, "backend", {});
+  p.cost_header = f.text("cost_header", p.cost_header);
+  p.timeout = millis(f, "timeout_ms", p.timeout);
+  p.idle_timeout = millis(f, "idle_timeout_ms", p.idle_timeout, 0);
+  p.host = f.text("host", "");
+  if (p.host.find_first_of(" \t\r\n") != std::string::npos) {
+    refuse(f.path("host"), "must not contain white space");
+  }
+  f.finish();
+  return p;
+}
+
+Limits limits(const json& body) {
+  Fields f(body, "limits");
+  Limits l;
+  l.header_bytes =
+      static_cast<std::uint32_t>(f.integer("header_bytes", l.header_bytes, 256, 1 << 20));
+  l.body_bytes = f.integer("body_bytes", l.body_bytes, 0, 1ull << 30);
+  l.read_timeout = millis(f, "read_timeout_ms", l.read_timeout);
+  l.idle_timeout = millis(f, "idle_timeout_ms", l.idle_timeout);
+  l.send_timeout = millis(f, "send_timeout_ms", l.send_timeout);
+  l.max_connections =
+      static_cast<std::uint32_t>(f.integer("max_connections", l.max_connections, 1, 10'000'000));
+  l.max_connections_per_address = static_cast<std::uint32_t>(
+      f.integer("max_connections_per_address", l.max_connections_per_address, 0, 10'000'000));
+  f.finish();
+  return l;
+}
+
 ServerConfig parse(const json& root, const std::string& base_dir) {
   Fields top(root, "");
   ServerConfig s;
@@ -371,34 +435,8 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
   s.shutdown_deadline = millis(top, "shutdown_deadline_ms", s.shutdown_deadline, 0);
   s.plans = plans(root, top);
 
-  const json* tenants = top.find("tenants");
-  if (tenants != nullptr && !tenants->is_array()) refuse("tenants", "must be an array");
-  std::set<std::string, std::less<>> names;
   std::map<KeyDigest, std::string> keys;  // to the tenant it belongs to
-  if (tenants != nullptr) {
-    for (std::size_t i = 0; i < tenants->size(); ++i) {
-      Fields f((*tenants)[i], "tenants[" + std::to_string(i) + "]");
-      TenantConfig t;
-      t.name = f.text("name", "", true);
-      if (!valid_name(t.name))
-        refuse(f.path("name"), "a tenant's name is 1 to 64 of [A-Za-z0-9._-]");
-      if (!names.insert(t.name).second) refuse(f.path("name"), "\"" + t.name + "\" is named twice");
-      const GivenKey key = *given_key(f, base_dir, true);
-      const auto [other, added] = keys.emplace(key.digest, t.name);
-      if (!added) refuse(key.path, "is the key of tenant \"" + other->second + "\" too");
-      t.key = key.digest;
-      t.plan = f.text("plan", "", true);
-      bool known = false;
-      for (const Plan& p : s.plans.plans) known = known || p.name == t.plan;
-      if (!known) refuse(f.path("plan"), "unknown plan \"" + t.plan + "\"");
-      t.shares = static_cast<std::uint32_t>(f.integer("shares", 1, 1, 1'000'000));
-      t.queue_limit = static_cast<std::uint32_t>(f.integer("queue_limit", 0, 0, 1u << 30));
-      t.queue_timeout = millis(f, "queue_timeout_ms", t.queue_timeout, 0);
-      f.finish();
-      s.tenants.push_back(std::move(t));
-    }
-  }
-
+  s.tenants = tenants(top.find("tenants"), base_dir, s.plans, keys);
   if (const json* w = top.find("work")) {
     Fields f(*w, "work");
     s.work.max_cpu_ms = f.number("max_cpu_ms", s.work.max_cpu_ms, 0, 3.6e6);
@@ -406,34 +444,11 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
     f.finish();
   }
   if (const json* p = top.find("proxy")) {
-    Fields f(*p, "proxy");
-    if (f.find("backend") == nullptr) refuse("proxy.backend", "is required");
-    s.proxy.backend = endpoint(f, "backend", {});
-    s.proxy.cost_header = f.text("cost_header", s.proxy.cost_header);
-    s.proxy.timeout = millis(f, "timeout_ms", s.proxy.timeout);
-    s.proxy.idle_timeout = millis(f, "idle_timeout_ms", s.proxy.idle_timeout, 0);
-    s.proxy.host = f.text("host", "");
-    if (s.proxy.host.find_first_of(" \t\r\n") != std::string::npos) {
-      refuse(f.path("host"), "must not contain white space");
-    }
-    f.finish();
+    s.proxy = proxy(*p);
   } else if (s.mode == ServeMode::proxy) {
     refuse("proxy", "is required in proxy mode");
   }
-  if (const json* l = top.find("limits")) {
-    Fields f(*l, "limits");
-    s.limits.header_bytes =
-        static_cast<std::uint32_t>(f.integer("header_bytes", s.limits.header_bytes, 256, 1 << 20));
-    s.limits.body_bytes = f.integer("body_bytes", s.limits.body_bytes, 0, 1ull << 30);
-    s.limits.read_timeout = millis(f, "read_timeout_ms", s.limits.read_timeout);
-    s.limits.idle_timeout = millis(f, "idle_timeout_ms", s.limits.idle_timeout);
-    s.limits.send_timeout = millis(f, "send_timeout_ms", s.limits.send_timeout);
-    s.limits.max_connections = static_cast<std::uint32_t>(
-        f.integer("max_connections", s.limits.max_connections, 1, 10'000'000));
-    s.limits.max_connections_per_address = static_cast<std::uint32_t>(f.integer(
-        "max_connections_per_address", s.limits.max_connections_per_address, 0, 10'000'000));
-    f.finish();
-  }
+  if (const json* l = top.find("limits")) s.limits = limits(*l);
   if (const json* c = top.find("capture")) {
     Fields f(*c, "capture");
     CaptureConfig capture;

@@ -199,6 +199,8 @@ bool Fleet::connect() {
   return true;
 }
 
+// One pipeline a try: the claim, the reports and the heartbeat appended, then their replies read
+// in that order. In one function so that the order appended and the order read are seen together.
 bool Fleet::round_trip(std::vector<Report>& reports, std::uint32_t& live_servers, bool claim_only) {
   const std::string ttl = std::to_string(3 * config_.epoch.count());
   for (int attempt = 0; attempt < 2; ++attempt) {

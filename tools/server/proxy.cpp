@@ -133,7 +133,8 @@ asio::awaitable<ProxyOutcome> Exchanger::run() {
 }
 
 // Sends the head and streams the body; a reused connection that fails before any response byte
-// is replaced once for a repeatable request.
+// is replaced once for a repeatable request. One coroutine, longer than most functions here: the
+// retry must see the whole attempt (what was sent, on which connection), and each step suspends.
 asio::awaitable<bool> Exchanger::send_request() {
   const RequestHead& req = e_.head();
   const bool body = client_body_pending();
@@ -271,6 +272,9 @@ asio::awaitable<std::size_t> Exchanger::fill(beast::error_code& ec) {
   co_return got;
 }
 
+// Answers the client: whole when the backend's response is all here, else streamed as it
+// arrives, framed as the client can read it. One coroutine for the same reason as send_request():
+// the framing chosen at the head governs every later write, and each write suspends.
 asio::awaitable<void> Exchanger::relay_response() {
   const RequestHead& req = e_.head();
   auto& backend_res = response_->get();

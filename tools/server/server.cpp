@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include <prometheus/histogram.h>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -95,11 +96,12 @@ bool KeyDigestEqual::operator()(const KeyDigest& a, const KeyDigest& b) const no
 Server::Server(ServerOptions options)
     : options_(std::move(options)),
       keep_running_(io_.get_executor()),
-      acceptor_(io_),
-      admin_acceptor_(io_),
+      accept_strand_(asio::make_strand(io_)),
+      acceptor_(accept_strand_),
+      admin_acceptor_(accept_strand_),
       signals_(io_, SIGHUP, SIGTERM, SIGINT),
-      accept_pause_(io_),
-      admin_accept_pause_(io_) {
+      accept_pause_(accept_strand_),
+      admin_accept_pause_(accept_strand_) {
   tools::Parsed<ServerConfig> loaded = load_config(options_.config_path);
   if (auto* why = std::get_if<tools::Refusal>(&loaded)) throw std::runtime_error(why->message);
   auto config = std::make_shared<const ServerConfig>(std::get<ServerConfig>(std::move(loaded)));
@@ -472,9 +474,14 @@ void Server::write_access(const std::string& line) {
 
 void Server::begin_stop() {
   if (stopping_.exchange(true, std::memory_order_relaxed)) return;  // advisory flag; see stopping()
-  boost::system::error_code ignored;
-  acceptor_.close(ignored);
-  admin_acceptor_.close(ignored);
+  asio::dispatch(accept_strand_, [this] {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    admin_acceptor_.close(ignored);
+    // A paused listener would otherwise accept again, on a closed acceptor.
+    accept_pause_.cancel();
+    admin_accept_pause_.cancel();
+  });
   const auto deadline = directory()->config->shutdown_deadline;
   log("stopping: no new connections; queued requests are answered 503");
   stopper_ = std::thread([this, deadline] {

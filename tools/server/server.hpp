@@ -31,6 +31,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include "config.hpp"
@@ -181,6 +182,10 @@ class Server {
   // the context would run out of work while answers are still to be posted to it (at shutdown,
   // with the acceptors closed), and its threads would return.
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> keep_running_;
+  // The acceptors and their pause timers, and the close at shutdown, run on this strand: an
+  // acceptor is not safe to use from two threads at once, and an I/O thread re-arms its accept
+  // while the signal's thread closes it (ThreadSanitizer saw the two race in test_proxy.py).
+  boost::asio::strand<boost::asio::io_context::executor_type> accept_strand_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::ip::tcp::acceptor admin_acceptor_;
   boost::asio::signal_set signals_;

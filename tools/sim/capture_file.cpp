@@ -1,5 +1,6 @@
 #include "capture_file.hpp"
 
+#include "common/json_field.hpp"
 #include "common/json_text.hpp"
 
 #include <algorithm>
@@ -24,13 +25,9 @@ using ordered_json = nlohmann::ordered_json;
 using creditloop::Nanos;
 
 // Each check refuses by throwing (tools::refuse); the API's entry points return the Refusal.
+using tools::got;
 using tools::refuse;
-
-std::string got(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
-  return ", got " + s;
-}
+using tools::whole;
 
 // One line of a capture: the DOM nlohmann builds, plus the text of each number among the
 // line's top-level values, from which times are read exactly.
@@ -117,23 +114,6 @@ const json& field(const json& obj, const char* key, const std::string& where) {
   const auto it = obj.find(key);
   if (it == obj.end()) refuse(where + ": " + key, "missing required field");
   return *it;
-}
-
-std::uint64_t whole(const json& v, const std::string& where, std::uint64_t lo, std::uint64_t hi) {
-  std::optional<std::uint64_t> n;
-  if (v.is_number_unsigned()) {
-    n = v.get<std::uint64_t>();
-  } else if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (std::isfinite(d) && d >= 0 && std::floor(d) == d && d < 18446744073709551616.0) {
-      n = static_cast<std::uint64_t>(d);
-    }
-  }
-  if (!n || *n < lo || *n > hi) {
-    refuse(where, "must be a whole number from " + std::to_string(lo) + " to " +
-                      std::to_string(hi) + got(v));
-  }
-  return *n;
 }
 
 std::string text(const json& v, const std::string& where) {
@@ -261,8 +241,109 @@ struct Members {
   }
 };
 
+// A "request" line: one completed request, as recorded.
+CapturedRequest read_request(const ParsedLine& parsed, const std::string& where,
+                             const Header& header, const Members& members) {
+  const json& v = parsed.value;
+  CapturedRequest r;
+  const std::string name = text(field(v, "participant", where), where + ": participant");
+  const auto it = members.index.find(name);
+  if (it == members.index.end()) {
+    refuse(where + ": participant",
+           "unknown participant " + json_string(name) + " (not in the header's participants)");
+  }
+  r.participant = it->second;
+  r.arrive = time_of(parsed, "arrive", where);
+  r.dispatch = time_of(parsed, "dispatch", where);
+  r.complete = time_of(parsed, "complete", where);
+  if (r.dispatch < r.arrive) refuse(where + ": dispatch", "is before arrive");
+  if (r.complete < r.dispatch) refuse(where + ": complete", "is before dispatch");
+  const json& cls = field(v, "class", where);
+  const auto c = cls.is_string()
+                     ? creditloop::parse_class_name(cls.get<std::string>(), header.classes)
+                     : std::nullopt;
+  if (!c) {
+    refuse(where + ": class",
+           "must be one of P1..P" + std::to_string(header.classes + 1) + got(cls));
+  }
+  r.cls = *c;
+  const json& cost = field(v, "cost", where);
+  const auto nano = cost.is_number()
+                        ? creditloop::to_nano_credits(cost.get<double>(), creditloop::kMaxCost)
+                        : std::nullopt;
+  if (!nano) refuse(where + ": cost", "must be a number of credits from 0 to 1000000" + got(cost));
+  r.cost_nano = *nano;
+  return r;
+}
+
+// A "plan" line: an add, or the same plan again; a re-plan cannot be replayed.
+void read_plan_event(const ParsedLine& parsed, const std::string& where, const Header& header,
+                     Capture& out, Members& members) {
+  const json& v = parsed.value;
+  const std::string name = text(field(v, "participant", where), where + ": participant");
+  const std::string plan = text(field(v, "plan", where), where + ": plan");
+  std::uint32_t shares = 1;
+  if (v.contains("shares")) {
+    shares = static_cast<std::uint32_t>(
+        whole(v["shares"], where + ": shares", 1, creditloop::kMaxShares));
+  }
+  // Every participant holds its whole plan here (headers refuse less): a line giving it
+  // part of one adds or changes something the simulator cannot give.
+  if (v.contains("scale") && whole(v["scale"], where + ": scale", 0, 1'000'000) != 1'000'000) {
+    refuse(where + ": scale",
+           "a participant holding part of its plan cannot be replayed (the simulator gives "
+           "each participant its whole plan)");
+  }
+  if (!header.plans.contains(plan)) {
+    refuse(where + ": plan", "unknown plan " + json_string(plan) + " (not in the header's plans)");
+  }
+  const auto it = members.index.find(name);
+  if (it == members.index.end()) {
+    // An add. The simulator registers every participant at 0, in order of addition: the
+    // same ring, and the same buckets from the add on (they start full either way), since
+    // no request of it comes before. Not after a removal, whose ring place the core may
+    // give to the newcomer.
+    if (members.removed) {
+      refuse(where + ": ev", "\"plan\": adding participant " + json_string(name) +
+                                 " after participant " + json_string(*members.removed) +
+                                 " was removed cannot be replayed (the core may give the "
+                                 "newcomer the removed one's ring place)");
+    }
+    ParticipantSpec spec;
+    spec.name = name;
+    spec.plan = plan;
+    spec.shares = shares;
+    members.add(out, std::move(spec));
+  } else if (!members.is_active(it->second)) {
+    refuse(where + ": ev", "\"plan\": adding participant " + json_string(name) +
+                               " again after its removal cannot be replayed");
+  } else if (out.participants[it->second].plan != plan ||
+             out.participants[it->second].shares != shares) {
+    // The same plan and shares again changes nothing; a change would need the simulator to
+    // re-plan mid-run, which it does not do.
+    refuse(where + ": ev", "\"plan\": re-planning participant " + json_string(name) +
+                               " during a capture cannot be replayed (the simulator keeps "
+                               "each participant's plan and shares for the whole run)");
+  }
+}
+
+// A "remove" line.
+void read_remove(const ParsedLine& parsed, const std::string& where, Members& members) {
+  const json& v = parsed.value;
+  // A removed participant's queued requests were handed back, so the capture holds none of
+  // them; in the replay it stays registered with nothing more to send, which changes no
+  // decision. Its requests in flight complete as recorded.
+  const std::string name = text(field(v, "participant", where), where + ": participant");
+  const auto it = members.index.find(name);
+  if (it == members.index.end() || !members.is_active(it->second)) {
+    refuse(where + ": participant",
+           "unknown participant " + json_string(name) + " (not registered)");
+  }
+  members.active.erase(std::find(members.active.begin(), members.active.end(), it->second));
+  members.removed = name;
+}
+
 void read_events(const CaptureText& file, const Header& header, Capture& out, Members& members) {
-  const auto& index = members.index;
   std::string_view rest = file.text;
   std::size_t number = 0;
   while (!rest.empty()) {
@@ -280,98 +361,14 @@ void read_events(const CaptureText& file, const Header& header, Capture& out, Me
     if (!ev.is_string()) refuse(where + ": ev", "must be a string" + got(ev));
     const std::string kind = ev.get<std::string>();
     if (kind == "request") {
-      CapturedRequest r;
-      const std::string name = text(field(v, "participant", where), where + ": participant");
-      const auto it = index.find(name);
-      if (it == index.end()) {
-        refuse(where + ": participant",
-               "unknown participant " + json_string(name) + " (not in the header's participants)");
-      }
-      r.participant = it->second;
-      r.arrive = time_of(parsed, "arrive", where);
-      r.dispatch = time_of(parsed, "dispatch", where);
-      r.complete = time_of(parsed, "complete", where);
-      if (r.dispatch < r.arrive) refuse(where + ": dispatch", "is before arrive");
-      if (r.complete < r.dispatch) refuse(where + ": complete", "is before dispatch");
-      const json& cls = field(v, "class", where);
-      const auto c = cls.is_string()
-                         ? creditloop::parse_class_name(cls.get<std::string>(), header.classes)
-                         : std::nullopt;
-      if (!c) {
-        refuse(where + ": class",
-               "must be one of P1..P" + std::to_string(header.classes + 1) + got(cls));
-      }
-      r.cls = *c;
-      const json& cost = field(v, "cost", where);
-      const auto nano = cost.is_number()
-                            ? creditloop::to_nano_credits(cost.get<double>(), creditloop::kMaxCost)
-                            : std::nullopt;
-      if (!nano)
-        refuse(where + ": cost", "must be a number of credits from 0 to 1000000" + got(cost));
-      r.cost_nano = *nano;
-      out.requests.push_back(r);
+      out.requests.push_back(read_request(parsed, where, header, members));
     } else if (kind == "dropped") {
       out.dropped += whole(field(v, "requests", where), where + ": requests", 0,
                            std::numeric_limits<std::uint32_t>::max());
     } else if (kind == "plan") {
-      const std::string name = text(field(v, "participant", where), where + ": participant");
-      const std::string plan = text(field(v, "plan", where), where + ": plan");
-      std::uint32_t shares = 1;
-      if (v.contains("shares")) {
-        shares = static_cast<std::uint32_t>(
-            whole(v["shares"], where + ": shares", 1, creditloop::kMaxShares));
-      }
-      // Every participant holds its whole plan here (headers refuse less): a line giving it
-      // part of one adds or changes something the simulator cannot give.
-      if (v.contains("scale") && whole(v["scale"], where + ": scale", 0, 1'000'000) != 1'000'000) {
-        refuse(where + ": scale",
-               "a participant holding part of its plan cannot be replayed (the simulator gives "
-               "each participant its whole plan)");
-      }
-      if (!header.plans.contains(plan)) {
-        refuse(where + ": plan",
-               "unknown plan " + json_string(plan) + " (not in the header's plans)");
-      }
-      const auto it = index.find(name);
-      if (it == index.end()) {
-        // An add. The simulator registers every participant at 0, in order of addition: the
-        // same ring, and the same buckets from the add on (they start full either way), since
-        // no request of it comes before. Not after a removal, whose ring place the core may
-        // give to the newcomer.
-        if (members.removed) {
-          refuse(where + ": ev", "\"plan\": adding participant " + json_string(name) +
-                                     " after participant " + json_string(*members.removed) +
-                                     " was removed cannot be replayed (the core may give the "
-                                     "newcomer the removed one's ring place)");
-        }
-        ParticipantSpec spec;
-        spec.name = name;
-        spec.plan = plan;
-        spec.shares = shares;
-        members.add(out, std::move(spec));
-      } else if (!members.is_active(it->second)) {
-        refuse(where + ": ev", "\"plan\": adding participant " + json_string(name) +
-                                   " again after its removal cannot be replayed");
-      } else if (out.participants[it->second].plan != plan ||
-                 out.participants[it->second].shares != shares) {
-        // The same plan and shares again changes nothing; a change would need the simulator to
-        // re-plan mid-run, which it does not do.
-        refuse(where + ": ev", "\"plan\": re-planning participant " + json_string(name) +
-                                   " during a capture cannot be replayed (the simulator keeps "
-                                   "each participant's plan and shares for the whole run)");
-      }
+      read_plan_event(parsed, where, header, out, members);
     } else if (kind == "remove") {
-      // A removed participant's queued requests were handed back, so the capture holds none of
-      // them; in the replay it stays registered with nothing more to send, which changes no
-      // decision. Its requests in flight complete as recorded.
-      const std::string name = text(field(v, "participant", where), where + ": participant");
-      const auto it = index.find(name);
-      if (it == index.end() || !members.is_active(it->second)) {
-        refuse(where + ": participant",
-               "unknown participant " + json_string(name) + " (not registered)");
-      }
-      members.active.erase(std::find(members.active.begin(), members.active.end(), it->second));
-      members.removed = name;
+      read_remove(parsed, where, members);
     }
     // Any other kind is a later version's addition that this reader does not need.
   }

@@ -195,21 +195,16 @@ struct Coverage {
 // One stroked path of many short segments in one colour: the compact way to draw many marks.
 struct Strokes {
   std::string d;
-  void segment_h(double x, double y, double w) {
+  void segment_h(double x, double y, double w) { segment(x, y, 'h', w); }
+  void segment_v(double x, double y, double h) { segment(x, y, 'v', h); }
+  // A move to (x, y), then a line `length` long: 'h' across, 'v' down.
+  void segment(double x, double y, char direction, double length) {
     d += 'M';
     append_fixed(d, x);
     d += ',';
     append_fixed(d, y);
-    d += 'h';
-    append_fixed(d, w);
-  }
-  void segment_v(double x, double y, double h) {
-    d += 'M';
-    append_fixed(d, x);
-    d += ',';
-    append_fixed(d, y);
-    d += 'v';
-    append_fixed(d, h);
+    d += direction;
+    append_fixed(d, length);
   }
   void emit(std::string& out, const char* stroke, double width, const char* extra = "") const {
     if (d.empty()) return;
@@ -353,14 +348,28 @@ std::string Picture::data_json(const RunReport& report) const {
   out += ",\"end\":";
   append_int(out, end_micro(report));
   if (!balances_) out += ",\"balances\":false";
-  out += ",\"plans\":[";
+  out += ",\"plans\":";
+  append_plans(out);
+  out += ",\"participants\":[";
+  for (std::size_t i = 0; i < lanes_.size(); ++i) {
+    if (i > 0) out += ',';
+    append_lane(out, i, report);
+  }
+  out += "],\"passes\":";
+  append_passes(out);
+  out += '}';
+  return out;
+}
+
+void Picture::append_plans(std::string& out) const {
+  out += '[';
   for (std::size_t i = 0; i < scenario_.config.plans.size(); ++i) {
     const creditloop::Plan& plan = scenario_.config.plans[i];
     if (i > 0) out += ',';
     out += "{\"name\":";
     out += json_string(plan.name);
     out += ",\"terms\":[";
-    for (int c = 0; c < k; ++c) {
+    for (int c = 0; c < classes_; ++c) {
       if (c > 0) out += ',';
       const auto& t = plan.terms[static_cast<std::size_t>(c)];
       if (!t) {
@@ -371,101 +380,113 @@ std::string Picture::data_json(const RunReport& report) const {
     }
     out += "]}";
   }
-  out += "],\"participants\":[";
-  for (std::size_t i = 0; i < lanes_.size(); ++i) {
-    const Lane& lane = lanes_[i];
-    const ParticipantSpec& spec = scenario_.participants[i];
-    if (i > 0) out += ',';
-    out += "{\"name\":";
-    out += json_string(spec.name);
-    out += ",\"plan\":";
-    out += json_string(spec.plan);
-    out += ",\"shares\":";
-    append_int(out, spec.shares);
-    out += ",\"held\":";
-    append_array(out, lane.held);
-    out += ",\"rate\":";
-    out += nlohmann::json(lane.rate).dump();
-    out += ",\"cap\":";
-    out += nlohmann::json(lane.cap).dump();
-    std::vector<std::int64_t> req;
-    std::vector<std::int64_t> arrived;
-    std::vector<std::int64_t> wait;
-    std::vector<std::int64_t> service;
-    std::vector<std::int64_t> cls;
-    std::vector<std::int64_t> pass;
-    std::vector<std::int64_t> completion_pass;
-    std::vector<std::int64_t> withdrawn;
-    std::vector<std::int64_t> withdrawn_arrived;
-    std::vector<std::int64_t> withdrawn_after;
-    for (const std::uint32_t n : lane.requests) {
-      const Request& r = requests_[n];
-      if (r.cancelled >= 0) {  // apart, so that the dispatched ones stay a prefix of the lane
-        withdrawn.push_back(n);
-        withdrawn_arrived.push_back(r.arrived);
-        withdrawn_after.push_back(r.cancelled - r.arrived);
-        continue;
-      }
-      req.push_back(n);
-      arrived.push_back(r.arrived);
-      if (r.dispatched < 0) continue;  // the rest of the lane is still queued: order is kept
-      wait.push_back(r.dispatched - r.arrived);
-      cls.push_back(r.cls);
-      pass.push_back(r.pass);
-      service.push_back(r.completed < 0 ? -1 : r.completed - r.dispatched);
-      completion_pass.push_back(
-          r.completed < 0 ? -1 : std::int64_t{r.passes_before_completion} - r.pass - 1);
+  out += ']';
+}
+
+// A lane's requests as the page's columns. The withdrawn ones apart, so that the dispatched
+// ones stay a prefix of the lane's: the rest of the lane is still queued, in order.
+struct Picture::LaneColumns {
+  std::vector<std::int64_t> req;
+  std::vector<std::int64_t> arrived;
+  std::vector<std::int64_t> wait;
+  std::vector<std::int64_t> service;
+  std::vector<std::int64_t> cls;
+  std::vector<std::int64_t> pass;
+  std::vector<std::int64_t> completion_pass;
+  std::vector<std::int64_t> withdrawn;
+  std::vector<std::int64_t> withdrawn_arrived;
+  std::vector<std::int64_t> withdrawn_after;
+};
+
+Picture::LaneColumns Picture::lane_columns(const Lane& lane) const {
+  LaneColumns out;
+  for (const std::uint32_t n : lane.requests) {
+    const Request& r = requests_[n];
+    if (r.cancelled >= 0) {
+      out.withdrawn.push_back(n);
+      out.withdrawn_arrived.push_back(r.arrived);
+      out.withdrawn_after.push_back(r.cancelled - r.arrived);
+      continue;
     }
-    out += ",\"req\":";
-    append_deltas(out, req);
-    out += ",\"a\":";
-    append_deltas(out, arrived);
-    out += ",\"w\":";
-    append_array(out, wait);
-    out += ",\"s\":";
-    append_array(out, service);
-    out += ",\"c\":";
-    append_array(out, cls);
-    out += ",\"dp\":";
-    append_deltas(out, pass);
-    out += ",\"cp\":";
-    append_array(out, completion_pass);
-    out += ",\"xreq\":";
-    append_deltas(out, withdrawn);
-    out += ",\"xa\":";
-    append_deltas(out, withdrawn_arrived);
-    out += ",\"xw\":";
-    append_array(out, withdrawn_after);
-    out += ",\"bt\":";
-    append_deltas(out, lane.samples.t);
-    out += ",\"bk\":";
-    append_deltas(out, lane.samples.key);
-    out += ",\"b\":[";
-    for (std::size_t h = 0; h < lane.samples.value.size(); ++h) {
-      if (h > 0) out += ',';
-      append_deltas(out, lane.samples.value[h]);
+    out.req.push_back(n);
+    out.arrived.push_back(r.arrived);
+    if (r.dispatched < 0) continue;
+    out.wait.push_back(r.dispatched - r.arrived);
+    out.cls.push_back(r.cls);
+    out.pass.push_back(r.pass);
+    out.service.push_back(r.completed < 0 ? -1 : r.completed - r.dispatched);
+    out.completion_pass.push_back(
+        r.completed < 0 ? -1 : std::int64_t{r.passes_before_completion} - r.pass - 1);
+  }
+  return out;
+}
+
+void Picture::append_lane(std::string& out, std::size_t index, const RunReport& report) const {
+  const Lane& lane = lanes_[index];
+  const ParticipantSpec& spec = scenario_.participants[index];
+  out += "{\"name\":";
+  out += json_string(spec.name);
+  out += ",\"plan\":";
+  out += json_string(spec.plan);
+  out += ",\"shares\":";
+  append_int(out, spec.shares);
+  out += ",\"held\":";
+  append_array(out, lane.held);
+  out += ",\"rate\":";
+  out += nlohmann::json(lane.rate).dump();
+  out += ",\"cap\":";
+  out += nlohmann::json(lane.cap).dump();
+  const LaneColumns columns = lane_columns(lane);
+  out += ",\"req\":";
+  append_deltas(out, columns.req);
+  out += ",\"a\":";
+  append_deltas(out, columns.arrived);
+  out += ",\"w\":";
+  append_array(out, columns.wait);
+  out += ",\"s\":";
+  append_array(out, columns.service);
+  out += ",\"c\":";
+  append_array(out, columns.cls);
+  out += ",\"dp\":";
+  append_deltas(out, columns.pass);
+  out += ",\"cp\":";
+  append_array(out, columns.completion_pass);
+  out += ",\"xreq\":";
+  append_deltas(out, columns.withdrawn);
+  out += ",\"xa\":";
+  append_deltas(out, columns.withdrawn_arrived);
+  out += ",\"xw\":";
+  append_array(out, columns.withdrawn_after);
+  out += ",\"bt\":";
+  append_deltas(out, lane.samples.t);
+  out += ",\"bk\":";
+  append_deltas(out, lane.samples.key);
+  out += ",\"b\":[";
+  for (std::size_t h = 0; h < lane.samples.value.size(); ++h) {
+    if (h > 0) out += ',';
+    append_deltas(out, lane.samples.value[h]);
+  }
+  out += "]";
+  const auto rep = std::find_if(report.participants.rbegin(), report.participants.rend(),
+                                [&](const ParticipantReport& p) { return p.name == spec.name; });
+  if (rep != report.participants.rend()) {
+    out += ",\"summary\":{\"dispatched\":[";
+    for (int c = 0; c <= classes_; ++c) {
+      if (c > 0) out += ',';
+      append_int(out, static_cast<std::int64_t>(rep->dispatched[static_cast<std::size_t>(c)]));
     }
-    out += "]";
-    const ParticipantReport* rep = nullptr;
-    for (const ParticipantReport& p : report.participants) {
-      if (p.name == spec.name) rep = &p;
-    }
-    if (rep != nullptr) {
-      out += ",\"summary\":{\"dispatched\":[";
-      for (int c = 0; c <= k; ++c) {
-        if (c > 0) out += ',';
-        append_int(out, static_cast<std::int64_t>(rep->dispatched[static_cast<std::size_t>(c)]));
-      }
-      out += "],\"completed\":";
-      append_int(out, static_cast<std::int64_t>(rep->completed));
-      out += ",\"waiting\":";
-      append_int(out, static_cast<std::int64_t>(rep->waiting));
-      out += '}';
-    }
+    out += "],\"completed\":";
+    append_int(out, static_cast<std::int64_t>(rep->completed));
+    out += ",\"waiting\":";
+    append_int(out, static_cast<std::int64_t>(rep->waiting));
     out += '}';
   }
+  out += '}';
+}
+
+void Picture::append_passes(std::string& out) const {
   const Passes& p = passes_;
-  out += "],\"passes\":{\"t\":";
+  out += "{\"t\":";
   append_deltas(out, p.t);
   out += ",\"c\":";
   append_array(out, p.cls);
@@ -483,8 +504,7 @@ std::string Picture::data_json(const RunReport& report) const {
   append_array(out, p.balance);
   out += ",\"rn\":";
   append_array(out, p.next_credit);
-  out += "}}";
-  return out;
+  out += '}';
 }
 
 namespace {

@@ -103,6 +103,12 @@ class Picture final : public RunObserver {
   void sample(std::int64_t t, std::uint32_t key, std::uint32_t participant,
               const Balances& balances);
   [[nodiscard]] std::string data_json(const RunReport& report) const;
+  // Its parts, in the order the page reads them (docs/pictures.md).
+  struct LaneColumns;
+  [[nodiscard]] LaneColumns lane_columns(const Lane& lane) const;
+  void append_plans(std::string& out) const;
+  void append_lane(std::string& out, std::size_t index, const RunReport& report) const;
+  void append_passes(std::string& out) const;
   [[nodiscard]] std::int64_t end_micro(const RunReport& report) const;
 
   // The static picture, a layer at a time, top to bottom (picture.cpp).

@@ -1,5 +1,6 @@
 #include "scenario.hpp"
 
+#include "common/json_field.hpp"
 #include "common/json_text.hpp"
 
 #include <algorithm>
@@ -22,7 +23,9 @@ using creditloop::Nanos;
 
 // The checks below read as a straight list of rules: each refuses by throwing (tools::refuse), and
 // parse_scenario returns the Refusal.
+using tools::got;
 using tools::refuse;
+using tools::whole;
 
 bool plain_key(std::string_view key) {
   return !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) {
@@ -41,11 +44,6 @@ std::string child(const std::string& path, std::size_t index) {
 }
 
 // What the value was, short enough for one line.
-std::string got(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
-  return ", got " + s;
-}
 
 const char* type_name(const json& v) {
   switch (v.type()) {
@@ -88,24 +86,6 @@ void check_keys(const json& obj, const std::string& path,
   for (const char* r : required) {
     if (!obj.contains(r)) refuse(child(path, r), "missing required field");
   }
-}
-
-// A whole number in [lo, hi]. 3 and 3.0 are whole; 2.5, -1, "3" and true are not.
-std::uint64_t whole(const json& v, const std::string& path, std::uint64_t lo, std::uint64_t hi) {
-  const std::string rule =
-      "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
-  std::optional<std::uint64_t> n;
-  if (v.is_number_unsigned()) {
-    n = v.get<std::uint64_t>();
-  } else if (v.is_number_float()) {
-    const double d = v.get<double>();
-    // 2^64 exactly is the first double that no longer fits.
-    if (std::isfinite(d) && d >= 0 && std::floor(d) == d && d < 18446744073709551616.0) {
-      n = static_cast<std::uint64_t>(d);
-    }
-  }
-  if (!n || *n < lo || *n > hi) refuse(path, rule + got(v));
-  return *n;
 }
 
 double number(const json& v, const std::string& path, const std::string& rule) {

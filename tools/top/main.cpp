@@ -178,6 +178,9 @@ int run_once(const Options& o, const Url& url, View view) {
   return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
+// The live view: polls, reads keys, redraws. One loop over one frame's state (the mode, what is
+// typed, when to poll next), longer than most functions here: split, that state would travel
+// through every part.
 int run_interactive(const Options& o, const Url& url, View view) {
   HttpClient client;
   Poller poller;
