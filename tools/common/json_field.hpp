@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "creditloop/units.hpp"
+
 #include "refusal.hpp"
 
 namespace creditloop::tools {
@@ -38,6 +40,23 @@ inline std::uint64_t whole(const nlohmann::json& v, const std::string& where, st
                       std::to_string(hi) + got(v));
   }
   return *n;
+}
+
+/// A `classes` field: ["P1", ..., "Pk"], k from 1 to kMaxClasses, in order. Returns k, or a
+/// Refusal naming `where` or the entry at fault.
+inline int metered_classes(const nlohmann::json& v, const std::string& where) {
+  if (!v.is_array() || v.empty() || v.size() > creditloop::kMaxClasses) {
+    refuse(where, "must be [\"P1\", ..., \"Pk\"] with k from 1 to " +
+                      std::to_string(creditloop::kMaxClasses) + got(v));
+  }
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string want = "P" + std::to_string(i + 1);
+    if (!v[i].is_string() || v[i].get<std::string>() != want) {
+      refuse(where + "[" + std::to_string(i) + "]",
+             "must be \"" + want + "\" (classes are P1..Pk in order)" + got(v[i]));
+    }
+  }
+  return static_cast<int>(v.size());
 }
 
 }  // namespace creditloop::tools

@@ -26,6 +26,7 @@ using creditloop::Nanos;
 
 // Each check refuses by throwing (tools::refuse); the API's entry points return the Refusal.
 using tools::got;
+using tools::metered_classes;
 using tools::refuse;
 using tools::whole;
 
@@ -137,20 +138,6 @@ Nanos time_of(const ParsedLine& line, const char* key, const std::string& where)
   return *creditloop::from_seconds(d);  // checked above: within [0, kMaxSeconds]
 }
 
-int parse_classes(const json& v, const std::string& where) {
-  if (!v.is_array() || v.empty() || v.size() > creditloop::kMaxClasses) {
-    refuse(where, "must be [\"P1\", ..., \"Pk\"] with k from 1 to " +
-                      std::to_string(creditloop::kMaxClasses) + got(v));
-  }
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    const std::string want = "P" + std::to_string(i + 1);
-    if (!v[i].is_string() || v[i].get<std::string>() != want) {
-      refuse(where + "[" + std::to_string(i) + "]", "must be \"" + want + "\"" + got(v[i]));
-    }
-  }
-  return static_cast<int>(v.size());
-}
-
 struct Header {
   std::string name;
   std::uint64_t file = 0;
@@ -183,7 +170,7 @@ Header parse_header(const std::string& name, std::string_view first_line) {
                    std::numeric_limits<std::uint64_t>::max());
   out.origin = whole(field(h, "origin_unix_ns", where), where + ": origin_unix_ns", 0,
                      std::numeric_limits<std::uint64_t>::max());
-  out.classes = parse_classes(field(h, "classes", where), where + ": classes");
+  out.classes = metered_classes(field(h, "classes", where), where + ": classes");
   out.plans = field(h, "plans", where);
   if (!out.plans.is_object()) refuse(where + ": plans", "must be an object" + got(out.plans));
   const json& server = field(h, "server", where);
@@ -564,7 +551,7 @@ Parsed<PlanFile> parse_plan_file(std::string_view text_in) {
     const json& plans = field(root, "plans", "plans file");
     if (!plans.is_object()) refuse("plans", "must be an object" + got(plans));
     out.plans_json = plans.dump();
-    if (root.contains("classes")) out.classes = parse_classes(root["classes"], "classes");
+    if (root.contains("classes")) out.classes = metered_classes(root["classes"], "classes");
     if (root.contains("participants")) {
       const json& list = root["participants"];
       if (!list.is_array()) refuse("participants", "must be an array" + got(list));

@@ -109,20 +109,7 @@ std::string text(const json& v, const std::string& path) {
 }
 
 int parse_classes(const json& root) {
-  if (!root.contains("classes")) return 2;
-  const json& v = root["classes"];
-  const std::string path = "classes";
-  if (!v.is_array() || v.empty() || v.size() > creditloop::kMaxClasses) {
-    refuse(path, "must be [\"P1\", ..., \"Pk\"] with k from 1 to " +
-                     std::to_string(creditloop::kMaxClasses) + got(v));
-  }
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    const std::string want = "P" + std::to_string(i + 1);
-    if (!v[i].is_string() || v[i].get<std::string>() != want) {
-      refuse(child(path, i), "must be \"" + want + "\" (classes are P1..Pk in order)" + got(v[i]));
-    }
-  }
-  return static_cast<int>(v.size());
+  return root.contains("classes") ? tools::metered_classes(root["classes"], "classes") : 2;
 }
 
 std::vector<creditloop::Plan> parse_plans(const json& root, int k) {
