@@ -8,6 +8,7 @@
 #include <new>
 
 #include "zone_entry.hpp"
+#include "zone_room.hpp"
 
 namespace {
 
@@ -21,6 +22,14 @@ Entry view(creditloop_zone_entry* entry) noexcept { return Entry(reinterpret_cas
 Entry view(const creditloop_zone_entry* entry) noexcept {
   // The view's reads never write: const only in C's eyes.
   return Entry(reinterpret_cast<Word*>(const_cast<creditloop_zone_entry*>(entry)));
+}
+
+using Room = creditloop::nginx::ZoneRoom<std::atomic>;
+
+Room room_view(creditloop_zone_room* room) noexcept { return Room(reinterpret_cast<Word*>(room)); }
+Room room_view(const creditloop_zone_room* room) noexcept {
+  // used() never writes: const only in C's eyes.
+  return Room(reinterpret_cast<Word*>(const_cast<creditloop_zone_room*>(room)));
 }
 
 }  // namespace
@@ -54,5 +63,17 @@ int creditloop_zone_live(const creditloop_zone_entry* entry, uint64_t generation
 uint64_t creditloop_zone_load(const creditloop_zone_entry* entry, size_t value) {
   return view(entry).load(value);
 }
+
+size_t creditloop_room_words(void) { return Room::kWords; }
+
+int creditloop_room_take(creditloop_zone_room* room, uint64_t slots, int borrowing) {
+  return room_view(room).take(slots, borrowing != 0) ? 1 : 0;
+}
+
+void creditloop_room_give(creditloop_zone_room* room, uint64_t n) { room_view(room).give(n); }
+
+void creditloop_room_owe(creditloop_zone_room* room, int change) { room_view(room).owe(change); }
+
+uint64_t creditloop_room_used(const creditloop_zone_room* room) { return room_view(room).used(); }
 
 }  // extern "C"

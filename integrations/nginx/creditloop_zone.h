@@ -34,6 +34,21 @@ int creditloop_zone_live(const creditloop_zone_entry *entry, uint64_t generation
 /* One value: after creditloop_zone_live() returned 1, or the owner's own. */
 uint64_t creditloop_zone_load(const creditloop_zone_entry *entry, size_t value);
 
+/* The room all workers share (zone_room.hpp): `words` is creditloop_room_words() 64-bit words
+ * of the zone, zero before the workers fork. */
+typedef struct creditloop_zone_room creditloop_zone_room;
+
+size_t creditloop_room_words(void);
+/* 1 when a slot of `slots` was taken; one past its own share (`borrowing` 1) is taken only while
+ * no worker is owed. */
+int creditloop_room_take(creditloop_zone_room *room, uint64_t slots, int borrowing);
+/* Gives `n` slots back. */
+void creditloop_room_give(creditloop_zone_room *room, uint64_t n);
+/* The worker became owed (+1) or stopped being owed (-1). */
+void creditloop_room_owe(creditloop_zone_room *room, int change);
+/* Requests in flight, all workers together. */
+uint64_t creditloop_room_used(const creditloop_zone_room *room);
+
 #ifdef __cplusplus
 }
 #endif

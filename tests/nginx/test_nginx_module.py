@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """ngx_http_creditloop_module inside Debian's nginx, on loopback: HTTP/1.1, HTTP/2 over TLS, a
-streamed (SSE) upstream, 401 for an unknown tenant, a client that leaves while queued, the queue
-timeout's 503, reload with changed tenants, quit with requests queued, and configurations
+streamed (SSE) upstream, 401 for an unknown tenant, clients that leave (while queued, at once,
+by HTTP/2 RST_STREAM), the queue timeout's 503, authentication before the queue, the room given
+back when the upstream is done (slow readers, cache hits), the cost variable in a header,
+error pages, POST bodies, reload with changed tenants, quit with requests queued, a thousand
+tenants with 64 workers, the cache manager, the .so's exported symbols, and configurations
 `nginx -t` refuses naming the directive and the line.
 
 Usage: test_nginx_module.py --module PATH/ngx_http_creditloop_module.so [--nginx /usr/sbin/nginx]
@@ -10,6 +13,7 @@ Every wait is a poll with a deadline on something observable (a metric, a respon
 backend's record) or a gate the test opens; never a fixed sleep.
 """
 import argparse
+import base64
 import http.client
 import json
 import os
@@ -17,6 +21,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -45,6 +50,8 @@ class Backend:
 
     def __init__(self):
         self.lock = threading.Lock()
+        self.active = 0  # /busy/ requests in the backend now, and the most at once
+        self.most_active = 0
         self.gates = {}
         self.seen = []
         backend = self
@@ -58,11 +65,38 @@ class Backend:
             def log_message(self, *args):
                 pass
 
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", "0"))
+                data = self.rfile.read(length)
+                with backend.lock:
+                    backend.seen.append(self.path)
+                body = b"got %d" % len(data)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
             def do_GET(self):
                 with backend.lock:
                     backend.seen.append(self.path)
                 if self.path.startswith("/gate/"):
                     backend.gate(self.path[6:]).wait(30)
+                if self.path.startswith("/slow/"):
+                    time.sleep(0.02)  # the backend's work, which the cost measures
+                if self.path.startswith("/busy/"):
+                    with backend.lock:
+                        backend.active += 1
+                        backend.most_active = max(backend.most_active, backend.active)
+                    time.sleep(0.01)  # work, so that requests overlap when the room lets them
+                    with backend.lock:
+                        backend.active -= 1
+                if "/big/" in self.path:
+                    body = b"x" * BIG_BODY
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 if self.path == "/sse":
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
@@ -77,12 +111,16 @@ class Backend:
                 body = b"ok " + self.path.encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
-                self.send_header("X-Cost", "0" if self.path == "/free" else "2")
+                self.send_header("Cache-Control", "max-age=60")
+                if not self.path.startswith("/slow/"):
+                    self.send_header("X-Cost", "0" if self.path == "/free" else "2")
                 self.end_headers()
                 self.wfile.write(body)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        # A client gone mid-response (the tests make them leave) is no error of the backend's.
+        self.server.handle_error = lambda request, address: None
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -100,6 +138,10 @@ class Backend:
         self.server.shutdown()
 
 
+# A response that a client reading slowly takes seconds to read, and nginx buffers whole.
+BIG_BODY = 16 * 1024 * 1024
+
+
 def plans_json(tenants):
     return json.dumps({
         "mode": "proxy", "slots": 1, "classes": 2,
@@ -113,7 +155,8 @@ TENANTS = [{"name": "alice", "key": "ka", "plan": "pro"},
            {"name": "carol", "key": "kc", "plan": "lite", "queue_timeout_ms": 300}]
 
 
-def nginx_conf(d, module, port, tls_port, backend, workers=1, extra_http=""):
+def nginx_conf(d, module, port, tls_port, backend, workers=1, extra_http="", extra_server="",
+               slots=1):
     return f"""load_module {module};
 worker_processes {workers};
 pid {d}/nginx.pid;
@@ -121,13 +164,14 @@ error_log {d}/error.log info;
 events {{ worker_connections 256; }}
 http {{
     access_log {d}/access.log;
+    proxy_cache_path {d}/cache keys_zone=cache:1m;
     client_body_temp_path {d}/client_body;
     proxy_temp_path {d}/proxy;
     fastcgi_temp_path {d}/fastcgi;
     uwsgi_temp_path {d}/uwsgi;
     scgi_temp_path {d}/scgi;
     creditloop_config {d}/plans.json;
-    creditloop_slots 1;
+    creditloop_slots {slots};
     {extra_http}
     upstream backend {{ server 127.0.0.1:{backend}; keepalive 8; }}
     server {{
@@ -135,9 +179,14 @@ http {{
         listen 127.0.0.1:{tls_port} ssl http2;
         ssl_certificate {d}/cert.pem;
         ssl_certificate_key {d}/key.pem;
+        # At server level: every location below inherits it, the metrics' included, which must
+        # not be queued.
+        creditloop_tenant $http_x_tenant;
+        {extra_server}
         location / {{
-            creditloop_tenant $http_x_tenant;
             add_header X-Creditloop-Class $creditloop_class always;
+            add_header X-Creditloop-Result $creditloop_result always;
+            add_header X-Creditloop-Tenant $creditloop_tenant always;
             add_header X-Creditloop-Wait-Ms $creditloop_wait_ms always;
             # Which worker answered: the multi-worker metrics test spreads requests by it.
             add_header X-Worker-Pid $pid always;
@@ -157,17 +206,67 @@ http {{
             add_header X-Creditloop-Class $creditloop_class always;
             proxy_pass http://backend;
         }}
-        location = /metrics {{ creditloop_status; }}
+        # The room is held only while the upstream works: a client reading this slowly does not
+        # hold it.
+        location /buffered/ {{
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+        # The cost variable in a header: not known when the header goes out, never fixed then.
+        location /slow/ {{
+            add_header X-Cost $creditloop_cost always;
+            proxy_pass http://backend;
+        }}
+        # Authentication before the queue: a wrong password never takes bob's place.
+        location /private/ {{
+            auth_basic "creditloop";
+            auth_basic_user_file {d}/htpasswd;
+            creditloop_tenant $remote_user;
+            proxy_pass http://backend;
+        }}
+        # Decided and logged, never delayed.
+        location /dry/ {{
+            creditloop_dry_run on;
+            add_header X-Creditloop-Result $creditloop_result always;
+            proxy_pass http://backend;
+        }}
+        location /unbuffered-body/ {{
+            proxy_request_buffering off;
+            proxy_http_version 1.1;
+            proxy_pass http://backend;
+        }}
+        location /cached/ {{
+            proxy_cache cache;
+            proxy_cache_valid 200 1m;
+            add_header X-Cache $upstream_cache_status always;
+            proxy_pass http://backend;
+        }}
+        location = /metrics {{ creditloop_metrics; }}
     }}
 }}
 """
+
+
+PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
+
+
+def write_htpasswd(d):
+    lines = []
+    for user, password in PASSWORDS.items():
+        r = subprocess.run(["openssl", "passwd", "-apr1", password], check=True,
+                           capture_output=True, text=True)
+        lines.append(f"{user}:{r.stdout.strip()}\n")
+    with open(os.path.join(d, "htpasswd"), "w") as f:
+        f.writelines(lines)
 
 
 class Nginx:
     """Debian's nginx with its own prefix, on sockets bound here and inherited (nginx's NGINX
     environment protocol), so there is no race for the ports."""
 
-    def __init__(self, tenants=TENANTS, workers=1, extra_http=""):
+    def __init__(self, tenants=TENANTS, workers=1, extra_http="", extra_server="", plans=None,
+                 slots=1):
         self.dir = tempfile.mkdtemp(prefix="cl-ngx-mod-")
         os.chmod(self.dir, 0o755)
         self.backend = Backend()
@@ -178,10 +277,18 @@ class Nginx:
                         "-subj", "/CN=localhost", "-keyout", f"{self.dir}/key.pem",
                         "-out", f"{self.dir}/cert.pem"], check=True, capture_output=True)
         self.write_plans(tenants)
+        if plans is not None:
+            with open(os.path.join(self.dir, "plans.json"), "w") as f:
+                f.write(plans)
+        write_htpasswd(self.dir)
+        os.makedirs(os.path.join(self.dir, "html"))
+        with open(os.path.join(self.dir, "html", "busy.html"), "w") as f:
+            f.write("busy, try later\n")
         self.conf = os.path.join(self.dir, "nginx.conf")
         with open(self.conf, "w") as f:
             f.write(nginx_conf(self.dir, ARGS.module, self.port, self.tls_port, self.backend.port,
-                               workers, extra_http))
+                               workers, extra_http, extra_server.replace("@DIR@", self.dir),
+                               slots))
         fds = (self.plain.fileno(), self.tls.fileno())
         for sock in (self.plain, self.tls):
             os.set_inheritable(sock.fileno(), True)
@@ -198,10 +305,12 @@ class Nginx:
         with open(os.path.join(self.dir, "plans.json"), "w") as f:
             f.write(plans_json(tenants))
 
-    def request(self, path, tenant=None, timeout=10):
+    def request(self, path, tenant=None, timeout=10, headers=None, method="GET", body=None):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        headers = {"X-Tenant": tenant} if tenant else {}
-        c.request("GET", path, headers=headers)
+        headers = dict(headers or {})
+        if tenant:
+            headers["X-Tenant"] = tenant
+        c.request(method, path, body=body, headers=headers)
         r = c.getresponse()
         body = r.read()
         c.close()
@@ -221,12 +330,12 @@ class Nginx:
         m = re.search("^" + pattern + "$", text, re.M)
         return float(m.group(1)) if m else None
 
-    def start_in_thread(self, path, tenant):
+    def start_in_thread(self, path, tenant, **kwargs):
         out = {}
 
         def run():
             try:
-                out["response"] = self.request(path, tenant, timeout=30)
+                out["response"] = self.request(path, tenant, timeout=30, **kwargs)
             except Exception as e:  # noqa: BLE001 - reported by the test that reads it
                 out["error"] = e
 
@@ -241,8 +350,10 @@ class Nginx:
         return held
 
     def workers(self):
-        """Worker processes running now, of every generation."""
-        r = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True)
+        """Worker processes running now, of every generation (not the cache manager and
+        loader)."""
+        r = subprocess.run(["pgrep", "-P", str(self.proc.pid), "-f", "worker process"],
+                           capture_output=True, text=True)
         return len(r.stdout.split())
 
     def log(self):
@@ -396,6 +507,27 @@ class Module(unittest.TestCase):
         self.assertEqual(self.nginx.metric("creditloop_tenant_requests_total",
                                            **{"tenant": "bob", "class": "P2"}), 1)
 
+    def test_two_reloads_while_long_requests_are_open(self):
+        # Three configurations at once: the first's worker holds a long request, the second's
+        # another, the third serves; each old worker exits once it has answered.
+        first = self.nginx.start_in_thread("/gate/long1", "alice")
+        wait_for("the first long request", lambda: self.nginx.backend.saw("/gate/long1"))
+        # An old worker accepts until the master's signal reaches it: wait for that too.
+        stopping = lambda n: self.nginx.log().count("gracefully shutting down") == n
+        self.nginx.proc.send_signal(signal.SIGHUP)
+        wait_for("the second configuration", lambda: self.nginx.workers() == 2 and stopping(1))
+        second = self.nginx.start_in_thread("/gate/long2", "bob")
+        wait_for("the second long request", lambda: self.nginx.backend.saw("/gate/long2"))
+        self.nginx.proc.send_signal(signal.SIGHUP)
+        wait_for("the third configuration", lambda: self.nginx.workers() == 3 and stopping(2))
+        self.assertEqual(self.nginx.request("/fast", "alice")[0], 200)
+        for name, (t, out) in (("long1", first), ("long2", second)):
+            self.nginx.backend.gate(name).set()
+            t.join(10)
+            self.assertEqual(out["response"][0], 200)
+        wait_for("the old workers to exit", lambda: self.nginx.workers() == 1)
+        self.assertEqual(self.nginx.request("/fast", "bob")[0], 200)
+
     def test_quit_answers_what_is_queued(self):
         held, out = self.nginx.hold_slot("quit")
         waiting = [self.nginx.start_in_thread(f"/q{i}", "bob") for i in range(3)]
@@ -461,7 +593,7 @@ class Workers(unittest.TestCase):
 
     def run_with(self, workers):
         nginx = Nginx(tenants=WORKER_TENANTS, workers=workers,
-                      extra_http="creditloop_epoch 100ms;")
+                      extra_http="creditloop_epoch 100ms;", slots=8)
         try:
             with open(os.path.join(nginx.dir, "plans.json"), "w") as f:
                 f.write(json.dumps({"classes": 2, "plans": WORKER_PLANS,
@@ -526,27 +658,41 @@ class WorkersTogether(unittest.TestCase):
         started = [self.nginx.start_in_thread(path, tenant) for _ in range(count)]
         return started
 
-    def test_counts_of_every_worker_are_summed(self):
-        # 401s in concurrent batches until both workers have answered some: a busy worker leaves
-        # the next connection to the other.
+    def until_both_workers_answered(self, tenant, status):
+        """Requests in concurrent batches until both workers have answered some (a busy worker
+        leaves the next connection to the other); returns how many were sent."""
         pids, sent = set(), 0
         for _ in range(50):
-            batch = self.concurrently(8, "/fast", "mallory")
-            for t, out in batch:
+            for t, out in self.concurrently(8, "/fast", tenant):
                 t.join(10)
-                status, headers, _ = out["response"]
-                self.assertEqual(status, 401)
-                pids.add(headers["X-Worker-Pid"])
+                self.assertEqual(out["response"][0], status)
+                pids.add(out["response"][1]["X-Worker-Pid"])
                 sent += 1
             if len(pids) == 2:
-                break
-        self.assertEqual(len(pids), 2, "every 401 came from one worker")
+                return sent
+        self.fail("every request went to one worker")
+
+    def test_counts_of_every_worker_are_summed(self):
+        sent = self.until_both_workers_answered("mallory", 401)
         self.assertEqual(self.nginx.metric("creditloop_server_unauthorized_total",
                                            listener="tenants"), sent)
         if shutil.which("promtool"):
             r = subprocess.run(["promtool", "check", "metrics"], input=self.nginx.metrics_or_none(),
                                capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_the_cache_manager_never_writes_a_workers_entry(self):
+        # proxy_cache_path starts a cache manager, which runs the module's init_process as
+        # worker 0 would: at each epoch it would publish its own costs (none) as worker 0's.
+        sent = self.until_both_workers_answered("alice", 200)
+        cost = lambda: self.nginx.metric("creditloop_tenant_cost_charged_credits_total",
+                                         tenant="alice")
+        # The other worker's costs come with its next epoch; from then on every scrape over
+        # several epochs has them all. (The clock bounds the observation; nothing waits on it.)
+        wait_for("every worker's costs", lambda: cost() == 2 * sent)
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until:
+            self.assertEqual(cost(), 2 * sent)
 
     def test_gauges_of_every_worker_are_summed(self):
         # Each worker has room for one request (creditloop_slots 1): of four held requests,
@@ -564,15 +710,301 @@ class WorkersTogether(unittest.TestCase):
                                            **{"tenant": "alice", "class": "P1"}), 4)
 
 
+def basic_auth(user, password):
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+class H2Client:
+    """One HTTP/2 connection over TLS, kept open, whose streams the test opens and resets."""
+
+    def __init__(self, port):
+        try:
+            import h2.config
+            import h2.connection
+        except ImportError:
+            # Debian's python3-h2, for an interpreter outside Debian's.
+            sys.path.append("/usr/lib/python3/dist-packages")
+            import h2.config
+            import h2.connection
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        context.set_alpn_protocols(["h2"])
+        self.sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                                        server_hostname="localhost")
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.flush()
+
+    def flush(self):
+        self.sock.sendall(self.conn.data_to_send())
+
+    def get(self, path, tenant):
+        stream = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(stream, [(":method", "GET"), (":path", path), (":scheme", "https"),
+                                        (":authority", "localhost"), ("x-tenant", tenant)],
+                               end_stream=True)
+        self.flush()
+        return stream
+
+    def reset(self, stream):
+        self.conn.reset_stream(stream, error_code=8)  # CANCEL, as a browser that navigates away
+        self.flush()
+
+    def close(self):
+        self.sock.close()
+
+
+class Production(unittest.TestCase):
+    """What ordinary nginx configurations do around the module: authentication, headers that
+    name the cost, slow readers, clients that leave at once or by RST_STREAM, request bodies,
+    the cache."""
+
+    def setUp(self):
+        self.nginx = Nginx(extra_server="""
+            location /limited/ { error_page 503 /busy.html; proxy_pass http://backend; }
+            location = /busy.html { root @DIR@/html; }""",
+                           extra_http="creditloop_queue_limit 1;")
+
+    def tearDown(self):
+        self.nginx.stop()
+
+    def queued(self, tenant, count):
+        wait_for(f"{count} of {tenant}'s requests to queue", lambda: self.nginx.metric(
+            "creditloop_tenant_queue_depth", tenant=tenant) == count)
+
+    def test_the_cost_variable_in_a_header_never_fixes_the_cost_early(self):
+        for i in range(5):
+            status, headers, _ = self.nginx.request(f"/slow/{i}", "bob")
+            self.assertEqual(status, 200)
+            # Unknown when the head goes out: the header is left out, not filled with a guess.
+            self.assertIn(headers.get("X-Cost"), (None, ""))
+        cost = self.nginx.metric("creditloop_tenant_cost_charged_credits_total", tenant="bob")
+        # Five upstream times of at least 20 ms, at 1 ms a credit, and nothing like the
+        # 1,000,000 credits a request an unfinished response time gave.
+        self.assertGreaterEqual(cost, 5 * 20)
+        self.assertLess(cost, 5 * 1000)
+
+    def test_authentication_comes_before_the_queue(self):
+        held, out = self.nginx.hold_slot("auth")
+        # A wrong password is answered at once, the room still full, and takes no place.
+        status, headers, _ = self.nginx.request("/private/wrong", headers=basic_auth("bob", "guess"),
+                                                timeout=5)
+        self.assertEqual(status, 401)
+        self.assertIn("Basic", headers.get("WWW-Authenticate", ""))
+        self.assertEqual(self.nginx.metric("creditloop_tenant_queue_depth", tenant="bob"), 0)
+        right, right_out = self.nginx.start_in_thread(
+            "/private/right", None, headers=basic_auth("bob", PASSWORDS["bob"]))
+        self.queued("bob", 1)
+        self.nginx.backend.gate("auth").set()
+        held.join(10)
+        right.join(10)
+        self.assertEqual(right_out["response"][0], 200)
+        self.assertFalse(self.nginx.backend.saw("/private/wrong"))
+
+    def test_a_client_that_closes_at_once_is_withdrawn(self):
+        held, out = self.nginx.hold_slot("gone")
+        for i in range(5):
+            # The request and the close in one go: nginx reads both in one read event, and no
+            # other event comes for that connection.
+            s = socket.create_connection(("127.0.0.1", self.nginx.port))
+            s.sendall(f"GET /gone/{i} HTTP/1.1\r\nHost: x\r\nX-Tenant: bob\r\n\r\n".encode())
+            s.close()
+        wait_for("five withdrawals", lambda: self.nginx.metric(
+            "creditloop_server_requests_cancelled_total") == 5)
+        self.nginx.backend.gate("gone").set()
+        held.join(10)
+        self.assertEqual(self.nginx.request("/after-gone", "bob")[0], 200)
+        self.assertFalse(any(self.nginx.backend.saw(f"/gone/{i}") for i in range(5)))
+
+    def test_a_slow_reader_does_not_hold_the_room(self):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", self.nginx.port))
+        try:
+            s.sendall(b"GET /buffered/big/1 HTTP/1.1\r\nHost: x\r\nX-Tenant: alice\r\n\r\n")
+            self.assertTrue(s.recv(1024).startswith(b"HTTP/1.1 200"))
+            # nginx has the response whole (in its buffers and a temporary file) while the
+            # client reads nothing more: the one slot is free for bob.
+            status, _, _ = self.nginx.request("/after-big", "bob", timeout=5)
+            self.assertEqual(status, 200)
+            self.assertEqual(self.nginx.metric("creditloop_loop_in_flight"), 0)
+        finally:
+            s.close()
+
+    def test_an_error_page_for_a_refusal_is_not_queued_again(self):
+        held, out = self.nginx.hold_slot("errorpage")
+        queued, queued_out = self.nginx.start_in_thread("/limited/first", "bob")
+        self.queued("bob", 1)
+        status, _, body = self.nginx.request("/limited/second", "bob", timeout=5)
+        self.assertEqual((status, body), (503, b"busy, try later\n"))
+        self.assertEqual(self.nginx.metric("creditloop_nginx_refused_total", tenant="bob",
+                                           reason="queue_limit"), 1)
+        self.nginx.backend.gate("errorpage").set()
+        held.join(10)
+        queued.join(10)
+        self.assertEqual(queued_out["response"][0], 200)
+
+    def test_the_result_and_the_tenant_as_variables(self):
+        _, headers, _ = self.nginx.request("/fast", "alice")
+        self.assertEqual((headers.get("X-Creditloop-Result"), headers.get("X-Creditloop-Tenant")),
+                         ("dispatched", "alice"))
+        status, headers, _ = self.nginx.request("/fast", "mallory-secret")
+        self.assertEqual((status, headers.get("X-Creditloop-Result")), (401, "refused"))
+        self.assertIsNone(headers.get("X-Creditloop-Tenant"))
+
+    def test_refusals_are_logged_with_their_reason_never_the_value(self):
+        self.assertEqual(self.nginx.request("/fast", "mallory-secret")[0], 401)
+        self.assertEqual(self.nginx.request("/fast")[0], 401)
+        wait_for("the refusals in error.log", lambda: "the tenant value is empty" in self.nginx.log())
+        log = self.nginx.log()
+        self.assertIn("creditloop: refused: the tenant value names no tenant", log)
+        self.assertNotIn("mallory-secret", log)
+
+    def test_dry_run_decides_and_never_delays(self):
+        held, out = self.nginx.hold_slot("dry")
+        status, headers, _ = self.nginx.request("/dry/now", "bob", timeout=5)
+        self.assertEqual((status, headers.get("X-Creditloop-Result")), (200, "dry-run"))
+        self.assertEqual(self.nginx.request("/dry/stranger", "mallory", timeout=5)[0], 200)
+        self.assertIn('creditloop: dry run, would refuse: the tenant value names no tenant',
+                      self.nginx.log())
+        self.nginx.backend.gate("dry").set()
+        held.join(10)
+
+    def test_the_metrics_are_never_queued(self):
+        # creditloop_tenant is set at server level, and the metrics' location inherits it.
+        held, out = self.nginx.hold_slot("metrics")
+        queued, queued_out = self.nginx.start_in_thread("/behind", "bob")
+        self.queued("bob", 1)
+        self.assertEqual(self.nginx.request("/metrics", timeout=5)[0], 200)
+        self.nginx.backend.gate("metrics").set()
+        held.join(10)
+        queued.join(10)
+        self.assertEqual(queued_out["response"][0], 200)
+
+    def test_request_bodies_buffered_and_not(self):
+        body = b"x" * 100000
+        for path in ("/posted/1", "/unbuffered-body/1"):
+            status, _, answer = self.nginx.request(path, "bob", method="POST", body=body)
+            self.assertEqual((status, answer), (200, b"got 100000"))
+        # A body waits in the socket while its request is queued.
+        held, out = self.nginx.hold_slot("bodies")
+        queued = [self.nginx.start_in_thread(p, "bob", method="POST", body=body)
+                  for p in ("/unbuffered-body/q",)]
+        self.queued("bob", 1)
+        self.nginx.backend.gate("bodies").set()
+        held.join(10)
+        for t, o in queued:
+            t.join(10)
+            self.assertEqual(o["response"][0], 200)
+            self.assertEqual(o["response"][2], b"got 100000")
+
+    def test_a_cache_hit_gives_the_room_back(self):
+        _, first, _ = self.nginx.request("/cached/a", "bob")
+        _, second, _ = self.nginx.request("/cached/a", "bob")
+        self.assertEqual((first.get("X-Cache"), second.get("X-Cache")), ("MISS", "HIT"))
+        self.assertEqual(self.nginx.metric("creditloop_loop_in_flight"), 0)
+        self.assertEqual(self.nginx.request("/after-cache", "bob", timeout=5)[0], 200)
+
+    def test_http2_reset_while_queued_is_withdrawn(self):
+        held, out = self.nginx.hold_slot("h2queued")
+        client = H2Client(self.nginx.tls_port)
+        try:
+            stream = client.get("/h2/queued", "bob")
+            self.queued("bob", 1)
+            client.reset(stream)
+            wait_for("the withdrawal", lambda: self.nginx.metric(
+                "creditloop_server_requests_cancelled_total") == 1)
+            self.nginx.backend.gate("h2queued").set()
+            held.join(10)
+            self.assertEqual(self.nginx.request("/after-h2", "bob")[0], 200)
+            self.assertFalse(self.nginx.backend.saw("/h2/queued"))
+        finally:
+            client.close()
+
+    def test_http2_reset_after_dispatch_gives_the_room_back(self):
+        client = H2Client(self.nginx.tls_port)
+        try:
+            stream = client.get("/gate/h2dispatched", "bob")
+            wait_for("the backend to hold it", lambda: self.nginx.backend.saw("/gate/h2dispatched"))
+            client.reset(stream)
+            # The upstream still holds its request; the room is free all the same.
+            wait_for("nothing in flight", lambda: self.nginx.metric("creditloop_loop_in_flight") == 0)
+            self.assertEqual(self.nginx.request("/after-h2", "alice", timeout=5)[0], 200)
+        finally:
+            self.nginx.backend.gate("h2dispatched").set()
+            client.close()
+
+
+class Scale(unittest.TestCase):
+    def test_a_thousand_tenants_and_64_workers(self):
+        tenants = [{"name": f"t{i:04}", "key": f"k{i}", "plan": "lite"} for i in range(1000)]
+        nginx = Nginx(tenants=tenants + TENANTS, workers=64)
+        try:
+            self.assertEqual(nginx.request("/fast", "t0999")[0], 200)
+            self.assertEqual(nginx.metric("creditloop_tenant_queue_depth", tenant="t0999"), 0)
+            wait_for("64 workers", lambda: nginx.workers() == 64)
+        finally:
+            nginx.stop()
+
+
+class Build(unittest.TestCase):
+    def test_the_module_exports_only_nginx_names(self):
+        r = subprocess.run(["nm", "-D", "--defined-only", ARGS.module], capture_output=True,
+                           text=True, check=True)
+        names = [line.split()[-1] for line in r.stdout.splitlines() if line.strip()]
+        self.assertIn("ngx_http_creditloop_module", names)
+        self.assertEqual([n for n in names if not n.startswith("ngx_")], [])
+
+
+class SharedRoom(unittest.TestCase):
+    """With more workers than slots, the backend never has more than creditloop_slots requests at
+    once, and every worker's requests are served: a worker takes its slots from the room they all
+    share, and a worker below its share is owed before others borrow."""
+
+    def test_four_workers_two_slots(self):
+        nginx = Nginx(workers=4, extra_http="creditloop_epoch 50ms;", slots=2)
+        try:
+            pids, results = set(), []
+            lock = threading.Lock()
+
+            def client(i):
+                for j in range(6):
+                    status, headers, _ = nginx.request(f"/busy/{i}/{j}",
+                                                       ("alice", "bob")[i % 2], timeout=30)
+                    with lock:
+                        results.append(status)
+                        pids.add(headers.get("X-Worker-Pid"))
+
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            self.assertEqual(results, [200] * 96)
+            self.assertGreater(len(pids), 1, "every request went to one worker")
+            self.assertLessEqual(nginx.backend.most_active, 2)
+            self.assertEqual(nginx.backend.most_active, 2, "the room was never full")
+            wait_for("nothing in flight", lambda: nginx.metric("creditloop_loop_in_flight") == 0)
+        finally:
+            nginx.stop()
+
+
 class BadConfiguration(unittest.TestCase):
     """`nginx -t` names the directive and the line."""
 
-    def check(self, extra_http, plans, expect):
+    def check(self, extra_http, plans, expect, workers=1, at_line_of=None):
         d = tempfile.mkdtemp(prefix="cl-ngx-bad-")
         try:
-            with open(f"{d}/plans.json", "w") as f:
-                f.write(plans)
-            conf = nginx_conf(d, ARGS.module, 1, 2, 3, extra_http=extra_http)
+            if plans is None:
+                os.mkdir(f"{d}/plans.json")
+            else:
+                with open(f"{d}/plans.json", "w") as f:
+                    f.write(plans)
+            conf = nginx_conf(d, ARGS.module, 1, 2, 3, workers=workers, extra_http=extra_http)
+            if "creditloop_slots" in extra_http:
+                conf = conf.replace("creditloop_slots 1;", "")
             conf = conf.replace(f"listen 127.0.0.1:2 ssl http2;", "").replace(
                 f"ssl_certificate {d}/cert.pem;", "").replace(f"ssl_certificate_key {d}/key.pem;", "")
             with open(f"{d}/nginx.conf", "w") as f:
@@ -582,6 +1014,9 @@ class BadConfiguration(unittest.TestCase):
             self.assertNotEqual(r.returncode, 0, r.stderr)
             self.assertRegex(r.stderr, expect)
             self.assertRegex(r.stderr, r"nginx\.conf:\d+")
+            if at_line_of is not None:
+                line = next(i for i, text in enumerate(conf.splitlines(), 1) if at_line_of in text)
+                self.assertRegex(r.stderr, rf"nginx\.conf:{line}\b")
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
@@ -619,7 +1054,33 @@ class BadConfiguration(unittest.TestCase):
 
     def test_default_tenant_must_exist(self):
         self.check("creditloop_unknown_tenant nobody;", plans_json(TENANTS),
-                   r'"creditloop_unknown_tenant": "nobody" is not a tenant')
+                   r'"creditloop_unknown_tenant": "nobody" is not a tenant',
+                   at_line_of="creditloop_unknown_tenant")
+
+    def test_slots_out_of_range_at_the_directives_line(self):
+        self.check("creditloop_slots 0;", plans_json(TENANTS),
+                   r'"creditloop_slots" directive invalid value: from 1 to 1000000',
+                   at_line_of="creditloop_slots 0")
+
+    def test_epoch_zero_is_refused(self):
+        # It would run the epoch without end, every worker at 100 % of a CPU.
+        self.check("creditloop_epoch 0;", plans_json(TENANTS),
+                   r'"creditloop_epoch" directive invalid value: from 10ms to 60000ms',
+                   at_line_of="creditloop_epoch 0")
+
+    def test_a_directory_for_the_json(self):
+        self.check("", None, r'creditloop_config: ".*plans.json" is not a regular file',
+                   at_line_of="creditloop_config")
+
+    def test_more_workers_than_supported(self):
+        self.check("", plans_json(TENANTS),
+                   r"worker_processes 1025 is more than the 1024 the module supports",
+                   workers=1025)
+
+    def test_refusal_status_out_of_range(self):
+        self.check("creditloop_status 200;", plans_json(TENANTS),
+                   r'"creditloop_status" directive invalid value: a status code from 400 to 599',
+                   at_line_of="creditloop_status 200")
 
 
 def main():

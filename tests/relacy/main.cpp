@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
       {"counter_line", counter_line_model},
       {"hand_back", hand_back_model},
       {"zone_entry", zone_entry_model},
+      {"zone_room", zone_room_model},
   };
   const std::string_view variant = argc == 3 ? argv[2] : "";
   if (variant != "correct" && variant != "twin") {

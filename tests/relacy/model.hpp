@@ -154,6 +154,10 @@ class ModelAtomic {
               Here at = Here::current()) noexcept {
     return a_.fetch_add(value, to_rl(Policy::template order<T>(Op::rmw, mo)), where(at));
   }
+  T fetch_sub(T value, std::memory_order mo = std::memory_order_seq_cst,
+              Here at = Here::current()) noexcept {
+    return a_.fetch_sub(value, to_rl(Policy::template order<T>(Op::rmw, mo)), where(at));
+  }
   T fetch_or(T value, std::memory_order mo = std::memory_order_seq_cst,
              Here at = Here::current()) noexcept {
     return a_.fetch_or(value, to_rl(Policy::template order<T>(Op::rmw, mo)), where(at));
@@ -286,6 +290,7 @@ bool capture_ring_model(Variant variant);
 bool counter_line_model(Variant variant);
 bool hand_back_model(Variant variant);
 bool zone_entry_model(Variant variant);  // the nginx module's workers, not the runtime
+bool zone_room_model(Variant variant);   // likewise
 
 // A ticket's record as the completion models use it: the cell, the completion list's link, and
 // the cost a completer writes (a Relacy var: the dispatcher reading it unordered is a data race).

@@ -1,0 +1,281 @@
+/*
+ * ngx_http_creditloop_module's types and the functions its files share
+ * (docs/nginx.md):
+ *   ngx_http_creditloop_module.c   directives, configuration, the zone's size
+ *   ngx_http_creditloop_worker.c   each worker's core, epoch, shared room and
+ *                                  dispatch
+ *   ngx_http_creditloop_request.c  a request's life: the phase handler,
+ *                                  completion, the filters, the variables
+ *   ngx_http_creditloop_metrics.c  the Prometheus text, summed over workers
+ */
+
+#ifndef _NGX_HTTP_CREDITLOOP_H_INCLUDED_
+#define _NGX_HTTP_CREDITLOOP_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "creditloop/creditloop.h"
+#include "creditloop_share.h"
+#include "creditloop_zone.h"
+
+
+#define NGX_HTTP_CREDITLOOP_BATCH 64
+/* The most workers the zone is sized for: past it `nginx -t` refuses. */
+#define NGX_HTTP_CREDITLOOP_MAX_WORKERS 1024
+/* Each configuration has a zone of its own (noreuse), so every entry in it is
+ * of one configuration: the entries' generation is constant. */
+#define NGX_HTTP_CREDITLOOP_GENERATION 1
+/* An entry not rewritten for this many epochs is a worker gone (a reload's old
+ * workers, one that crashed): its demand no longer counts. */
+#define NGX_HTTP_CREDITLOOP_TTL_EPOCHS 3
+
+
+/*
+ * One worker's entry in the zone (creditloop_zone.h): written by that worker
+ * alone, read by every worker, published under a stamp. Its values, in order,
+ * tenants in sorted order:
+ *
+ *   room                           its total demand, for the room's share
+ *   demand[tenants]                queued now plus dispatched in the last
+ *                                  epoch, per tenant
+ *   answered[tenants][classes + 1] requests answered, by the class they went
+ *                                  out under
+ *   per tenant                     the NGX_HTTP_CREDITLOOP_ENTRY_* values below
+ *   worker-wide                    in flight, unauthorized, owing,
+ *                                  passes[classes + 1]
+ *
+ * The demands and room are rewritten at each epoch; the costs, balances and
+ * passes, which only the worker's core knows, at each epoch and at each scrape
+ * the worker serves; the others as they change. Values are read without a
+ * lock, so a reader may see one epoch's demand of one tenant beside the next
+ * epoch's of another, which the rule tolerates as the fleet's store does (each
+ * fraction is of one tenant's demands).
+ */
+#define NGX_HTTP_CREDITLOOP_ENTRY_ROOM 0
+
+/* A tenant's values. */
+#define NGX_HTTP_CREDITLOOP_ENTRY_QUEUED          0
+#define NGX_HTTP_CREDITLOOP_ENTRY_WITHDRAWN       1
+#define NGX_HTTP_CREDITLOOP_ENTRY_REFUSED_LIMIT   2
+#define NGX_HTTP_CREDITLOOP_ENTRY_REFUSED_TIMEOUT 3
+/* nano-credits */
+#define NGX_HTTP_CREDITLOOP_ENTRY_COST_NANO 4
+/* [classes], nano-credits as int64 */
+#define NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO 5
+
+/* The worker's values. */
+#define NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT    0
+#define NGX_HTTP_CREDITLOOP_ENTRY_UNAUTHORIZED 1
+/* 1 while the worker counts in the shared room's owed */
+#define NGX_HTTP_CREDITLOOP_ENTRY_OWING 2
+/* [classes + 1] */
+#define NGX_HTTP_CREDITLOOP_ENTRY_PASSES 3
+
+
+/* A request's context's state. */
+#define NGX_HTTP_CREDITLOOP_CTX_QUEUED     1
+#define NGX_HTTP_CREDITLOOP_CTX_DISPATCHED 2
+#define NGX_HTTP_CREDITLOOP_CTX_COMPLETED  3
+/* at the queue limit or timeout, or naming no tenant */
+#define NGX_HTTP_CREDITLOOP_CTX_REFUSED 4
+/* decided and logged, never queued */
+#define NGX_HTTP_CREDITLOOP_CTX_DRY_RUN 5
+
+
+typedef struct {
+    ngx_str_t name;
+    ngx_str_t plan;
+    uint32_t  shares;
+    /* 0: none */
+    ngx_uint_t queue_limit;
+    ngx_msec_t queue_timeout;
+
+    /* this worker's */
+    creditloop_participant id;
+    /* queued in this worker's core now */
+    ngx_uint_t queued;
+    /* dispatched in this worker since the last epoch */
+    uint64_t dispatched_epoch;
+    /* of its plan this worker enforces, in millionths */
+    uint32_t fraction;
+} ngx_http_creditloop_tenant_t;
+
+
+typedef struct {
+    /* the configuration */
+    ngx_str_t          config_path;
+    creditloop_config *config;
+    ngx_uint_t         slots;
+    double             cost_unit_ms;
+    /* empty: 401 */
+    ngx_str_t  unknown_tenant;
+    ngx_uint_t queue_limit;
+    ngx_msec_t queue_timeout;
+    /* sorted by name */
+    ngx_array_t                   tenants;
+    ngx_http_creditloop_tenant_t *default_tenant;
+    int                           classes;
+    ngx_msec_t                    epoch;
+
+    /* the zone, the configuration's own */
+    ngx_shm_zone_t *zone;
+    /* for its worker_processes at the zone's start */
+    ngx_cycle_t          *cycle;
+    ngx_uint_t            zone_workers;
+    u_char               *entries;
+    size_t                entry_size;
+    creditloop_zone_room *room_words;
+
+    /* this worker's */
+    ngx_uint_t             workers;
+    creditloop_core       *core;
+    creditloop_zone_entry *own;
+    /* its share of creditloop_slots: the slots it fills without borrowing */
+    ngx_uint_t room;
+    ngx_uint_t in_flight;
+    /* with several workers, every slot is taken from it */
+    creditloop_zone_room *shared_room;
+    /* counted in the shared room's owed */
+    unsigned owing : 1;
+    /* requests queued here whose tenant had a P1 credit when they came: while
+     * any waits, the worker is owed, so that no other worker borrows a slot
+     * for a lesser class meanwhile */
+    ngx_uint_t urgent;
+    /* a retry while the shared room is full */
+    ngx_event_t         room_event;
+    ngx_event_t         epoch_event;
+    ngx_event_t         dispatch_event;
+    creditloop_decision decisions[NGX_HTTP_CREDITLOOP_BATCH];
+} ngx_http_creditloop_main_conf_t;
+
+
+typedef struct {
+    /* null: the module is off here */
+    ngx_http_complex_value_t *tenant;
+    ngx_http_complex_value_t *cost;
+    ngx_flag_t                off;
+    /* the metrics' location: never queued, whatever it inherits */
+    ngx_flag_t metrics;
+    /* of a refusal at the queue limit or timeout */
+    ngx_uint_t status;
+    ngx_uint_t log_level;
+    ngx_flag_t dry_run;
+} ngx_http_creditloop_loc_conf_t;
+
+
+typedef struct {
+    /* first: the record the core links into its queue */
+    creditloop_request record;
+    /* null once the request has ended while its record is queued */
+    ngx_http_request_t              *request;
+    ngx_http_creditloop_main_conf_t *mcf;
+    ngx_http_creditloop_tenant_t    *tenant;
+    creditloop_ticket                ticket;
+    ngx_uint_t                       state;
+    int                              out_class;
+    int64_t                          queued_at;
+    int64_t                          dispatched_at;
+    double                           cost;
+    unsigned                         cost_known : 1;
+    /* counted in the worker's urgent */
+    unsigned    urgent : 1;
+    ngx_event_t timeout;
+} ngx_http_creditloop_ctx_t;
+
+
+/* The entry's layout: the index of one value. */
+
+static ngx_inline size_t
+ngx_http_creditloop_entry_demand(ngx_http_creditloop_main_conf_t *mcf, size_t t)
+{
+    (void) mcf;
+    return 1 + t;
+}
+
+
+static ngx_inline size_t
+ngx_http_creditloop_entry_answered(
+    ngx_http_creditloop_main_conf_t *mcf, size_t t, int c)
+{
+    return 1 + mcf->tenants.nelts + t * (size_t) (mcf->classes + 1) +
+           (size_t) c;
+}
+
+
+/* One of a tenant's values; NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO + c for
+ * class c's balance. */
+static ngx_inline size_t
+ngx_http_creditloop_entry_tenant(
+    ngx_http_creditloop_main_conf_t *mcf, size_t t, size_t what)
+{
+    return 1 + mcf->tenants.nelts * (size_t) (mcf->classes + 2) +
+           t * (NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO +
+                   (size_t) mcf->classes) +
+           what;
+}
+
+
+static ngx_inline size_t
+ngx_http_creditloop_entry_worker(
+    ngx_http_creditloop_main_conf_t *mcf, size_t what)
+{
+    return ngx_http_creditloop_entry_tenant(mcf, mcf->tenants.nelts, 0) + what;
+}
+
+
+static ngx_inline size_t
+ngx_http_creditloop_entry_size(ngx_http_creditloop_main_conf_t *mcf)
+{
+    return creditloop_zone_entry_size(ngx_http_creditloop_entry_worker(
+        mcf, NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) mcf->classes + 1));
+}
+
+
+static ngx_inline size_t
+ngx_http_creditloop_tenant_index(
+    ngx_http_creditloop_main_conf_t *mcf, ngx_http_creditloop_tenant_t *t)
+{
+    return (size_t) (t - (ngx_http_creditloop_tenant_t *) mcf->tenants.elts);
+}
+
+
+/* ngx_http_creditloop_module.c */
+int64_t                       ngx_http_creditloop_now(void);
+ngx_http_creditloop_tenant_t *ngx_http_creditloop_find_tenant(
+    ngx_http_creditloop_main_conf_t *mcf, ngx_str_t *name);
+
+/* ngx_http_creditloop_worker.c */
+ngx_int_t              ngx_http_creditloop_init_process(ngx_cycle_t *cycle);
+void                   ngx_http_creditloop_exit_process(ngx_cycle_t *cycle);
+creditloop_zone_entry *ngx_http_creditloop_entry(
+    ngx_http_creditloop_main_conf_t *mcf, ngx_uint_t worker);
+void ngx_http_creditloop_queued(ngx_http_creditloop_main_conf_t *mcf,
+    ngx_http_creditloop_tenant_t *t, ngx_int_t change);
+void ngx_http_creditloop_in_flight(
+    ngx_http_creditloop_main_conf_t *mcf, ngx_int_t change);
+void ngx_http_creditloop_count(ngx_http_creditloop_main_conf_t *mcf,
+    ngx_http_creditloop_tenant_t *t, size_t what);
+void ngx_http_creditloop_store_core(
+    ngx_http_creditloop_main_conf_t *mcf, int64_t now);
+void ngx_http_creditloop_schedule(ngx_http_creditloop_main_conf_t *mcf);
+void ngx_http_creditloop_dispatch(ngx_http_creditloop_main_conf_t *mcf);
+void ngx_http_creditloop_unqueued(ngx_http_creditloop_ctx_t *ctx);
+
+/* ngx_http_creditloop_request.c */
+ngx_int_t ngx_http_creditloop_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_creditloop_log_handler(ngx_http_request_t *r);
+void      ngx_http_creditloop_resume(ngx_http_creditloop_ctx_t *ctx);
+ngx_int_t ngx_http_creditloop_filter_init(ngx_conf_t *cf);
+ngx_int_t ngx_http_creditloop_add_variables(ngx_conf_t *cf);
+
+/* ngx_http_creditloop_metrics.c */
+ngx_int_t ngx_http_creditloop_metrics_handler(ngx_http_request_t *r);
+
+
+extern ngx_module_t ngx_http_creditloop_module;
+
+
+#endif /* _NGX_HTTP_CREDITLOOP_H_INCLUDED_ */

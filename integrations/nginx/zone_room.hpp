@@ -1,0 +1,76 @@
+// integrations/nginx/zone_room.hpp: the room every nginx worker of one configuration shares, in
+// the module's zone, so that never more requests are in flight than creditloop_slots whatever
+// the worker count. Internal to the module: its C code reaches it through creditloop_zone.h.
+//
+//   word 0  used   requests in flight, all workers together; at most `slots`
+//   word 1  owed   workers that have a queue, are below their share of the room, and found it
+//                  full: while any is owed, no worker borrows beyond its own share
+//
+// A slot is handed from the worker that gives it back to the one that takes it next: give()'s
+// release pairs with take()'s acquire, so whatever the giver's request did in its slot happens
+// before what the taker's does. The bound itself rests on the compare-and-swap's atomicity on one
+// word; `owed` is a count that publishes nothing (tests/relacy/zone_room_model.cpp checks the
+// hand-off on every interleaving of a small case, and that a relaxed give() breaks it).
+// Operations are a few atomic instructions: no allocation, no wait, no lock.
+//
+// `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace creditloop::nginx {
+
+template <template <class> class Atomic>
+class ZoneRoom {
+ public:
+  using Word = Atomic<std::uint64_t>;
+  static constexpr std::size_t kWords = 2;
+
+  /// A view of the room at `words`, which holds kWords live words (zero: nothing in flight).
+  explicit ZoneRoom(Word* words) noexcept : words_(words) {}
+
+  /// Takes one of `slots` slots if one is free; a worker past its own share (`borrowing`) takes
+  /// one only while no worker is owed.
+  bool take(std::uint64_t slots, bool borrowing) noexcept {
+    // relaxed: a count; nothing is published with it.
+    if (borrowing && words_[kOwed].load(std::memory_order_relaxed) != 0) return false;
+    // relaxed: a first look; the compare-and-swap below decides.
+    std::uint64_t used = words_[kUsed].load(std::memory_order_relaxed);
+    while (used < slots) {
+      // acquire on success: pairs with the release in give() by the slot's last holder. relaxed
+      // on failure: `used` is only looked at again.
+      if (words_[kUsed].compare_exchange_weak(used, used + 1, std::memory_order_acquire,
+                                              std::memory_order_relaxed)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /// Gives `n` slots back (a completion's, or what a worker took and did not fill).
+  void give(std::uint64_t n) noexcept {
+    // release: pairs with the acquire of take() by the slot's next holder.
+    words_[kUsed].fetch_sub(n, std::memory_order_release);
+  }
+
+  /// The worker became owed (+1) or stopped being owed (-1).
+  void owe(std::int64_t change) noexcept {
+    // relaxed: a count, as in take(); a worker that starts borrowing one slot before it sees an
+    // owed worker's mark costs that worker at most that slot's turn.
+    words_[kOwed].fetch_add(static_cast<std::uint64_t>(change), std::memory_order_relaxed);
+  }
+
+  [[nodiscard]] std::uint64_t used() const noexcept {
+    // relaxed: a gauge.
+    return words_[kUsed].load(std::memory_order_relaxed);
+  }
+
+ private:
+  static constexpr std::size_t kUsed = 0;
+  static constexpr std::size_t kOwed = 1;
+  Word* words_;
+};
+
+}  // namespace creditloop::nginx
