@@ -766,7 +766,7 @@ void work_for(std::int64_t gap_ns) {
 // gathers that many jobs (or fewer at the end) and hands them over with one enqueue_bulk.
 template <std::size_t kEnqueueBatch>
 void BM_PoolMoodycamel(benchmark::State& state) {
-  constexpr std::size_t kWorkerBulk = 32;  // as the runtime's worker_main()
+  constexpr std::size_t kWorkerBulk = 32;  // the runtime's worker_main() took 32 before it took one
   const std::int64_t gap_ns = state.range(0);
   PoolFixture fixture;
   moodycamel::BlockingConcurrentQueue<Job> jobs;

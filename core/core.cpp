@@ -167,8 +167,8 @@ Result<RequestList> Core::remove(ParticipantId p) {
   Header& s = header_at(p.place);
   if (s.queued != 0) leave_waiting(p.place);
   forget_timers(p.place, s.held);
+  detail::keep_for_list<detail::HookLink>(s.head);  // the list gives each back (request.hpp)
   RequestList handed_back(s.head, s.tail, s.queued);
-  give_back(handed_back);
   s.head = s.tail = nullptr;
   s.queued = 0;
   s.live = false;
@@ -408,8 +408,8 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
   // relaxed: the core runs on one thread; a runtime's producer marked the request kInbox before
   // the inbox's hand-off, which orders that store before this load.
   const std::uint8_t state = request.held.load(std::memory_order_relaxed);
-  if (state == RequestHook::kQueued || state == RequestHook::kInFlight) {
-    return Errc::already_queued;
+  if (state != RequestHook::kIdle && state != RequestHook::kInbox) {
+    return Errc::already_queued;  // queued, in flight, or in a list not yet walked past it
   }
   request.held.store(RequestHook::kQueued, std::memory_order_relaxed);  // the core's own
   now = advance_clock(now);
@@ -472,21 +472,18 @@ std::optional<Nanos> Core::oldest_queued_at(ParticipantId p) const noexcept {
   return oldest == nullptr ? std::nullopt : std::optional<Nanos>(oldest->queued_at);
 }
 
-void Core::give_back(const RequestList& list) noexcept { detail::give_back_chain(list.front()); }
-
 RequestList Core::take_all_queued() noexcept {
   RequestList all;
   for (std::uint32_t s = waiting_.find_next(0); s != detail::ReadySet::npos;
        s = waiting_.find_next(s + 1)) {
     Header& place = header_at(s);
     leave_waiting(s);
-    // Spliced before any is given back: splicing writes the link of the list's last request.
+    detail::keep_for_list<detail::HookLink>(place.head);  // the list gives each back
     all.splice_back(RequestList(place.head, place.tail, place.queued));
     place.head = place.tail = nullptr;
     place.queued = 0;
   }
   turn_.active = false;
-  give_back(all);
   return all;
 }
 

@@ -148,8 +148,8 @@ Result<RequestList> Runtime::Impl::remove(ParticipantId p) {
       return;
     }
     // The requests still in its inbox go into the core first (they are newer than every one it
-    // holds), so that the core gives back the whole list at once: a request given back may be
-    // submitted again at once, and appending to the list would write a given-back request's link.
+    // holds), so that the core hands them all back in one list, oldest first, each the library's
+    // until the caller's walk of the list gives it back (request.hpp).
     move_to_core(mailboxes_[p.place].inbox.close(), p, loop_now_);
     result = core_.remove(p);
     if (!result) return;

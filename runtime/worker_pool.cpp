@@ -4,8 +4,9 @@
 // enqueue_bulk per 64 jobs at 1.3 to 1.5 times oneTBB's task_group and task_arena with a
 // dispatcher-like gap between jobs, and 3 to 4.6 times without; one enqueue per job lost to
 // oneTBB (each signals the semaphore, and idle workers wake one job at a time). Enqueueing reuses
-// the queue's blocks instead of allocating a task; a worker takes up to kWorkerBulk jobs per
-// dequeue.
+// the queue's blocks instead of allocating a task. A worker takes one job per dequeue and publishes
+// its completion when it ends: taking a bulk held the rest of it behind one slow job while other
+// workers were idle, and another tenant waited for a slow job it was not behind.
 #include <concurrentqueue/blockingconcurrentqueue.h>
 
 #include <array>
@@ -95,62 +96,48 @@ void Runtime::Impl::stop_pool() noexcept {
 
 void Runtime::Impl::worker_main(std::size_t index) {
   moodycamel::ConsumerToken token(jobs_->queue);
-  std::array<Job, detail::kWorkerBulk> jobs;
   std::array<detail::PoolBlock, kBlocksPerWorker>& blocks = *worker_blocks_[index];
   std::size_t next_block = 0;
   for (;;) {
-    const std::size_t n = jobs_->queue.wait_dequeue_bulk(token, jobs.begin(), jobs.size());
-    // This bulk's completions go in a block of this worker's, or, when the dispatcher holds every
-    // one of them, through the ticket records, chained and published at once.
+    // One job at a time: a job dequeued with others would wait behind them on this worker while
+    // another worker may be idle, so one slow job would hold a whole bulk of other tenants' jobs.
+    Job job;
+    jobs_->queue.wait_dequeue(token, job);
+    if (job.request == nullptr) return;  // a stop: one is queued for each worker
+    // The request is the handler's from here on (runtime.hpp): the pool keeps only its ticket,
+    // and the dispatcher never touches it again (retire_nano()).
+    detail::give_back(job.request->held);
+    double cost = 0;
+    bool ok = true;
+    try {
+      cost = options_.handler(job);
+    } catch (...) {
+      ok = false;
+      report(CallbackKind::handler, std::current_exception(), job.request, job.ticket,
+             job.participant);
+    }
+    const std::optional<std::int64_t> nano = ok ? to_nano_credits(cost, kMaxCost) : std::nullopt;
+    if (!nano) handler_errors_.fetch_add(1, std::memory_order_relaxed);  // a statistic
+    CREDITLOOP_PROBE3(complete, job.ticket.index, job.ticket.generation, nano.value_or(0));
+    // Published as the job ends, so that its room returns at once: in a block of this worker's,
+    // or, when the dispatcher holds every one of them, through the ticket's record.
     detail::PoolBlock* block = nullptr;
     for (std::size_t i = 0; i < kBlocksPerWorker && block == nullptr; ++i) {
       detail::PoolBlock& candidate = blocks[(next_block + i) % kBlocksPerWorker];
       if (candidate.available()) block = &candidate;
     }
     if (block != nullptr) {
-      block->count = 0;
       next_block = static_cast<std::size_t>(block - blocks.data() + 1) % kBlocksPerWorker;
+      block->entries[0] = {job.ticket.index, static_cast<std::uint32_t>(job.ticket.generation),
+                           nano.value_or(0)};
+      block->count = 1;
+      publish(*block);
+      continue;
     }
-    TicketRecord* first = nullptr;
-    TicketRecord* last = nullptr;
-    std::size_t stops = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const Job& job = jobs[i];
-      if (job.request == nullptr) {
-        ++stops;
-        continue;
-      }
-      // The request is the handler's from here on (runtime.hpp): the pool keeps only its ticket,
-      // and the dispatcher never touches it again (retire_nano()).
-      detail::give_back(job.request->held);
-      double cost = 0;
-      bool ok = true;
-      try {
-        cost = options_.handler(job);
-      } catch (...) {
-        ok = false;
-        report(CallbackKind::handler, std::current_exception(), job.request, job.ticket,
-               job.participant);
-      }
-      const std::optional<std::int64_t> nano = ok ? to_nano_credits(cost, kMaxCost) : std::nullopt;
-      if (!nano) handler_errors_.fetch_add(1, std::memory_order_relaxed);  // a statistic
-      CREDITLOOP_PROBE3(complete, job.ticket.index, job.ticket.generation, nano.value_or(0));
-      if (block != nullptr) {
-        block->entries[block->count++] = {
-            job.ticket.index, static_cast<std::uint32_t>(job.ticket.generation), nano.value_or(0)};
-        continue;
-      }
-      // The ticket was issued claimed for this pool (hand_out()): the record is this worker's.
-      TicketRecord* const record = tickets_.find(job.ticket.index);
-      record->cost = nano.value_or(0);
-      detail::chain(first, last, *record);
-    }
-    if (block != nullptr && block->count > 0) publish(*block);
-    if (first != nullptr) publish(*first, *last);
-    if (stops > 0) {
-      for (std::size_t i = 1; i < stops; ++i) jobs_->queue.enqueue(Job{});  // another worker's stop
-      return;
-    }
+    // The ticket was issued claimed for this pool (hand_out()): the record is this worker's.
+    TicketRecord* const record = tickets_.find(job.ticket.index);
+    record->cost = nano.value_or(0);
+    publish(*record, *record);
   }
 }
 

@@ -131,7 +131,8 @@ class Core {
                             Nanos now);
   Result<ParticipantId> add(std::string_view name, PlanId plan, std::uint32_t shares, Nanos now);
 
-  /// Unregisters `p` and hands back its queued requests, oldest first. Its in-flight requests
+  /// Unregisters `p` and hands back its queued requests, oldest first; each is the caller's once
+  /// the list gives it back (request.hpp, RequestList). Its in-flight requests
   /// stay completable; their costs are counted nowhere but in the core totals. Errors:
   /// unknown_participant.
   Result<RequestList> remove(ParticipantId p);
@@ -171,9 +172,9 @@ class Core {
 
   // ---- requests (noexcept, no allocation) --------------------------------------------------
   /// Appends `request` to `p`'s queue. On error the request is not linked and nothing changes:
-  /// unknown_participant; already_queued (it is queued, or dispatched and not yet completed: a
-  /// request is the caller's again once completed or handed back). O(1), or O(k) when the queue
-  /// was empty.
+  /// unknown_participant; already_queued (it is queued, or dispatched and not yet completed, or
+  /// in a handed-back RequestList not yet walked past it: a request is the caller's again once
+  /// completed, or once its list gives it back). O(1), or O(k) when the queue was empty.
   Status submit(ParticipantId p, RequestHook& request, Nanos now) noexcept;
 
   /// Withdraws a queued request (its client went away): it leaves its participant's queue, takes
@@ -282,7 +283,8 @@ class Core {
 
   /// Hands back every queued request of every participant (shutdown), oldest first per
   /// participant and participants in ring order; ends any turn. Participants stay registered.
-  /// O(requests handed back): each is marked the caller's again.
+  /// O(requests handed back): each is marked as the list's, and is the caller's again once the
+  /// list gives it back (request.hpp, RequestList).
   RequestList take_all_queued() noexcept;
 
  private:
@@ -452,8 +454,6 @@ class Core {
   void grow_places(std::uint32_t places);
   Ticket issue(std::uint32_t place, std::uint32_t generation, ClassId out,
                std::uint32_t incarnation, RequestHook& request);
-  // Marks every request of `list` the caller's again.
-  static void give_back(const RequestList& list) noexcept;
   Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now,
                                    bool give_back_request) noexcept;
   // Out of line and cold, so that issue() (once per dispatch) saves no registers for it.

@@ -87,7 +87,8 @@ void creditloop_request_init(creditloop_request* request, void* user);
 /* Whether the request is the caller's (it may be submitted, moved or freed). Allocates nothing. */
 int creditloop_request_idle(const creditloop_request* request);
 /* The next request of a chain handed back by creditloop_remove() or creditloop_take_all_queued(),
- * oldest first; null at its end. Allocates nothing. */
+ * oldest first; null at its end. Each request of the chain is already the caller's: read the next
+ * before submitting this one again, which rewrites its link. Allocates nothing. */
 creditloop_request* creditloop_request_next(const creditloop_request* request);
 
 /* ---- configuration ------------------------------------------------------------------------ */

@@ -13,6 +13,11 @@
 // the submitter writes anyway: one uncontended compare-and-swap for the runtime's submit, a plain
 // load and store for the core's. How the library takes and gives back a request across threads,
 // and why giving it back is its last access to it: creditloop/detail/hand_back.hpp.
+//
+// A RequestList is linked through the same links, so a request in it stays the library's until
+// the list's walk has read its link and passed it (pop_front()), or the list is dropped: a request
+// given back earlier could be submitted again at once, from any thread, and that submit rewrites
+// the very link the walk would read next.
 #pragma once
 
 #include <atomic>
@@ -23,6 +28,16 @@
 
 namespace creditloop {
 
+namespace detail {
+// creditloop/detail/hand_back.hpp, included at the end of this file: every hand-back goes
+// through it, and it needs RequestHook's states.
+template <class Held>
+void give_back(Held& held) noexcept;
+struct HookLink;
+template <class Link, class Node>
+void give_back_chain(Node* first) noexcept;
+}  // namespace detail
+
 struct RequestHook {
   /// Whose the request is (detail: the library sets it; the embedder only reads it).
   enum State : std::uint8_t {
@@ -30,6 +45,7 @@ struct RequestHook {
     kInbox = 1,     // submitted to a runtime, not yet in its core's queue
     kQueued = 2,    // in a core's queue
     kInFlight = 3,  // dispatched, not yet completed
+    kInList = 4,    // in a RequestList handed back, not yet passed by its walk
   };
 
   RequestHook() noexcept = default;
@@ -59,11 +75,15 @@ struct RequestHook {
   std::atomic<std::uint8_t> held{kIdle};
 };
 
-/// Requests handed back to the caller (by a removal or a shutdown), oldest first.
-/// A move-only view of a chain of hooks the caller now owns again; it allocates nothing.
+/// Requests handed back to the caller (by a removal or a shutdown), oldest first: a move-only
+/// chain of hooks that allocates nothing. Each request is the caller's (idle, and free to be
+/// submitted again) once pop_front() has returned it, or once the list is destroyed or assigned
+/// over; until then it is the list's, and a submit of it is refused with already_queued. Use a
+/// list from one thread at a time.
 class RequestList {
  public:
   RequestList() noexcept = default;
+  /// Takes the chain from `head` to `tail`, linked through next_in_queue.
   RequestList(RequestHook* head, RequestHook* tail, std::size_t size) noexcept
       : head_(head), tail_(tail), size_(size) {}
   RequestList(RequestList&& other) noexcept
@@ -71,7 +91,10 @@ class RequestList {
     other.head_ = other.tail_ = nullptr;
     other.size_ = 0;
   }
+  /// Gives back what this list still holds, then takes `other`'s.
   RequestList& operator=(RequestList&& other) noexcept {
+    if (this == &other) return *this;
+    give_back_all();
     head_ = other.head_;
     tail_ = other.tail_;
     size_ = other.size_;
@@ -81,24 +104,30 @@ class RequestList {
   }
   RequestList(const RequestList&) = delete;
   RequestList& operator=(const RequestList&) = delete;
+  /// Gives back what the list still holds, each request's link read before it is given back and
+  /// left as it was.
+  ~RequestList() { give_back_all(); }
 
   [[nodiscard]] bool empty() const noexcept { return head_ == nullptr; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// The oldest request, still the list's (see the class comment).
   [[nodiscard]] RequestHook* front() const noexcept { return head_; }
 
-  /// Unlinks and returns the oldest request, or nullptr.
+  /// Unlinks the oldest request, gives it back and returns it, or nullptr. Its link is read
+  /// first: once given back, the request may be submitted again and relinked by another thread.
   RequestHook* pop_front() noexcept {
-    RequestHook* r = head_;
+    RequestHook* const r = head_;
     if (r != nullptr) {
       head_ = r->next_in_queue;
       r->next_in_queue = nullptr;
       if (head_ == nullptr) tail_ = nullptr;
       --size_;
+      detail::give_back(r->held);  // the list's last access to r
     }
     return r;
   }
 
-  /// Links `r` at the back. O(1).
+  /// Links `r`, which must not be in a queue or another list, at the back. O(1).
   void push_back(RequestHook& r) noexcept {
     r.next_in_queue = nullptr;
     if (tail_ == nullptr) {
@@ -125,9 +154,17 @@ class RequestList {
   }
 
  private:
+  void give_back_all() noexcept {
+    detail::give_back_chain<detail::HookLink>(head_);
+    head_ = tail_ = nullptr;
+    size_ = 0;
+  }
+
   RequestHook* head_ = nullptr;
   RequestHook* tail_ = nullptr;
   std::size_t size_ = 0;
 };
 
 }  // namespace creditloop
+
+#include "creditloop/detail/hand_back.hpp"  // IWYU pragma: export

@@ -30,8 +30,8 @@
 //    participant's inbox line; when the queue was empty, one exchange on a flag and one CAS on the
 //    runtime's activation list, and one load of the parking word. O(1), no allocation.
 //  - complete: one CAS on the ticket, one store on the request's hook, one CAS on the completion
-//    list, one load of the parking word. O(1), lock-free, no allocation. A pool worker writes only
-//    its own completion block, and per bulk of up to 32 jobs one CAS on a block list.
+//    list, one load of the parking word. O(1), lock-free, no allocation. A pool worker takes one
+//    job at a time, writes only its own completion block, and per job one CAS on a block list.
 //  - A thread stopped anywhere inside submit() or complete() (preempted, throttled) delays only
 //    its own participant's requests and its own completion: no other participant's dispatch and
 //    no other completer's room waits for it (docs/design.md, "Progress").
@@ -207,8 +207,10 @@ class Runtime {
   // ---- participants: any thread, a round trip to the dispatcher --------------------------------
   /// Errors: those of Core::add, and shut_down.
   Result<ParticipantId> add(std::string_view name, std::string_view plan, std::uint32_t shares);
-  /// Unregisters `p` and hands back everything it had queued, oldest first. Its in-flight requests
-  /// stay completable; their costs are charged nowhere. Errors: unknown_participant, shut_down.
+  /// Unregisters `p` and hands back everything it had queued, oldest first; each request is the
+  /// caller's once the list gives it back (its pop_front(), or the list's end), so that a thread
+  /// may submit it again at once while the list is still walked. Its in-flight requests stay
+  /// completable; their costs are charged nowhere. Errors: unknown_participant, shut_down.
   Result<RequestList> remove(ParticipantId p);
   /// Errors: unknown_participant, unknown_plan, bad_shares, shut_down.
   Status replan(ParticipantId p, std::string_view plan, std::uint32_t shares);
@@ -229,8 +231,9 @@ class Runtime {
 
   // ---- requests: any thread, no allocation --------------------------------------------------
   /// Queues `request` for `p`. On error the request is not linked and stays the caller's:
-  /// already_queued (submitted before and not yet completed or handed back, or, with the worker
-  /// pool, not yet given to the handler: it is the library's, and stays where it is),
+  /// already_queued (submitted before and not yet completed or given back by its handed-back
+  /// list, or, with the worker pool, not yet given to the handler: it is the library's, and stays
+  /// where it is),
   /// unknown_participant (never registered, or removed), shut_down, or unsupported_address (its
   /// address has a bit above bit 47 set, such as a top-byte pointer tag: the runtime holds 48-bit
   /// addresses). Lock-free.

@@ -51,9 +51,11 @@ struct PoolCompletion {
   std::uint32_t generation = 0;
   std::int64_t cost = 0;  // nano-credits
 };
-// Up to one dequeued bulk of jobs per block.
-inline constexpr std::size_t kWorkerBulk = 32;
-using PoolBlock = CompletionBlock<std::atomic, PoolCompletion, kWorkerBulk>;
+// One completion per block: a worker publishes each as its job ends (worker_pool.cpp), so a block
+// with its one entry fills a single cache line.
+inline constexpr std::size_t kPoolBlockEntries = 1;
+using PoolBlock = CompletionBlock<std::atomic, PoolCompletion, kPoolBlockEntries>;
+static_assert(sizeof(PoolBlock) == 64, "a block is one line");
 static_assert(sizeof(PoolCompletion) == 16, "four completions to a cache line");
 
 static_assert(ChunkedTable<TicketRecord>::kMax >= kMaxInFlight);

@@ -1,7 +1,8 @@
-// A request's hand-back to its caller (creditloop/detail/hand_back.hpp, run by the core's
-// give_back() and take_all_queued(), the runtime's remove(), cancel(), completions, the worker
-// pool and a refused submit). The dispatcher links two requests into the list it hands back (the
-// writes a removal's splice makes) and gives back the chain; two threads race to submit them
+// A request's hand-back to its caller (creditloop/detail/hand_back.hpp, run by a RequestList's
+// walk and its destructor after a removal or a shutdown, the runtime's cancel(), completions, the
+// worker pool and a refused submit). The dispatcher links two requests into a chain (the writes a
+// removal's splice makes) and gives back the chain as a dropped list does; two threads race to
+// submit them
 // again the moment they are the caller's, as a submit may: thread 1 takes request 0 and, refused
 // (its participant is gone), gives it back at once; thread 2 takes request 1, then tries request 0
 // too. Each submit that takes a request writes its link, as the inbox's push does.

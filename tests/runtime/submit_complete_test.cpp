@@ -135,7 +135,8 @@ TEST(Runtime, ARequestSubmittedTwiceBeforeItsCompletionIsRefused) {
   complete_all(rt, recorder, 3);
 }
 
-// Requests handed back by a removal or refused by a submit are the caller's to submit again.
+// Requests handed back by a removal (once its list gives them back) or refused by a submit are the
+// caller's to submit again.
 TEST(Runtime, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
   Recorder recorder;
   std::atomic<bool> room{false};
@@ -147,8 +148,11 @@ TEST(Runtime, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
   Result<RequestList> back = rt.remove(alice);
   ASSERT_TRUE(back.ok());
   ASSERT_EQ(back->size(), 3u);
-  EXPECT_EQ(rt.submit(alice, requests[0]).error(), Errc::unknown_participant);
-  while (RequestHook* r = back->pop_front()) ASSERT_TRUE(rt.submit(bob, *r).ok());
+  EXPECT_EQ(rt.submit(bob, requests[0]).error(), Errc::already_queued);  // the list's still
+  while (RequestHook* r = back->pop_front()) {
+    EXPECT_EQ(rt.submit(alice, *r).error(), Errc::unknown_participant);
+    ASSERT_TRUE(rt.submit(bob, *r).ok());
+  }
   room.store(true, std::memory_order_relaxed);
   rt.wake();
   ASSERT_TRUE(recorder.wait_for(3));
@@ -158,7 +162,8 @@ TEST(Runtime, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
 // A request handed back may be submitted again the moment it is, from any thread: the hand-back
 // must not touch it after (creditloop/detail/hand_back.hpp, tests/relacy/hand_back_model.cpp).
 // A second thread submits each request to bob the instant a removal of alice gives it back, with
-// alice's requests partly in the core and partly still in her inbox. ThreadSanitizer reports any
+// alice's requests partly in the core and partly still in her inbox; here the list is dropped
+// unwalked, and its end gives them back (the next test walks it). ThreadSanitizer reports any
 // read or write of a given-back request's link by the removal (the walk that gives the requests
 // back, or the splice of the inbox's requests after the core's) as a race with the submit's push.
 TEST(Runtime, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHandBack) {
@@ -197,10 +202,11 @@ TEST(Runtime, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHandBack)
       ASSERT_TRUE(rt.submit(alice, requests[i]).ok());
     }
     round.store(r, std::memory_order_release);
-    Result<RequestList> back = rt.remove(alice);
-    ASSERT_TRUE(back.ok());
-    // Only its size: the racer may already have queued its requests for bob, relinking them.
-    EXPECT_EQ(back->size(), kPerRound);
+    {
+      Result<RequestList> back = rt.remove(alice);
+      ASSERT_TRUE(back.ok());
+      EXPECT_EQ(back->size(), kPerRound);
+    }
     while (finished.load(std::memory_order_acquire) < r) std::this_thread::yield();
   }
   racer.join();
@@ -209,6 +215,63 @@ TEST(Runtime, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHandBack)
       << "every request handed back was queued again, for bob";
   room.store(true, std::memory_order_relaxed);
   rt.wake();
+  complete_all(rt, recorder, requests.size());
+  for (const Req& r : requests) EXPECT_TRUE(r.idle());
+}
+
+// The removal's caller walks the list it got while a second thread submits each request to bob
+// the moment it is the caller's again. The list is linked through the requests' own links, which
+// that submit's inbox push rewrites: a walk that reads a link after its request was given back
+// follows it into bob's inbox, and its unlink cuts that inbox's chain, so the requests behind the
+// cut are never queued nor dispatched. Every request must reach bob's queue, and be dispatched.
+TEST(Runtime, RequestsSubmittedElsewhereWhileTheRemovalsListIsWalkedAreAllDispatched) {
+  Recorder recorder;
+  std::atomic<bool> room{false};
+  Runtime rt(options_with_room_flag(recorder, room));
+  const ParticipantId bob = *rt.add("bob", "lite", 1);
+  constexpr std::size_t kRounds = 300;
+  constexpr std::size_t kPerRound = 6;
+  std::deque<Req> requests(kRounds * kPerRound);
+  // As in the test above: the round the racer may take, and the rounds it finished.
+  std::atomic<std::size_t> round{0};
+  std::atomic<std::size_t> finished{0};
+  std::atomic<std::size_t> unexpected{0};
+  std::thread racer([&] {
+    for (std::size_t r = 1; r <= kRounds; ++r) {
+      while (round.load(std::memory_order_acquire) < r) std::this_thread::yield();
+      for (std::size_t i = (r - 1) * kPerRound; i < r * kPerRound; ++i) {
+        for (;;) {
+          const Status s = rt.submit(bob, requests[i]);
+          if (s.ok()) break;
+          if (s.error() != Errc::already_queued) {
+            unexpected.fetch_add(1, std::memory_order_relaxed);  // a test count: no pairing
+            break;
+          }
+          std::this_thread::yield();
+        }
+      }
+      finished.store(r, std::memory_order_release);  // pairs with the main thread's acquire
+    }
+  });
+  std::size_t walked = 0;
+  for (std::size_t r = 1; r <= kRounds; ++r) {
+    const ParticipantId alice = *rt.add("alice", "pro", 1);
+    for (std::size_t i = (r - 1) * kPerRound; i < r * kPerRound; ++i) {
+      ASSERT_TRUE(rt.submit(alice, requests[i]).ok());
+    }
+    round.store(r, std::memory_order_release);
+    Result<RequestList> back = rt.remove(alice);
+    ASSERT_TRUE(back.ok());
+    while (back->pop_front() != nullptr) ++walked;
+    while (finished.load(std::memory_order_acquire) < r) std::this_thread::yield();
+  }
+  racer.join();
+  EXPECT_EQ(unexpected.load(std::memory_order_relaxed), 0u);
+  EXPECT_EQ(walked, requests.size()) << "each walk passed exactly its own requests";
+  ASSERT_EQ(rt.snapshot(bob)->queued, requests.size()) << "every request reached bob's queue";
+  room.store(true, std::memory_order_relaxed);
+  rt.wake();
+  ASSERT_TRUE(recorder.wait_for(requests.size())) << recorder.count() << " dispatched";
   complete_all(rt, recorder, requests.size());
   for (const Req& r : requests) EXPECT_TRUE(r.idle());
 }

@@ -135,7 +135,8 @@ TEST(Runtime, TheWorkerPoolCompletesEachRequestWithTheCostItsHandlerReturns) {
 // the observer's first on_complete until every request has been handled), the worker completes
 // through the ticket records instead: nothing waits and nothing is lost.
 TEST(Runtime, PoolTicketsAreTheirWorkersAndNoCompletionIsLostWhileTheDispatcherLags) {
-  // More bulks of at most 32 than a worker has completion blocks (8): the blocks run out.
+  // More completions than a worker has completion blocks (8, one completion each): the blocks
+  // run out.
   constexpr std::size_t kRequests = 1000;
   class Watch : public RuntimeObserver {
    public:
@@ -226,6 +227,121 @@ TEST(Runtime, APoolHandOverThatFailsLosesNoJob) {
   detail::test_hooks::pool_accepts.store(nullptr, std::memory_order_relaxed);
   EXPECT_TRUE(report.finished) << report.in_flight.size() << " tickets lost in flight";
   EXPECT_LT(RefusingPool::refusals.load(std::memory_order_relaxed), 0) << "no hand-over failed";
+}
+
+// Counts the dispatcher's decisions.
+class DispatchCount : public RuntimeObserver {
+ public:
+  Counter dispatched;
+  void on_visit(const Dispatch* d, Ticket, Nanos) override {
+    if (d != nullptr) dispatched.add();
+  }
+};
+
+// A job that blocks holds its own worker and nothing else. Alice's job and bob's go to the pool
+// in one hand-over, hers first (pro holds P1 credits, lite none); while her handler waits for the
+// test, the other three workers must start and complete all of bob's. A worker once took up to 32
+// jobs at a time and held the rest of its bulk behind hers, and published a bulk's completions
+// only after its last job.
+TEST(Runtime, JobsHandedOverBehindABlockedJobRunAndCompleteOnTheIdleWorkers) {
+  constexpr std::size_t kOthers = 40;
+  Latch started;
+  Latch release;
+  Counter handled;
+  std::atomic<bool> room{false};
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.workers = 4;
+  o.room = [&room] { return room.load(std::memory_order_relaxed); };  // a test flag: no pairing
+  o.handler = [&](const Dispatched& d) {
+    if (id_of(d.request) == 0) {
+      started.open();
+      release.wait();
+    } else {
+      handled.add();
+    }
+    return 0.0;
+  };
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  const ParticipantId bob = *rt.add("bob", "lite", 1);
+  std::deque<Req> requests(kOthers + 1);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    requests[i].id = static_cast<int>(i);
+    ASSERT_TRUE(rt.submit(i == 0 ? alice : bob, requests[i]).ok());
+  }
+  room.store(true, std::memory_order_relaxed);
+  rt.wake();
+  started.wait();
+  const bool all_ran = handled.wait_for(kOthers);
+  EXPECT_TRUE(all_ran) << "bob's jobs waited behind alice's blocked one";
+  if (all_ran) {
+    // Each completion is published as its job ends; a snapshot's round trip applies what was
+    // published before it.
+    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+    while (rt.snapshot().completed < kOthers && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    EXPECT_EQ(rt.snapshot().completed, kOthers) << "completions held back behind alice's job";
+  }
+  release.open();
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain).empty());
+  EXPECT_EQ(rt.snapshot().completed, kOthers + 1);
+}
+
+// Eight workers run eight jobs at once, whatever the queue holds when they come for work. The
+// eight jobs are handed over while all eight workers are held in earlier jobs, so that the first
+// worker set free finds them all in the queue: it must take one and leave the rest to the others.
+// Each of the eight handlers waits until all eight are running.
+TEST(Runtime, EightWorkersRunEightJobsAtOnce) {
+  constexpr std::size_t kWorkers = 8;
+  DispatchCount watch;
+  Counter holding;
+  Latch hold;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::size_t arrived = 0;  // guarded by mutex
+  bool give_up = false;     // guarded by mutex
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.workers = kWorkers;
+  o.slots = 64;
+  o.observer = &watch;
+  o.handler = [&](const Dispatched& d) {
+    if (id_of(d.request) < static_cast<int>(kWorkers)) {
+      holding.add();
+      hold.wait();
+      return 0.0;
+    }
+    std::unique_lock lock(mutex);
+    ++arrived;
+    changed.notify_all();
+    changed.wait_for(lock, kDeadline, [&] { return arrived == kWorkers || give_up; });
+    return 0.0;
+  };
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(2 * kWorkers);
+  for (std::size_t i = 0; i < requests.size(); ++i) requests[i].id = static_cast<int>(i);
+  for (std::size_t i = 0; i < kWorkers; ++i) ASSERT_TRUE(rt.submit(alice, requests[i]).ok());
+  const bool all_held = holding.wait_for(kWorkers);
+  EXPECT_TRUE(all_held) << "the first eight jobs did not run at once";
+  for (std::size_t i = kWorkers; i < requests.size(); ++i) {
+    ASSERT_TRUE(rt.submit(alice, requests[i]).ok());
+  }
+  ASSERT_TRUE(watch.dispatched.wait_for(requests.size()));
+  (void)rt.snapshot();  // a round trip: the dispatcher has handed its last batch to the pool
+  hold.open();
+  bool together = false;
+  {
+    std::unique_lock lock(mutex);
+    together = changed.wait_for(lock, kDeadline, [&] { return arrived == kWorkers; });
+    give_up = true;
+    changed.notify_all();
+  }
+  EXPECT_TRUE(together) << "the last eight jobs did not run at once";
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain).empty());
+  EXPECT_EQ(rt.snapshot().completed, requests.size());
 }
 
 }  // namespace

@@ -317,8 +317,8 @@ TEST(BadInput, ARequestSubmittedTwiceWhileQueuedIsRefusedAndNotRelinked) {
   expect_unchanged(bad, twin);
 }
 
-// A request is the core's from submit until its completion or hand-back, and the caller's again
-// after either.
+// A request is the core's from submit until its completion or until its handed-back list gives it
+// back, and the caller's again after either.
 TEST(BadInput, ARequestInFlightIsRefusedUntilCompletedAndAHandedBackOneIsTheCallersAgain) {
   Rig rig(world_config());
   const ParticipantId a = rig.add("a", "pro");
@@ -340,10 +340,15 @@ TEST(BadInput, ARequestInFlightIsRefusedUntilCompletedAndAHandedBackOneIsTheCall
   Result<RequestList> back = rig.core.remove(a);
   ASSERT_TRUE(back.ok());
   ASSERT_EQ(back->front(), &s);
+  EXPECT_FALSE(s.idle());  // the list's until its walk passes it
+  ASSERT_EQ(back->pop_front(), &s);
   EXPECT_TRUE(s.idle());
   ASSERT_TRUE(rig.core.submit(b, s, 0).ok());
-  RequestList all = rig.core.take_all_queued();
-  EXPECT_EQ(all.size(), 2u);
+  {
+    RequestList all = rig.core.take_all_queued();
+    EXPECT_EQ(all.size(), 2u);
+    expect_error(rig.core.submit(b, r, 0), Errc::already_queued);
+  }
   EXPECT_TRUE(r.idle());
   EXPECT_TRUE(s.idle());
   ASSERT_TRUE(rig.core.submit(b, r, 0).ok());

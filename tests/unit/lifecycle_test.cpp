@@ -145,6 +145,58 @@ TEST(Remove, HandedBackRequestsCanBeSubmittedElsewhere) {
   for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(rig.log[i].req, sent[i]);
 }
 
+// The list is linked through the requests' own links, so a request the walk has not passed yet
+// is not the caller's: submitting it elsewhere would rewrite the link the walk reads next, and
+// the walk would end in the other queue (or, in a runtime, in another participant's inbox).
+TEST(Remove, ARequestIsTheCallersOnlyOnceTheWalkOfItsListHasPassedIt) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "pro");
+  const ParticipantId b = rig.add("B", "pro");
+  Req& first = rig.make();
+  Req& second = rig.make();
+  Req& third = rig.make();
+  for (Req* r : {&first, &second, &third}) ASSERT_TRUE(rig.core.submit(a, *r, 0).ok());
+  Result<RequestList> back = rig.core.remove(a);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(second.idle());
+  EXPECT_EQ(rig.core.submit(b, second, 0).error(), Errc::already_queued);
+  EXPECT_EQ(rig.core.cancel(second).error(), Errc::not_queued);
+  EXPECT_EQ(rig.core.queued(b), 0u);
+  EXPECT_EQ(back->pop_front(), &first);
+  EXPECT_TRUE(first.idle());
+  ASSERT_TRUE(rig.core.submit(b, first, 0).ok());  // the caller's: its link is b's queue's now
+  EXPECT_EQ(ids(*back), (std::vector<int>{second.id, third.id}));
+  EXPECT_TRUE(second.idle());
+  EXPECT_TRUE(third.idle());
+}
+
+// Whatever a list still holds when it is dropped is given back, as take_all_queued's is.
+TEST(Remove, AListDroppedBeforeItsWalkGivesEveryRequestBack) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "pro");
+  const ParticipantId b = rig.add("B", "pro");
+  Req& r1 = rig.make();
+  Req& r2 = rig.make();
+  ASSERT_TRUE(rig.core.submit(a, r1, 0).ok());
+  ASSERT_TRUE(rig.core.submit(b, r2, 0).ok());
+  {
+    Result<RequestList> back = rig.core.remove(a);
+    ASSERT_TRUE(back.ok());
+    EXPECT_FALSE(r1.idle());
+  }
+  EXPECT_TRUE(r1.idle());
+  {
+    RequestList all = rig.core.take_all_queued();
+    EXPECT_EQ(all.front(), &r2);
+    EXPECT_FALSE(r2.idle());
+    EXPECT_EQ(rig.core.submit(b, r2, 0).error(), Errc::already_queued);
+    RequestList moved;
+    moved = std::move(all);
+    EXPECT_FALSE(r2.idle());
+  }
+  EXPECT_TRUE(r2.idle());
+}
+
 TEST(Replan, KeepsBalanceClippedToNewCapacity) {
   Rig rig(plans());
   const ParticipantId a = rig.add("A", "pro");

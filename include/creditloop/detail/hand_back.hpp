@@ -9,6 +9,13 @@
 // reading each link before its request is given back. Every such path goes through these
 // functions, which take the atomic type as a parameter so that the Relacy model
 // (tests/relacy/hand_back_model.cpp) runs them as shipped.
+//
+// A removal or a shutdown hands its requests back in a RequestList (request.hpp) linked through
+// those same links, walked by its caller on the caller's thread. So the core does not give them
+// back: it marks them kInList (keep_for_list()), and the list gives each back as its walk passes
+// it, or all of them when it is dropped. Giving the whole chain back first, as the core once did,
+// let a request be submitted again while the caller's walk was still to read its link: the walk
+// then followed the link into another participant's inbox, and its unlink cut that inbox's chain.
 #pragma once
 
 #include <atomic>
@@ -41,13 +48,26 @@ struct HookLink {
   [[nodiscard]] static RequestHook* get(const RequestHook& r) noexcept { return r.next_in_queue; }
 };
 
-/// Gives back every request of the chain that starts at `first`, linked through Link.
-template <class Link = HookLink, class Node>
+/// Gives back every request of the chain that starts at `first`, linked through Link (HookLink
+/// as shipped), and leaves the links as they are.
+template <class Link, class Node>
 void give_back_chain(Node* first) noexcept {
   for (Node* r = first; r != nullptr;) {
     Node* const next = Link::get(*r);  // before: once given back, the link is not ours to read
     give_back(r->held);
     r = next;
+  }
+}
+
+/// The core, handing the chain that starts at `first` back in a RequestList: its requests stay
+/// the library's (kInList, refused by a submit or a cancel) until the list gives each back.
+template <class Link, class Node>
+void keep_for_list(Node* first) noexcept {
+  for (Node* r = first; r != nullptr; r = Link::get(*r)) {
+    // relaxed: the request is still the core's. The list reaches its caller through whatever
+    // hands over the core's result (a return on this thread, or the runtime's command round
+    // trip, which synchronizes), so this store happens before the list's give_back().
+    r->held.store(RequestHook::kInList, std::memory_order_relaxed);
   }
 }
 
