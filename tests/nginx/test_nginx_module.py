@@ -243,6 +243,7 @@ http {{
             proxy_pass http://backend;
         }}
         location = /metrics {{ creditloop_metrics; }}
+        location = /debug/participants {{ creditloop_participants; }}
     }}
 }}
 """
@@ -872,6 +873,35 @@ class Production(unittest.TestCase):
         self.nginx.backend.gate("dry").set()
         held.join(10)
 
+    def test_the_participants_for_creditloop_top(self):
+        self.assertEqual(self.nginx.request("/fast", "alice")[0], 200)
+        held, out = self.nginx.hold_slot("top")
+        queued, queued_out = self.nginx.start_in_thread("/behind-top", "bob")
+        self.queued("bob", 1)
+        status, headers, body = self.nginx.request("/debug/participants", timeout=5)
+        self.assertEqual((status, headers.get("Content-Type")), (200, "application/json"))
+        answer = json.loads(body)
+        self.assertEqual(answer["class_names"], ["P1", "P2", "P3"])
+        self.assertEqual((answer["loop"]["waiting"], answer["loop"]["in_flight"],
+                          answer["loop"]["dispatched"]), (1, 1, 1))
+        tenants = {t["name"]: t for t in answer["tenants"]}
+        self.assertEqual(sorted(tenants), ["alice", "bob", "carol"])
+        self.assertEqual((tenants["alice"]["served"], tenants["alice"]["cost_charged"]),
+                         ([1, 0, 0], 2.0))
+        self.assertEqual((tenants["bob"]["queued"], tenants["bob"]["plan"]), (1, "lite"))
+        self.assertGreaterEqual(tenants["bob"]["oldest_queued_age_s"], 0)
+        self.assertIn("P2", tenants["bob"]["balance"])
+        if ARGS.top:
+            r = subprocess.run([ARGS.top, "--once", "--no-color",
+                                f"http://127.0.0.1:{self.nginx.port}"],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("bob", r.stdout)
+        self.nginx.backend.gate("top").set()
+        held.join(10)
+        queued.join(10)
+        self.assertEqual(queued_out["response"][0], 200)
+
     def test_the_metrics_are_never_queued(self):
         # creditloop_tenant is set at server level, and the metrics' location inherits it.
         held, out = self.nginx.hold_slot("metrics")
@@ -1088,6 +1118,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--module", required=True)
     parser.add_argument("--nginx", default="/usr/sbin/nginx")
+    parser.add_argument("--top", help="creditloop-top, to read the module's participants")
     ARGS, rest = parser.parse_known_args()
     ARGS.module = os.path.abspath(ARGS.module)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

@@ -273,6 +273,7 @@ ngx_int_t ngx_http_creditloop_add_variables(ngx_conf_t *cf);
 
 /* ngx_http_creditloop_metrics.c */
 ngx_int_t ngx_http_creditloop_metrics_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_creditloop_participants_handler(ngx_http_request_t *r);
 
 
 extern ngx_module_t ngx_http_creditloop_module;

@@ -18,7 +18,7 @@ ngx_http_creditloop_class_label(u_char *p, int c)
 /* One value summed over every worker of this configuration, from the zone. A
  * worker that exited keeps its counts there until a reload, and nginx starts a
  * crashed worker's successor on the same entry; the old workers of a reload
- * write the other block. */
+ * write their own configuration's zone. */
 static uint64_t
 ngx_http_creditloop_sum(ngx_http_creditloop_main_conf_t *mcf, size_t value)
 {
@@ -35,6 +35,30 @@ ngx_http_creditloop_sum(ngx_http_creditloop_main_conf_t *mcf, size_t value)
         sum += creditloop_zone_load(e, value);
     }
     return sum;
+}
+
+
+static ngx_int_t
+ngx_http_creditloop_send(
+    ngx_http_request_t *r, ngx_buf_t *b, const char *content_type)
+{
+    ngx_chain_t out;
+    ngx_int_t   rc;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = b->last - b->pos;
+    r->headers_out.content_type.data = (u_char *) content_type;
+    r->headers_out.content_type.len = ngx_strlen(content_type);
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+    out.buf = b;
+    out.next = NULL;
+    return ngx_http_output_filter(r, &out);
 }
 
 
@@ -59,7 +83,6 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
     int                             c;
     size_t                          size;
     ngx_buf_t                      *b;
-    ngx_chain_t                     out;
     ngx_int_t                       rc;
     int64_t                         now = ngx_http_creditloop_now();
     creditloop_participant_snapshot s;
@@ -215,17 +238,145 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
             mcf, ngx_http_creditloop_entry_worker(
                      mcf, NGX_HTTP_CREDITLOOP_ENTRY_UNAUTHORIZED)));
 
-    r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_length_n = b->last - b->pos;
-    ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    rc = ngx_http_send_header(r);
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+    return ngx_http_creditloop_send(r, b, "text/plain; version=0.0.4");
+}
+
+
+/*
+ * What creditloop-server's /debug/participants answers, as far as the module
+ * knows it, for creditloop-top: the counts summed over the workers from the
+ * zone, and what only a core knows (the time to an empty bucket's next credit,
+ * the oldest queued request's age) from the serving worker's own core.
+ */
+ngx_int_t
+ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
+{
+    ngx_http_creditloop_main_conf_t *mcf =
+        ngx_http_get_module_main_conf(r, ngx_http_creditloop_module);
+    ngx_http_creditloop_tenant_t   *t;
+    ngx_uint_t                      i;
+    int                             c;
+    size_t                          size;
+    ngx_buf_t                      *b;
+    ngx_int_t                       rc;
+    int64_t                         now = ngx_http_creditloop_now();
+    creditloop_participant_snapshot s;
+    uint64_t                        sum, waiting, answered;
+
+    if (r->method != NGX_HTTP_GET && r->method != NGX_HTTP_HEAD) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
         return rc;
     }
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-    out.buf = b;
-    out.next = NULL;
-    return ngx_http_output_filter(r, &out);
+    if (mcf->core == NULL) {
+        return NGX_HTTP_NOT_FOUND;
+    }
+    ngx_http_creditloop_store_core(mcf, now);
+
+    t = mcf->tenants.elts;
+    /* The fixed text, then per tenant its escaped name and plan and, per
+     * class, four numbers of at most NGX_INT64_LEN + 16 characters each. */
+    size = 512 + (size_t) (mcf->classes + 1) * (NGX_INT64_LEN + 16) * 2;
+    for (i = 0; i < mcf->tenants.nelts; ++i) {
+        size += 256 + t[i].name.len +
+                ngx_escape_json(NULL, t[i].name.data, t[i].name.len) +
+                t[i].plan.len +
+                ngx_escape_json(NULL, t[i].plan.data, t[i].plan.len) +
+                (size_t) (mcf->classes + 1) * (NGX_INT64_LEN + 16) * 4;
+    }
+    b = ngx_create_temp_buf(r->pool, size);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    b->last = ngx_sprintf(b->last,
+        "{\"scheduler\":\"nginx\",\"classes\":%d,\"class_names\":[",
+        mcf->classes);
+    for (c = 0; c <= mcf->classes; ++c) {
+        b->last = ngx_sprintf(b->last, "%s\"P%d\"", c ? "," : "", c + 1);
+    }
+    waiting = 0;
+    answered = 0;
+    for (i = 0; i < mcf->tenants.nelts; ++i) {
+        waiting += ngx_http_creditloop_sum(
+            mcf, ngx_http_creditloop_entry_tenant(
+                     mcf, i, NGX_HTTP_CREDITLOOP_ENTRY_QUEUED));
+        for (c = 0; c <= mcf->classes; ++c) {
+            answered += ngx_http_creditloop_sum(
+                mcf, ngx_http_creditloop_entry_answered(mcf, i, c));
+        }
+    }
+    b->last = ngx_sprintf(b->last,
+        "],\"loop\":{\"participants\":%ui,\"waiting\":%uL,"
+        "\"in_flight\":%uL,\"dispatched\":%uL,\"passes\":[",
+        mcf->tenants.nelts, waiting,
+        ngx_http_creditloop_sum(mcf, ngx_http_creditloop_entry_worker(mcf,
+                                         NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)),
+        answered);
+    for (c = 0; c <= mcf->classes; ++c) {
+        b->last = ngx_sprintf(b->last, "%s%uL", c ? "," : "",
+            ngx_http_creditloop_sum(
+                mcf, ngx_http_creditloop_entry_worker(
+                         mcf, NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) c)));
+    }
+    b->last = ngx_sprintf(b->last, "]},\"tenants\":[");
+
+    for (i = 0; i < mcf->tenants.nelts; ++i) {
+        if (creditloop_snapshot(mcf->core, t[i].id, now, &s) != CREDITLOOP_OK) {
+            continue;
+        }
+        b->last = ngx_sprintf(b->last, "%s{\"name\":\"", i ? "," : "");
+        b->last =
+            (u_char *) ngx_escape_json(b->last, t[i].name.data, t[i].name.len);
+        b->last = ngx_sprintf(b->last, "\",\"plan\":\"");
+        b->last =
+            (u_char *) ngx_escape_json(b->last, t[i].plan.data, t[i].plan.len);
+        b->last = ngx_sprintf(b->last,
+            "\",\"shares\":%uD,\"queue_limit\":%ui,\"queued\":%uL,"
+            "\"served\":[",
+            t[i].shares, t[i].queue_limit,
+            ngx_http_creditloop_sum(
+                mcf, ngx_http_creditloop_entry_tenant(
+                         mcf, i, NGX_HTTP_CREDITLOOP_ENTRY_QUEUED)));
+        for (c = 0; c <= mcf->classes; ++c) {
+            b->last = ngx_sprintf(b->last, "%s%uL", c ? "," : "",
+                ngx_http_creditloop_sum(
+                    mcf, ngx_http_creditloop_entry_answered(mcf, i, c)));
+        }
+        sum = ngx_http_creditloop_sum(
+            mcf, ngx_http_creditloop_entry_tenant(
+                     mcf, i, NGX_HTTP_CREDITLOOP_ENTRY_COST_NANO));
+        b->last = ngx_sprintf(b->last, "],\"cost_charged\":%.3f,\"balance\":{",
+            (double) sum / 1e9);
+        for (c = 0; c < mcf->classes; ++c) {
+            if (!(s.has_class & (1u << c))) {
+                continue;
+            }
+            sum = ngx_http_creditloop_sum(
+                mcf, ngx_http_creditloop_entry_tenant(mcf, i,
+                         NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO + (size_t) c));
+            b->last = ngx_sprintf(b->last, "%s\"P%d\":%.3f",
+                b->last[-1] == '{' ? "" : ",", c + 1,
+                (double) (int64_t) sum / 1e9);
+        }
+        b->last = ngx_sprintf(b->last, "},\"next_credit_in_s\":{");
+        for (c = 0; c < mcf->classes; ++c) {
+            if (s.next_credit[c] < 0) {
+                continue;
+            }
+            b->last = ngx_sprintf(b->last, "%s\"P%d\":%.6f",
+                b->last[-1] == '{' ? "" : ",", c + 1,
+                (double) ngx_max(s.next_credit[c] - now, 0) / 1e9);
+        }
+        if (s.oldest_queued_at < 0) {
+            b->last = ngx_sprintf(b->last, "},\"oldest_queued_age_s\":null}");
+        } else {
+            b->last = ngx_sprintf(b->last, "},\"oldest_queued_age_s\":%.6f}",
+                (double) ngx_max(now - s.oldest_queued_at, 0) / 1e9);
+        }
+    }
+    b->last = ngx_sprintf(b->last, "]}\n");
+    return ngx_http_creditloop_send(r, b, "application/json");
 }

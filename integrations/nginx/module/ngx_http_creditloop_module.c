@@ -28,6 +28,8 @@ static char *ngx_http_creditloop_status(
     ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *ngx_http_creditloop_metrics(
     ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *ngx_http_creditloop_participants(
+    ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *ngx_http_creditloop_unknown_tenant(
     ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
@@ -96,6 +98,8 @@ static ngx_command_t ngx_http_creditloop_commands[] = {
         offsetof(ngx_http_creditloop_loc_conf_t, cost), NULL},
     {ngx_string("creditloop_metrics"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS,
         ngx_http_creditloop_metrics, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
+    {ngx_string("creditloop_participants"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS,
+        ngx_http_creditloop_participants, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
     {ngx_string("creditloop_status"),
         NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF |
             NGX_CONF_NOARGS | NGX_CONF_TAKE1,
@@ -634,6 +638,24 @@ ngx_http_creditloop_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
     lcf->metrics = 1;
     clcf->handler = ngx_http_creditloop_metrics_handler;
+    return NGX_CONF_OK;
+}
+
+
+/* creditloop-server's /debug/participants, for creditloop-top: a location of
+ * its own, never queued either. */
+static char *
+ngx_http_creditloop_participants(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_creditloop_loc_conf_t *lcf = conf;
+    ngx_http_core_loc_conf_t       *clcf =
+        ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    (void) cmd;
+    if (lcf->metrics) {
+        return "is duplicate";
+    }
+    lcf->metrics = 1;
+    clcf->handler = ngx_http_creditloop_participants_handler;
     return NGX_CONF_OK;
 }
 
