@@ -38,6 +38,30 @@ ngx_http_creditloop_sum(ngx_http_creditloop_main_conf_t *mcf, size_t value)
 }
 
 
+/* What every report does first: GET or HEAD only, the body discarded, and
+ * this worker's costs, balances and passes stored as of now (the other
+ * workers' are as of their last epoch). */
+static ngx_int_t
+ngx_http_creditloop_report_start(
+    ngx_http_request_t *r, ngx_http_creditloop_main_conf_t *mcf, int64_t now)
+{
+    ngx_int_t rc;
+
+    if (r->method != NGX_HTTP_GET && r->method != NGX_HTTP_HEAD) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+    if (mcf->core == NULL) {
+        return NGX_HTTP_NOT_FOUND;
+    }
+    ngx_http_creditloop_store_core(mcf, now);
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_creditloop_send(
     ngx_http_request_t *r, ngx_buf_t *b, const char *content_type)
@@ -88,19 +112,10 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
     creditloop_participant_snapshot s;
     uint64_t                        sum;
 
-    if (r->method != NGX_HTTP_GET && r->method != NGX_HTTP_HEAD) {
-        return NGX_HTTP_NOT_ALLOWED;
-    }
-    rc = ngx_http_discard_request_body(r);
+    rc = ngx_http_creditloop_report_start(r, mcf, now);
     if (rc != NGX_OK) {
         return rc;
     }
-    if (mcf->core == NULL) {
-        return NGX_HTTP_NOT_FOUND;
-    }
-    /* This worker's costs, balances and passes as of now; the others' as of
-     * their last epoch. */
-    ngx_http_creditloop_store_core(mcf, now);
 
     t = mcf->tenants.elts;
     size = 4096 + mcf->tenants.nelts * (size_t) (mcf->classes + 2) * 6 * 160;
@@ -263,18 +278,10 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
     creditloop_participant_snapshot s;
     uint64_t                        sum, waiting, answered;
 
-    if (r->method != NGX_HTTP_GET && r->method != NGX_HTTP_HEAD) {
-        return NGX_HTTP_NOT_ALLOWED;
-    }
-    rc = ngx_http_discard_request_body(r);
+    rc = ngx_http_creditloop_report_start(r, mcf, now);
     if (rc != NGX_OK) {
         return rc;
     }
-    if (mcf->core == NULL) {
-        return NGX_HTTP_NOT_FOUND;
-    }
-    ngx_http_creditloop_store_core(mcf, now);
-
     t = mcf->tenants.elts;
     /* The fixed text, then per tenant its escaped name and plan and, per
      * class, four numbers of at most NGX_INT64_LEN + 16 characters each. */

@@ -626,37 +626,39 @@ ngx_http_creditloop_tenant(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* A report's location: its content handler, and never queued, whatever
+ * tenant it inherits. */
 static char *
-ngx_http_creditloop_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+ngx_http_creditloop_report(ngx_conf_t *cf, ngx_http_creditloop_loc_conf_t *lcf,
+    ngx_http_handler_pt handler)
 {
-    ngx_http_creditloop_loc_conf_t *lcf = conf;
-    ngx_http_core_loc_conf_t       *clcf =
+    ngx_http_core_loc_conf_t *clcf =
         ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    (void) cmd;
     if (lcf->metrics) {
         return "is duplicate";
     }
     lcf->metrics = 1;
-    clcf->handler = ngx_http_creditloop_metrics_handler;
+    clcf->handler = handler;
     return NGX_CONF_OK;
 }
 
 
-/* creditloop-server's /debug/participants, for creditloop-top: a location of
- * its own, never queued either. */
+static char *
+ngx_http_creditloop_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    (void) cmd;
+    return ngx_http_creditloop_report(
+        cf, conf, ngx_http_creditloop_metrics_handler);
+}
+
+
+/* creditloop-server's /debug/participants, for creditloop-top. */
 static char *
 ngx_http_creditloop_participants(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_creditloop_loc_conf_t *lcf = conf;
-    ngx_http_core_loc_conf_t       *clcf =
-        ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     (void) cmd;
-    if (lcf->metrics) {
-        return "is duplicate";
-    }
-    lcf->metrics = 1;
-    clcf->handler = ngx_http_creditloop_participants_handler;
-    return NGX_CONF_OK;
+    return ngx_http_creditloop_report(
+        cf, conf, ngx_http_creditloop_participants_handler);
 }
 
 
