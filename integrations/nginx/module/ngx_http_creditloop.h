@@ -179,7 +179,6 @@ typedef struct {
     int64_t                          queued_at;
     int64_t                          dispatched_at;
     double                           cost;
-    unsigned                         cost_known : 1;
     /* counted in the worker's urgent */
     unsigned    urgent : 1;
     ngx_event_t timeout;

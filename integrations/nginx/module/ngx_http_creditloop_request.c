@@ -60,18 +60,16 @@ ngx_http_creditloop_upstream_ms(ngx_http_request_t *r, double *ms)
  * one, else the upstream's response time (or, without an upstream, the time
  * since dispatch) over the cost unit. `variables` is 0 in the pool's cleanup,
  * where evaluating a variable would allocate from the pool being destroyed: the
- * log phase has computed it by then for every request that got that far. */
+ * log phase has completed every request that got that far. Computed once, at
+ * completion. */
 static double
-ngx_http_creditloop_cost(ngx_http_creditloop_ctx_t *ctx, int variables)
+ngx_http_creditloop_cost(
+    ngx_http_creditloop_ctx_t *ctx, int variables, int64_t now)
 {
     ngx_http_request_t             *r = ctx->request;
     ngx_http_creditloop_loc_conf_t *lcf;
     ngx_str_t                       value;
     double                          ms;
-    if (ctx->cost_known) {
-        return ctx->cost;
-    }
-    ctx->cost_known = 1;
     ctx->cost = 0;
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_creditloop_module);
     if (variables && lcf->cost != NULL &&
@@ -91,8 +89,8 @@ ngx_http_creditloop_cost(ngx_http_creditloop_ctx_t *ctx, int variables)
     if (ngx_http_creditloop_upstream_ms(r, &ms)) {
         ctx->cost = ms / ctx->mcf->cost_unit_ms;
     } else {
-        ctx->cost = (double) (ngx_http_creditloop_now() - ctx->dispatched_at) /
-                    1e6 / ctx->mcf->cost_unit_ms;
+        ctx->cost =
+            (double) (now - ctx->dispatched_at) / 1e6 / ctx->mcf->cost_unit_ms;
     }
     if (ctx->cost > 1e6) {
         ctx->cost = 1e6;
@@ -109,12 +107,14 @@ ngx_http_creditloop_complete(ngx_http_creditloop_ctx_t *ctx, int variables)
 {
     ngx_http_creditloop_main_conf_t *mcf = ctx->mcf;
     double                           cost;
+    int64_t                          now;
     if (ctx->state != NGX_HTTP_CREDITLOOP_CTX_DISPATCHED) {
         return;
     }
-    cost = ngx_http_creditloop_cost(ctx, variables);
-    (void) creditloop_complete(
-        mcf->core, ctx->ticket, cost, ngx_http_creditloop_now(), NULL);
+    /* One clock read for the cost and the completion. */
+    now = ngx_http_creditloop_now();
+    cost = ngx_http_creditloop_cost(ctx, variables, now);
+    (void) creditloop_complete(mcf->core, ctx->ticket, cost, now, NULL);
     ctx->state = NGX_HTTP_CREDITLOOP_CTX_COMPLETED;
     creditloop_zone_add(mcf->own,
         ngx_http_creditloop_entry_answered(mcf,
