@@ -1021,6 +1021,55 @@ class SharedRoom(unittest.TestCase):
             nginx.stop()
 
 
+class Rooms(unittest.TestCase):
+    """Two upstreams of different capacity, each with a room of its own: a full room holds back
+    only its own locations' requests, and neither room ever has more in flight than its slots,
+    whichever of the two workers a request comes to."""
+
+    def test_a_named_room_beside_the_default_one(self):
+        nginx = Nginx(workers=2, slots=1, extra_http="creditloop_room wide slots=3;",
+                      extra_server="location /wide/ { creditloop_room_use wide; "
+                                   "proxy_pass http://backend/; }")
+        try:
+            self.assertEqual(nginx.metric("creditloop_loop_room_slots"), 1)
+            self.assertEqual(nginx.metric("creditloop_loop_room_slots", room="wide"), 3)
+            held = nginx.hold_slot("a")  # the default room's one slot
+            wide = [nginx.start_in_thread(f"/wide/gate/w{i}", "bob") for i in range(4)]
+            wait_for("three of the wide room's requests at the backend",
+                     lambda: sum(nginx.backend.saw(f"/gate/w{i}") for i in range(4)) == 3)
+            wait_for("the fourth queued in the wide room", lambda: nginx.metric(
+                "creditloop_tenant_queue_depth", room="wide", tenant="bob") == 1)
+            self.assertEqual(nginx.metric("creditloop_loop_in_flight", room="wide"), 3)
+            carol = nginx.start_in_thread("/fast", "carol")
+            wait_for("carol queued in the default room",
+                     lambda: nginx.metric("creditloop_tenant_queue_depth", tenant="carol") == 1)
+            seen = [i for i in range(4) if nginx.backend.saw(f"/gate/w{i}")]
+            nginx.backend.gate(f"w{seen[0]}").set()
+            wait_for("the fourth at the backend once the wide room has a slot free",
+                     lambda: all(nginx.backend.saw(f"/gate/w{i}") for i in range(4)))
+            self.assertEqual(nginx.metric("creditloop_tenant_queue_depth", tenant="carol"), 1,
+                             "the wide room's slot went to the default room's queue")
+            for i in range(4):
+                nginx.backend.gate(f"w{i}").set()
+            nginx.backend.gate("a").set()
+            for t, out in [held, carol] + wide:
+                t.join(30)
+                self.assertEqual(out["response"][0], 200, out)
+            wait_for("nothing in flight in either room",
+                     lambda: nginx.metric("creditloop_loop_in_flight") == 0
+                     and nginx.metric("creditloop_loop_in_flight", room="wide") == 0)
+            text = nginx.metrics_or_none()
+            self.assertIn('creditloop_tenant_requests_total{room="wide",tenant="bob",class="P2"} 4',
+                          text)
+            self.assertIn('creditloop_tenant_requests_total{tenant="carol",class="P2"} 1', text)
+            if shutil.which("promtool"):
+                r = subprocess.run(["promtool", "check", "metrics"], input=text,
+                                   capture_output=True, text=True)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        finally:
+            nginx.stop()
+
+
 class BadConfiguration(unittest.TestCase):
     """`nginx -t` names the directive and the line."""
 
@@ -1106,6 +1155,21 @@ class BadConfiguration(unittest.TestCase):
         self.check("", plans_json(TENANTS),
                    r"worker_processes 1025 is more than the 1024 the module supports",
                    workers=1025)
+
+    def test_a_room_used_before_it_is_defined(self):
+        self.check("creditloop_room_use nope;", plans_json(TENANTS),
+                   r'"creditloop_room_use": no room "nope"', at_line_of="creditloop_room_use")
+
+    def test_bad_rooms(self):
+        self.check("creditloop_room wide slots=0;", plans_json(TENANTS),
+                   r'"creditloop_room" directive invalid value: from 1 to 1000000',
+                   at_line_of="creditloop_room wide")
+        self.check("creditloop_room wide 3;", plans_json(TENANTS),
+                   r'"creditloop_room" directive invalid parameter: "slots=N" expected')
+        self.check("creditloop_room w.x slots=3;", plans_json(TENANTS),
+                   r'"creditloop_room" directive invalid name')
+        self.check("creditloop_room w slots=3; creditloop_room w slots=4;", plans_json(TENANTS),
+                   r'"creditloop_room" directive is duplicate')
 
     def test_refusal_status_out_of_range(self):
         self.check("creditloop_status 200;", plans_json(TENANTS),

@@ -104,21 +104,27 @@ typedef struct {
 } ngx_http_creditloop_tenant_t;
 
 
+typedef struct ngx_http_creditloop_main_conf_s ngx_http_creditloop_main_conf_t;
+
+
+/*
+ * A room: at most `slots` requests of its locations in flight, all workers
+ * together, with its own fair queue (a core in each worker) over every tenant.
+ * The default room has no name; `creditloop_room NAME slots=N` adds others,
+ * each with a zone of its own.
+ */
 typedef struct {
-    /* the configuration */
-    ngx_str_t          config_path;
-    creditloop_config *config;
-    ngx_uint_t         slots;
-    double             cost_unit_ms;
-    /* empty: 401 */
-    ngx_str_t  unknown_tenant;
-    ngx_uint_t queue_limit;
-    ngx_msec_t queue_timeout;
-    /* sorted by name */
+    ngx_str_t                        name;
+    ngx_uint_t                       slots;
+    ngx_http_creditloop_main_conf_t *mcf;
+    /* the configuration's tenants, this room's state of them; sorted by name */
     ngx_array_t                   tenants;
     ngx_http_creditloop_tenant_t *default_tenant;
     int                           classes;
-    ngx_msec_t                    epoch;
+    /* `room="NAME",` and `{room="NAME"}` for its metrics; empty for the
+     * default room */
+    ngx_str_t label;
+    ngx_str_t selector;
 
     /* the zone, the configuration's own */
     ngx_shm_zone_t *zone;
@@ -133,8 +139,8 @@ typedef struct {
     ngx_uint_t             workers;
     creditloop_core       *core;
     creditloop_zone_entry *own;
-    /* its share of creditloop_slots: the slots it fills without borrowing */
-    ngx_uint_t room;
+    /* its share of the slots: those it fills without borrowing */
+    ngx_uint_t share;
     ngx_uint_t in_flight;
     /* with several workers, every slot is taken from it */
     creditloop_zone_room *shared_room;
@@ -149,14 +155,35 @@ typedef struct {
     ngx_event_t         epoch_event;
     ngx_event_t         dispatch_event;
     creditloop_decision decisions[NGX_HTTP_CREDITLOOP_BATCH];
-} ngx_http_creditloop_main_conf_t;
+} ngx_http_creditloop_room_t;
+
+
+struct ngx_http_creditloop_main_conf_s {
+    ngx_str_t          config_path;
+    creditloop_config *config;
+    double             cost_unit_ms;
+    /* empty: 401 */
+    ngx_str_t  unknown_tenant;
+    ngx_uint_t queue_limit;
+    ngx_msec_t queue_timeout;
+    /* sorted by name */
+    ngx_array_t tenants;
+    int         classes;
+    ngx_msec_t  epoch;
+    /* of ngx_http_creditloop_room_t *; the first is the default room, whose
+     * slots creditloop_slots sets */
+    ngx_array_t                 rooms;
+    ngx_http_creditloop_room_t *room;
+};
 
 
 typedef struct {
     /* null: the module is off here */
     ngx_http_complex_value_t *tenant;
     ngx_http_complex_value_t *cost;
-    ngx_flag_t                off;
+    /* null: the default room */
+    ngx_http_creditloop_room_t *room;
+    ngx_flag_t                  off;
     /* the metrics' location: never queued, whatever it inherits */
     ngx_flag_t metrics;
     /* of a refusal at the queue limit or timeout */
@@ -170,15 +197,15 @@ typedef struct {
     /* first: the record the core links into its queue */
     creditloop_request record;
     /* null once the request has ended while its record is queued */
-    ngx_http_request_t              *request;
-    ngx_http_creditloop_main_conf_t *mcf;
-    ngx_http_creditloop_tenant_t    *tenant;
-    creditloop_ticket                ticket;
-    ngx_uint_t                       state;
-    int                              out_class;
-    int64_t                          queued_at;
-    int64_t                          dispatched_at;
-    double                           cost;
+    ngx_http_request_t           *request;
+    ngx_http_creditloop_room_t   *room;
+    ngx_http_creditloop_tenant_t *tenant;
+    creditloop_ticket             ticket;
+    ngx_uint_t                    state;
+    int                           out_class;
+    int64_t                       queued_at;
+    int64_t                       dispatched_at;
+    double                        cost;
     /* counted in the worker's urgent */
     unsigned    urgent : 1;
     ngx_event_t timeout;
@@ -188,18 +215,18 @@ typedef struct {
 /* The entry's layout: the index of one value. */
 
 static ngx_inline size_t
-ngx_http_creditloop_entry_demand(ngx_http_creditloop_main_conf_t *mcf, size_t t)
+ngx_http_creditloop_entry_demand(ngx_http_creditloop_room_t *room, size_t t)
 {
-    (void) mcf;
+    (void) room;
     return 1 + t;
 }
 
 
 static ngx_inline size_t
 ngx_http_creditloop_entry_answered(
-    ngx_http_creditloop_main_conf_t *mcf, size_t t, int c)
+    ngx_http_creditloop_room_t *room, size_t t, int c)
 {
-    return 1 + mcf->tenants.nelts + t * (size_t) (mcf->classes + 1) +
+    return 1 + room->tenants.nelts + t * (size_t) (room->classes + 1) +
            (size_t) c;
 }
 
@@ -208,59 +235,59 @@ ngx_http_creditloop_entry_answered(
  * class c's balance. */
 static ngx_inline size_t
 ngx_http_creditloop_entry_tenant(
-    ngx_http_creditloop_main_conf_t *mcf, size_t t, size_t what)
+    ngx_http_creditloop_room_t *room, size_t t, size_t what)
 {
-    return 1 + mcf->tenants.nelts * (size_t) (mcf->classes + 2) +
+    return 1 + room->tenants.nelts * (size_t) (room->classes + 2) +
            t * (NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO +
-                   (size_t) mcf->classes) +
+                   (size_t) room->classes) +
            what;
 }
 
 
 static ngx_inline size_t
-ngx_http_creditloop_entry_worker(
-    ngx_http_creditloop_main_conf_t *mcf, size_t what)
+ngx_http_creditloop_entry_worker(ngx_http_creditloop_room_t *room, size_t what)
 {
-    return ngx_http_creditloop_entry_tenant(mcf, mcf->tenants.nelts, 0) + what;
+    return ngx_http_creditloop_entry_tenant(room, room->tenants.nelts, 0) +
+           what;
 }
 
 
 static ngx_inline size_t
-ngx_http_creditloop_entry_size(ngx_http_creditloop_main_conf_t *mcf)
+ngx_http_creditloop_entry_size(ngx_http_creditloop_room_t *room)
 {
     return creditloop_zone_entry_size(ngx_http_creditloop_entry_worker(
-        mcf, NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) mcf->classes + 1));
+        room, NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) room->classes + 1));
 }
 
 
 static ngx_inline size_t
 ngx_http_creditloop_tenant_index(
-    ngx_http_creditloop_main_conf_t *mcf, ngx_http_creditloop_tenant_t *t)
+    ngx_http_creditloop_room_t *room, ngx_http_creditloop_tenant_t *t)
 {
-    return (size_t) (t - (ngx_http_creditloop_tenant_t *) mcf->tenants.elts);
+    return (size_t) (t - (ngx_http_creditloop_tenant_t *) room->tenants.elts);
 }
 
 
 /* ngx_http_creditloop_module.c */
 int64_t                       ngx_http_creditloop_now(void);
 ngx_http_creditloop_tenant_t *ngx_http_creditloop_find_tenant(
-    ngx_http_creditloop_main_conf_t *mcf, ngx_str_t *name);
+    ngx_array_t *tenants, ngx_str_t *name);
 
 /* ngx_http_creditloop_worker.c */
 ngx_int_t              ngx_http_creditloop_init_process(ngx_cycle_t *cycle);
 void                   ngx_http_creditloop_exit_process(ngx_cycle_t *cycle);
 creditloop_zone_entry *ngx_http_creditloop_entry(
-    ngx_http_creditloop_main_conf_t *mcf, ngx_uint_t worker);
-void ngx_http_creditloop_queued(ngx_http_creditloop_main_conf_t *mcf,
+    ngx_http_creditloop_room_t *room, ngx_uint_t worker);
+void ngx_http_creditloop_queued(ngx_http_creditloop_room_t *room,
     ngx_http_creditloop_tenant_t *t, ngx_int_t change);
 void ngx_http_creditloop_in_flight(
-    ngx_http_creditloop_main_conf_t *mcf, ngx_int_t change);
-void ngx_http_creditloop_count(ngx_http_creditloop_main_conf_t *mcf,
+    ngx_http_creditloop_room_t *room, ngx_int_t change);
+void ngx_http_creditloop_count(ngx_http_creditloop_room_t *room,
     ngx_http_creditloop_tenant_t *t, size_t what);
 void ngx_http_creditloop_store_core(
-    ngx_http_creditloop_main_conf_t *mcf, int64_t now);
-void ngx_http_creditloop_schedule(ngx_http_creditloop_main_conf_t *mcf);
-void ngx_http_creditloop_dispatch(ngx_http_creditloop_main_conf_t *mcf);
+    ngx_http_creditloop_room_t *room, int64_t now);
+void ngx_http_creditloop_schedule(ngx_http_creditloop_room_t *room);
+void ngx_http_creditloop_dispatch(ngx_http_creditloop_room_t *room);
 void ngx_http_creditloop_unqueued(ngx_http_creditloop_ctx_t *ctx);
 
 /* ngx_http_creditloop_request.c */

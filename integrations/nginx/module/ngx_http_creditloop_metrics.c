@@ -20,12 +20,13 @@ ngx_http_creditloop_class_label(u_char *p, int c)
  * crashed worker's successor on the same entry; the old workers of a reload
  * write their own configuration's zone. */
 static uint64_t
-ngx_http_creditloop_sum(ngx_http_creditloop_main_conf_t *mcf, size_t value)
+ngx_http_creditloop_sum(ngx_http_creditloop_room_t *room, size_t value)
 {
     uint64_t   sum = 0;
     ngx_uint_t w;
-    for (w = 0; w < mcf->zone_workers; ++w) {
-        creditloop_zone_entry *e = ngx_http_creditloop_entry(mcf, w);
+
+    for (w = 0; w < room->zone_workers; ++w) {
+        creditloop_zone_entry *e = ngx_http_creditloop_entry(room, w);
         /* Any age: an entry is rewritten at epochs only with several workers.
          */
         if (!creditloop_zone_live(e, NGX_HTTP_CREDITLOOP_GENERATION,
@@ -38,13 +39,12 @@ ngx_http_creditloop_sum(ngx_http_creditloop_main_conf_t *mcf, size_t value)
 }
 
 
-/* What every report does first: GET or HEAD only, the body discarded, and
- * this worker's costs, balances and passes stored as of now (the other
- * workers' are as of their last epoch). */
+/* What every report does first: GET or HEAD only, the body discarded. */
 static ngx_int_t
-ngx_http_creditloop_report_start(
-    ngx_http_request_t *r, ngx_http_creditloop_main_conf_t *mcf, int64_t now)
+ngx_http_creditloop_report_start(ngx_http_request_t *r)
 {
+    ngx_http_creditloop_main_conf_t *mcf =
+        ngx_http_get_module_main_conf(r, ngx_http_creditloop_module);
     ngx_int_t rc;
 
     if (r->method != NGX_HTTP_GET && r->method != NGX_HTTP_HEAD) {
@@ -54,10 +54,9 @@ ngx_http_creditloop_report_start(
     if (rc != NGX_OK) {
         return rc;
     }
-    if (mcf->core == NULL) {
+    if (mcf->config == NULL || mcf->room->core == NULL) {
         return NGX_HTTP_NOT_FOUND;
     }
-    ngx_http_creditloop_store_core(mcf, now);
     return NGX_OK;
 }
 
@@ -95,164 +94,272 @@ ngx_http_creditloop_help(
 }
 
 
+/* Each family's lines for one room. */
+
+static u_char *
+ngx_http_creditloop_requests(u_char *p, ngx_http_creditloop_room_t *room)
+{
+    ngx_http_creditloop_tenant_t *t = room->tenants.elts;
+    ngx_uint_t                    i;
+    int                           c;
+
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        for (c = 0; c <= room->classes; ++c) {
+            p = ngx_sprintf(p,
+                "creditloop_tenant_requests_total{%Vtenant=\"%V\",class=\"",
+                &room->label, &t[i].name);
+            p = ngx_http_creditloop_class_label(p, c);
+            p = ngx_sprintf(p, "\"} %uL\n",
+                ngx_http_creditloop_sum(
+                    room, ngx_http_creditloop_entry_answered(room, i, c)));
+        }
+    }
+    return p;
+}
+
+
+static u_char *
+ngx_http_creditloop_queue_depth(u_char *p, ngx_http_creditloop_room_t *room)
+{
+    ngx_http_creditloop_tenant_t *t = room->tenants.elts;
+    ngx_uint_t                    i;
+
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        p = ngx_sprintf(p,
+            "creditloop_tenant_queue_depth{%Vtenant=\"%V\"} %uL\n",
+            &room->label, &t[i].name,
+            ngx_http_creditloop_sum(
+                room, ngx_http_creditloop_entry_tenant(
+                          room, i, NGX_HTTP_CREDITLOOP_ENTRY_QUEUED)));
+    }
+    return p;
+}
+
+
+/* Summed, not labelled by worker: each worker's bucket holds its share of the
+ * tenant's plan, so the sum is the tenant's credit in this nginx, what a user
+ * compares with the plan's burst and alerts on, as creditloop-server's one
+ * bucket; a worker label would change the series with worker_processes, and
+ * every query would sum it away. */
+static u_char *
+ngx_http_creditloop_balances(
+    u_char *p, ngx_http_creditloop_room_t *room, int64_t now)
+{
+    ngx_http_creditloop_tenant_t   *t = room->tenants.elts;
+    creditloop_participant_snapshot s;
+    ngx_uint_t                      i;
+    int                             c;
+    uint64_t                        sum;
+
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        /* The classes the tenant's plan holds, the same in every worker. */
+        if (creditloop_snapshot(room->core, t[i].id, now, &s) !=
+            CREDITLOOP_OK) {
+            continue;
+        }
+        for (c = 0; c < room->classes; ++c) {
+            if (!(s.has_class & (1u << c))) {
+                continue;
+            }
+            sum = ngx_http_creditloop_sum(
+                room, ngx_http_creditloop_entry_tenant(room, i,
+                          NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO + (size_t) c));
+            p = ngx_sprintf(p,
+                "creditloop_tenant_balance_credits{%Vtenant=\"%V\",class=\"",
+                &room->label, &t[i].name);
+            p = ngx_http_creditloop_class_label(p, c);
+            /* Signed: a balance may be below 0 after a charge-back; the sum
+             * wraps as int64 would. */
+            p = ngx_sprintf(p, "\"} %.3f\n", (double) (int64_t) sum / 1e9);
+        }
+    }
+    return p;
+}
+
+
+static u_char *
+ngx_http_creditloop_costs(u_char *p, ngx_http_creditloop_room_t *room)
+{
+    ngx_http_creditloop_tenant_t *t = room->tenants.elts;
+    ngx_uint_t                    i;
+
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        p = ngx_sprintf(p,
+            "creditloop_tenant_cost_charged_credits_total{%Vtenant=\"%V\"} "
+            "%.3f\n",
+            &room->label, &t[i].name,
+            (double) ngx_http_creditloop_sum(
+                room, ngx_http_creditloop_entry_tenant(
+                          room, i, NGX_HTTP_CREDITLOOP_ENTRY_COST_NANO)) /
+                1e9);
+    }
+    return p;
+}
+
+
+static u_char *
+ngx_http_creditloop_refusals(u_char *p, ngx_http_creditloop_room_t *room)
+{
+    ngx_http_creditloop_tenant_t *t = room->tenants.elts;
+    ngx_uint_t                    i;
+
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        p = ngx_sprintf(p,
+            "creditloop_nginx_refused_total"
+            "{%Vtenant=\"%V\",reason=\"queue_limit\"} %uL\n"
+            "creditloop_nginx_refused_total"
+            "{%Vtenant=\"%V\",reason=\"queue_timeout\"} %uL\n",
+            &room->label, &t[i].name,
+            ngx_http_creditloop_sum(
+                room, ngx_http_creditloop_entry_tenant(
+                          room, i, NGX_HTTP_CREDITLOOP_ENTRY_REFUSED_LIMIT)),
+            &room->label, &t[i].name,
+            ngx_http_creditloop_sum(
+                room, ngx_http_creditloop_entry_tenant(
+                          room, i, NGX_HTTP_CREDITLOOP_ENTRY_REFUSED_TIMEOUT)));
+    }
+    return p;
+}
+
+
+static uint64_t
+ngx_http_creditloop_withdrawn(ngx_http_creditloop_room_t *room)
+{
+    uint64_t   sum = 0;
+    ngx_uint_t i;
+
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        sum += ngx_http_creditloop_sum(
+            room, ngx_http_creditloop_entry_tenant(
+                      room, i, NGX_HTTP_CREDITLOOP_ENTRY_WITHDRAWN));
+    }
+    return sum;
+}
+
+
+static u_char *
+ngx_http_creditloop_passes(u_char *p, ngx_http_creditloop_room_t *room)
+{
+    int c;
+
+    for (c = 0; c <= room->classes; ++c) {
+        p = ngx_sprintf(
+            p, "creditloop_loop_passes_total{%Vclass=\"", &room->label);
+        p = ngx_http_creditloop_class_label(p, c);
+        p = ngx_sprintf(p, "\"} %uL\n",
+            ngx_http_creditloop_sum(
+                room, ngx_http_creditloop_entry_worker(room,
+                          NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) c)));
+    }
+    return p;
+}
+
+
 /* Every metric answers for the whole nginx, whichever worker serves the scrape:
- * each worker's counts and gauges are summed from the zone. */
+ * each worker's counts and gauges are summed from the zone; this worker's
+ * costs, balances and passes are stored as of now first, the other workers'
+ * are as of their last epoch. A named room's series carry its name. */
 ngx_int_t
 ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
 {
     ngx_http_creditloop_main_conf_t *mcf =
         ngx_http_get_module_main_conf(r, ngx_http_creditloop_module);
-    ngx_http_creditloop_tenant_t   *t;
-    ngx_uint_t                      i;
-    int                             c;
-    size_t                          size;
-    ngx_buf_t                      *b;
-    ngx_int_t                       rc;
-    int64_t                         now = ngx_http_creditloop_now();
-    creditloop_participant_snapshot s;
-    uint64_t                        sum;
+    ngx_http_creditloop_room_t **rooms = mcf->rooms.elts;
+    ngx_uint_t                   i, n = mcf->rooms.nelts;
+    size_t                       size = 4096;
+    ngx_buf_t                   *b;
+    ngx_int_t                    rc;
+    int64_t                      now = ngx_http_creditloop_now();
+    u_char                      *p;
 
-    rc = ngx_http_creditloop_report_start(r, mcf, now);
+    rc = ngx_http_creditloop_report_start(r);
     if (rc != NGX_OK) {
         return rc;
     }
-
-    t = mcf->tenants.elts;
-    size = 4096 + mcf->tenants.nelts * (size_t) (mcf->classes + 2) * 6 * 160;
+    for (i = 0; i < n; ++i) {
+        ngx_http_creditloop_store_core(rooms[i], now);
+        size += 512 + rooms[i]->tenants.nelts *
+                          (size_t) (rooms[i]->classes + 2) * 6 *
+                          (160 + rooms[i]->label.len);
+    }
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-    b->last = ngx_http_creditloop_help(b->last,
-        "creditloop_tenant_requests_total", "counter",
+    p = b->last;
+
+    p = ngx_http_creditloop_help(p, "creditloop_tenant_requests_total",
+        "counter",
         "Requests answered (their upstream or content handler "
         "done), by the class they went out under.");
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
-        for (c = 0; c <= mcf->classes; ++c) {
-            sum = ngx_http_creditloop_sum(
-                mcf, ngx_http_creditloop_entry_answered(mcf, i, c));
-            b->last = ngx_sprintf(b->last,
-                "creditloop_tenant_requests_total{tenant=\"%V\",class=\"",
-                &t[i].name);
-            b->last = ngx_http_creditloop_class_label(b->last, c);
-            b->last = ngx_sprintf(b->last, "\"} %uL\n", sum);
-        }
+    for (i = 0; i < n; ++i) {
+        p = ngx_http_creditloop_requests(p, rooms[i]);
     }
-    b->last = ngx_http_creditloop_help(b->last, "creditloop_tenant_queue_depth",
-        "gauge", "Requests queued now.");
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
-        sum = ngx_http_creditloop_sum(
-            mcf, ngx_http_creditloop_entry_tenant(
-                     mcf, i, NGX_HTTP_CREDITLOOP_ENTRY_QUEUED));
-        b->last = ngx_sprintf(b->last,
-            "creditloop_tenant_queue_depth{tenant=\"%V\"} %uL\n", &t[i].name,
-            sum);
+    p = ngx_http_creditloop_help(
+        p, "creditloop_tenant_queue_depth", "gauge", "Requests queued now.");
+    for (i = 0; i < n; ++i) {
+        p = ngx_http_creditloop_queue_depth(p, rooms[i]);
     }
-    /* Summed, not labelled by worker: each worker's bucket holds its share of
-     * the tenant's plan, so the sum is the tenant's credit in this nginx, what
-     * a user compares with the plan's burst and alerts on, as
-     * creditloop-server's one bucket; a worker label would change the series
-     * with worker_processes, and every query would sum it away. */
-    b->last = ngx_http_creditloop_help(b->last,
-        "creditloop_tenant_balance_credits", "gauge",
+    p = ngx_http_creditloop_help(p, "creditloop_tenant_balance_credits",
+        "gauge",
         "Bucket balance per class, summed over the workers' buckets "
         "(each holds its share of the plan); another worker's as of its "
         "last epoch.");
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
-        /* The classes the tenant's plan holds, the same in every worker. */
-        if (creditloop_snapshot(mcf->core, t[i].id, now, &s) != CREDITLOOP_OK) {
-            continue;
-        }
-        for (c = 0; c < mcf->classes; ++c) {
-            if (!(s.has_class & (1u << c))) {
-                continue;
-            }
-            sum = ngx_http_creditloop_sum(
-                mcf, ngx_http_creditloop_entry_tenant(mcf, i,
-                         NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO + (size_t) c));
-            b->last = ngx_sprintf(b->last,
-                "creditloop_tenant_balance_credits{tenant=\"%V\",class=\"",
-                &t[i].name);
-            b->last = ngx_http_creditloop_class_label(b->last, c);
-            /* Signed: a balance may be below 0 after a charge-back; the sum
-             * wraps as int64 would. */
-            b->last = ngx_sprintf(
-                b->last, "\"} %.3f\n", (double) (int64_t) sum / 1e9);
-        }
+    for (i = 0; i < n; ++i) {
+        p = ngx_http_creditloop_balances(p, rooms[i], now);
     }
-    b->last = ngx_http_creditloop_help(b->last,
+    p = ngx_http_creditloop_help(p,
         "creditloop_tenant_cost_charged_credits_total", "counter",
         "Cost charged back; another worker's as of its last epoch.");
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
-        sum = ngx_http_creditloop_sum(
-            mcf, ngx_http_creditloop_entry_tenant(
-                     mcf, i, NGX_HTTP_CREDITLOOP_ENTRY_COST_NANO));
-        b->last = ngx_sprintf(b->last,
-            "creditloop_tenant_cost_charged_credits_total{tenant=\"%V\"} "
-            "%.3f\n",
-            &t[i].name, (double) sum / 1e9);
+    for (i = 0; i < n; ++i) {
+        p = ngx_http_creditloop_costs(p, rooms[i]);
     }
-    b->last = ngx_http_creditloop_help(b->last,
-        "creditloop_nginx_refused_total", "counter",
+    p = ngx_http_creditloop_help(p, "creditloop_nginx_refused_total", "counter",
         "Requests answered 503 by the queue limit or the queue timeout.");
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
-        b->last = ngx_sprintf(b->last,
-            "creditloop_nginx_refused_total"
-            "{tenant=\"%V\",reason=\"queue_limit\"} %uL\n"
-            "creditloop_nginx_refused_total"
-            "{tenant=\"%V\",reason=\"queue_timeout\"} %uL\n",
-            &t[i].name,
-            ngx_http_creditloop_sum(
-                mcf, ngx_http_creditloop_entry_tenant(
-                         mcf, i, NGX_HTTP_CREDITLOOP_ENTRY_REFUSED_LIMIT)),
-            &t[i].name,
-            ngx_http_creditloop_sum(
-                mcf, ngx_http_creditloop_entry_tenant(
-                         mcf, i, NGX_HTTP_CREDITLOOP_ENTRY_REFUSED_TIMEOUT)));
+    for (i = 0; i < n; ++i) {
+        p = ngx_http_creditloop_refusals(p, rooms[i]);
     }
-    b->last = ngx_http_creditloop_help(b->last,
+    p = ngx_http_creditloop_help(p,
         "creditloop_server_requests_cancelled_total", "counter",
         "Requests whose client went away while they were queued.");
-    sum = 0;
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
-        sum += ngx_http_creditloop_sum(
-            mcf, ngx_http_creditloop_entry_tenant(
-                     mcf, i, NGX_HTTP_CREDITLOOP_ENTRY_WITHDRAWN));
+    for (i = 0; i < n; ++i) {
+        p = ngx_sprintf(p, "creditloop_server_requests_cancelled_total%V %uL\n",
+            &rooms[i]->selector, ngx_http_creditloop_withdrawn(rooms[i]));
     }
-    b->last = ngx_sprintf(
-        b->last, "creditloop_server_requests_cancelled_total %uL\n", sum);
-    b->last = ngx_http_creditloop_help(b->last, "creditloop_loop_passes_total",
-        "counter",
+    p = ngx_http_creditloop_help(p, "creditloop_loop_passes_total", "counter",
         "Turns begun, by class; another worker's as of its last "
         "epoch.");
-    for (c = 0; c <= mcf->classes; ++c) {
-        sum = ngx_http_creditloop_sum(
-            mcf, ngx_http_creditloop_entry_worker(
-                     mcf, NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) c));
-        b->last = ngx_sprintf(b->last, "creditloop_loop_passes_total{class=\"");
-        b->last = ngx_http_creditloop_class_label(b->last, c);
-        b->last = ngx_sprintf(b->last, "\"} %uL\n", sum);
+    for (i = 0; i < n; ++i) {
+        p = ngx_http_creditloop_passes(p, rooms[i]);
     }
-    b->last = ngx_http_creditloop_help(b->last, "creditloop_loop_in_flight",
-        "gauge", "Requests dispatched and not finished.");
-    b->last = ngx_sprintf(b->last, "creditloop_loop_in_flight %uL\n",
-        ngx_http_creditloop_sum(mcf, ngx_http_creditloop_entry_worker(mcf,
-                                         NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)));
-    b->last =
-        ngx_http_creditloop_help(b->last, "creditloop_loop_room_slots", "gauge",
-            "The room: requests in flight at most, all workers "
-            "together (creditloop_slots).");
-    b->last =
-        ngx_sprintf(b->last, "creditloop_loop_room_slots %ui\n", mcf->slots);
-    b->last = ngx_http_creditloop_help(b->last,
-        "creditloop_server_unauthorized_total", "counter",
-        "Requests answered 401: no tenant.");
-    b->last = ngx_sprintf(b->last,
-        "creditloop_server_unauthorized_total{listener=\"tenants\"} %uL\n",
-        ngx_http_creditloop_sum(
-            mcf, ngx_http_creditloop_entry_worker(
-                     mcf, NGX_HTTP_CREDITLOOP_ENTRY_UNAUTHORIZED)));
-
+    p = ngx_http_creditloop_help(p, "creditloop_loop_in_flight", "gauge",
+        "Requests dispatched and not finished.");
+    for (i = 0; i < n; ++i) {
+        p = ngx_sprintf(p, "creditloop_loop_in_flight%V %uL\n",
+            &rooms[i]->selector,
+            ngx_http_creditloop_sum(
+                rooms[i], ngx_http_creditloop_entry_worker(
+                              rooms[i], NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)));
+    }
+    p = ngx_http_creditloop_help(p, "creditloop_loop_room_slots", "gauge",
+        "The room: requests in flight at most, all workers "
+        "together (creditloop_slots, creditloop_room).");
+    for (i = 0; i < n; ++i) {
+        p = ngx_sprintf(p, "creditloop_loop_room_slots%V %ui\n",
+            &rooms[i]->selector, rooms[i]->slots);
+    }
+    p = ngx_http_creditloop_help(p, "creditloop_server_unauthorized_total",
+        "counter", "Requests answered 401: no tenant.");
+    for (i = 0; i < n; ++i) {
+        p = ngx_sprintf(p,
+            "creditloop_server_unauthorized_total{%Vlistener=\"tenants\"} "
+            "%uL\n",
+            &rooms[i]->label,
+            ngx_http_creditloop_sum(
+                rooms[i], ngx_http_creditloop_entry_worker(rooms[i],
+                              NGX_HTTP_CREDITLOOP_ENTRY_UNAUTHORIZED)));
+    }
+    b->last = p;
     return ngx_http_creditloop_send(r, b, "text/plain; version=0.0.4");
 }
 
@@ -266,8 +373,9 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
 ngx_int_t
 ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
 {
-    ngx_http_creditloop_main_conf_t *mcf =
-        ngx_http_get_module_main_conf(r, ngx_http_creditloop_module);
+    ngx_http_creditloop_loc_conf_t *lcf =
+        ngx_http_get_module_loc_conf(r, ngx_http_creditloop_module);
+    ngx_http_creditloop_room_t     *room = lcf->room;
     ngx_http_creditloop_tenant_t   *t;
     ngx_uint_t                      i;
     int                             c;
@@ -278,20 +386,24 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
     creditloop_participant_snapshot s;
     uint64_t                        sum, waiting, answered;
 
-    rc = ngx_http_creditloop_report_start(r, mcf, now);
+    rc = ngx_http_creditloop_report_start(r);
     if (rc != NGX_OK) {
         return rc;
     }
-    t = mcf->tenants.elts;
+    if (room->core == NULL) {
+        return NGX_HTTP_NOT_FOUND;
+    }
+    ngx_http_creditloop_store_core(room, now);
+    t = room->tenants.elts;
     /* The fixed text, then per tenant its escaped name and plan and, per
      * class, four numbers of at most NGX_INT64_LEN + 16 characters each. */
-    size = 512 + (size_t) (mcf->classes + 1) * (NGX_INT64_LEN + 16) * 2;
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
+    size = 512 + (size_t) (room->classes + 1) * (NGX_INT64_LEN + 16) * 2;
+    for (i = 0; i < room->tenants.nelts; ++i) {
         size += 256 + t[i].name.len +
                 ngx_escape_json(NULL, t[i].name.data, t[i].name.len) +
                 t[i].plan.len +
                 ngx_escape_json(NULL, t[i].plan.data, t[i].plan.len) +
-                (size_t) (mcf->classes + 1) * (NGX_INT64_LEN + 16) * 4;
+                (size_t) (room->classes + 1) * (NGX_INT64_LEN + 16) * 4;
     }
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
@@ -300,38 +412,39 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
 
     b->last = ngx_sprintf(b->last,
         "{\"scheduler\":\"nginx\",\"classes\":%d,\"class_names\":[",
-        mcf->classes);
-    for (c = 0; c <= mcf->classes; ++c) {
+        room->classes);
+    for (c = 0; c <= room->classes; ++c) {
         b->last = ngx_sprintf(b->last, "%s\"P%d\"", c ? "," : "", c + 1);
     }
     waiting = 0;
     answered = 0;
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
+    for (i = 0; i < room->tenants.nelts; ++i) {
         waiting += ngx_http_creditloop_sum(
-            mcf, ngx_http_creditloop_entry_tenant(
-                     mcf, i, NGX_HTTP_CREDITLOOP_ENTRY_QUEUED));
-        for (c = 0; c <= mcf->classes; ++c) {
+            room, ngx_http_creditloop_entry_tenant(
+                      room, i, NGX_HTTP_CREDITLOOP_ENTRY_QUEUED));
+        for (c = 0; c <= room->classes; ++c) {
             answered += ngx_http_creditloop_sum(
-                mcf, ngx_http_creditloop_entry_answered(mcf, i, c));
+                room, ngx_http_creditloop_entry_answered(room, i, c));
         }
     }
     b->last = ngx_sprintf(b->last,
         "],\"loop\":{\"participants\":%ui,\"waiting\":%uL,"
         "\"in_flight\":%uL,\"dispatched\":%uL,\"passes\":[",
-        mcf->tenants.nelts, waiting,
-        ngx_http_creditloop_sum(mcf, ngx_http_creditloop_entry_worker(mcf,
-                                         NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)),
+        room->tenants.nelts, waiting,
+        ngx_http_creditloop_sum(room, ngx_http_creditloop_entry_worker(room,
+                                          NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)),
         answered);
-    for (c = 0; c <= mcf->classes; ++c) {
+    for (c = 0; c <= room->classes; ++c) {
         b->last = ngx_sprintf(b->last, "%s%uL", c ? "," : "",
             ngx_http_creditloop_sum(
-                mcf, ngx_http_creditloop_entry_worker(
-                         mcf, NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) c)));
+                room, ngx_http_creditloop_entry_worker(room,
+                          NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) c)));
     }
     b->last = ngx_sprintf(b->last, "]},\"tenants\":[");
 
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
-        if (creditloop_snapshot(mcf->core, t[i].id, now, &s) != CREDITLOOP_OK) {
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        if (creditloop_snapshot(room->core, t[i].id, now, &s) !=
+            CREDITLOOP_OK) {
             continue;
         }
         b->last = ngx_sprintf(b->last, "%s{\"name\":\"", i ? "," : "");
@@ -345,31 +458,31 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
             "\"served\":[",
             t[i].shares, t[i].queue_limit,
             ngx_http_creditloop_sum(
-                mcf, ngx_http_creditloop_entry_tenant(
-                         mcf, i, NGX_HTTP_CREDITLOOP_ENTRY_QUEUED)));
-        for (c = 0; c <= mcf->classes; ++c) {
+                room, ngx_http_creditloop_entry_tenant(
+                          room, i, NGX_HTTP_CREDITLOOP_ENTRY_QUEUED)));
+        for (c = 0; c <= room->classes; ++c) {
             b->last = ngx_sprintf(b->last, "%s%uL", c ? "," : "",
                 ngx_http_creditloop_sum(
-                    mcf, ngx_http_creditloop_entry_answered(mcf, i, c)));
+                    room, ngx_http_creditloop_entry_answered(room, i, c)));
         }
         sum = ngx_http_creditloop_sum(
-            mcf, ngx_http_creditloop_entry_tenant(
-                     mcf, i, NGX_HTTP_CREDITLOOP_ENTRY_COST_NANO));
+            room, ngx_http_creditloop_entry_tenant(
+                      room, i, NGX_HTTP_CREDITLOOP_ENTRY_COST_NANO));
         b->last = ngx_sprintf(b->last, "],\"cost_charged\":%.3f,\"balance\":{",
             (double) sum / 1e9);
-        for (c = 0; c < mcf->classes; ++c) {
+        for (c = 0; c < room->classes; ++c) {
             if (!(s.has_class & (1u << c))) {
                 continue;
             }
             sum = ngx_http_creditloop_sum(
-                mcf, ngx_http_creditloop_entry_tenant(mcf, i,
-                         NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO + (size_t) c));
+                room, ngx_http_creditloop_entry_tenant(room, i,
+                          NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO + (size_t) c));
             b->last = ngx_sprintf(b->last, "%s\"P%d\":%.3f",
                 b->last[-1] == '{' ? "" : ",", c + 1,
                 (double) (int64_t) sum / 1e9);
         }
         b->last = ngx_sprintf(b->last, "},\"next_credit_in_s\":{");
-        for (c = 0; c < mcf->classes; ++c) {
+        for (c = 0; c < room->classes; ++c) {
             if (s.next_credit[c] < 0) {
                 continue;
             }

@@ -32,6 +32,12 @@ static char *ngx_http_creditloop_participants(
     ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *ngx_http_creditloop_unknown_tenant(
     ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *ngx_http_creditloop_slots(
+    ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *ngx_http_creditloop_room(
+    ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *ngx_http_creditloop_room_use(
+    ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 /* A directive's bounds, checked as it is read so that `nginx -t` names the
  * directive and its line; a time's in milliseconds. */
@@ -46,8 +52,7 @@ static char *ngx_http_creditloop_check_number(
 static char *ngx_http_creditloop_check_time(
     ngx_conf_t *cf, void *post, void *data);
 
-static ngx_http_creditloop_bounds_t ngx_http_creditloop_slots_bounds = {
-    ngx_http_creditloop_check_number, 1, 1000000};
+#define NGX_HTTP_CREDITLOOP_MAX_SLOTS 1000000
 static ngx_http_creditloop_bounds_t ngx_http_creditloop_queue_limit_bounds = {
     ngx_http_creditloop_check_number, 0, 1000000};
 /* 0 would run the epoch without end, and past a minute a worker gone still
@@ -66,9 +71,13 @@ static ngx_command_t ngx_http_creditloop_commands[] = {
     {ngx_string("creditloop_config"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
         ngx_http_creditloop_config, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
     {ngx_string("creditloop_slots"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
-        ngx_conf_set_num_slot, NGX_HTTP_MAIN_CONF_OFFSET,
-        offsetof(ngx_http_creditloop_main_conf_t, slots),
-        &ngx_http_creditloop_slots_bounds},
+        ngx_http_creditloop_slots, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
+    {ngx_string("creditloop_room"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE2,
+        ngx_http_creditloop_room, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
+    {ngx_string("creditloop_room_use"),
+        NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF |
+            NGX_CONF_TAKE1,
+        ngx_http_creditloop_room_use, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
     {ngx_string("creditloop_cost_unit"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
         ngx_http_creditloop_cost_unit, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
     {ngx_string("creditloop_unknown_tenant"),
@@ -147,8 +156,27 @@ ngx_http_creditloop_now(void)
     /* CLOCK_MONOTONIC through the vDSO: no system call, and the core wants
      * nanoseconds, which nginx's cached millisecond clock does not give. */
     struct timespec ts;
+
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+
+static ngx_http_creditloop_room_t *
+ngx_http_creditloop_new_room(
+    ngx_conf_t *cf, ngx_http_creditloop_main_conf_t *mcf)
+{
+    ngx_http_creditloop_room_t **slot;
+    ngx_http_creditloop_room_t  *room;
+
+    room = ngx_pcalloc(cf->pool, sizeof(*room));
+    slot = ngx_array_push(&mcf->rooms);
+    if (room == NULL || slot == NULL) {
+        return NULL;
+    }
+    room->mcf = mcf;
+    *slot = room;
+    return room;
 }
 
 
@@ -156,18 +184,25 @@ static void *
 ngx_http_creditloop_create_main_conf(ngx_conf_t *cf)
 {
     ngx_http_creditloop_main_conf_t *mcf = ngx_pcalloc(cf->pool, sizeof(*mcf));
+
     if (mcf == NULL) {
         return NULL;
     }
-    mcf->slots = NGX_CONF_UNSET_UINT;
     mcf->cost_unit_ms = -1;
     mcf->queue_limit = NGX_CONF_UNSET_UINT;
     mcf->queue_timeout = NGX_CONF_UNSET_MSEC;
     mcf->epoch = NGX_CONF_UNSET_MSEC;
     if (ngx_array_init(&mcf->tenants, cf->pool, 8,
-            sizeof(ngx_http_creditloop_tenant_t)) != NGX_OK) {
+            sizeof(ngx_http_creditloop_tenant_t)) != NGX_OK ||
+        ngx_array_init(&mcf->rooms, cf->pool, 2,
+            sizeof(ngx_http_creditloop_room_t *)) != NGX_OK) {
         return NULL;
     }
+    mcf->room = ngx_http_creditloop_new_room(cf, mcf);
+    if (mcf->room == NULL) {
+        return NULL;
+    }
+    mcf->room->slots = NGX_CONF_UNSET_UINT;
     return mcf;
 }
 
@@ -183,17 +218,18 @@ static ngx_int_t
 ngx_http_creditloop_tenant_cmp(const void *a, const void *b)
 {
     const ngx_http_creditloop_tenant_t *x = a, *y = b;
+
     return ngx_memn2cmp(x->name.data, y->name.data, x->name.len, y->name.len);
 }
 
 
 ngx_http_creditloop_tenant_t *
-ngx_http_creditloop_find_tenant(
-    ngx_http_creditloop_main_conf_t *mcf, ngx_str_t *name)
+ngx_http_creditloop_find_tenant(ngx_array_t *tenants, ngx_str_t *name)
 {
     /* Sorted at configuration: O(log tenants) per request. */
-    ngx_http_creditloop_tenant_t *t = mcf->tenants.elts;
-    ngx_int_t lo = 0, hi = (ngx_int_t) mcf->tenants.nelts - 1;
+    ngx_http_creditloop_tenant_t *t = tenants->elts;
+    ngx_int_t                     lo = 0, hi = (ngx_int_t) tenants->nelts - 1;
+
     while (lo <= hi) {
         ngx_int_t mid = (lo + hi) / 2;
         ngx_int_t c = ngx_memn2cmp(
@@ -319,6 +355,7 @@ ngx_http_creditloop_out_of_bounds(
     ngx_conf_t *cf, ngx_http_creditloop_bounds_t *b, const char *unit)
 {
     u_char *text = ngx_pnalloc(cf->pool, 96);
+
     if (text == NULL) {
         return NGX_CONF_ERROR;
     }
@@ -333,6 +370,7 @@ ngx_http_creditloop_check_number(ngx_conf_t *cf, void *post, void *data)
 {
     ngx_http_creditloop_bounds_t *b = post;
     ngx_uint_t                    n = *(ngx_uint_t *) data;
+
     return n >= b->low && n <= b->high
                ? NGX_CONF_OK
                : ngx_http_creditloop_out_of_bounds(cf, b, "");
@@ -344,6 +382,7 @@ ngx_http_creditloop_check_time(ngx_conf_t *cf, void *post, void *data)
 {
     ngx_http_creditloop_bounds_t *b = post;
     ngx_msec_t                    t = *(ngx_msec_t *) data;
+
     return t >= b->low && t <= b->high
                ? NGX_CONF_OK
                : ngx_http_creditloop_out_of_bounds(cf, b, "ms");
@@ -358,6 +397,7 @@ ngx_http_creditloop_unknown_tenant(
 {
     ngx_http_creditloop_main_conf_t *mcf = conf;
     ngx_str_t                       *value = cf->args->elts;
+
     (void) cmd;
     if (mcf->unknown_tenant.data != NULL) {
         return "is duplicate";
@@ -367,7 +407,7 @@ ngx_http_creditloop_unknown_tenant(
         return "invalid value: a tenant's name";
     }
     if (mcf->config != NULL &&
-        ngx_http_creditloop_find_tenant(mcf, &value[1]) == NULL) {
+        ngx_http_creditloop_find_tenant(&mcf->tenants, &value[1]) == NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
             "\"creditloop_unknown_tenant\": \"%V\" is not a tenant of \"%V\"",
             &value[1], &mcf->config_path);
@@ -388,6 +428,7 @@ ngx_http_creditloop_cost_unit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     char                            *end;
     double                           x, scale = 1;
     size_t                           len = value[1].len;
+
     (void) cmd;
     if (mcf->cost_unit_ms > 0) {
         return "is duplicate";
@@ -422,52 +463,53 @@ ngx_http_creditloop_cost_unit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_creditloop_init_zone(ngx_shm_zone_t *zone, void *data)
 {
-    ngx_http_creditloop_main_conf_t *mcf = zone->data;
-    ngx_slab_pool_t                 *pool = (ngx_slab_pool_t *) zone->shm.addr;
-    ngx_core_conf_t                 *ccf =
-        (ngx_core_conf_t *) ngx_get_conf(mcf->cycle->conf_ctx, ngx_core_module);
-    size_t bytes = mcf->entry_size * mcf->zone_workers;
+    ngx_http_creditloop_room_t *room = zone->data;
+    ngx_slab_pool_t            *pool = (ngx_slab_pool_t *) zone->shm.addr;
+    ngx_core_conf_t            *ccf = (ngx_core_conf_t *) ngx_get_conf(
+                   room->cycle->conf_ctx, ngx_core_module);
+    size_t bytes = room->entry_size * room->zone_workers;
+
     (void) data;
     /* Known only now when worker_processes follows the http block. */
     if (ccf->worker_processes > 0 &&
-        (ngx_uint_t) ccf->worker_processes > mcf->zone_workers) {
+        (ngx_uint_t) ccf->worker_processes > room->zone_workers) {
         ngx_log_error(NGX_LOG_EMERG, zone->shm.log, 0,
             "creditloop: worker_processes %i after the http block is more "
             "than the %ui workers the module sized its zone for: "
             "put worker_processes first",
-            ccf->worker_processes, mcf->zone_workers);
+            ccf->worker_processes, room->zone_workers);
         return NGX_ERROR;
     }
-    mcf->entries = ngx_slab_alloc(pool, bytes);
-    mcf->room_words =
+    room->entries = ngx_slab_alloc(pool, bytes);
+    room->room_words =
         ngx_slab_alloc(pool, creditloop_room_words() * sizeof(uint64_t));
-    if (mcf->entries == NULL || mcf->room_words == NULL) {
+    if (room->entries == NULL || room->room_words == NULL) {
         ngx_log_error(NGX_LOG_EMERG, zone->shm.log, 0,
             "creditloop: the zone has no room for %ui workers' entries of %uz "
             "bytes",
-            mcf->zone_workers, mcf->entry_size);
+            room->zone_workers, room->entry_size);
         return NGX_ERROR;
     }
-    creditloop_zone_clear(mcf->entries, bytes);
+    creditloop_zone_clear(room->entries, bytes);
     creditloop_zone_clear(
-        mcf->room_words, creditloop_room_words() * sizeof(uint64_t));
+        room->room_words, creditloop_room_words() * sizeof(uint64_t));
     return NGX_OK;
 }
 
 
-/* The zone, sized for every worker's entry: the tenant and class counts give an
- * entry's size, worker_processes the entries (when it follows the http block,
- * the machine's CPUs: the zone's start checks it). A large slab allocation
- * takes whole pages, each with its page record. */
+/* A room's zone, sized for every worker's entry: the tenant and class counts
+ * give an entry's size, worker_processes the entries (when it follows the http
+ * block, the machine's CPUs: the zone's start checks it). A large slab
+ * allocation takes whole pages, each with its page record. */
 static ngx_int_t
-ngx_http_creditloop_add_zone(
-    ngx_conf_t *cf, ngx_http_creditloop_main_conf_t *mcf)
+ngx_http_creditloop_add_zone(ngx_conf_t *cf, ngx_http_creditloop_room_t *room)
 {
-    ngx_str_t        name = ngx_string("creditloop");
+    ngx_str_t        name;
     ngx_core_conf_t *ccf =
         (ngx_core_conf_t *) ngx_get_conf(cf->cycle->conf_ctx, ngx_core_module);
     ngx_int_t workers = ccf->worker_processes;
     size_t    pages;
+
     if (workers == NGX_CONF_UNSET) {
         workers = ngx_max(ngx_ncpu, 1);
     }
@@ -478,24 +520,71 @@ ngx_http_creditloop_add_zone(
             workers, NGX_HTTP_CREDITLOOP_MAX_WORKERS);
         return NGX_ERROR;
     }
-    mcf->cycle = cf->cycle;
-    mcf->zone_workers = (ngx_uint_t) workers;
-    mcf->entry_size = ngx_http_creditloop_entry_size(mcf);
-    pages =
-        (mcf->entry_size * mcf->zone_workers + ngx_pagesize - 1) / ngx_pagesize;
+    name.len = sizeof("creditloop_room_") - 1 + room->name.len;
+    name.data = ngx_pnalloc(cf->pool, name.len);
+    if (name.data == NULL) {
+        return NGX_ERROR;
+    }
+    if (room->name.len == 0) {
+        ngx_str_set(&name, "creditloop");
+    } else {
+        ngx_sprintf(name.data, "creditloop_room_%V", &room->name);
+    }
+    room->cycle = cf->cycle;
+    room->zone_workers = (ngx_uint_t) workers;
+    room->entry_size = ngx_http_creditloop_entry_size(room);
+    pages = (room->entry_size * room->zone_workers + ngx_pagesize - 1) /
+            ngx_pagesize;
     /* The pool's header, its slots and statistics fit in 8 pages at any page
      * size nginx runs on. */
-    mcf->zone = ngx_shared_memory_add(cf, &name,
+    room->zone = ngx_shared_memory_add(cf, &name,
         (pages + 8) * (ngx_pagesize + sizeof(ngx_slab_page_t)) +
             8 * ngx_pagesize,
         &ngx_http_creditloop_module);
-    if (mcf->zone == NULL) {
+    if (room->zone == NULL) {
         return NGX_ERROR;
     }
-    mcf->zone->init = ngx_http_creditloop_init_zone;
-    mcf->zone->data = mcf;
-    mcf->zone->noreuse = 1;
+    room->zone->init = ngx_http_creditloop_init_zone;
+    room->zone->data = room;
+    room->zone->noreuse = 1;
     return NGX_OK;
+}
+
+
+/* A room's own state of every tenant, its metrics' labels and its zone. */
+static ngx_int_t
+ngx_http_creditloop_init_room(ngx_conf_t *cf, ngx_http_creditloop_room_t *room)
+{
+    ngx_http_creditloop_main_conf_t *mcf = room->mcf;
+    ngx_http_creditloop_tenant_t    *t;
+
+    if (ngx_array_init(&room->tenants, cf->pool, mcf->tenants.nelts,
+            sizeof(ngx_http_creditloop_tenant_t)) != NGX_OK) {
+        return NGX_ERROR;
+    }
+    t = ngx_array_push_n(&room->tenants, mcf->tenants.nelts);
+    if (t == NULL) {
+        return NGX_ERROR;
+    }
+    ngx_memcpy(t, mcf->tenants.elts,
+        mcf->tenants.nelts * sizeof(ngx_http_creditloop_tenant_t));
+    room->classes = mcf->classes;
+    if (mcf->unknown_tenant.len != 0) {
+        room->default_tenant = ngx_http_creditloop_find_tenant(
+            &room->tenants, &mcf->unknown_tenant);
+    }
+    if (room->name.len != 0) {
+        room->label.len = sizeof("room=\"\",") - 1 + room->name.len;
+        room->selector.len = room->label.len + 1;
+        room->label.data = ngx_pnalloc(cf->pool, room->label.len);
+        room->selector.data = ngx_pnalloc(cf->pool, room->selector.len);
+        if (room->label.data == NULL || room->selector.data == NULL) {
+            return NGX_ERROR;
+        }
+        ngx_sprintf(room->label.data, "room=\"%V\",", &room->name);
+        ngx_sprintf(room->selector.data, "{room=\"%V\"}", &room->name);
+    }
+    return ngx_http_creditloop_add_zone(cf, room);
 }
 
 
@@ -504,8 +593,10 @@ ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf)
 {
     ngx_http_creditloop_main_conf_t *mcf = conf;
     ngx_http_creditloop_tenant_t    *t;
+    ngx_http_creditloop_room_t     **rooms;
     ngx_uint_t                       i;
-    ngx_conf_init_uint_value(mcf->slots, 64);
+
+    ngx_conf_init_uint_value(mcf->room->slots, 64);
     ngx_conf_init_uint_value(mcf->queue_limit, 0);
     ngx_conf_init_msec_value(mcf->queue_timeout, 0);
     ngx_conf_init_msec_value(mcf->epoch, 250);
@@ -514,6 +605,14 @@ ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf)
     }
     if (mcf->config == NULL) {
         return NGX_CONF_OK;
+    }
+    if (mcf->unknown_tenant.len != 0 &&
+        ngx_http_creditloop_find_tenant(&mcf->tenants, &mcf->unknown_tenant) ==
+            NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+            "\"creditloop_unknown_tenant\": \"%V\" is not a tenant of \"%V\"",
+            &mcf->unknown_tenant, &mcf->config_path);
+        return NGX_CONF_ERROR;
     }
     t = mcf->tenants.elts;
     for (i = 0; i < mcf->tenants.nelts; ++i) {
@@ -524,19 +623,121 @@ ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf)
             t[i].queue_timeout = mcf->queue_timeout;
         }
     }
-    if (ngx_http_creditloop_add_zone(cf, mcf) != NGX_OK) {
-        return NGX_CONF_ERROR;
-    }
-    if (mcf->unknown_tenant.len != 0) {
-        mcf->default_tenant =
-            ngx_http_creditloop_find_tenant(mcf, &mcf->unknown_tenant);
-        if (mcf->default_tenant == NULL) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                "\"creditloop_unknown_tenant\": \"%V\" is not a tenant of "
-                "\"%V\"",
-                &mcf->unknown_tenant, &mcf->config_path);
+    rooms = mcf->rooms.elts;
+    for (i = 0; i < mcf->rooms.nelts; ++i) {
+        if (ngx_http_creditloop_init_room(cf, rooms[i]) != NGX_OK) {
             return NGX_CONF_ERROR;
         }
+    }
+    return NGX_CONF_OK;
+}
+
+
+/* A slot count, checked as it is read so that `nginx -t` names the
+ * directive's line. */
+static char *
+ngx_http_creditloop_parse_slots(ngx_str_t *value, ngx_uint_t *slots)
+{
+    ngx_int_t n = ngx_atoi(value->data, value->len);
+
+    if (n < 1 || n > NGX_HTTP_CREDITLOOP_MAX_SLOTS) {
+        return "invalid value: from 1 to 1000000";
+    }
+    *slots = (ngx_uint_t) n;
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_creditloop_slots(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_creditloop_main_conf_t *mcf = conf;
+    ngx_str_t                       *value = cf->args->elts;
+
+    (void) cmd;
+    if (mcf->room->slots != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+    return ngx_http_creditloop_parse_slots(&value[1], &mcf->room->slots);
+}
+
+
+static ngx_http_creditloop_room_t *
+ngx_http_creditloop_find_room(
+    ngx_http_creditloop_main_conf_t *mcf, ngx_str_t *name)
+{
+    ngx_http_creditloop_room_t **rooms = mcf->rooms.elts;
+    ngx_uint_t                   i;
+
+    for (i = 1; i < mcf->rooms.nelts; ++i) {
+        if (rooms[i]->name.len == name->len &&
+            ngx_strncmp(rooms[i]->name.data, name->data, name->len) == 0) {
+            return rooms[i];
+        }
+    }
+    return NULL;
+}
+
+
+/* `creditloop_room NAME slots=N;`: a room of its own for the locations that
+ * name it, as limit_req_zone is for limit_req. */
+static char *
+ngx_http_creditloop_room(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_creditloop_main_conf_t *mcf = conf;
+    ngx_str_t                       *value = cf->args->elts;
+    ngx_http_creditloop_room_t      *room;
+    ngx_str_t                        slots;
+    ngx_uint_t                       i;
+
+    (void) cmd;
+    if (value[1].len == 0 || value[1].len > 64) {
+        return "invalid name: from 1 to 64 letters, digits, \"_\" or \"-\"";
+    }
+    for (i = 0; i < value[1].len; ++i) {
+        u_char ch = value[1].data[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                (ch >= '0' && ch <= '9') || ch == '_' || ch == '-')) {
+            return "invalid name: from 1 to 64 letters, digits, \"_\" or \"-\"";
+        }
+    }
+    if (ngx_http_creditloop_find_room(mcf, &value[1]) != NULL) {
+        return "is duplicate: a room of that name exists";
+    }
+    if (value[2].len <= sizeof("slots=") - 1 ||
+        ngx_strncmp(value[2].data, "slots=", sizeof("slots=") - 1) != 0) {
+        return "invalid parameter: \"slots=N\" expected";
+    }
+    room = ngx_http_creditloop_new_room(cf, mcf);
+    if (room == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    room->name = value[1];
+    slots.data = value[2].data + sizeof("slots=") - 1;
+    slots.len = value[2].len - (sizeof("slots=") - 1);
+    return ngx_http_creditloop_parse_slots(&slots, &room->slots);
+}
+
+
+static char *
+ngx_http_creditloop_room_use(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_creditloop_loc_conf_t  *lcf = conf;
+    ngx_str_t                       *value = cf->args->elts;
+    ngx_http_creditloop_main_conf_t *mcf;
+
+    (void) cmd;
+    if (lcf->room != NULL) {
+        return "is duplicate";
+    }
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_creditloop_module);
+    lcf->room = ngx_http_creditloop_find_room(mcf, &value[1]);
+    if (lcf->room == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+            "\"creditloop_room_use\": no room \"%V\": define it with "
+            "\"creditloop_room %V slots=N;\" before, in the http block",
+            &value[1], &value[1]);
+        return NGX_CONF_ERROR;
     }
     return NGX_CONF_OK;
 }
@@ -546,6 +747,7 @@ static void *
 ngx_http_creditloop_create_loc_conf(ngx_conf_t *cf)
 {
     ngx_http_creditloop_loc_conf_t *lcf = ngx_pcalloc(cf->pool, sizeof(*lcf));
+
     if (lcf == NULL) {
         return NULL;
     }
@@ -560,7 +762,9 @@ ngx_http_creditloop_create_loc_conf(ngx_conf_t *cf)
 static char *
 ngx_http_creditloop_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 {
-    ngx_http_creditloop_loc_conf_t *prev = parent, *conf = child;
+    ngx_http_creditloop_loc_conf_t  *prev = parent, *conf = child;
+    ngx_http_creditloop_main_conf_t *mcf;
+
     ngx_conf_merge_value(conf->off, prev->off, 0);
     ngx_conf_merge_uint_value(
         conf->status, prev->status, NGX_HTTP_SERVICE_UNAVAILABLE);
@@ -571,6 +775,14 @@ ngx_http_creditloop_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
     if (conf->cost == NULL) {
         conf->cost = prev->cost;
+    }
+    if (conf->room == NULL) {
+        conf->room = prev->room;
+    }
+    if (conf->room == NULL) {
+        mcf =
+            ngx_http_conf_get_module_main_conf(cf, ngx_http_creditloop_module);
+        conf->room = mcf->room;
     }
     if (conf->cost == NULL) {
         ngx_http_compile_complex_value_t ccv;
@@ -598,6 +810,7 @@ ngx_http_creditloop_tenant(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_str_t                       *value = cf->args->elts;
     ngx_http_compile_complex_value_t ccv;
     ngx_http_creditloop_main_conf_t *mcf;
+
     (void) cmd;
     if (lcf->tenant != NULL || lcf->off != NGX_CONF_UNSET) {
         return "is duplicate";
@@ -634,6 +847,7 @@ ngx_http_creditloop_report(ngx_conf_t *cf, ngx_http_creditloop_loc_conf_t *lcf,
 {
     ngx_http_core_loc_conf_t *clcf =
         ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
     if (lcf->metrics) {
         return "is duplicate";
     }
@@ -671,6 +885,7 @@ ngx_http_creditloop_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_creditloop_loc_conf_t *lcf = conf;
     ngx_str_t                      *value = cf->args->elts;
     ngx_int_t                       code;
+
     if (cf->args->nelts == 1) {
         if (cf->cmd_type != NGX_HTTP_LOC_CONF) {
             return "without a value is allowed in a location only";
@@ -702,6 +917,7 @@ ngx_http_creditloop_init(ngx_conf_t *cf)
      * known. */
     ngx_http_handler_pt *h =
         ngx_array_push(&cmcf->phases[NGX_HTTP_PRECONTENT_PHASE].handlers);
+
     if (h == NULL) {
         return NGX_ERROR;
     }

@@ -19,6 +19,7 @@ void
 ngx_http_creditloop_resume(ngx_http_creditloop_ctx_t *ctx)
 {
     ngx_http_request_t *r = ctx->request;
+
     if (ctx->timeout.timer_set) {
         ngx_del_timer(&ctx->timeout);
     }
@@ -41,6 +42,7 @@ ngx_http_creditloop_upstream_ms(ngx_http_request_t *r, double *ms)
 {
     ngx_http_upstream_state_t *state;
     ngx_uint_t                 i;
+
     if (r->upstream_states == NULL || r->upstream_states->nelts == 0) {
         return 0;
     }
@@ -70,6 +72,7 @@ ngx_http_creditloop_cost(
     ngx_http_creditloop_loc_conf_t *lcf;
     ngx_str_t                       value;
     double                          ms;
+
     ctx->cost = 0;
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_creditloop_module);
     if (variables && lcf->cost != NULL &&
@@ -87,10 +90,10 @@ ngx_http_creditloop_cost(
         }
     }
     if (ngx_http_creditloop_upstream_ms(r, &ms)) {
-        ctx->cost = ms / ctx->mcf->cost_unit_ms;
+        ctx->cost = ms / ctx->room->mcf->cost_unit_ms;
     } else {
-        ctx->cost =
-            (double) (now - ctx->dispatched_at) / 1e6 / ctx->mcf->cost_unit_ms;
+        ctx->cost = (double) (now - ctx->dispatched_at) / 1e6 /
+                    ctx->room->mcf->cost_unit_ms;
     }
     if (ctx->cost > 1e6) {
         ctx->cost = 1e6;
@@ -105,31 +108,32 @@ ngx_http_creditloop_cost(
 static void
 ngx_http_creditloop_complete(ngx_http_creditloop_ctx_t *ctx, int variables)
 {
-    ngx_http_creditloop_main_conf_t *mcf = ctx->mcf;
-    double                           cost;
-    int64_t                          now;
+    ngx_http_creditloop_room_t *room = ctx->room;
+    double                      cost;
+    int64_t                     now;
+
     if (ctx->state != NGX_HTTP_CREDITLOOP_CTX_DISPATCHED) {
         return;
     }
     /* One clock read for the cost and the completion. */
     now = ngx_http_creditloop_now();
     cost = ngx_http_creditloop_cost(ctx, variables, now);
-    (void) creditloop_complete(mcf->core, ctx->ticket, cost, now, NULL);
+    (void) creditloop_complete(room->core, ctx->ticket, cost, now, NULL);
     ctx->state = NGX_HTTP_CREDITLOOP_CTX_COMPLETED;
-    creditloop_zone_add(mcf->own,
-        ngx_http_creditloop_entry_answered(mcf,
+    creditloop_zone_add(room->own,
+        ngx_http_creditloop_entry_answered(room,
             (size_t) (ctx->tenant -
-                      (ngx_http_creditloop_tenant_t *) mcf->tenants.elts),
+                      (ngx_http_creditloop_tenant_t *) room->tenants.elts),
             ctx->out_class),
         1);
-    ngx_http_creditloop_in_flight(mcf, -1);
-    if (mcf->shared_room != NULL) {
-        creditloop_room_give(mcf->shared_room, 1);
+    ngx_http_creditloop_in_flight(room, -1);
+    if (room->shared_room != NULL) {
+        creditloop_room_give(room->shared_room, 1);
     }
     /* Most completions under light load find nothing queued: no event to run
      * then. */
-    if (creditloop_waiting(mcf->core) != 0) {
-        ngx_http_creditloop_schedule(mcf);
+    if (creditloop_waiting(room->core) != 0) {
+        ngx_http_creditloop_schedule(room);
     }
 }
 
@@ -137,15 +141,16 @@ ngx_http_creditloop_complete(ngx_http_creditloop_ctx_t *ctx, int variables)
 static void
 ngx_http_creditloop_cleanup(void *data)
 {
-    ngx_http_creditloop_ctx_t       *ctx = data;
-    ngx_http_creditloop_main_conf_t *mcf = ctx->mcf;
+    ngx_http_creditloop_ctx_t  *ctx = data;
+    ngx_http_creditloop_room_t *room = ctx->room;
+
     if (ctx->timeout.timer_set) {
         ngx_del_timer(&ctx->timeout);
     }
     if (ctx->state == NGX_HTTP_CREDITLOOP_CTX_QUEUED) {
-        creditloop_status s = creditloop_withdraw(mcf->core, &ctx->record);
+        creditloop_status s = creditloop_withdraw(room->core, &ctx->record);
         ngx_http_creditloop_count(
-            mcf, ctx->tenant, NGX_HTTP_CREDITLOOP_ENTRY_WITHDRAWN);
+            room, ctx->tenant, NGX_HTTP_CREDITLOOP_ENTRY_WITHDRAWN);
         if (s == CREDITLOOP_OK) {
             ngx_http_creditloop_unqueued(ctx);
             ngx_free(ctx);
@@ -175,6 +180,7 @@ ngx_http_creditloop_get_ctx(ngx_http_request_t *r)
     ngx_http_creditloop_ctx_t *ctx =
         ngx_http_get_module_ctx(r, ngx_http_creditloop_module);
     ngx_pool_cleanup_t *cln;
+
     if (ctx != NULL || !r->internal) {
         return ctx;
     }
@@ -219,15 +225,16 @@ ngx_http_creditloop_timeout_handler(ngx_event_t *ev)
     ngx_connection_t               *c = r->connection;
     ngx_http_creditloop_loc_conf_t *lcf;
     ngx_uint_t                      retry;
+
     if (ctx->state != NGX_HTTP_CREDITLOOP_CTX_QUEUED) {
         return;
     }
-    if (creditloop_withdraw(ctx->mcf->core, &ctx->record) != CREDITLOOP_OK) {
+    if (creditloop_withdraw(ctx->room->core, &ctx->record) != CREDITLOOP_OK) {
         return; /* not queued here any more: it is on its way */
     }
     ngx_http_creditloop_unqueued(ctx);
     ngx_http_creditloop_count(
-        ctx->mcf, ctx->tenant, NGX_HTTP_CREDITLOOP_ENTRY_REFUSED_TIMEOUT);
+        ctx->room, ctx->tenant, NGX_HTTP_CREDITLOOP_ENTRY_REFUSED_TIMEOUT);
     ctx->state = NGX_HTTP_CREDITLOOP_CTX_REFUSED;
     retry = (ctx->tenant->queue_timeout + 999) / 1000;
     lcf = ngx_http_get_module_loc_conf(r, ngx_http_creditloop_module);
@@ -245,11 +252,12 @@ ngx_http_creditloop_timeout_handler(ngx_event_t *ev)
  * request (see cleanup). */
 static ngx_http_creditloop_ctx_t *
 ngx_http_creditloop_new_ctx(ngx_http_request_t *r,
-    ngx_http_creditloop_main_conf_t *mcf, ngx_http_creditloop_tenant_t *tenant)
+    ngx_http_creditloop_room_t *room, ngx_http_creditloop_tenant_t *tenant)
 {
     ngx_http_creditloop_ctx_t *ctx =
         ngx_calloc(sizeof(*ctx), r->connection->log);
     ngx_pool_cleanup_t *cln;
+
     if (ctx == NULL) {
         return NULL;
     }
@@ -260,7 +268,7 @@ ngx_http_creditloop_new_ctx(ngx_http_request_t *r,
     }
     creditloop_request_init(&ctx->record, ctx);
     ctx->request = r;
-    ctx->mcf = mcf;
+    ctx->room = room;
     ctx->tenant = tenant;
     ctx->out_class = -1;
     ctx->state = NGX_HTTP_CREDITLOOP_CTX_REFUSED; /* until it is queued */
@@ -276,10 +284,10 @@ ngx_http_creditloop_new_ctx(ngx_http_request_t *r,
 void
 ngx_http_creditloop_unqueued(ngx_http_creditloop_ctx_t *ctx)
 {
-    ngx_http_creditloop_queued(ctx->mcf, ctx->tenant, -1);
+    ngx_http_creditloop_queued(ctx->room, ctx->tenant, -1);
     if (ctx->urgent) {
         ctx->urgent = 0;
-        ctx->mcf->urgent--;
+        ctx->room->urgent--;
     }
 }
 
@@ -287,13 +295,13 @@ ngx_http_creditloop_unqueued(ngx_http_creditloop_ctx_t *ctx)
 ngx_int_t
 ngx_http_creditloop_handler(ngx_http_request_t *r)
 {
-    ngx_http_creditloop_loc_conf_t  *lcf;
-    ngx_http_creditloop_main_conf_t *mcf;
-    ngx_http_creditloop_ctx_t       *ctx;
-    ngx_http_creditloop_tenant_t    *tenant;
-    ngx_str_t                        name;
-    creditloop_status                status;
-    int64_t                          at;
+    ngx_http_creditloop_loc_conf_t *lcf;
+    ngx_http_creditloop_room_t     *room;
+    ngx_http_creditloop_ctx_t      *ctx;
+    ngx_http_creditloop_tenant_t   *tenant;
+    ngx_str_t                       name;
+    creditloop_status               status;
+    int64_t                         at;
 
     if (r != r->main) {
         return NGX_DECLINED;
@@ -320,19 +328,21 @@ ngx_http_creditloop_handler(ngx_http_request_t *r)
     if (lcf->tenant == NULL) {
         return NGX_DECLINED;
     }
-    mcf = ngx_http_get_module_main_conf(r, ngx_http_creditloop_module);
-    if (mcf->core == NULL) {
+    room = lcf->room;
+    if (room->core == NULL) {
         return NGX_DECLINED;
     }
 
     if (ngx_http_complex_value(r, lcf->tenant, &name) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-    tenant = name.len == 0 ? NULL : ngx_http_creditloop_find_tenant(mcf, &name);
+    tenant = name.len == 0
+                 ? NULL
+                 : ngx_http_creditloop_find_tenant(&room->tenants, &name);
     if (tenant == NULL) {
-        tenant = mcf->default_tenant;
+        tenant = room->default_tenant;
     }
-    ctx = ngx_http_creditloop_new_ctx(r, mcf, tenant);
+    ctx = ngx_http_creditloop_new_ctx(r, room, tenant);
     if (ctx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -346,21 +356,21 @@ ngx_http_creditloop_handler(ngx_http_request_t *r)
             ctx->state = NGX_HTTP_CREDITLOOP_CTX_DRY_RUN;
             return NGX_DECLINED;
         }
-        creditloop_zone_add(mcf->own,
+        creditloop_zone_add(room->own,
             ngx_http_creditloop_entry_worker(
-                mcf, NGX_HTTP_CREDITLOOP_ENTRY_UNAUTHORIZED),
+                room, NGX_HTTP_CREDITLOOP_ENTRY_UNAUTHORIZED),
             1);
         return NGX_HTTP_UNAUTHORIZED;
     }
     if (tenant->queue_limit != 0 && tenant->queued >= tenant->queue_limit &&
-        mcf->in_flight >= mcf->room) {
+        room->in_flight >= room->share) {
         ngx_log_error(lcf->log_level, r->connection->log, 0,
             "creditloop: %s: tenant \"%V\" has %ui queued, its limit",
             lcf->dry_run ? "dry run, would refuse" : "refused", &tenant->name,
             tenant->queued);
         if (!lcf->dry_run) {
             ngx_http_creditloop_count(
-                mcf, tenant, NGX_HTTP_CREDITLOOP_ENTRY_REFUSED_LIMIT);
+                room, tenant, NGX_HTTP_CREDITLOOP_ENTRY_REFUSED_LIMIT);
             return ngx_http_creditloop_refuse(r, lcf->status, 1);
         }
     }
@@ -376,23 +386,23 @@ ngx_http_creditloop_handler(ngx_http_request_t *r)
 
     ctx->queued_at = ngx_http_creditloop_now();
     status =
-        creditloop_submit(mcf->core, tenant->id, &ctx->record, ctx->queued_at);
+        creditloop_submit(room->core, tenant->id, &ctx->record, ctx->queued_at);
     if (status != CREDITLOOP_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
             "creditloop: submit: %s", creditloop_strerror(status));
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
     ctx->state = NGX_HTTP_CREDITLOOP_CTX_QUEUED;
-    ngx_http_creditloop_queued(mcf, tenant, 1);
-    if (mcf->shared_room != NULL &&
-        creditloop_next_credit(mcf->core, tenant->id, 0, ctx->queued_at, &at) ==
-            CREDITLOOP_OK &&
+    ngx_http_creditloop_queued(room, tenant, 1);
+    if (room->shared_room != NULL &&
+        creditloop_next_credit(
+            room->core, tenant->id, 0, ctx->queued_at, &at) == CREDITLOOP_OK &&
         at <= ctx->queued_at) {
         ctx->urgent = 1;
-        mcf->urgent++;
+        room->urgent++;
     }
 
-    ngx_http_creditloop_dispatch(mcf);
+    ngx_http_creditloop_dispatch(room);
     if (ctx->state == NGX_HTTP_CREDITLOOP_CTX_DISPATCHED) {
         /* Room at once: go on without waiting for the posted event. */
         if (r->connection->write->posted) {
@@ -438,6 +448,7 @@ ngx_http_creditloop_variable(
     ngx_http_creditloop_ctx_t *ctx = ngx_http_creditloop_get_ctx(r->main);
     ngx_uint_t                 went_out;
     u_char                    *p;
+
     v->not_found = 1;
     if (ctx == NULL) {
         return NGX_OK;
@@ -517,6 +528,7 @@ ngx_int_t
 ngx_http_creditloop_add_variables(ngx_conf_t *cf)
 {
     ngx_http_variable_t *var, *v;
+
     for (v = ngx_http_creditloop_vars; v->name.len; v++) {
         var = ngx_http_add_variable(cf, &v->name, v->flags);
         if (var == NULL) {
@@ -535,6 +547,7 @@ ngx_http_creditloop_log_handler(ngx_http_request_t *r)
     ngx_http_creditloop_ctx_t *ctx = ngx_http_creditloop_get_ctx(r);
     /* Where no last buffer was seen (a client gone, a connection reset): the
      * variables can still be evaluated here, not in the pool's cleanup. */
+
     if (r == r->main && ctx != NULL) {
         ngx_http_creditloop_complete(ctx, 1);
     }
@@ -548,6 +561,7 @@ static ngx_int_t
 ngx_http_creditloop_header_filter(ngx_http_request_t *r)
 {
     ngx_http_creditloop_ctx_t *ctx;
+
     if (r == r->main && r->header_only) {
         ctx = ngx_http_creditloop_get_ctx(r);
         if (ctx != NULL) {
@@ -567,6 +581,7 @@ ngx_http_creditloop_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
     ngx_http_creditloop_ctx_t *ctx;
     ngx_chain_t               *cl;
+
     if (r == r->main) {
         for (cl = in; cl; cl = cl->next) {
             if (!cl->buf->last_buf) {

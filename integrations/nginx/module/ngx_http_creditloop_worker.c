@@ -11,27 +11,27 @@
 static void ngx_http_creditloop_dispatch_handler(ngx_event_t *ev);
 static void ngx_http_creditloop_epoch_handler(ngx_event_t *ev);
 static void ngx_http_creditloop_owe(
-    ngx_http_creditloop_main_conf_t *mcf, unsigned owing);
+    ngx_http_creditloop_room_t *room, unsigned owing);
 
 
 creditloop_zone_entry *
-ngx_http_creditloop_entry(
-    ngx_http_creditloop_main_conf_t *mcf, ngx_uint_t worker)
+ngx_http_creditloop_entry(ngx_http_creditloop_room_t *room, ngx_uint_t worker)
 {
-    return (creditloop_zone_entry *) (mcf->entries + worker * mcf->entry_size);
+    return (
+        creditloop_zone_entry *) (room->entries + worker * room->entry_size);
 }
 
 
 /* This worker's gauges in its entry, as they change; read by the metrics of
  * every worker. */
 void
-ngx_http_creditloop_queued(ngx_http_creditloop_main_conf_t *mcf,
+ngx_http_creditloop_queued(ngx_http_creditloop_room_t *room,
     ngx_http_creditloop_tenant_t *t, ngx_int_t change)
 {
     t->queued += change;
-    creditloop_zone_store(mcf->own,
-        ngx_http_creditloop_entry_tenant(mcf,
-            (size_t) (t - (ngx_http_creditloop_tenant_t *) mcf->tenants.elts),
+    creditloop_zone_store(room->own,
+        ngx_http_creditloop_entry_tenant(room,
+            (size_t) (t - (ngx_http_creditloop_tenant_t *) room->tenants.elts),
             NGX_HTTP_CREDITLOOP_ENTRY_QUEUED),
         t->queued);
 }
@@ -39,13 +39,13 @@ ngx_http_creditloop_queued(ngx_http_creditloop_main_conf_t *mcf,
 
 void
 ngx_http_creditloop_in_flight(
-    ngx_http_creditloop_main_conf_t *mcf, ngx_int_t change)
+    ngx_http_creditloop_room_t *room, ngx_int_t change)
 {
-    mcf->in_flight += change;
-    creditloop_zone_store(mcf->own,
+    room->in_flight += change;
+    creditloop_zone_store(room->own,
         ngx_http_creditloop_entry_worker(
-            mcf, NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT),
-        mcf->in_flight);
+            room, NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT),
+        room->in_flight);
 }
 
 
@@ -53,12 +53,12 @@ ngx_http_creditloop_in_flight(
  * home, so a worker that nginx starts again in a crashed one's place counts on
  * from where that one stopped. */
 void
-ngx_http_creditloop_count(ngx_http_creditloop_main_conf_t *mcf,
+ngx_http_creditloop_count(ngx_http_creditloop_room_t *room,
     ngx_http_creditloop_tenant_t *t, size_t what)
 {
-    creditloop_zone_add(mcf->own,
-        ngx_http_creditloop_entry_tenant(mcf,
-            (size_t) (t - (ngx_http_creditloop_tenant_t *) mcf->tenants.elts),
+    creditloop_zone_add(room->own,
+        ngx_http_creditloop_entry_tenant(room,
+            (size_t) (t - (ngx_http_creditloop_tenant_t *) room->tenants.elts),
             what),
         1);
 }
@@ -68,33 +68,34 @@ ngx_http_creditloop_count(ngx_http_creditloop_main_conf_t *mcf,
  * charged and balances, and the passes. At each epoch, and for the worker's own
  * at a scrape it serves. */
 void
-ngx_http_creditloop_store_core(
-    ngx_http_creditloop_main_conf_t *mcf, int64_t now)
+ngx_http_creditloop_store_core(ngx_http_creditloop_room_t *room, int64_t now)
 {
-    ngx_http_creditloop_tenant_t   *t = mcf->tenants.elts;
+    ngx_http_creditloop_tenant_t   *t = room->tenants.elts;
     creditloop_participant_snapshot s;
     ngx_uint_t                      i;
     int                             c;
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
-        if (creditloop_snapshot(mcf->core, t[i].id, now, &s) != CREDITLOOP_OK) {
+
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        if (creditloop_snapshot(room->core, t[i].id, now, &s) !=
+            CREDITLOOP_OK) {
             continue;
         }
-        creditloop_zone_store(mcf->own,
+        creditloop_zone_store(room->own,
             ngx_http_creditloop_entry_tenant(
-                mcf, i, NGX_HTTP_CREDITLOOP_ENTRY_COST_NANO),
+                room, i, NGX_HTTP_CREDITLOOP_ENTRY_COST_NANO),
             (uint64_t) s.cost_charged_nano);
-        for (c = 0; c < mcf->classes; ++c) {
-            creditloop_zone_store(mcf->own,
-                ngx_http_creditloop_entry_tenant(mcf, i,
+        for (c = 0; c < room->classes; ++c) {
+            creditloop_zone_store(room->own,
+                ngx_http_creditloop_entry_tenant(room, i,
                     NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO + (size_t) c),
                 (uint64_t) s.balance_nano[c]);
         }
     }
-    for (c = 0; c <= mcf->classes; ++c) {
-        creditloop_zone_store(mcf->own,
+    for (c = 0; c <= room->classes; ++c) {
+        creditloop_zone_store(room->own,
             ngx_http_creditloop_entry_worker(
-                mcf, NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) c),
-            creditloop_passes(mcf->core, c));
+                room, NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) c),
+            creditloop_passes(room->core, c));
     }
 }
 
@@ -103,11 +104,12 @@ ngx_http_creditloop_store_core(
  * workers' total demands, at least one slot so that no worker holds requests it
  * can never start. */
 static ngx_uint_t
-ngx_http_creditloop_room(
-    ngx_http_creditloop_main_conf_t *mcf, uint32_t millionths)
+ngx_http_creditloop_share(ngx_http_creditloop_room_t *room, uint32_t millionths)
 {
-    uint64_t room = (uint64_t) mcf->slots * millionths / CREDITLOOP_WHOLE_PLAN;
-    return room == 0 ? 1 : (ngx_uint_t) room;
+    uint64_t share =
+        (uint64_t) room->slots * millionths / CREDITLOOP_WHOLE_PLAN;
+
+    return share == 0 ? 1 : (ngx_uint_t) share;
 }
 
 
@@ -117,43 +119,43 @@ ngx_http_creditloop_room(
  * workers' (a worker whose entry is older than NGX_HTTP_CREDITLOOP_TTL_EPOCHS
  * epochs is gone), and the room likewise. */
 static void
-ngx_http_creditloop_epoch(ngx_http_creditloop_main_conf_t *mcf)
+ngx_http_creditloop_epoch(ngx_http_creditloop_room_t *room)
 {
-    ngx_http_creditloop_tenant_t *t = mcf->tenants.elts;
+    ngx_http_creditloop_tenant_t *t = room->tenants.elts;
     ngx_msec_t                    now = ngx_current_msec,
-               ttl = mcf->epoch * NGX_HTTP_CREDITLOOP_TTL_EPOCHS;
+               ttl = room->mcf->epoch * NGX_HTTP_CREDITLOOP_TTL_EPOCHS;
     ngx_uint_t i, w, live = 0, room_changed;
     uint64_t   own_room = 0, all_room = 0;
     int64_t    now_ns = ngx_http_creditloop_now();
     uint32_t   f;
 
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
+    for (i = 0; i < room->tenants.nelts; ++i) {
         uint64_t d = t[i].queued + t[i].dispatched_epoch;
         t[i].dispatched_epoch = 0;
         own_room += d;
         creditloop_zone_store(
-            mcf->own, ngx_http_creditloop_entry_demand(mcf, i), d);
+            room->own, ngx_http_creditloop_entry_demand(room, i), d);
     }
-    creditloop_zone_store(mcf->own, NGX_HTTP_CREDITLOOP_ENTRY_ROOM, own_room);
-    ngx_http_creditloop_store_core(mcf, now_ns);
+    creditloop_zone_store(room->own, NGX_HTTP_CREDITLOOP_ENTRY_ROOM, own_room);
+    ngx_http_creditloop_store_core(room, now_ns);
     /* A reader in another worker that sees this stamp sees everything stored
      * before it. */
-    creditloop_zone_publish(mcf->own, NGX_HTTP_CREDITLOOP_GENERATION, now);
+    creditloop_zone_publish(room->own, NGX_HTTP_CREDITLOOP_GENERATION, now);
 
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
+    for (i = 0; i < room->tenants.nelts; ++i) {
         uint64_t total = 0;
         uint64_t mine = creditloop_zone_load(
-            mcf->own, ngx_http_creditloop_entry_demand(mcf, i));
+            room->own, ngx_http_creditloop_entry_demand(room, i));
         live = 0;
-        for (w = 0; w < mcf->zone_workers; ++w) {
-            creditloop_zone_entry *e = ngx_http_creditloop_entry(mcf, w);
+        for (w = 0; w < room->zone_workers; ++w) {
+            creditloop_zone_entry *e = ngx_http_creditloop_entry(room, w);
             if (!creditloop_zone_live(
                     e, NGX_HTTP_CREDITLOOP_GENERATION, now, ttl)) {
                 continue;
             }
             live++;
             total += creditloop_zone_load(
-                e, ngx_http_creditloop_entry_demand(mcf, i));
+                e, ngx_http_creditloop_entry_demand(room, i));
             if (i == 0) {
                 all_room +=
                     creditloop_zone_load(e, NGX_HTTP_CREDITLOOP_ENTRY_ROOM);
@@ -162,21 +164,21 @@ ngx_http_creditloop_epoch(ngx_http_creditloop_main_conf_t *mcf)
         f = creditloop_share_fraction(
             mine, total, live == 0 ? 1 : (uint32_t) live);
         if (f != t[i].fraction) {
-            if (creditloop_scale(mcf->core, t[i].id, f, now_ns) ==
+            if (creditloop_scale(room->core, t[i].id, f, now_ns) ==
                 CREDITLOOP_OK) {
                 t[i].fraction = f;
             }
         }
     }
-    if (mcf->tenants.nelts == 0) {
+    if (room->tenants.nelts == 0) {
         return;
     }
     f = creditloop_share_fraction(
         own_room, all_room, live == 0 ? 1 : (uint32_t) live);
-    room_changed = ngx_http_creditloop_room(mcf, f) != mcf->room;
-    mcf->room = ngx_http_creditloop_room(mcf, f);
+    room_changed = ngx_http_creditloop_share(room, f) != room->share;
+    room->share = ngx_http_creditloop_share(room, f);
     if (room_changed) {
-        ngx_http_creditloop_schedule(mcf);
+        ngx_http_creditloop_schedule(room);
     }
 }
 
@@ -184,9 +186,129 @@ ngx_http_creditloop_epoch(ngx_http_creditloop_main_conf_t *mcf)
 static void
 ngx_http_creditloop_epoch_handler(ngx_event_t *ev)
 {
-    ngx_http_creditloop_main_conf_t *mcf = ev->data;
-    ngx_http_creditloop_epoch(mcf);
-    ngx_add_timer(ev, mcf->epoch);
+    ngx_http_creditloop_room_t *room = ev->data;
+
+    ngx_http_creditloop_epoch(room);
+    ngx_add_timer(ev, room->mcf->epoch);
+}
+
+
+static ngx_int_t
+ngx_http_creditloop_init_room(
+    ngx_cycle_t *cycle, ngx_http_creditloop_room_t *room)
+{
+    ngx_http_creditloop_tenant_t *t;
+    ngx_uint_t                    i;
+    char                          message[512];
+    creditloop_status             status;
+    int64_t                       now;
+
+    status = creditloop_core_new(
+        room->mcf->config, &room->core, message, sizeof(message));
+    if (status != CREDITLOOP_OK) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "creditloop: %s",
+            status == CREDITLOOP_BAD_CONFIG ? message
+                                            : creditloop_strerror(status));
+        return NGX_ERROR;
+    }
+    /* Room for every slot in flight plus what a worker queues at once: the
+     * request path then allocates nothing in the core. */
+    if (creditloop_reserve(room->core, room->tenants.nelts, room->slots) !=
+        CREDITLOOP_OK) {
+        return NGX_ERROR;
+    }
+    now = ngx_http_creditloop_now();
+    t = room->tenants.elts;
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        status = creditloop_add(room->core, (const char *) t[i].name.data,
+            (const char *) t[i].plan.data, t[i].shares, now, &t[i].id);
+        if (status != CREDITLOOP_OK) {
+            ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                "creditloop: tenant \"%V\": %s", &t[i].name,
+                creditloop_strerror(status));
+            return NGX_ERROR;
+        }
+    }
+    room->dispatch_event.handler = ngx_http_creditloop_dispatch_handler;
+    room->dispatch_event.data = room;
+    room->dispatch_event.log = cycle->log;
+
+    {
+        ngx_core_conf_t *ccf =
+            (ngx_core_conf_t *) ngx_get_conf(cycle->conf_ctx, ngx_core_module);
+        /* Without a master there is one process, whatever worker_processes
+         * says. */
+        room->workers = ngx_process == NGX_PROCESS_SINGLE
+                            ? 1
+                            : (ngx_uint_t) ccf->worker_processes;
+    }
+    room->share = room->slots;
+    {
+        if (ngx_worker >= room->zone_workers) {
+            /* The zone's start refuses a configuration with more: never
+             * reached. */
+            ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                "creditloop: worker %ui has no zone entry", ngx_worker);
+            return NGX_ERROR;
+        }
+        room->own = ngx_http_creditloop_entry(room, ngx_worker);
+        if (room->workers > 1) {
+            /* A worker started in a crashed one's place gives back the shared
+             * room the crashed one held: its last in-flight count, and its mark
+             * as owed. */
+            room->shared_room = room->room_words;
+            creditloop_room_give(room->shared_room,
+                creditloop_zone_load(
+                    room->own, ngx_http_creditloop_entry_worker(
+                                   room, NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)));
+            if (creditloop_zone_load(
+                    room->own, ngx_http_creditloop_entry_worker(
+                                   room, NGX_HTTP_CREDITLOOP_ENTRY_OWING))) {
+                creditloop_room_owe(room->shared_room, -1);
+                creditloop_zone_store(room->own,
+                    ngx_http_creditloop_entry_worker(
+                        room, NGX_HTTP_CREDITLOOP_ENTRY_OWING),
+                    0);
+            }
+            room->room_event.handler = ngx_http_creditloop_dispatch_handler;
+            room->room_event.data = room;
+            room->room_event.log = cycle->log;
+            room->room_event.cancelable = 1;
+        }
+        /* A worker started in a crashed one's place has nothing queued or in
+         * flight yet. */
+        for (i = 0; i < room->tenants.nelts; ++i) {
+            ngx_http_creditloop_queued(room, &t[i], 0);
+        }
+        ngx_http_creditloop_in_flight(room, 0);
+        ngx_http_creditloop_store_core(room, now);
+        /* The entry is live for the metrics from the start, whatever the worker
+         * count. */
+        creditloop_zone_publish(
+            room->own, NGX_HTTP_CREDITLOOP_GENERATION, ngx_current_msec);
+    }
+    if (room->workers > 1) {
+        uint32_t even = creditloop_share_even((uint32_t) room->workers);
+        /* Until the first epoch, each worker enforces 1/n of every plan and of
+         * the room, as a fleet's server does at start. */
+        for (i = 0; i < room->tenants.nelts; ++i) {
+            (void) creditloop_scale(room->core, t[i].id, even, now);
+            t[i].fraction = even;
+        }
+        room->share = ngx_http_creditloop_share(room, even);
+        room->epoch_event.handler = ngx_http_creditloop_epoch_handler;
+        room->epoch_event.data = room;
+        room->epoch_event.log = cycle->log;
+        /* Cancelable: a worker shutting down does not wait for its next epoch.
+         */
+        room->epoch_event.cancelable = 1;
+        ngx_add_timer(&room->epoch_event, room->mcf->epoch);
+    } else {
+        for (i = 0; i < room->tenants.nelts; ++i) {
+            t[i].fraction = CREDITLOOP_WHOLE_PLAN;
+        }
+    }
+    return NGX_OK;
 }
 
 
@@ -194,11 +316,8 @@ ngx_int_t
 ngx_http_creditloop_init_process(ngx_cycle_t *cycle)
 {
     ngx_http_creditloop_main_conf_t *mcf;
-    ngx_http_creditloop_tenant_t    *t;
+    ngx_http_creditloop_room_t     **rooms;
     ngx_uint_t                       i;
-    char                             message[512];
-    creditloop_status                status;
-    int64_t                          now;
 
     /* The cache manager and loader run this too, as worker 0: they serve no
      * request, and their entry would be worker 0's. */
@@ -211,109 +330,10 @@ ngx_http_creditloop_init_process(ngx_cycle_t *cycle)
     if (mcf == NULL || mcf->config == NULL) {
         return NGX_OK;
     }
-    status =
-        creditloop_core_new(mcf->config, &mcf->core, message, sizeof(message));
-    if (status != CREDITLOOP_OK) {
-        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "creditloop: %s",
-            status == CREDITLOOP_BAD_CONFIG ? message
-                                            : creditloop_strerror(status));
-        return NGX_ERROR;
-    }
-    /* Room for every slot in flight plus what a worker queues at once: the
-     * request path then allocates nothing in the core. */
-    if (creditloop_reserve(mcf->core, mcf->tenants.nelts, mcf->slots) !=
-        CREDITLOOP_OK) {
-        return NGX_ERROR;
-    }
-    now = ngx_http_creditloop_now();
-    t = mcf->tenants.elts;
-    for (i = 0; i < mcf->tenants.nelts; ++i) {
-        status = creditloop_add(mcf->core, (const char *) t[i].name.data,
-            (const char *) t[i].plan.data, t[i].shares, now, &t[i].id);
-        if (status != CREDITLOOP_OK) {
-            ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
-                "creditloop: tenant \"%V\": %s", &t[i].name,
-                creditloop_strerror(status));
+    rooms = mcf->rooms.elts;
+    for (i = 0; i < mcf->rooms.nelts; ++i) {
+        if (ngx_http_creditloop_init_room(cycle, rooms[i]) != NGX_OK) {
             return NGX_ERROR;
-        }
-    }
-    mcf->dispatch_event.handler = ngx_http_creditloop_dispatch_handler;
-    mcf->dispatch_event.data = mcf;
-    mcf->dispatch_event.log = cycle->log;
-
-    {
-        ngx_core_conf_t *ccf =
-            (ngx_core_conf_t *) ngx_get_conf(cycle->conf_ctx, ngx_core_module);
-        /* Without a master there is one process, whatever worker_processes
-         * says. */
-        mcf->workers = ngx_process == NGX_PROCESS_SINGLE
-                           ? 1
-                           : (ngx_uint_t) ccf->worker_processes;
-    }
-    mcf->room = mcf->slots;
-    {
-        if (ngx_worker >= mcf->zone_workers) {
-            /* The zone's start refuses a configuration with more: never
-             * reached. */
-            ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
-                "creditloop: worker %ui has no zone entry", ngx_worker);
-            return NGX_ERROR;
-        }
-        mcf->own = ngx_http_creditloop_entry(mcf, ngx_worker);
-        if (mcf->workers > 1) {
-            /* A worker started in a crashed one's place gives back the shared
-             * room the crashed one held: its last in-flight count, and its mark
-             * as owed. */
-            mcf->shared_room = mcf->room_words;
-            creditloop_room_give(mcf->shared_room,
-                creditloop_zone_load(
-                    mcf->own, ngx_http_creditloop_entry_worker(
-                                  mcf, NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)));
-            if (creditloop_zone_load(
-                    mcf->own, ngx_http_creditloop_entry_worker(
-                                  mcf, NGX_HTTP_CREDITLOOP_ENTRY_OWING))) {
-                creditloop_room_owe(mcf->shared_room, -1);
-                creditloop_zone_store(mcf->own,
-                    ngx_http_creditloop_entry_worker(
-                        mcf, NGX_HTTP_CREDITLOOP_ENTRY_OWING),
-                    0);
-            }
-            mcf->room_event.handler = ngx_http_creditloop_dispatch_handler;
-            mcf->room_event.data = mcf;
-            mcf->room_event.log = cycle->log;
-            mcf->room_event.cancelable = 1;
-        }
-        /* A worker started in a crashed one's place has nothing queued or in
-         * flight yet. */
-        for (i = 0; i < mcf->tenants.nelts; ++i) {
-            ngx_http_creditloop_queued(mcf, &t[i], 0);
-        }
-        ngx_http_creditloop_in_flight(mcf, 0);
-        ngx_http_creditloop_store_core(mcf, now);
-        /* The entry is live for the metrics from the start, whatever the worker
-         * count. */
-        creditloop_zone_publish(
-            mcf->own, NGX_HTTP_CREDITLOOP_GENERATION, ngx_current_msec);
-    }
-    if (mcf->workers > 1) {
-        uint32_t even = creditloop_share_even((uint32_t) mcf->workers);
-        /* Until the first epoch, each worker enforces 1/n of every plan and of
-         * the room, as a fleet's server does at start. */
-        for (i = 0; i < mcf->tenants.nelts; ++i) {
-            (void) creditloop_scale(mcf->core, t[i].id, even, now);
-            t[i].fraction = even;
-        }
-        mcf->room = ngx_http_creditloop_room(mcf, even);
-        mcf->epoch_event.handler = ngx_http_creditloop_epoch_handler;
-        mcf->epoch_event.data = mcf;
-        mcf->epoch_event.log = cycle->log;
-        /* Cancelable: a worker shutting down does not wait for its next epoch.
-         */
-        mcf->epoch_event.cancelable = 1;
-        ngx_add_timer(&mcf->epoch_event, mcf->epoch);
-    } else {
-        for (i = 0; i < mcf->tenants.nelts; ++i) {
-            t[i].fraction = CREDITLOOP_WHOLE_PLAN;
         }
     }
     return NGX_OK;
@@ -323,26 +343,36 @@ ngx_http_creditloop_init_process(ngx_cycle_t *cycle)
 void
 ngx_http_creditloop_exit_process(ngx_cycle_t *cycle)
 {
-    ngx_http_creditloop_main_conf_t *mcf =
+    ngx_http_creditloop_main_conf_t *mcf;
+    ngx_http_creditloop_room_t     **rooms;
+    ngx_uint_t                       i;
+
+    mcf =
         ngx_http_cycle_get_module_main_conf(cycle, ngx_http_creditloop_module);
-    if (mcf == NULL || mcf->core == NULL) {
+    if (mcf == NULL) {
         return;
     }
-    if (mcf->shared_room != NULL) {
-        ngx_http_creditloop_owe(mcf, 0);
+    rooms = mcf->rooms.elts;
+    for (i = 0; i < mcf->rooms.nelts; ++i) {
+        if (rooms[i]->core == NULL) {
+            continue;
+        }
+        if (rooms[i]->shared_room != NULL) {
+            ngx_http_creditloop_owe(rooms[i], 0);
+        }
+        creditloop_core_free(rooms[i]->core);
+        rooms[i]->core = NULL;
     }
-    creditloop_core_free(mcf->core);
-    mcf->core = NULL;
 }
 
 
 void
-ngx_http_creditloop_schedule(ngx_http_creditloop_main_conf_t *mcf)
+ngx_http_creditloop_schedule(ngx_http_creditloop_room_t *room)
 {
     /* Decisions are taken from a posted event, never inside the call that made
      * room: a request finalized deep in another module's code must not resume
      * others from there. */
-    ngx_post_event(&mcf->dispatch_event, &ngx_posted_events);
+    ngx_post_event(&room->dispatch_event, &ngx_posted_events);
 }
 
 
@@ -351,16 +381,17 @@ ngx_http_creditloop_schedule(ngx_http_creditloop_main_conf_t *mcf)
  * first up to the worker's share of it, then borrowed while no worker below its
  * own share waits. */
 static size_t
-ngx_http_creditloop_take_room(ngx_http_creditloop_main_conf_t *mcf, size_t want)
+ngx_http_creditloop_take_room(ngx_http_creditloop_room_t *room, size_t want)
 {
     size_t took = 0;
-    if (mcf->shared_room == NULL) {
-        return mcf->in_flight >= mcf->room
+
+    if (room->shared_room == NULL) {
+        return room->in_flight >= room->share
                    ? 0
-                   : ngx_min(want, mcf->room - mcf->in_flight);
+                   : ngx_min(want, room->share - room->in_flight);
     }
-    while (took < want && creditloop_room_take(mcf->shared_room, mcf->slots,
-                              mcf->in_flight + took >= mcf->room)) {
+    while (took < want && creditloop_room_take(room->shared_room, room->slots,
+                              room->in_flight + took >= room->share)) {
         took++;
     }
     return took;
@@ -368,51 +399,52 @@ ngx_http_creditloop_take_room(ngx_http_creditloop_main_conf_t *mcf, size_t want)
 
 
 static void
-ngx_http_creditloop_owe(ngx_http_creditloop_main_conf_t *mcf, unsigned owing)
+ngx_http_creditloop_owe(ngx_http_creditloop_room_t *room, unsigned owing)
 {
-    if (mcf->owing == owing) {
+    if (room->owing == owing) {
         return;
     }
-    mcf->owing = owing;
-    creditloop_room_owe(mcf->shared_room, owing ? 1 : -1);
-    creditloop_zone_store(mcf->own,
-        ngx_http_creditloop_entry_worker(mcf, NGX_HTTP_CREDITLOOP_ENTRY_OWING),
+    room->owing = owing;
+    creditloop_room_owe(room->shared_room, owing ? 1 : -1);
+    creditloop_zone_store(room->own,
+        ngx_http_creditloop_entry_worker(room, NGX_HTTP_CREDITLOOP_ENTRY_OWING),
         owing);
 }
 
 
 void
-ngx_http_creditloop_dispatch(ngx_http_creditloop_main_conf_t *mcf)
+ngx_http_creditloop_dispatch(ngx_http_creditloop_room_t *room)
 {
     int64_t now = ngx_http_creditloop_now();
     size_t  want, took, got, i;
-    if (mcf->shared_room != NULL) {
-        ngx_http_creditloop_owe(mcf, 0);
+
+    if (room->shared_room != NULL) {
+        ngx_http_creditloop_owe(room, 0);
     }
     for (;;) {
-        want = creditloop_waiting(mcf->core);
+        want = creditloop_waiting(room->core);
         if (want == 0) {
             return;
         }
         took = ngx_http_creditloop_take_room(
-            mcf, ngx_min(want, NGX_HTTP_CREDITLOOP_BATCH));
+            room, ngx_min(want, NGX_HTTP_CREDITLOOP_BATCH));
         if (took == 0) {
             break;
         }
-        got = creditloop_dispatch(mcf->core, now, mcf->decisions, took);
-        if (got < took && mcf->shared_room != NULL) {
-            creditloop_room_give(mcf->shared_room, took - got);
+        got = creditloop_dispatch(room->core, now, room->decisions, took);
+        if (got < took && room->shared_room != NULL) {
+            creditloop_room_give(room->shared_room, took - got);
         }
         for (i = 0; i < got; ++i) {
-            creditloop_decision       *d = &mcf->decisions[i];
+            creditloop_decision       *d = &room->decisions[i];
             ngx_http_creditloop_ctx_t *ctx = d->request->user;
             ngx_http_creditloop_unqueued(ctx);
             if (ctx->request == NULL) {
                 /* Its request ended while queued and the withdrawal was
                  * refused: retire it at no cost. */
-                (void) creditloop_complete(mcf->core, d->ticket, 0, now, NULL);
-                if (mcf->shared_room != NULL) {
-                    creditloop_room_give(mcf->shared_room, 1);
+                (void) creditloop_complete(room->core, d->ticket, 0, now, NULL);
+                if (room->shared_room != NULL) {
+                    creditloop_room_give(room->shared_room, 1);
                 }
                 ngx_free(ctx);
                 continue;
@@ -422,7 +454,7 @@ ngx_http_creditloop_dispatch(ngx_http_creditloop_main_conf_t *mcf)
             ctx->out_class = d->out_class;
             ctx->dispatched_at = now;
             ctx->tenant->dispatched_epoch++;
-            ngx_http_creditloop_in_flight(mcf, 1);
+            ngx_http_creditloop_in_flight(room, 1);
             ngx_http_creditloop_resume(ctx);
         }
         if (got < took) {
@@ -432,14 +464,14 @@ ngx_http_creditloop_dispatch(ngx_http_creditloop_main_conf_t *mcf)
     /* Requests queued and no room. Another worker's completion frees the shared
      * room without an event here: look again in a millisecond, owed while below
      * this worker's share. */
-    if (mcf->shared_room != NULL) {
+    if (room->shared_room != NULL) {
         ngx_http_creditloop_owe(
-            mcf, mcf->in_flight < mcf->room || mcf->urgent != 0);
-        if (!mcf->room_event.timer_set) {
-            ngx_add_timer(&mcf->room_event, 1);
+            room, room->in_flight < room->share || room->urgent != 0);
+        if (!room->room_event.timer_set) {
+            ngx_add_timer(&room->room_event, 1);
         }
     }
-    creditloop_end_turn(mcf->core);
+    creditloop_end_turn(room->core);
 }
 
 
