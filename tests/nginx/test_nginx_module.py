@@ -901,6 +901,35 @@ class Production(unittest.TestCase):
         held.join(10)
         queued.join(10)
         self.assertEqual(queued_out["response"][0], 200)
+        # bob's wait, from queued to the slot's release, is in his histogram and its quantiles.
+        answer = json.loads(self.nginx.request("/debug/participants", timeout=5)[2])
+        waits = {t["name"]: t["wait_s"] for t in answer["tenants"]}
+        self.assertEqual((waits["bob"]["count"], waits["alice"]["count"]), (1, 2))
+        self.assertGreater(waits["bob"]["p99"], 0)
+        self.assertLessEqual(waits["bob"]["p50"], waits["bob"]["p99"])
+
+    def test_the_wait_histogram(self):
+        held, out = self.nginx.hold_slot("histogram")
+        queued, queued_out = self.nginx.start_in_thread("/behind-histogram", "bob")
+        self.queued("bob", 1)
+        self.nginx.backend.gate("histogram").set()
+        held.join(10)
+        queued.join(10)
+        self.assertEqual(queued_out["response"][0], 200)
+        m = self.nginx.metric
+        name = "creditloop_tenant_queue_wait_seconds"
+        self.assertEqual(m(name + "_count", tenant="bob"), 1)
+        self.assertEqual(m(name + "_count", tenant="alice"), 1)
+        self.assertEqual(m(name + "_bucket", tenant="bob", le="+Inf"), 1)
+        # Queued for at least the metrics' poll that saw it queued: above the first bound.
+        self.assertEqual(m(name + "_bucket", tenant="bob", le="0.000050"), 0)
+        self.assertGreater(m(name + "_sum", tenant="bob"), 0.00005)
+        self.assertLess(m(name + "_sum", tenant="bob"), 10)
+        self.assertEqual(m(name + "_bucket", tenant="alice", le="104.857600"), 1)
+        if shutil.which("promtool"):
+            r = subprocess.run(["promtool", "check", "metrics"], input=self.nginx.metrics_or_none(),
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
     def test_the_metrics_are_never_queued(self):
         # creditloop_tenant is set at server level, and the metrics' location inherits it.

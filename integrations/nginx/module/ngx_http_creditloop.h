@@ -31,6 +31,10 @@
 /* An entry not rewritten for this many epochs is a worker gone (a reload's old
  * workers, one that crashed): its demand no longer counts. */
 #define NGX_HTTP_CREDITLOOP_TTL_EPOCHS 3
+/* The wait histogram's bounds, creditloop-server's: 50 us doubling to 104.86 s,
+ * and the bucket above them all. */
+#define NGX_HTTP_CREDITLOOP_WAIT_FIRST_NS 50000
+#define NGX_HTTP_CREDITLOOP_WAIT_BUCKETS  23
 
 
 /*
@@ -63,8 +67,14 @@
 #define NGX_HTTP_CREDITLOOP_ENTRY_REFUSED_TIMEOUT 3
 /* nano-credits */
 #define NGX_HTTP_CREDITLOOP_ENTRY_COST_NANO 4
+/* the waits from queued to dispatched: their sum in nanoseconds, and
+ * [NGX_HTTP_CREDITLOOP_WAIT_BUCKETS] counts, each of the waits up to its
+ * bucket's bound and above the one before */
+#define NGX_HTTP_CREDITLOOP_ENTRY_WAIT_SUM_NANO 5
+#define NGX_HTTP_CREDITLOOP_ENTRY_WAIT_BUCKET   6
 /* [classes], nano-credits as int64 */
-#define NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO 5
+#define NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO                                 \
+    (NGX_HTTP_CREDITLOOP_ENTRY_WAIT_BUCKET + NGX_HTTP_CREDITLOOP_WAIT_BUCKETS)
 
 /* The worker's values. */
 #define NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT    0
@@ -265,6 +275,26 @@ ngx_http_creditloop_tenant_index(
     ngx_http_creditloop_room_t *room, ngx_http_creditloop_tenant_t *t)
 {
     return (size_t) (t - (ngx_http_creditloop_tenant_t *) room->tenants.elts);
+}
+
+
+/* The wait histogram's bucket of a wait: the first whose bound is at least
+ * the wait, as Prometheus's `le` counts. */
+static ngx_inline size_t
+ngx_http_creditloop_wait_bucket(int64_t wait_ns)
+{
+    uint64_t above;
+    size_t   bucket = 0;
+
+    if (wait_ns <= NGX_HTTP_CREDITLOOP_WAIT_FIRST_NS) {
+        return 0;
+    }
+    above = ((uint64_t) wait_ns - 1) / NGX_HTTP_CREDITLOOP_WAIT_FIRST_NS;
+    while (above != 0 && bucket < NGX_HTTP_CREDITLOOP_WAIT_BUCKETS - 1) {
+        above >>= 1;
+        bucket++;
+    }
+    return bucket;
 }
 
 

@@ -8,6 +8,11 @@
 #include "ngx_http_creditloop.h"
 
 
+/* The longest metric line without its tenant's name and room label: the name
+ * (45 characters), the labels' fixed text (41) and a 20-digit number. */
+#define NGX_HTTP_CREDITLOOP_LINE 128
+
+
 static u_char *
 ngx_http_creditloop_class_label(u_char *p, int c)
 {
@@ -222,6 +227,108 @@ ngx_http_creditloop_refusals(u_char *p, ngx_http_creditloop_room_t *room)
 }
 
 
+/* A tenant's wait histogram, summed over the workers: each bucket's own
+ * count, and their total. */
+static uint64_t
+ngx_http_creditloop_wait_counts(
+    ngx_http_creditloop_room_t *room, size_t t, uint64_t *counts)
+{
+    uint64_t total = 0;
+    size_t   k;
+
+    for (k = 0; k < NGX_HTTP_CREDITLOOP_WAIT_BUCKETS; ++k) {
+        counts[k] = ngx_http_creditloop_sum(
+            room, ngx_http_creditloop_entry_tenant(
+                      room, t, NGX_HTTP_CREDITLOOP_ENTRY_WAIT_BUCKET + k));
+        total += counts[k];
+    }
+    return total;
+}
+
+
+/* The bound of bucket k in seconds; the last has none (+Inf). */
+static double
+ngx_http_creditloop_wait_bound(size_t k)
+{
+    return (double) NGX_HTTP_CREDITLOOP_WAIT_FIRST_NS * (double) (1u << k) /
+           1e9;
+}
+
+
+/* The q-quantile of a histogram, interpolated within its bucket as
+ * creditloop-server's admin interface does, so that creditloop-top reads the
+ * same figure from either. */
+static double
+ngx_http_creditloop_wait_quantile(uint64_t *counts, uint64_t total, double q)
+{
+    double   rank = q * (double) total, lower = 0, upper;
+    uint64_t below = 0;
+    size_t   k;
+
+    if (total == 0) {
+        return 0;
+    }
+    for (k = 0; k < NGX_HTTP_CREDITLOOP_WAIT_BUCKETS; ++k) {
+        if ((double) (below + counts[k]) >= rank && counts[k] != 0) {
+            if (k == NGX_HTTP_CREDITLOOP_WAIT_BUCKETS - 1) {
+                return lower;
+            }
+            upper = ngx_http_creditloop_wait_bound(k);
+            return lower +
+                   (upper - lower) * ngx_min(ngx_max((rank - (double) below) /
+                                                         (double) counts[k],
+                                                 0.0),
+                                         1.0);
+        }
+        below += counts[k];
+        if (k < NGX_HTTP_CREDITLOOP_WAIT_BUCKETS - 1) {
+            lower = ngx_http_creditloop_wait_bound(k);
+        }
+    }
+    return lower;
+}
+
+
+static u_char *
+ngx_http_creditloop_waits(u_char *p, ngx_http_creditloop_room_t *room)
+{
+    ngx_http_creditloop_tenant_t *t = room->tenants.elts;
+    uint64_t                      counts[NGX_HTTP_CREDITLOOP_WAIT_BUCKETS];
+    uint64_t                      cumulative;
+    ngx_uint_t                    i;
+    size_t                        k;
+
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        (void) ngx_http_creditloop_wait_counts(room, i, counts);
+        cumulative = 0;
+        for (k = 0; k < NGX_HTTP_CREDITLOOP_WAIT_BUCKETS; ++k) {
+            cumulative += counts[k];
+            p = ngx_sprintf(p,
+                "creditloop_tenant_queue_wait_seconds_bucket"
+                "{%Vtenant=\"%V\",le=\"",
+                &room->label, &t[i].name);
+            if (k == NGX_HTTP_CREDITLOOP_WAIT_BUCKETS - 1) {
+                p = ngx_sprintf(p, "+Inf");
+            } else {
+                p = ngx_sprintf(p, "%.6f", ngx_http_creditloop_wait_bound(k));
+            }
+            p = ngx_sprintf(p, "\"} %uL\n", cumulative);
+        }
+        p = ngx_sprintf(p,
+            "creditloop_tenant_queue_wait_seconds_sum{%Vtenant=\"%V\"} %.6f\n"
+            "creditloop_tenant_queue_wait_seconds_count{%Vtenant=\"%V\"} "
+            "%uL\n",
+            &room->label, &t[i].name,
+            (double) ngx_http_creditloop_sum(
+                room, ngx_http_creditloop_entry_tenant(
+                          room, i, NGX_HTTP_CREDITLOOP_ENTRY_WAIT_SUM_NANO)) /
+                1e9,
+            &room->label, &t[i].name, cumulative);
+    }
+    return p;
+}
+
+
 static uint64_t
 ngx_http_creditloop_withdrawn(ngx_http_creditloop_room_t *room)
 {
@@ -255,6 +362,29 @@ ngx_http_creditloop_passes(u_char *p, ngx_http_creditloop_room_t *room)
 }
 
 
+/* The most one room's lines take: each line's fixed text and numbers fit in
+ * NGX_HTTP_CREDITLOOP_LINE characters besides the tenant's name and the room's
+ * label; the HELP and TYPE lines are in the handler's first 4 KiB. */
+static size_t
+ngx_http_creditloop_metrics_size(ngx_http_creditloop_room_t *room)
+{
+    ngx_http_creditloop_tenant_t *t = room->tenants.elts;
+    /* requests and balances by class, queue depth, cost, two refusals, the
+     * wait histogram's buckets, sum and count */
+    size_t per_tenant = 2 * (size_t) room->classes + 1 + 1 + 1 + 2 +
+                        NGX_HTTP_CREDITLOOP_WAIT_BUCKETS + 2;
+    size_t size = (size_t) (room->classes + 1 + 4) *
+                  (NGX_HTTP_CREDITLOOP_LINE + room->selector.len);
+    ngx_uint_t i;
+
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        size += per_tenant *
+                (NGX_HTTP_CREDITLOOP_LINE + room->label.len + t[i].name.len);
+    }
+    return size;
+}
+
+
 /* Every metric answers for the whole nginx, whichever worker serves the scrape:
  * each worker's counts and gauges are summed from the zone; this worker's
  * costs, balances and passes are stored as of now first, the other workers'
@@ -278,9 +408,7 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
     }
     for (i = 0; i < n; ++i) {
         ngx_http_creditloop_store_core(rooms[i], now);
-        size += 512 + rooms[i]->tenants.nelts *
-                          (size_t) (rooms[i]->classes + 2) * 6 *
-                          (160 + rooms[i]->label.len);
+        size += ngx_http_creditloop_metrics_size(rooms[i]);
     }
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
@@ -299,6 +427,11 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
         p, "creditloop_tenant_queue_depth", "gauge", "Requests queued now.");
     for (i = 0; i < n; ++i) {
         p = ngx_http_creditloop_queue_depth(p, rooms[i]);
+    }
+    p = ngx_http_creditloop_help(p, "creditloop_tenant_queue_wait_seconds",
+        "histogram", "Time from arrival to dispatch.");
+    for (i = 0; i < n; ++i) {
+        p = ngx_http_creditloop_waits(p, rooms[i]);
     }
     p = ngx_http_creditloop_help(p, "creditloop_tenant_balance_credits",
         "gauge",
@@ -384,7 +517,8 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
     ngx_int_t                       rc;
     int64_t                         now = ngx_http_creditloop_now();
     creditloop_participant_snapshot s;
-    uint64_t                        sum, waiting, answered;
+    uint64_t                        sum, waiting, answered, total;
+    uint64_t                        counts[NGX_HTTP_CREDITLOOP_WAIT_BUCKETS];
 
     rc = ngx_http_creditloop_report_start(r);
     if (rc != NGX_OK) {
@@ -403,7 +537,8 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
                 ngx_escape_json(NULL, t[i].name.data, t[i].name.len) +
                 t[i].plan.len +
                 ngx_escape_json(NULL, t[i].plan.data, t[i].plan.len) +
-                (size_t) (room->classes + 1) * (NGX_INT64_LEN + 16) * 4;
+                (size_t) (room->classes + 1) * (NGX_INT64_LEN + 16) * 4 +
+                4 * (NGX_INT64_LEN + 16);
     }
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
@@ -490,10 +625,17 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
                 b->last[-1] == '{' ? "" : ",", c + 1,
                 (double) ngx_max(s.next_credit[c] - now, 0) / 1e9);
         }
+        total = ngx_http_creditloop_wait_counts(room, i, counts);
+        b->last = ngx_sprintf(b->last,
+            "},\"wait_s\":{\"count\":%uL,\"p50\":%.6f,\"p99\":%.6f,"
+            "\"p999\":%.6f}",
+            total, ngx_http_creditloop_wait_quantile(counts, total, 0.50),
+            ngx_http_creditloop_wait_quantile(counts, total, 0.99),
+            ngx_http_creditloop_wait_quantile(counts, total, 0.999));
         if (s.oldest_queued_at < 0) {
-            b->last = ngx_sprintf(b->last, "},\"oldest_queued_age_s\":null}");
+            b->last = ngx_sprintf(b->last, ",\"oldest_queued_age_s\":null}");
         } else {
-            b->last = ngx_sprintf(b->last, "},\"oldest_queued_age_s\":%.6f}",
+            b->last = ngx_sprintf(b->last, ",\"oldest_queued_age_s\":%.6f}",
                 (double) ngx_max(now - s.oldest_queued_at, 0) / 1e9);
         }
     }

@@ -64,6 +64,25 @@ ngx_http_creditloop_count(ngx_http_creditloop_room_t *room,
 }
 
 
+/* One more wait in the tenant's histogram. */
+static void
+ngx_http_creditloop_waited(ngx_http_creditloop_room_t *room,
+    ngx_http_creditloop_tenant_t *t, int64_t wait_ns)
+{
+    size_t i = ngx_http_creditloop_tenant_index(room, t);
+
+    creditloop_zone_add(room->own,
+        ngx_http_creditloop_entry_tenant(
+            room, i, NGX_HTTP_CREDITLOOP_ENTRY_WAIT_SUM_NANO),
+        (uint64_t) ngx_max(wait_ns, 0));
+    creditloop_zone_add(room->own,
+        ngx_http_creditloop_entry_tenant(room, i,
+            NGX_HTTP_CREDITLOOP_ENTRY_WAIT_BUCKET +
+                ngx_http_creditloop_wait_bucket(wait_ns)),
+        1);
+}
+
+
 /* What this worker's core alone knows, into its entry: each tenant's cost
  * charged and balances, and the passes. At each epoch, and for the worker's own
  * at a scrape it serves. */
@@ -454,6 +473,7 @@ ngx_http_creditloop_dispatch(ngx_http_creditloop_room_t *room)
             ctx->out_class = d->out_class;
             ctx->dispatched_at = now;
             ctx->tenant->dispatched_epoch++;
+            ngx_http_creditloop_waited(room, ctx->tenant, now - ctx->queued_at);
             ngx_http_creditloop_in_flight(room, 1);
             ngx_http_creditloop_resume(ctx);
         }
