@@ -66,13 +66,19 @@ uint64_t creditloop_zone_load(const creditloop_zone_entry* entry, size_t value) 
 
 size_t creditloop_room_words(void) { return Room::kWords; }
 
-int creditloop_room_take(creditloop_zone_room* room, uint64_t slots, int borrowing) {
-  return room_view(room).take(slots, borrowing != 0) ? 1 : 0;
+int creditloop_room_take(creditloop_zone_room* room, uint64_t slots, int borrowing, int urgent) {
+  return room_view(room).take(slots, borrowing != 0, urgent != 0) ? 1 : 0;
 }
 
 void creditloop_room_give(creditloop_zone_room* room, uint64_t n) { room_view(room).give(n); }
 
 void creditloop_room_owe(creditloop_zone_room* room, int change) { room_view(room).owe(change); }
+
+void creditloop_room_urge(creditloop_zone_room* room, int change) { room_view(room).urge(change); }
+
+int creditloop_room_awaited(const creditloop_zone_room* room) {
+  return room_view(room).awaited() ? 1 : 0;
+}
 
 uint64_t creditloop_room_used(const creditloop_zone_room* room) { return room_view(room).used(); }
 

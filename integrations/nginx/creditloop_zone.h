@@ -40,12 +40,16 @@ typedef struct creditloop_zone_room creditloop_zone_room;
 
 size_t creditloop_room_words(void);
 /* 1 when a slot of `slots` was taken; one past its own share (`borrowing` 1) is taken only while
- * no worker is owed. */
-int creditloop_room_take(creditloop_zone_room *room, uint64_t slots, int borrowing);
+ * no worker is owed, one not for an `urgent` request only while no worker is urgent. */
+int creditloop_room_take(creditloop_zone_room *room, uint64_t slots, int borrowing, int urgent);
 /* Gives `n` slots back. */
 void creditloop_room_give(creditloop_zone_room *room, uint64_t n);
 /* The worker became owed (+1) or stopped being owed (-1). */
 void creditloop_room_owe(creditloop_zone_room *room, int change);
+/* The worker became urgent (+1) or stopped being urgent (-1). */
+void creditloop_room_urge(creditloop_zone_room *room, int change);
+/* 1 while any worker is owed or urgent. */
+int creditloop_room_awaited(const creditloop_zone_room *room);
 /* Requests in flight, all workers together. */
 uint64_t creditloop_room_used(const creditloop_zone_room *room);
 

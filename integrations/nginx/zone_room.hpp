@@ -5,6 +5,9 @@
 //   word 0  used   requests in flight, all workers together; at most `slots`
 //   word 1  owed   workers that have a queue, are below their share of the room, and found it
 //                  full: while any is owed, no worker borrows beyond its own share
+//   word 2  urgent workers holding a queued request whose tenant had a P1 credit when it came:
+//                  while any is, only such a worker takes a slot, so that the next slot freed
+//                  anywhere goes to the credited request, as it would with one worker
 //
 // A slot is handed from the worker that gives it back to the one that takes it next: give()'s
 // release pairs with take()'s acquire, so whatever the giver's request did in its slot happens
@@ -26,15 +29,17 @@ template <template <class> class Atomic>
 class ZoneRoom {
  public:
   using Word = Atomic<std::uint64_t>;
-  static constexpr std::size_t kWords = 2;
+  static constexpr std::size_t kWords = 3;
 
   /// A view of the room at `words`, which holds kWords live words (zero: nothing in flight).
   explicit ZoneRoom(Word* words) noexcept : words_(words) {}
 
   /// Takes one of `slots` slots if one is free; a worker past its own share (`borrowing`) takes
-  /// one only while no worker is owed.
-  bool take(std::uint64_t slots, bool borrowing) noexcept {
-    // relaxed: a count; nothing is published with it.
+  /// one only while no worker is owed, and a slot for a request that is not `urgent` is taken
+  /// only while no worker is urgent.
+  bool take(std::uint64_t slots, bool borrowing, bool urgent) noexcept {
+    // relaxed, both: counts; nothing is published with them.
+    if (!urgent && words_[kUrgent].load(std::memory_order_relaxed) != 0) return false;
     if (borrowing && words_[kOwed].load(std::memory_order_relaxed) != 0) return false;
     // relaxed: a first look; the compare-and-swap below decides.
     std::uint64_t used = words_[kUsed].load(std::memory_order_relaxed);
@@ -62,6 +67,17 @@ class ZoneRoom {
     words_[kOwed].fetch_add(static_cast<std::uint64_t>(change), std::memory_order_relaxed);
   }
 
+  /// The worker became urgent (+1) or stopped being urgent (-1).
+  void urge(std::int64_t change) noexcept {
+    // relaxed: a count, as owe()'s.
+    words_[kUrgent].fetch_add(static_cast<std::uint64_t>(change), std::memory_order_relaxed);
+  }
+  /// Whether any worker is owed or urgent: a slot given back then is worth a wake-up.
+  [[nodiscard]] bool awaited() const noexcept {
+    // relaxed: a hint; a worker missed here looks again at its next retry.
+    return words_[kOwed].load(std::memory_order_relaxed) != 0 ||
+           words_[kUrgent].load(std::memory_order_relaxed) != 0;
+  }
   [[nodiscard]] std::uint64_t used() const noexcept {
     // relaxed: a gauge.
     return words_[kUsed].load(std::memory_order_relaxed);
@@ -70,6 +86,7 @@ class ZoneRoom {
  private:
   static constexpr std::size_t kUsed = 0;
   static constexpr std::size_t kOwed = 1;
+  static constexpr std::size_t kUrgent = 2;
   Word* words_;
 };
 

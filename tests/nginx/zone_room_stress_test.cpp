@@ -20,6 +20,28 @@ namespace {
 constexpr int kWorkers = 4;
 constexpr std::uint64_t kRounds = 50'000;
 
+// The rule, on one thread: an urgent worker's mark keeps every slot for urgent requests, an owed
+// worker's keeps borrowers out, and either makes a slot given back worth a wake-up.
+TEST(ZoneRoom, UrgentRequestsTakeTheNextSlotFirst) {
+  std::vector<std::uint64_t> words(creditloop_room_words());
+  creditloop_zone_clear(words.data(), words.size() * sizeof(std::uint64_t));
+  auto* room = reinterpret_cast<creditloop_zone_room*>(words.data());
+  EXPECT_EQ(creditloop_room_awaited(room), 0);
+  creditloop_room_urge(room, 1);
+  EXPECT_EQ(creditloop_room_awaited(room), 1);
+  EXPECT_EQ(creditloop_room_take(room, 2, 0, 0), 0) << "a worker within its share yields";
+  EXPECT_EQ(creditloop_room_take(room, 2, 1, 1), 1) << "an urgent request takes a slot";
+  creditloop_room_urge(room, -1);
+  creditloop_room_owe(room, 1);
+  EXPECT_EQ(creditloop_room_take(room, 2, 1, 0), 0) << "a borrower yields to an owed worker";
+  EXPECT_EQ(creditloop_room_take(room, 2, 0, 0), 1);
+  EXPECT_EQ(creditloop_room_take(room, 2, 0, 1), 0) << "the room is full";
+  creditloop_room_owe(room, -1);
+  EXPECT_EQ(creditloop_room_awaited(room), 0);
+  creditloop_room_give(room, 2);
+  EXPECT_EQ(creditloop_room_used(room), 0u);
+}
+
 TEST(ZoneRoom, OneSlotIsHeldByOneWorkerAtATime) {
   std::vector<std::uint64_t> words(creditloop_room_words());
   creditloop_zone_clear(words.data(), words.size() * sizeof(std::uint64_t));
@@ -32,8 +54,13 @@ TEST(ZoneRoom, OneSlotIsHeldByOneWorkerAtATime) {
     workers.emplace_back([&, w] {
       for (std::uint64_t round = 0; round < kRounds; ++round) {
         const bool owes = w == 0 && round % 64 == 0;
+        const bool urgent = w == 1 && round % 64 == 32;
         if (owes) creditloop_room_owe(room, 1);
-        while (creditloop_room_take(room, 1, w >= 2 ? 1 : 0) == 0) std::this_thread::yield();
+        if (urgent) creditloop_room_urge(room, 1);
+        while (creditloop_room_take(room, 1, w >= 2 ? 1 : 0, urgent ? 1 : 0) == 0) {
+          std::this_thread::yield();
+        }
+        if (urgent) creditloop_room_urge(room, -1);
         if (owes) creditloop_room_owe(room, -1);
         ++holders;
         most = std::max(most, holders);
@@ -60,7 +87,7 @@ TEST(ZoneRoom, SeveralSlotsAreNeverExceeded) {
   for (int w = 0; w < kWorkers + 2; ++w) {
     workers.emplace_back([&, w] {
       for (std::uint64_t round = 0; round < kRounds / 4; ++round) {
-        while (creditloop_room_take(room, kSlots, w % 2) == 0) std::this_thread::yield();
+        while (creditloop_room_take(room, kSlots, w % 2, 0) == 0) std::this_thread::yield();
         // seq_cst: a count for the check alone, after the take that admitted it.
         const std::uint64_t now = holders.fetch_add(1) + 1;
         std::uint64_t seen = most.load();

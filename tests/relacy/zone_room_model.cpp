@@ -1,7 +1,8 @@
 // The nginx workers' shared room (integrations/nginx/zone_room.hpp, which the module reaches
 // through creditloop_zone.cpp): a room of one slot, three workers that each take it twice, use
 // what the slot guards (a plain variable: the backend's seat), and give it back; a worker past its
-// share (the third) borrows, and one of the others marks itself owed between its turns.
+// share (the third) borrows, one of the others marks itself owed between its turns, and the first
+// takes its second turn for an urgent request.
 //
 // Checked: the seat is never used by two workers without a happens-before between them (Relacy's
 // data-race detection), and the room ends empty. The order that matters: give()'s release store,
@@ -33,8 +34,11 @@ struct ZoneRoomModel : rl::test_suite<ZoneRoomModel<Policy>, 3> {
   void thread(unsigned index) {
     const bool borrowing = index == 2;
     for (int turn = 0; turn < 2; ++turn) {
+      const bool urgent = index == 0 && turn == 1;
       if (index == 1 && turn == 1) room.owe(1);
-      while (!room.take(kSlots, borrowing)) rl::yield(1, $);
+      if (urgent) room.urge(1);
+      while (!room.take(kSlots, borrowing, urgent)) rl::yield(1, $);
+      if (urgent) room.urge(-1);
       if (index == 1 && turn == 1) room.owe(-1);
       seat($) = seat($) + 1;
       room.give(1);

@@ -81,8 +81,10 @@
 #define NGX_HTTP_CREDITLOOP_ENTRY_UNAUTHORIZED 1
 /* 1 while the worker counts in the shared room's owed */
 #define NGX_HTTP_CREDITLOOP_ENTRY_OWING 2
+/* 1 while the worker counts in the shared room's urgent */
+#define NGX_HTTP_CREDITLOOP_ENTRY_URGENT 3
 /* [classes + 1] */
-#define NGX_HTTP_CREDITLOOP_ENTRY_PASSES 3
+#define NGX_HTTP_CREDITLOOP_ENTRY_PASSES 4
 
 
 /* A request's context's state. */
@@ -156,9 +158,11 @@ typedef struct {
     creditloop_zone_room *shared_room;
     /* counted in the shared room's owed */
     unsigned owing : 1;
+    /* counted in the shared room's urgent */
+    unsigned urging : 1;
     /* requests queued here whose tenant had a P1 credit when they came: while
-     * any waits, the worker is owed, so that no other worker borrows a slot
-     * for a lesser class meanwhile */
+     * any waits, the worker is urgent, and the next slot freed by any worker
+     * is this worker's */
     ngx_uint_t urgent;
     /* a retry while the shared room is full */
     ngx_event_t         room_event;
@@ -184,6 +188,11 @@ struct ngx_http_creditloop_main_conf_s {
      * slots creditloop_slots sets */
     ngx_array_t                 rooms;
     ngx_http_creditloop_room_t *room;
+    /* with several workers, an eventfd per worker, made before they fork: a
+     * worker that gives a slot back while another is owed or urgent wakes it
+     * at once, rather than at its next retry */
+    ngx_fd_t  *wake_fds;
+    ngx_uint_t wake_count;
 };
 
 
@@ -319,6 +328,8 @@ void ngx_http_creditloop_store_core(
 void ngx_http_creditloop_schedule(ngx_http_creditloop_room_t *room);
 void ngx_http_creditloop_dispatch(ngx_http_creditloop_room_t *room);
 void ngx_http_creditloop_unqueued(ngx_http_creditloop_ctx_t *ctx);
+void ngx_http_creditloop_urge(ngx_http_creditloop_room_t *room);
+void ngx_http_creditloop_give(ngx_http_creditloop_room_t *room, uint64_t n);
 
 /* ngx_http_creditloop_request.c */
 ngx_int_t ngx_http_creditloop_handler(ngx_http_request_t *r);

@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <time.h>
 
 
@@ -588,6 +589,56 @@ ngx_http_creditloop_init_room(ngx_conf_t *cf, ngx_http_creditloop_room_t *room)
 }
 
 
+static void
+ngx_http_creditloop_close_wake_fds(void *data)
+{
+    ngx_http_creditloop_main_conf_t *mcf = data;
+    ngx_uint_t                       w;
+
+    for (w = 0; w < mcf->wake_count; ++w) {
+        if (mcf->wake_fds[w] != NGX_INVALID_FILE) {
+            (void) close(mcf->wake_fds[w]);
+        }
+    }
+}
+
+
+/* The workers' eventfds, made here in the master so that every worker inherits
+ * every one; closed with the configuration's pool. */
+static ngx_int_t
+ngx_http_creditloop_add_wake_fds(
+    ngx_conf_t *cf, ngx_http_creditloop_main_conf_t *mcf, ngx_uint_t workers)
+{
+    ngx_pool_cleanup_t *cln;
+    ngx_uint_t          w;
+
+    if (workers < 2) {
+        return NGX_OK;
+    }
+    mcf->wake_fds = ngx_palloc(cf->pool, workers * sizeof(ngx_fd_t));
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (mcf->wake_fds == NULL || cln == NULL) {
+        return NGX_ERROR;
+    }
+    for (w = 0; w < workers; ++w) {
+        mcf->wake_fds[w] = NGX_INVALID_FILE;
+    }
+    mcf->wake_count = workers;
+    cln->handler = ngx_http_creditloop_close_wake_fds;
+    cln->data = mcf;
+    for (w = 0; w < workers; ++w) {
+        mcf->wake_fds[w] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (mcf->wake_fds[w] == NGX_INVALID_FILE) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                "creditloop: eventfd() for worker %ui of %ui failed", w,
+                workers);
+            return NGX_ERROR;
+        }
+    }
+    return NGX_OK;
+}
+
+
 static char *
 ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf)
 {
@@ -628,6 +679,10 @@ ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf)
         if (ngx_http_creditloop_init_room(cf, rooms[i]) != NGX_OK) {
             return NGX_CONF_ERROR;
         }
+    }
+    if (ngx_http_creditloop_add_wake_fds(cf, mcf, rooms[0]->zone_workers) !=
+        NGX_OK) {
+        return NGX_CONF_ERROR;
     }
     return NGX_CONF_OK;
 }

@@ -127,9 +127,7 @@ ngx_http_creditloop_complete(ngx_http_creditloop_ctx_t *ctx, int variables)
             ctx->out_class),
         1);
     ngx_http_creditloop_in_flight(room, -1);
-    if (room->shared_room != NULL) {
-        creditloop_room_give(room->shared_room, 1);
-    }
+    ngx_http_creditloop_give(room, 1);
     /* Most completions under light load find nothing queued: no event to run
      * then. */
     if (creditloop_waiting(room->core) != 0) {
@@ -288,6 +286,7 @@ ngx_http_creditloop_unqueued(ngx_http_creditloop_ctx_t *ctx)
     if (ctx->urgent) {
         ctx->urgent = 0;
         ctx->room->urgent--;
+        ngx_http_creditloop_urge(ctx->room);
     }
 }
 
@@ -400,6 +399,7 @@ ngx_http_creditloop_handler(ngx_http_request_t *r)
         at <= ctx->queued_at) {
         ctx->urgent = 1;
         room->urgent++;
+        ngx_http_creditloop_urge(room);
     }
 
     ngx_http_creditloop_dispatch(room);

@@ -289,6 +289,15 @@ ngx_http_creditloop_init_room(
                         room, NGX_HTTP_CREDITLOOP_ENTRY_OWING),
                     0);
             }
+            if (creditloop_zone_load(
+                    room->own, ngx_http_creditloop_entry_worker(
+                                   room, NGX_HTTP_CREDITLOOP_ENTRY_URGENT))) {
+                creditloop_room_urge(room->shared_room, -1);
+                creditloop_zone_store(room->own,
+                    ngx_http_creditloop_entry_worker(
+                        room, NGX_HTTP_CREDITLOOP_ENTRY_URGENT),
+                    0);
+            }
             room->room_event.handler = ngx_http_creditloop_dispatch_handler;
             room->room_event.data = room;
             room->room_event.log = cycle->log;
@@ -331,6 +340,58 @@ ngx_http_creditloop_init_room(
 }
 
 
+/* Woken by another worker that gave a slot back: every room with a queue here
+ * looks for room now. */
+static void
+ngx_http_creditloop_wake_handler(ngx_event_t *ev)
+{
+    ngx_connection_t                *c = ev->data;
+    ngx_http_creditloop_main_conf_t *mcf = c->data;
+    ngx_http_creditloop_room_t     **rooms = mcf->rooms.elts;
+    ngx_uint_t                       i;
+    uint64_t                         count;
+
+    /* Level-triggered: the read resets the counter, or the event fires again;
+     * EAGAIN is a wake-up another read took. */
+    if (read(c->fd, &count, sizeof(count)) != (ssize_t) sizeof(count)) {
+        count = 0;
+    }
+    for (i = 0; i < mcf->rooms.nelts; ++i) {
+        if (rooms[i]->core != NULL && creditloop_waiting(rooms[i]->core) != 0) {
+            ngx_http_creditloop_dispatch(rooms[i]);
+        }
+    }
+}
+
+
+/* This worker's eventfd in its event loop, as nginx adds its channel to the
+ * master. */
+static ngx_int_t
+ngx_http_creditloop_watch_wake_fd(
+    ngx_cycle_t *cycle, ngx_http_creditloop_main_conf_t *mcf)
+{
+    ngx_connection_t *c;
+
+    if (mcf->wake_fds == NULL || ngx_process != NGX_PROCESS_WORKER ||
+        ngx_worker >= mcf->wake_count) {
+        return NGX_OK;
+    }
+    c = ngx_get_connection(mcf->wake_fds[ngx_worker], cycle->log);
+    if (c == NULL) {
+        return NGX_ERROR;
+    }
+    c->data = mcf;
+    c->read->handler = ngx_http_creditloop_wake_handler;
+    c->read->log = cycle->log;
+    c->read->channel = 1;
+    if (ngx_add_event(c->read, NGX_READ_EVENT, 0) != NGX_OK) {
+        ngx_free_connection(c);
+        return NGX_ERROR;
+    }
+    return NGX_OK;
+}
+
+
 ngx_int_t
 ngx_http_creditloop_init_process(ngx_cycle_t *cycle)
 {
@@ -355,7 +416,7 @@ ngx_http_creditloop_init_process(ngx_cycle_t *cycle)
             return NGX_ERROR;
         }
     }
-    return NGX_OK;
+    return ngx_http_creditloop_watch_wake_fd(cycle, mcf);
 }
 
 
@@ -378,6 +439,8 @@ ngx_http_creditloop_exit_process(ngx_cycle_t *cycle)
         }
         if (rooms[i]->shared_room != NULL) {
             ngx_http_creditloop_owe(rooms[i], 0);
+            rooms[i]->urgent = 0;
+            ngx_http_creditloop_urge(rooms[i]);
         }
         creditloop_core_free(rooms[i]->core);
         rooms[i]->core = NULL;
@@ -396,24 +459,89 @@ ngx_http_creditloop_schedule(ngx_http_creditloop_room_t *room)
 
 
 /* How many of `want` slots this worker may fill now: with one worker, what its
- * room has free; with several, slots taken one by one from the room they share,
- * first up to the worker's share of it, then borrowed while no worker below its
+ * room has free; with several, slots taken one by one from the room they share:
+ * while a worker holds an urgent request, only slots for urgent requests;
+ * otherwise up to the worker's share, then borrowed while no worker below its
  * own share waits. */
 static size_t
 ngx_http_creditloop_take_room(ngx_http_creditloop_room_t *room, size_t want)
 {
     size_t took = 0;
+    int    urgent;
 
     if (room->shared_room == NULL) {
         return room->in_flight >= room->share
                    ? 0
                    : ngx_min(want, room->share - room->in_flight);
     }
-    while (took < want && creditloop_room_take(room->shared_room, room->slots,
-                              room->in_flight + took >= room->share)) {
+    while (took < want) {
+        urgent = took < room->urgent;
+        if (!creditloop_room_take(room->shared_room, room->slots,
+                !urgent && room->in_flight + took >= room->share, urgent)) {
+            break;
+        }
         took++;
     }
     return took;
+}
+
+
+/* The worker's urgent mark in the shared room follows its urgent requests. */
+void
+ngx_http_creditloop_urge(ngx_http_creditloop_room_t *room)
+{
+    unsigned urging = room->urgent != 0;
+
+    if (room->shared_room == NULL || room->urging == urging) {
+        return;
+    }
+    room->urging = urging;
+    creditloop_room_urge(room->shared_room, urging ? 1 : -1);
+    creditloop_zone_store(room->own,
+        ngx_http_creditloop_entry_worker(
+            room, NGX_HTTP_CREDITLOOP_ENTRY_URGENT),
+        urging);
+}
+
+
+/* Slots back to the room. With several workers, one that is owed or urgent is
+ * woken through its eventfd: it takes the slot now, not at its next retry, a
+ * millisecond away. */
+void
+ngx_http_creditloop_give(ngx_http_creditloop_room_t *room, uint64_t n)
+{
+    ngx_http_creditloop_main_conf_t *mcf = room->mcf;
+    creditloop_zone_entry           *e;
+    ngx_uint_t                       w;
+    uint64_t                         one = 1;
+
+    if (room->shared_room == NULL) {
+        return;
+    }
+    creditloop_room_give(room->shared_room, n);
+    if (mcf->wake_fds == NULL || !creditloop_room_awaited(room->shared_room)) {
+        return;
+    }
+    for (w = 0; w < room->zone_workers && w < mcf->wake_count; ++w) {
+        if (w == ngx_worker) {
+            continue;
+        }
+        e = ngx_http_creditloop_entry(room, w);
+        if (!creditloop_zone_live(e, NGX_HTTP_CREDITLOOP_GENERATION,
+                ngx_current_msec, (uint64_t) -1)) {
+            continue;
+        }
+        if (creditloop_zone_load(e, ngx_http_creditloop_entry_worker(room,
+                                        NGX_HTTP_CREDITLOOP_ENTRY_OWING)) ||
+            creditloop_zone_load(e, ngx_http_creditloop_entry_worker(room,
+                                        NGX_HTTP_CREDITLOOP_ENTRY_URGENT))) {
+            /* Nonblocking: it fails only when the counter is full, and a
+             * counter already set wakes the worker all the same. */
+            if (write(mcf->wake_fds[w], &one, sizeof(one)) == -1) {
+                continue;
+            }
+        }
+    }
 }
 
 
@@ -451,8 +579,8 @@ ngx_http_creditloop_dispatch(ngx_http_creditloop_room_t *room)
             break;
         }
         got = creditloop_dispatch(room->core, now, room->decisions, took);
-        if (got < took && room->shared_room != NULL) {
-            creditloop_room_give(room->shared_room, took - got);
+        if (got < took) {
+            ngx_http_creditloop_give(room, took - got);
         }
         for (i = 0; i < got; ++i) {
             creditloop_decision       *d = &room->decisions[i];
@@ -462,9 +590,7 @@ ngx_http_creditloop_dispatch(ngx_http_creditloop_room_t *room)
                 /* Its request ended while queued and the withdrawal was
                  * refused: retire it at no cost. */
                 (void) creditloop_complete(room->core, d->ticket, 0, now, NULL);
-                if (room->shared_room != NULL) {
-                    creditloop_room_give(room->shared_room, 1);
-                }
+                ngx_http_creditloop_give(room, 1);
                 ngx_free(ctx);
                 continue;
             }
@@ -481,12 +607,11 @@ ngx_http_creditloop_dispatch(ngx_http_creditloop_room_t *room)
             return; /* every queue is empty */
         }
     }
-    /* Requests queued and no room. Another worker's completion frees the shared
-     * room without an event here: look again in a millisecond, owed while below
-     * this worker's share. */
+    /* Requests queued and no room. Another worker's completion wakes this one
+     * while it is owed or urgent; otherwise, or should the wake-up be missed,
+     * it looks again in a millisecond. Owed while below its share. */
     if (room->shared_room != NULL) {
-        ngx_http_creditloop_owe(
-            room, room->in_flight < room->share || room->urgent != 0);
+        ngx_http_creditloop_owe(room, room->in_flight < room->share);
         if (!room->room_event.timer_set) {
             ngx_add_timer(&room->room_event, 1);
         }
