@@ -546,7 +546,8 @@ class Options(unittest.TestCase):
     """A default tenant instead of 401, and the queue limit."""
 
     def setUp(self):
-        self.nginx = Nginx(extra_http="creditloop_unknown_tenant bob; creditloop_queue_limit 1;")
+        self.nginx = Nginx(extra_http="creditloop_unknown_tenant bob; creditloop_queue_limit 1; "
+                                      "creditloop_queue_timeout 0;")
 
     def tearDown(self):
         self.nginx.stop()
@@ -556,6 +557,11 @@ class Options(unittest.TestCase):
         self.assertEqual((status, headers.get("X-Creditloop-Class")), (200, "P2"))
         self.assertEqual(self.nginx.metric("creditloop_tenant_requests_total",
                                            **{"tenant": "bob", "class": "P2"}), 1)
+
+    def test_queue_timeout_zero_is_none(self):
+        answer = json.loads(self.nginx.request("/debug/participants", timeout=5)[2])
+        timeouts = {t["name"]: t["queue_timeout_ms"] for t in answer["tenants"]}
+        self.assertEqual(timeouts, {"alice": 0, "bob": 0, "carol": 300})
 
     def test_queue_limit_answers_503_with_retry_after(self):
         held, out = self.nginx.hold_slot("limit")
@@ -889,6 +895,10 @@ class Production(unittest.TestCase):
         self.assertEqual((tenants["alice"]["served"], tenants["alice"]["cost_charged"]),
                          ([1, 0, 0], 2.0))
         self.assertEqual((tenants["bob"]["queued"], tenants["bob"]["plan"]), (1, "lite"))
+        # Without creditloop_queue_timeout a queued request still has a timer, nginx's 60 s;
+        # the JSON's own timeout comes first.
+        self.assertEqual((tenants["alice"]["queue_timeout_ms"], tenants["carol"]["queue_timeout_ms"]),
+                         (60000, 300))
         self.assertGreaterEqual(tenants["bob"]["oldest_queued_age_s"], 0)
         self.assertIn("P2", tenants["bob"]["balance"])
         if ARGS.top:

@@ -589,9 +589,9 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
         b->last =
             (u_char *) ngx_escape_json(b->last, t[i].plan.data, t[i].plan.len);
         b->last = ngx_sprintf(b->last,
-            "\",\"shares\":%uD,\"queue_limit\":%ui,\"queued\":%uL,"
-            "\"served\":[",
-            t[i].shares, t[i].queue_limit,
+            "\",\"shares\":%uD,\"queue_limit\":%ui,\"queue_timeout_ms\":%M,"
+            "\"queued\":%uL,\"served\":[",
+            t[i].shares, t[i].queue_limit, t[i].queue_timeout,
             ngx_http_creditloop_sum(
                 room, ngx_http_creditloop_entry_tenant(
                           room, i, NGX_HTTP_CREDITLOOP_ENTRY_QUEUED)));

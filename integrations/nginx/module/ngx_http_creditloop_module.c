@@ -53,7 +53,8 @@ static char *ngx_http_creditloop_check_number(
 static char *ngx_http_creditloop_check_time(
     ngx_conf_t *cf, void *post, void *data);
 
-#define NGX_HTTP_CREDITLOOP_MAX_SLOTS 1000000
+#define NGX_HTTP_CREDITLOOP_MAX_SLOTS     1000000
+#define NGX_HTTP_CREDITLOOP_QUEUE_TIMEOUT 60000
 static ngx_http_creditloop_bounds_t ngx_http_creditloop_queue_limit_bounds = {
     ngx_http_creditloop_check_number, 0, 1000000};
 /* 0 would run the epoch without end, and past a minute a worker gone still
@@ -649,7 +650,11 @@ ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_uint_value(mcf->room->slots, 64);
     ngx_conf_init_uint_value(mcf->queue_limit, 0);
-    ngx_conf_init_msec_value(mcf->queue_timeout, 0);
+    /* A queued request always has a timer, as every wait in nginx does: a
+     * client gone without a word is not queued until its turn. nginx's own
+     * timeouts (proxy_read_timeout, send_timeout) are 60s too. */
+    ngx_conf_init_msec_value(
+        mcf->queue_timeout, NGX_HTTP_CREDITLOOP_QUEUE_TIMEOUT);
     ngx_conf_init_msec_value(mcf->epoch, 250);
     if (mcf->cost_unit_ms <= 0) {
         mcf->cost_unit_ms = 1;
