@@ -1,0 +1,198 @@
+// core/room_controller.cpp: the learned room (room_controller.hpp; docs/design.md, "A room that
+// finds itself"). Time is cut into windows of at least kWindowCompletions completions and eight
+// no-queue latencies; at each window's end its mean latency is set against the no-queue latency:
+// - Above it by more than the tolerance: a queue in the backend. The room shrinks to what
+//   Little's law says the backend serves (slots x no-queue / mean, half the tolerance above), at
+//   most halving. The window after a cut tells a queue (its mean fell with the room) from a
+//   backend slow for everyone (two cuts in a row of a quarter or more each left it within an
+//   eighth): then the mean is the new no-queue latency and the room grows back to where it was.
+// After the room changes, a window counts only the requests dispatched since: those before tell
+// of the room before (a queue in the backend that a cut drains, or none yet where a room grew).
+// - Otherwise, if the room was full at some dispatch of the window, it grows: doubling below the
+//   threshold (the slow start, and the way back after a slow backend); above it by a sixteenth
+//   (at least one) after two such windows in a row.
+// - A mean far below the no-queue latency (a backend that recovered) is the new no-queue latency.
+// - When a run of cuts ends (a window without a queue), the room doubles back towards where the
+//   run began: a backend that was slow for everyone serves that room again at once. If it finds a
+//   queue there, the capacity truly fell, and the next run of cuts does not grow back.
+// Every kProbeEvery windows (give or take a quarter, deterministically) the room is cut to three
+// quarters for one window: its mean is the no-queue latency,
+// since a room the rule keeps within a quarter of the backend's capacity is then inside it. The
+// probe costs about 1 % of capacity.
+#include "creditloop/room_controller.hpp"
+
+#include <algorithm>
+
+namespace creditloop {
+
+namespace {
+
+__extension__ typedef unsigned __int128 Wide;
+
+// mean > base x (1 + per_mille / 1000), in integers.
+bool above(Nanos mean, Nanos base, std::int64_t per_mille) {
+  return static_cast<Wide>(std::max<Nanos>(mean, 1)) * 1000 >
+         static_cast<Wide>(std::max<Nanos>(base, 1)) * static_cast<Wide>(1000 + per_mille);
+}
+
+}  // namespace
+
+RoomController::RoomController(RoomBounds bounds) noexcept
+    : bounds_{std::max<std::uint32_t>(bounds.least, 1),
+              std::max<std::uint32_t>(bounds.most, std::max<std::uint32_t>(bounds.least, 1))},
+      slots_(std::min(std::max(kStartSlots, bounds_.least), bounds_.most)),
+      threshold_(bounds_.most) {}
+
+void RoomController::dispatched(Nanos now, std::uint64_t in_flight) noexcept {
+  if (!window_open_) {
+    window_open_ = true;
+    window_start_ = now;
+  }
+  if (in_flight >= slots_) full_ = true;
+}
+
+void RoomController::completed(Nanos dispatched_at, Nanos now) noexcept {
+  if (!window_open_) {
+    window_open_ = true;
+    window_start_ = now;
+  }
+  // A request dispatched before the room last changed tells of the room before.
+  if (dispatched_at < changed_at_) return;
+  latency_sum_ += std::max<Nanos>(now - dispatched_at, 0);
+  ++completions_;
+  const Nanos span = std::max(kLeastWindow, baseline_ * kWindowLatencies);
+  // Eight completions per slot, so that a small room's windows are no longer than a large one's,
+  // and at most kWindowCompletions, where the mean is steady to a few per cent.
+  // A measure of the no-queue latency (the first window, a probe) takes four times as many, or
+  // 32 per slot: the whole room is judged against it.
+  const bool measure = phase_ == Phase::start || phase_ == Phase::probe;
+  const std::int64_t enough =
+      measure ? std::min<std::int64_t>(
+                    4 * kWindowCompletions,
+                    std::max<std::int64_t>(kWindowCompletions, 32 * std::int64_t{slots_}))
+              : std::min<std::int64_t>(kWindowCompletions,
+                                       std::max<std::int64_t>(32, 8 * std::int64_t{slots_}));
+  if (now - window_start_ >= span && completions_ >= enough) close_window(now);
+}
+
+void RoomController::set_slots(std::uint64_t slots, Nanos now) noexcept {
+  const auto next = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(std::max<std::uint64_t>(slots, bounds_.least), bounds_.most));
+  if (next != slots_) changed_at_ = now;
+  slots_ = next;
+}
+
+void RoomController::start_probe(Nanos now) noexcept {
+  phase_ = Phase::probe;
+  resume_slots_ = slots_;
+  set_slots((std::uint64_t{slots_} * 3 + 3) / 4, now);
+}
+
+void RoomController::schedule_probe() noexcept {
+  // A deterministic quarter either way, so that rooms started together do not probe together.
+  const std::uint64_t mix = (++probes_ * 0x9E3779B97F4A7C15ULL) >> 60;  // 0..15
+  windows_to_probe_ = kProbeEvery * 3 / 4 + static_cast<std::uint32_t>(mix) * kProbeEvery / 32;
+}
+
+void RoomController::close_window(Nanos now) noexcept {
+  bool cutting = false;  // the last window cut the room too
+  const Nanos mean = latency_sum_ / completions_;
+  const bool was_full = full_;
+  window_start_ = now;
+  latency_sum_ = 0;
+  completions_ = 0;
+  full_ = false;
+
+  switch (phase_) {
+    case Phase::start:
+      baseline_ = mean;
+      phase_ = Phase::steady;
+      schedule_probe();
+      return;
+    case Phase::probe:
+      // Halfway to the probe's mean, which is noisy by a percent or two; all the way when it is
+      // lower by more than the tolerance, a backend that got faster. A mean higher by more than
+      // that is a queue the probe did not empty (a capacity that just fell), which the cuts
+      // handle, or a backend slow for everyone, which they find: it is not taken.
+      if (above(baseline_, mean, kTolerancePerMille)) {
+        baseline_ = mean;
+      } else if (!above(mean, baseline_, kTolerancePerMille)) {
+        baseline_ = (baseline_ + mean) / 2;
+      }
+      phase_ = Phase::steady;
+      set_slots(resume_slots_, now);
+      schedule_probe();
+      return;
+    case Phase::judge:
+      phase_ = Phase::steady;
+      // Only a cut of a quarter or more tells: a smaller one moves the mean by less than its
+      // noise.
+      if (above(mean, baseline_, 2 * kTolerancePerMille) && slots_ * 4 <= before_cut_ * 3 &&
+          mean * 8 > cut_mean_ * 7 && mean * 8 < cut_mean_ * 9) {
+        // The cut left the mean where it was. Twice in a row, the backend is slow for everyone
+        // (once may be a window that straddled a fall in capacity): its latency now is its
+        // no-queue latency, and the room grows back to where it was before the cuts.
+        if (++unchanged_ >= 2) {
+          unchanged_ = 0;
+          baseline_ = mean;
+          threshold_ = std::max(threshold_, before_cuts_);
+          return;
+        }
+      } else {
+        unchanged_ = 0;
+      }
+      cutting = true;
+      break;
+    case Phase::steady:
+      break;
+  }
+
+  if (windows_to_probe_ > 0 && --windows_to_probe_ == 0) {
+    start_probe(now);
+    return;
+  }
+  if (above(baseline_, mean, 2 * kTolerancePerMille)) {
+    baseline_ = mean;  // the backend got faster: what it does now is its no-queue latency
+  }
+  if (above(mean, baseline_, kTolerancePerMille)) {
+    // Little's law: the backend serves about slots x base / mean at once.
+    const Wide served =
+        static_cast<Wide>(slots_) * static_cast<Wide>(std::max<Nanos>(baseline_, 1)) *
+        (1000 + kTolerancePerMille / 2) / (static_cast<Wide>(std::max<Nanos>(mean, 1)) * 1000);
+    const std::uint64_t next =
+        std::min<std::uint64_t>(std::max<std::uint64_t>(static_cast<std::uint64_t>(served),
+                                                        (std::uint64_t{slots_} + 1) / 2),
+                                slots_ > bounds_.least ? slots_ - 1 : slots_);
+    // A run of cuts begins: remember where it began, unless the room had just grown back there
+    // after the last run, and found a queue: then the capacity truly fell.
+    if (!cutting) before_cuts_ = regrowing_ ? 0 : slots_;
+    regrowing_ = false;
+    calm_ = 0;
+    before_cut_ = slots_;
+    cut_mean_ = mean;
+    set_slots(next, now);
+    threshold_ = slots_;
+    phase_ = Phase::judge;
+    return;
+  }
+  if (cutting && before_cuts_ > slots_) {
+    // A run of cuts ended with the queue gone. If the backend was slow for everyone (a pause),
+    // the room it had before serves again: grow back there at once, by doubling. If its
+    // capacity fell instead, the regrown room finds a queue once, and the next run ends here
+    // for good.
+    threshold_ = std::max(threshold_, before_cuts_);
+    regrowing_ = true;
+  }
+  if (slots_ >= threshold_) regrowing_ = false;
+  // Above the threshold, two windows in a row without a queue: one may be the noise of a room
+  // already a slot too large.
+  calm_ = was_full ? calm_ + 1 : 0;
+  if (was_full && (slots_ < threshold_ || calm_ >= 2)) {
+    calm_ = 0;
+    set_slots(slots_ < threshold_ ? std::min<std::uint64_t>(std::uint64_t{slots_} * 2, threshold_)
+                                  : std::uint64_t{slots_} + std::max(1u, slots_ / 16),
+              now);
+  }
+}
+
+}  // namespace creditloop

@@ -1,0 +1,98 @@
+// creditloop/room_controller.hpp: a room that finds itself. Learns how many requests a backend
+// serves at once from the instants its requests are dispatched and completed, so that the queue
+// forms in creditloop, where fairness lives, and not in the backend's own FIFO (docs/design.md,
+// "A room that finds itself"; docs/contract.md §5c).
+//
+// - Deterministic: it reads no clock; the same dispatch and completion instants give the same
+//   slots, in the simulator as in a server. Integer arithmetic only, so x86-64 and AArch64 agree.
+// - O(1) per call; allocates nothing.
+// - A lowered room never preempts and never refuses: the embedder dispatches nothing more until
+//   fewer than slots() are in flight.
+#pragma once
+
+#include <cstdint>
+
+#include "creditloop/units.hpp"
+
+namespace creditloop {
+
+/// The least and the most slots a learned room may have.
+struct RoomBounds {
+  std::uint32_t least = 1;
+  std::uint32_t most = 256;
+};
+
+class RoomController {
+ public:
+  /// A room of `bounds.least`..`bounds.most` slots (least >= 1, least <= most; out-of-range
+  /// values are clamped). It starts at min(most, max(least, kStartSlots)).
+  explicit RoomController(RoomBounds bounds) noexcept;
+
+  /// A request went out at `now`, leaving `in_flight` dispatched and not completed.
+  void dispatched(Nanos now, std::uint64_t in_flight) noexcept;
+  /// A request dispatched at `dispatched_at` completed at `now`.
+  void completed(Nanos dispatched_at, Nanos now) noexcept;
+
+  /// The room now.
+  [[nodiscard]] std::uint32_t slots() const noexcept { return slots_; }
+  /// The latency without a queue in the backend, as the last probe (or the first window)
+  /// measured it; 0 until then.
+  [[nodiscard]] Nanos no_queue_latency() const noexcept { return baseline_; }
+  [[nodiscard]] RoomBounds bounds() const noexcept { return bounds_; }
+
+  /// Where a room starts: small, so that the first windows see the backend without a queue.
+  static constexpr std::uint32_t kStartSlots = 4;
+  /// Windows between probes, on average.
+  static constexpr std::uint32_t kProbeEvery = 96;
+  /// A window spans at least this long, and kWindowLatencies no-queue latencies.
+  static constexpr Nanos kLeastWindow = 20'000'000;  // 20 ms
+  static constexpr std::int64_t kWindowLatencies = 8;
+  /// ... and eight completions per slot (at least 16), up to this many, where its mean is steady
+  /// to a few per cent.
+  static constexpr std::int64_t kWindowCompletions = 64;
+  /// A window mean this far above the no-queue latency (per mille) is a queue in the backend.
+  static constexpr std::int64_t kTolerancePerMille = 125;
+
+ private:
+  enum class Phase { start, steady, judge, probe };
+
+  void close_window(Nanos now) noexcept;
+  void set_slots(std::uint64_t slots, Nanos now) noexcept;
+  void start_probe(Nanos now) noexcept;
+  void schedule_probe() noexcept;
+
+  RoomBounds bounds_;
+  std::uint32_t slots_;
+  /// While below it, the room doubles each window (a slow start, and the way back after a
+  /// backend slow for everyone); set to the room a cut left.
+  std::uint32_t threshold_;
+  Nanos baseline_ = 0;
+  Phase phase_ = Phase::start;
+  /// The room before the last cut and before the run of cuts it ended, and the mean that made
+  /// the last cut.
+  std::uint32_t before_cut_ = 0;
+  std::uint32_t before_cuts_ = 0;
+  /// Growing back to where the last run of cuts began.
+  bool regrowing_ = false;
+  /// Windows in a row without a queue, the room full.
+  std::uint32_t calm_ = 0;
+  /// Cuts in a row that left the mean where it was.
+  std::uint32_t unchanged_ = 0;
+  Nanos cut_mean_ = 0;
+  /// The room a probe gives back.
+  std::uint32_t resume_slots_ = 0;
+  std::uint32_t windows_to_probe_ = 0;
+  std::uint64_t probes_ = 0;
+
+  /// When the room last changed: the requests dispatched before are not counted.
+  Nanos changed_at_ = 0;
+
+  // The open window.
+  Nanos window_start_ = 0;
+  bool window_open_ = false;
+  std::int64_t latency_sum_ = 0;
+  std::int64_t completions_ = 0;
+  bool full_ = false;  // the room was full at some dispatch: more slots might have been used
+};
+
+}  // namespace creditloop
