@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "creditloop/core.hpp"
+#include "creditloop/room_controller.hpp"
 #include "creditloop/version.hpp"
 
 struct creditloop_config {
@@ -647,6 +648,34 @@ creditloop_status creditloop_next_credit(creditloop_core* core, creditloop_parti
 uint64_t creditloop_passes(const creditloop_core* core, int cls) {
   if (core == nullptr || cls < 0 || cls > core->core.classes()) return 0;
   return core->core.passes(static_cast<creditloop::ClassId>(cls));
+}
+
+struct creditloop_room_controller {
+  creditloop::RoomController controller;
+};
+
+creditloop_room_controller* creditloop_room_controller_new(uint32_t least, uint32_t most) {
+  return new (std::nothrow) creditloop_room_controller{creditloop::RoomController({least, most})};
+}
+
+void creditloop_room_controller_free(creditloop_room_controller* controller) { delete controller; }
+
+void creditloop_room_controller_dispatched(creditloop_room_controller* controller, int64_t now,
+                                           uint64_t in_flight) {
+  if (controller != nullptr) controller->controller.dispatched(now, in_flight);
+}
+
+void creditloop_room_controller_completed(creditloop_room_controller* controller,
+                                          int64_t dispatched_at, int64_t now) {
+  if (controller != nullptr) controller->controller.completed(dispatched_at, now);
+}
+
+uint32_t creditloop_room_controller_slots(const creditloop_room_controller* controller) {
+  return controller == nullptr ? 0 : controller->controller.slots();
+}
+
+int64_t creditloop_room_controller_latency(const creditloop_room_controller* controller) {
+  return controller == nullptr ? 0 : controller->controller.no_queue_latency();
 }
 
 }  // extern "C"

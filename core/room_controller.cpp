@@ -40,7 +40,7 @@ bool above(Nanos mean, Nanos base, std::int64_t per_mille) {
 RoomController::RoomController(RoomBounds bounds) noexcept
     : bounds_{std::max<std::uint32_t>(bounds.least, 1),
               std::max<std::uint32_t>(bounds.most, std::max<std::uint32_t>(bounds.least, 1))},
-      slots_(std::min(std::max(kStartSlots, bounds_.least), bounds_.most)),
+      slots_(bounds_.least),
       threshold_(bounds_.most) {}
 
 void RoomController::dispatched(Nanos now, std::uint64_t in_flight) noexcept {
@@ -63,15 +63,16 @@ void RoomController::completed(Nanos dispatched_at, Nanos now) noexcept {
   const Nanos span = std::max(kLeastWindow, baseline_ * kWindowLatencies);
   // Eight completions per slot, so that a small room's windows are no longer than a large one's,
   // and at most kWindowCompletions, where the mean is steady to a few per cent.
-  // A measure of the no-queue latency (the first window, a probe) takes four times as many, or
-  // 32 per slot: the whole room is judged against it.
-  const bool measure = phase_ == Phase::start || phase_ == Phase::probe;
+  // A probe takes four times as many, or 32 per slot: the whole room is judged against its
+  // measure. The first window, at the least room, takes few: the probes refine it.
+  const bool measure = phase_ == Phase::probe;
   const std::int64_t enough =
-      measure ? std::min<std::int64_t>(
-                    4 * kWindowCompletions,
-                    std::max<std::int64_t>(kWindowCompletions, 32 * std::int64_t{slots_}))
-              : std::min<std::int64_t>(kWindowCompletions,
-                                       std::max<std::int64_t>(32, 8 * std::int64_t{slots_}));
+      phase_ == Phase::start ? kStartCompletions
+      : measure              ? std::min<std::int64_t>(
+                      4 * kWindowCompletions,
+                      std::max<std::int64_t>(kWindowCompletions, 32 * std::int64_t{slots_}))
+                : std::min<std::int64_t>(kWindowCompletions,
+                                         std::max<std::int64_t>(32, 8 * std::int64_t{slots_}));
   if (now - window_start_ >= span && completions_ >= enough) close_window(now);
 }
 
@@ -90,8 +91,10 @@ void RoomController::start_probe(Nanos now) noexcept {
 
 void RoomController::schedule_probe() noexcept {
   // A deterministic quarter either way, so that rooms started together do not probe together.
+  // The first probes come sooner: the first window measured few completions.
   const std::uint64_t mix = (++probes_ * 0x9E3779B97F4A7C15ULL) >> 60;  // 0..15
-  windows_to_probe_ = kProbeEvery * 3 / 4 + static_cast<std::uint32_t>(mix) * kProbeEvery / 32;
+  const std::uint32_t every = probes_ <= 2 ? kProbeEvery / 8 : kProbeEvery;
+  windows_to_probe_ = every * 3 / 4 + static_cast<std::uint32_t>(mix) * every / 32;
 }
 
 void RoomController::close_window(Nanos now) noexcept {
@@ -153,6 +156,12 @@ void RoomController::close_window(Nanos now) noexcept {
   }
   if (above(baseline_, mean, 2 * kTolerancePerMille)) {
     baseline_ = mean;  // the backend got faster: what it does now is its no-queue latency
+  }
+  if (above(mean, baseline_, kTolerancePerMille) && slots_ == bounds_.least) {
+    // No cut is left, and the least room is taken to be within the backend: what it sees is the
+    // no-queue latency (the first window's few completions may have set it low): halfway there.
+    baseline_ = (baseline_ + mean) / 2;
+    return;
   }
   if (above(mean, baseline_, kTolerancePerMille)) {
     // Little's law: the backend serves about slots x base / mean at once.

@@ -25,7 +25,8 @@ struct RoomBounds {
 class RoomController {
  public:
   /// A room of `bounds.least`..`bounds.most` slots (least >= 1, least <= most; out-of-range
-  /// values are clamped). It starts at min(most, max(least, kStartSlots)).
+  /// values are clamped). It starts at `least`, where the first window measures the no-queue
+  /// latency, and doubles from there while the backend keeps up.
   explicit RoomController(RoomBounds bounds) noexcept;
 
   /// A request went out at `now`, leaving `in_flight` dispatched and not completed.
@@ -40,8 +41,8 @@ class RoomController {
   [[nodiscard]] Nanos no_queue_latency() const noexcept { return baseline_; }
   [[nodiscard]] RoomBounds bounds() const noexcept { return bounds_; }
 
-  /// Where a room starts: small, so that the first windows see the backend without a queue.
-  static constexpr std::uint32_t kStartSlots = 4;
+  /// Completions the first window takes, at the least room.
+  static constexpr std::int64_t kStartCompletions = 32;
   /// Windows between probes, on average.
   static constexpr std::uint32_t kProbeEvery = 96;
   /// A window spans at least this long, and kWindowLatencies no-queue latencies.

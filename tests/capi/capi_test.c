@@ -332,7 +332,44 @@ static void test_strerror(void) {
   CHECK(creditloop_version()[0] != '\0');
 }
 
+/* The learned room through the C API: a backend of 2 servers at 10 ms each, FIFO beyond them,
+ * and always a request waiting; the room starts at 1 and learns 2. */
+static void test_room_controller(void) {
+  enum { kCap = 256 };
+  creditloop_room_controller* c = creditloop_room_controller_new(1, 64);
+  int64_t queue[kCap];  /* the backend's FIFO: each request's dispatch instant */
+  int64_t running[2];
+  size_t head = 0, tail = 0, busy = 0, i;
+  uint64_t in_flight = 0;
+  int64_t now;
+  CHECK(c != NULL);
+  CHECK(creditloop_room_controller_slots(c) == 1);
+  CHECK(creditloop_room_controller_latency(c) == 0);
+  for (now = 0; now < 5000000000; now += 10000000) {
+    for (i = 0; i < busy; ++i) {
+      creditloop_room_controller_completed(c, running[i], now);
+      --in_flight;
+    }
+    busy = 0;
+    while (in_flight < creditloop_room_controller_slots(c) && tail - head < kCap) {
+      ++in_flight;
+      creditloop_room_controller_dispatched(c, now, in_flight);
+      queue[tail++ % kCap] = now;
+    }
+    while (busy < 2 && head < tail) running[busy++] = queue[head++ % kCap];
+  }
+  CHECK(creditloop_room_controller_slots(c) == 2);
+  CHECK(creditloop_room_controller_latency(c) == 10000000);
+  creditloop_room_controller_free(c);
+  creditloop_room_controller_free(NULL);
+  CHECK(creditloop_room_controller_slots(NULL) == 0);
+  c = creditloop_room_controller_new(0, 0);
+  CHECK(c != NULL && creditloop_room_controller_slots(c) == 1);
+  creditloop_room_controller_free(c);
+}
+
 int main(void) {
+  test_room_controller();
   test_reference_decisions();
   test_completion();
   test_removal();

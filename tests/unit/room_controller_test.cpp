@@ -97,9 +97,9 @@ Nanos ten_ms(Nanos) { return 10 * kMs; }
 
 TEST(RoomController, StartsSmallAndStaysInItsBounds) {
   RoomController c({2, 3});
-  EXPECT_EQ(c.slots(), 3u);
+  EXPECT_EQ(c.slots(), 2u);
   RoomController d({1, 256});
-  EXPECT_EQ(d.slots(), RoomController::kStartSlots);
+  EXPECT_EQ(d.slots(), 1u);
   RoomController e({0, 0});
   EXPECT_EQ((e.bounds().least), 1u);
   EXPECT_EQ(e.slots(), 1u);
@@ -109,7 +109,8 @@ TEST(RoomController, StartsSmallAndStaysInItsBounds) {
 // Steps of 8, 16, 4 and 8 servers, 8 s each, from 2 s after each step to the next, sampled every
 // 50 ms: the room within 25 % of the capacity, and the backend serving at least 0.95 of it. One
 // slot is 25 % of 4, so noise moves a small room out of the band now and then: each run keeps at
-// least 90 % of its samples in the band, and all runs together 98 %. 32 jitter sequences of
+// least 90 % of its samples in the band and serves 0.90 of the capacity in each step, and all
+// runs together keep 98 % in the band and serve 0.95. 32 jitter sequences of
 // service times spread over 5 to 15 ms, and service times of 10 ms each (requests that start
 // together end together).
 struct StepsResult {
@@ -142,7 +143,7 @@ void run_steps(std::uint64_t seed, Nanos jitter, StepsResult& all) {
     EXPECT_GE(in_band * 10, samples * 9)
         << "seed " << seed << ", jitter " << jitter << ", step " << i << ": " << in_band << " of "
         << samples << " samples in the band";
-    EXPECT_GE(rate, 0.93) << "seed " << seed << ", jitter " << jitter << ", step " << i;
+    EXPECT_GE(rate, 0.90) << "seed " << seed << ", jitter " << jitter << ", step " << i;
     EXPECT_NEAR(static_cast<double>(c.no_queue_latency()), 10.0 * kMs, 1.0 * kMs)
         << "seed " << seed << ", step " << i;
     all.samples += samples;
@@ -197,12 +198,12 @@ TEST(RoomController, RecoversFromABackendThatSlowedForEveryone) {
 
 // A room that is never full learns nothing about more slots and stays where it is.
 TEST(RoomController, ARoomNeverFullStays) {
-  RoomController c({1, 256});
+  RoomController c({4, 256});
   for (Nanos t = 0; t < 2000 * kMs; t += kMs) {
     c.dispatched(t, 1);
     c.completed(t, t + kMs / 2);
   }
-  EXPECT_EQ(c.slots(), RoomController::kStartSlots);
+  EXPECT_EQ(c.slots(), 4u);
   EXPECT_EQ(c.no_queue_latency(), kMs / 2);
 }
 
