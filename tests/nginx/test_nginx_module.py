@@ -54,6 +54,10 @@ class Backend:
         self.most_active = 0
         self.gates = {}
         self.seen = []
+        # /capacity/: 3 served at once, 20 ms each, the rest waiting in the backend's own queue
+        self.servers = threading.Semaphore(3)
+        self.waiting = 0
+        self.most_waiting = 0
         backend = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -83,6 +87,14 @@ class Backend:
                     backend.gate(self.path[6:]).wait(30)
                 if self.path.startswith("/slow/"):
                     time.sleep(0.02)  # the backend's work, which the cost measures
+                if self.path.startswith("/capacity/"):
+                    with backend.lock:
+                        backend.waiting += 1
+                        backend.most_waiting = max(backend.most_waiting, backend.waiting)
+                    with backend.servers:
+                        with backend.lock:
+                            backend.waiting -= 1
+                        time.sleep(0.02)  # the work; the semaphore is the backend's capacity
                 if self.path.startswith("/busy/"):
                     with backend.lock:
                         backend.active += 1
@@ -1058,6 +1070,63 @@ class SharedRoom(unittest.TestCase):
             wait_for("nothing in flight", lambda: nginx.metric("creditloop_loop_in_flight") == 0)
         finally:
             nginx.stop()
+
+
+class LearnedRoom(unittest.TestCase):
+    """`creditloop_slots auto` in front of a backend that serves 3 at once and was not told: the
+    room learns about 3 from the latencies alone, so that the queue forms in creditloop and the
+    backend's own queue stays short."""
+
+    def test_the_room_learns_the_backends_capacity(self):
+        self.learns_with(workers=1)
+
+    def test_two_workers_learn_one_room(self):
+        self.learns_with(workers=2)
+
+    def learns_with(self, workers):
+        nginx = Nginx(slots="auto min=1 max=32", workers=workers)
+        try:
+            self.assertEqual(nginx.metric("creditloop_loop_room_slots"), 1)
+            self.assertEqual(nginx.metric("creditloop_loop_room_latency_seconds"), 0)
+            settle, end = time.monotonic() + 4, time.monotonic() + 7
+            statuses = []
+
+            def client(i):
+                while time.monotonic() < end:
+                    statuses.append(nginx.request(f"/capacity/{i}", ("alice", "bob")[i % 2],
+                                                  timeout=30)[0])
+
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(12)]
+            for t in threads:
+                t.start()
+            wait_for("the room to settle", lambda: time.monotonic() >= settle, timeout=10)
+            with nginx.backend.lock:
+                nginx.backend.most_waiting = 0  # from here on: the learned room's
+            for t in threads:
+                t.join(30)
+            self.assertEqual(set(statuses), {200})
+            slots = nginx.metric("creditloop_loop_room_slots")
+            latency = nginx.metric("creditloop_loop_room_latency_seconds")
+            self.assertGreaterEqual(slots, 2, nginx.metrics_or_none())
+            self.assertLessEqual(slots, 5)
+            self.assertGreater(latency, 0.015)
+            self.assertLess(latency, 0.08)
+            # Twelve clients and a room of 64 would keep 9 in the backend's queue.
+            self.assertLessEqual(nginx.backend.most_waiting, 3)
+        finally:
+            nginx.stop()
+
+    def test_bad_learned_rooms(self):
+        check = BadConfiguration.check
+        case = BadConfiguration()
+        check(case, "creditloop_slots auto min=9 max=3;", plans_json(TENANTS),
+              r'"creditloop_slots" directive invalid value: min is above max')
+        check(case, "creditloop_slots auto min=0;", plans_json(TENANTS),
+              r'"creditloop_slots" directive invalid min')
+        check(case, "creditloop_slots 8 max=9;", plans_json(TENANTS),
+              r'"creditloop_slots" directive invalid parameter')
+        check(case, "creditloop_room r slots=auto size=3;", plans_json(TENANTS),
+              r'"creditloop_room" directive invalid parameter')
 
 
 class Rooms(unittest.TestCase):

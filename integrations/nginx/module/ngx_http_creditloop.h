@@ -83,8 +83,11 @@
 #define NGX_HTTP_CREDITLOOP_ENTRY_OWING 2
 /* 1 while the worker counts in the shared room's urgent */
 #define NGX_HTTP_CREDITLOOP_ENTRY_URGENT 3
+/* a learned room: this worker's slots, and its no-queue latency in ns */
+#define NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS   4
+#define NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_LATENCY 5
 /* [classes + 1] */
-#define NGX_HTTP_CREDITLOOP_ENTRY_PASSES 4
+#define NGX_HTTP_CREDITLOOP_ENTRY_PASSES 6
 
 
 /* A request's context's state. */
@@ -126,8 +129,13 @@ typedef struct ngx_http_creditloop_main_conf_s ngx_http_creditloop_main_conf_t;
  * each with a zone of its own.
  */
 typedef struct {
-    ngx_str_t                        name;
+    ngx_str_t name;
+    /* the slots now: the configured count, or in this worker what its
+     * controller has learned, between least and most */
     ngx_uint_t                       slots;
+    ngx_uint_t                       least;
+    ngx_uint_t                       most;
+    unsigned                         learned : 1;
     ngx_http_creditloop_main_conf_t *mcf;
     /* the configuration's tenants, this room's state of them; sorted by name */
     ngx_array_t                   tenants;
@@ -148,11 +156,14 @@ typedef struct {
     creditloop_zone_room *room_words;
 
     /* this worker's */
-    ngx_uint_t             workers;
-    creditloop_core       *core;
-    creditloop_zone_entry *own;
-    /* its share of the slots: those it fills without borrowing */
+    ngx_uint_t                  workers;
+    creditloop_core            *core;
+    creditloop_room_controller *controller;
+    creditloop_zone_entry      *own;
+    /* its share of the slots: those it fills without borrowing, the fraction
+     * of them the last epoch gave it */
     ngx_uint_t share;
+    uint32_t   fraction;
     ngx_uint_t in_flight;
     /* with several workers, every slot is taken from it */
     creditloop_zone_room *shared_room;
@@ -330,6 +341,8 @@ void ngx_http_creditloop_dispatch(ngx_http_creditloop_room_t *room);
 void ngx_http_creditloop_unqueued(ngx_http_creditloop_ctx_t *ctx);
 void ngx_http_creditloop_urge(ngx_http_creditloop_room_t *room);
 void ngx_http_creditloop_give(ngx_http_creditloop_room_t *room, uint64_t n);
+void ngx_http_creditloop_learn(
+    ngx_http_creditloop_room_t *room, int64_t dispatched_at, int64_t now);
 
 /* ngx_http_creditloop_request.c */
 ngx_int_t ngx_http_creditloop_handler(ngx_http_request_t *r);

@@ -44,6 +44,34 @@ ngx_http_creditloop_sum(ngx_http_creditloop_room_t *room, size_t value)
 }
 
 
+/* A room's slots (or, when learned, one of its learned values): the largest
+ * over the live workers, whose takes the room never exceeds. */
+static uint64_t
+ngx_http_creditloop_learned(ngx_http_creditloop_room_t *room, size_t value)
+{
+    creditloop_zone_entry *e;
+    uint64_t               most = 0, v;
+    ngx_uint_t             w;
+
+    if (!room->learned) {
+        return room->slots;
+    }
+    for (w = 0; w < room->zone_workers; ++w) {
+        e = ngx_http_creditloop_entry(room, w);
+        /* Any age, as the sums: a worker's entry is rewritten at epochs
+         * only with several workers. */
+        if (!creditloop_zone_live(e, NGX_HTTP_CREDITLOOP_GENERATION,
+                ngx_current_msec, (uint64_t) -1)) {
+            continue;
+        }
+        v = creditloop_zone_load(
+            e, ngx_http_creditloop_entry_worker(room, value));
+        most = ngx_max(most, v);
+    }
+    return most;
+}
+
+
 /* What every report does first: GET or HEAD only, the body discarded. */
 static ngx_int_t
 ngx_http_creditloop_report_start(ngx_http_request_t *r)
@@ -476,10 +504,27 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
     }
     p = ngx_http_creditloop_help(p, "creditloop_loop_room_slots", "gauge",
         "The room: requests in flight at most, all workers "
-        "together (creditloop_slots, creditloop_room).");
+        "together (creditloop_slots, creditloop_room); a learned room's "
+        "largest worker's.");
     for (i = 0; i < n; ++i) {
-        p = ngx_sprintf(p, "creditloop_loop_room_slots%V %ui\n",
-            &rooms[i]->selector, rooms[i]->slots);
+        p = ngx_sprintf(p, "creditloop_loop_room_slots%V %uL\n",
+            &rooms[i]->selector,
+            ngx_http_creditloop_learned(
+                rooms[i], NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS));
+    }
+    p = ngx_http_creditloop_help(p, "creditloop_loop_room_latency_seconds",
+        "gauge",
+        "A learned room's latency without a queue in the backend "
+        "(creditloop_slots auto): the largest worker's estimate; 0 until "
+        "measured.");
+    for (i = 0; i < n; ++i) {
+        if (rooms[i]->learned) {
+            p = ngx_sprintf(p, "creditloop_loop_room_latency_seconds%V %.6f\n",
+                &rooms[i]->selector,
+                (double) ngx_http_creditloop_learned(
+                    rooms[i], NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_LATENCY) /
+                    1e9);
+        }
     }
     p = ngx_http_creditloop_help(p, "creditloop_server_unauthorized_total",
         "counter", "Requests answered 401: no tenant.");

@@ -72,9 +72,9 @@ static ngx_conf_enum_t ngx_http_creditloop_log_levels[] = {
 static ngx_command_t ngx_http_creditloop_commands[] = {
     {ngx_string("creditloop_config"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
         ngx_http_creditloop_config, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
-    {ngx_string("creditloop_slots"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
+    {ngx_string("creditloop_slots"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE123,
         ngx_http_creditloop_slots, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
-    {ngx_string("creditloop_room"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE2,
+    {ngx_string("creditloop_room"), NGX_HTTP_MAIN_CONF | NGX_CONF_2MORE,
         ngx_http_creditloop_room, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
     {ngx_string("creditloop_room_use"),
         NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF |
@@ -648,7 +648,10 @@ ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_creditloop_room_t     **rooms;
     ngx_uint_t                       i;
 
-    ngx_conf_init_uint_value(mcf->room->slots, 64);
+    if (mcf->room->slots == NGX_CONF_UNSET_UINT) {
+        mcf->room->slots = 64;
+        mcf->room->most = 64;
+    }
     ngx_conf_init_uint_value(mcf->queue_limit, 0);
     /* A queued request always has a timer, as every wait in nginx does: a
      * client gone without a word is not queued until its turn. nginx's own
@@ -693,17 +696,56 @@ ngx_http_creditloop_init_main_conf(ngx_conf_t *cf, void *conf)
 }
 
 
-/* A slot count, checked as it is read so that `nginx -t` names the
- * directive's line. */
+/* A room's size, checked as it is read so that `nginx -t` names the directive's
+ * line: a slot count, or `auto` with optional `min=N` and `max=N` after it (a
+ * room the backend's latency sets, between them). */
 static char *
-ngx_http_creditloop_parse_slots(ngx_str_t *value, ngx_uint_t *slots)
+ngx_http_creditloop_parse_slots(ngx_http_creditloop_room_t *room,
+    ngx_str_t *value, ngx_str_t *bounds, ngx_uint_t nbounds)
 {
-    ngx_int_t n = ngx_atoi(value->data, value->len);
+    ngx_int_t  n;
+    ngx_uint_t i;
 
-    if (n < 1 || n > NGX_HTTP_CREDITLOOP_MAX_SLOTS) {
-        return "invalid value: from 1 to 1000000";
+    if (value->len == 4 && ngx_strncmp(value->data, "auto", 4) == 0) {
+        room->learned = 1;
+        room->least = 1;
+        room->most = 256;
+        for (i = 0; i < nbounds; ++i) {
+            if (bounds[i].len > 4 &&
+                ngx_strncmp(bounds[i].data, "min=", 4) == 0) {
+                n = ngx_atoi(bounds[i].data + 4, bounds[i].len - 4);
+                if (n < 1 || n > NGX_HTTP_CREDITLOOP_MAX_SLOTS) {
+                    return "invalid min: from 1 to 1000000";
+                }
+                room->least = (ngx_uint_t) n;
+            } else if (bounds[i].len > 4 &&
+                       ngx_strncmp(bounds[i].data, "max=", 4) == 0) {
+                n = ngx_atoi(bounds[i].data + 4, bounds[i].len - 4);
+                if (n < 1 || n > NGX_HTTP_CREDITLOOP_MAX_SLOTS) {
+                    return "invalid max: from 1 to 1000000";
+                }
+                room->most = (ngx_uint_t) n;
+            } else {
+                return "invalid parameter: \"min=N\" or \"max=N\" expected";
+            }
+        }
+        if (room->least > room->most) {
+            return "invalid value: min is above max";
+        }
+        /* The room starts at its least, and the core is reserved for its
+         * most. */
+        room->slots = room->least;
+        return NGX_CONF_OK;
     }
-    *slots = (ngx_uint_t) n;
+    if (nbounds != 0) {
+        return "invalid parameter: \"min=\" and \"max=\" go with \"auto\" only";
+    }
+    n = ngx_atoi(value->data, value->len);
+    if (n < 1 || n > NGX_HTTP_CREDITLOOP_MAX_SLOTS) {
+        return "invalid value: from 1 to 1000000, or auto";
+    }
+    room->slots = (ngx_uint_t) n;
+    room->most = room->slots;
     return NGX_CONF_OK;
 }
 
@@ -718,7 +760,8 @@ ngx_http_creditloop_slots(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (mcf->room->slots != NGX_CONF_UNSET_UINT) {
         return "is duplicate";
     }
-    return ngx_http_creditloop_parse_slots(&value[1], &mcf->room->slots);
+    return ngx_http_creditloop_parse_slots(
+        mcf->room, &value[1], &value[2], cf->args->nelts - 2);
 }
 
 
@@ -739,8 +782,9 @@ ngx_http_creditloop_find_room(
 }
 
 
-/* `creditloop_room NAME slots=N;`: a room of its own for the locations that
- * name it, as limit_req_zone is for limit_req. */
+/* `creditloop_room NAME slots=N;` (or `slots=auto [min=N] [max=N]`): a room of
+ * its own for the locations that name it, as limit_req_zone is for limit_req.
+ */
 static char *
 ngx_http_creditloop_room(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
@@ -751,6 +795,10 @@ ngx_http_creditloop_room(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_uint_t                       i;
 
     (void) cmd;
+    if (cf->args->nelts > 5) {
+        return "invalid parameters: NAME slots=N, or NAME slots=auto [min=N] "
+               "[max=N]";
+    }
     if (value[1].len == 0 || value[1].len > 64) {
         return "invalid name: from 1 to 64 letters, digits, \"_\" or \"-\"";
     }
@@ -775,7 +823,8 @@ ngx_http_creditloop_room(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     room->name = value[1];
     slots.data = value[2].data + sizeof("slots=") - 1;
     slots.len = value[2].len - (sizeof("slots=") - 1);
-    return ngx_http_creditloop_parse_slots(&slots, &room->slots);
+    return ngx_http_creditloop_parse_slots(
+        room, &slots, &value[3], cf->args->nelts - 3);
 }
 
 

@@ -120,6 +120,9 @@ ngx_http_creditloop_complete(ngx_http_creditloop_ctx_t *ctx, int variables)
     cost = ngx_http_creditloop_cost(ctx, variables, now);
     (void) creditloop_complete(room->core, ctx->ticket, cost, now, NULL);
     ctx->state = NGX_HTTP_CREDITLOOP_CTX_COMPLETED;
+    if (room->controller != NULL) {
+        ngx_http_creditloop_learn(room, ctx->dispatched_at, now);
+    }
     creditloop_zone_add(room->own,
         ngx_http_creditloop_entry_answered(room,
             (size_t) (ctx->tenant -

@@ -194,6 +194,7 @@ ngx_http_creditloop_epoch(ngx_http_creditloop_room_t *room)
     }
     f = creditloop_share_fraction(
         own_room, all_room, live == 0 ? 1 : (uint32_t) live);
+    room->fraction = f;
     room_changed = ngx_http_creditloop_share(room, f) != room->share;
     room->share = ngx_http_creditloop_share(room, f);
     if (room_changed) {
@@ -232,7 +233,15 @@ ngx_http_creditloop_init_room(
     }
     /* Room for every slot in flight plus what a worker queues at once: the
      * request path then allocates nothing in the core. */
-    if (creditloop_reserve(room->core, room->tenants.nelts, room->slots) !=
+    if (room->learned) {
+        room->controller = creditloop_room_controller_new(
+            (uint32_t) room->least, (uint32_t) room->most);
+        if (room->controller == NULL) {
+            return NGX_ERROR;
+        }
+        room->slots = creditloop_room_controller_slots(room->controller);
+    }
+    if (creditloop_reserve(room->core, room->tenants.nelts, room->most) !=
         CREDITLOOP_OK) {
         return NGX_ERROR;
     }
@@ -309,6 +318,14 @@ ngx_http_creditloop_init_room(
             ngx_http_creditloop_queued(room, &t[i], 0);
         }
         ngx_http_creditloop_in_flight(room, 0);
+        creditloop_zone_store(room->own,
+            ngx_http_creditloop_entry_worker(
+                room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS),
+            room->slots);
+        creditloop_zone_store(room->own,
+            ngx_http_creditloop_entry_worker(
+                room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_LATENCY),
+            0);
         ngx_http_creditloop_store_core(room, now);
         /* The entry is live for the metrics from the start, whatever the worker
          * count. */
@@ -323,6 +340,7 @@ ngx_http_creditloop_init_room(
             (void) creditloop_scale(room->core, t[i].id, even, now);
             t[i].fraction = even;
         }
+        room->fraction = even;
         room->share = ngx_http_creditloop_share(room, even);
         room->epoch_event.handler = ngx_http_creditloop_epoch_handler;
         room->epoch_event.data = room;
@@ -444,6 +462,8 @@ ngx_http_creditloop_exit_process(ngx_cycle_t *cycle)
         }
         creditloop_core_free(rooms[i]->core);
         rooms[i]->core = NULL;
+        creditloop_room_controller_free(rooms[i]->controller);
+        rooms[i]->controller = NULL;
     }
 }
 
@@ -483,6 +503,36 @@ ngx_http_creditloop_take_room(ngx_http_creditloop_room_t *room, size_t want)
         took++;
     }
     return took;
+}
+
+
+/* A completion, to the room's controller: the room it learns is this worker's
+ * from now on, and its share of it. Several workers each learn from their own
+ * completions, of the one backend; each takes slots up to what it learned, so
+ * the room is the largest of them. */
+void
+ngx_http_creditloop_learn(
+    ngx_http_creditloop_room_t *room, int64_t dispatched_at, int64_t now)
+{
+    ngx_uint_t slots;
+
+    creditloop_room_controller_completed(room->controller, dispatched_at, now);
+    slots = creditloop_room_controller_slots(room->controller);
+    if (slots == room->slots) {
+        return;
+    }
+    room->slots = slots;
+    room->share = room->shared_room != NULL
+                      ? ngx_http_creditloop_share(room, room->fraction)
+                      : slots;
+    creditloop_zone_store(room->own,
+        ngx_http_creditloop_entry_worker(
+            room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS),
+        slots);
+    creditloop_zone_store(room->own,
+        ngx_http_creditloop_entry_worker(
+            room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_LATENCY),
+        (uint64_t) creditloop_room_controller_latency(room->controller));
 }
 
 
@@ -601,6 +651,12 @@ ngx_http_creditloop_dispatch(ngx_http_creditloop_room_t *room)
             ctx->tenant->dispatched_epoch++;
             ngx_http_creditloop_waited(room, ctx->tenant, now - ctx->queued_at);
             ngx_http_creditloop_in_flight(room, 1);
+            if (room->controller != NULL) {
+                creditloop_room_controller_dispatched(room->controller, now,
+                    room->shared_room != NULL
+                        ? creditloop_room_used(room->shared_room)
+                        : room->in_flight);
+            }
             ngx_http_creditloop_resume(ctx);
         }
         if (got < took) {
