@@ -159,7 +159,10 @@ typedef struct {
     ngx_uint_t                  workers;
     creditloop_core            *core;
     creditloop_room_controller *controller;
-    creditloop_zone_entry      *own;
+    /* what this worker's controller learned; slots is the largest any worker
+     * learned */
+    ngx_uint_t             learned_slots;
+    creditloop_zone_entry *own;
     /* its share of the slots: those it fills without borrowing, the fraction
      * of them the last epoch gave it */
     ngx_uint_t share;
@@ -343,6 +346,9 @@ void ngx_http_creditloop_urge(ngx_http_creditloop_room_t *room);
 void ngx_http_creditloop_give(ngx_http_creditloop_room_t *room, uint64_t n);
 void ngx_http_creditloop_learn(
     ngx_http_creditloop_room_t *room, int64_t dispatched_at, int64_t now);
+void     ngx_http_creditloop_relearn(ngx_http_creditloop_room_t *room);
+uint64_t ngx_http_creditloop_learned(
+    ngx_http_creditloop_room_t *room, size_t value);
 
 /* ngx_http_creditloop_request.c */
 ngx_int_t ngx_http_creditloop_handler(ngx_http_request_t *r);

@@ -44,34 +44,6 @@ ngx_http_creditloop_sum(ngx_http_creditloop_room_t *room, size_t value)
 }
 
 
-/* A room's slots (or, when learned, one of its learned values): the largest
- * over the live workers, whose takes the room never exceeds. */
-static uint64_t
-ngx_http_creditloop_learned(ngx_http_creditloop_room_t *room, size_t value)
-{
-    creditloop_zone_entry *e;
-    uint64_t               most = 0, v;
-    ngx_uint_t             w;
-
-    if (!room->learned) {
-        return room->slots;
-    }
-    for (w = 0; w < room->zone_workers; ++w) {
-        e = ngx_http_creditloop_entry(room, w);
-        /* Any age, as the sums: a worker's entry is rewritten at epochs
-         * only with several workers. */
-        if (!creditloop_zone_live(e, NGX_HTTP_CREDITLOOP_GENERATION,
-                ngx_current_msec, (uint64_t) -1)) {
-            continue;
-        }
-        v = creditloop_zone_load(
-            e, ngx_http_creditloop_entry_worker(room, value));
-        most = ngx_max(most, v);
-    }
-    return most;
-}
-
-
 /* What every report does first: GET or HEAD only, the body discarded. */
 static ngx_int_t
 ngx_http_creditloop_report_start(ngx_http_request_t *r)
@@ -509,8 +481,9 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
     for (i = 0; i < n; ++i) {
         p = ngx_sprintf(p, "creditloop_loop_room_slots%V %uL\n",
             &rooms[i]->selector,
-            ngx_http_creditloop_learned(
-                rooms[i], NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS));
+            rooms[i]->learned ? ngx_http_creditloop_learned(rooms[i],
+                                    NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS)
+                              : (uint64_t) rooms[i]->slots);
     }
     p = ngx_http_creditloop_help(p, "creditloop_loop_room_latency_seconds",
         "gauge",

@@ -12,6 +12,8 @@ static void ngx_http_creditloop_dispatch_handler(ngx_event_t *ev);
 static void ngx_http_creditloop_epoch_handler(ngx_event_t *ev);
 static void ngx_http_creditloop_owe(
     ngx_http_creditloop_room_t *room, unsigned owing);
+static void ngx_http_creditloop_unmark(ngx_http_creditloop_room_t *room,
+    size_t what, void (*mark)(creditloop_zone_room *room, int change));
 
 
 creditloop_zone_entry *
@@ -157,6 +159,9 @@ ngx_http_creditloop_epoch(ngx_http_creditloop_room_t *room)
     }
     creditloop_zone_store(room->own, NGX_HTTP_CREDITLOOP_ENTRY_ROOM, own_room);
     ngx_http_creditloop_store_core(room, now_ns);
+    if (room->controller != NULL) {
+        ngx_http_creditloop_relearn(room);
+    }
     /* A reader in another worker that sees this stamp sees everything stored
      * before it. */
     creditloop_zone_publish(room->own, NGX_HTTP_CREDITLOOP_GENERATION, now);
@@ -240,6 +245,7 @@ ngx_http_creditloop_init_room(
             return NGX_ERROR;
         }
         room->slots = creditloop_room_controller_slots(room->controller);
+        room->learned_slots = room->slots;
     }
     if (creditloop_reserve(room->core, room->tenants.nelts, room->most) !=
         CREDITLOOP_OK) {
@@ -282,31 +288,17 @@ ngx_http_creditloop_init_room(
         room->own = ngx_http_creditloop_entry(room, ngx_worker);
         if (room->workers > 1) {
             /* A worker started in a crashed one's place gives back the shared
-             * room the crashed one held: its last in-flight count, and its mark
-             * as owed. */
+             * room the crashed one held: its last in-flight count, and its
+             * marks as owed and urgent. */
             room->shared_room = room->room_words;
             creditloop_room_give(room->shared_room,
                 creditloop_zone_load(
                     room->own, ngx_http_creditloop_entry_worker(
                                    room, NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)));
-            if (creditloop_zone_load(
-                    room->own, ngx_http_creditloop_entry_worker(
-                                   room, NGX_HTTP_CREDITLOOP_ENTRY_OWING))) {
-                creditloop_room_owe(room->shared_room, -1);
-                creditloop_zone_store(room->own,
-                    ngx_http_creditloop_entry_worker(
-                        room, NGX_HTTP_CREDITLOOP_ENTRY_OWING),
-                    0);
-            }
-            if (creditloop_zone_load(
-                    room->own, ngx_http_creditloop_entry_worker(
-                                   room, NGX_HTTP_CREDITLOOP_ENTRY_URGENT))) {
-                creditloop_room_urge(room->shared_room, -1);
-                creditloop_zone_store(room->own,
-                    ngx_http_creditloop_entry_worker(
-                        room, NGX_HTTP_CREDITLOOP_ENTRY_URGENT),
-                    0);
-            }
+            ngx_http_creditloop_unmark(
+                room, NGX_HTTP_CREDITLOOP_ENTRY_OWING, creditloop_room_owe);
+            ngx_http_creditloop_unmark(
+                room, NGX_HTTP_CREDITLOOP_ENTRY_URGENT, creditloop_room_urge);
             room->room_event.handler = ngx_http_creditloop_dispatch_handler;
             room->room_event.data = room;
             room->room_event.log = cycle->log;
@@ -355,6 +347,21 @@ ngx_http_creditloop_init_room(
         }
     }
     return NGX_OK;
+}
+
+
+/* A mark a crashed worker left in the shared room (owed, urgent), taken back by
+ * the worker nginx starts in its place. */
+static void
+ngx_http_creditloop_unmark(ngx_http_creditloop_room_t *room, size_t what,
+    void (*mark)(creditloop_zone_room *room, int change))
+{
+    size_t at = ngx_http_creditloop_entry_worker(room, what);
+
+    if (creditloop_zone_load(room->own, at) != 0) {
+        mark(room->shared_room, -1);
+        creditloop_zone_store(room->own, at, 0);
+    }
 }
 
 
@@ -518,13 +525,10 @@ ngx_http_creditloop_learn(
 
     creditloop_room_controller_completed(room->controller, dispatched_at, now);
     slots = creditloop_room_controller_slots(room->controller);
-    if (slots == room->slots) {
+    if (slots == room->learned_slots) {
         return;
     }
-    room->slots = slots;
-    room->share = room->shared_room != NULL
-                      ? ngx_http_creditloop_share(room, room->fraction)
-                      : slots;
+    room->learned_slots = slots;
     creditloop_zone_store(room->own,
         ngx_http_creditloop_entry_worker(
             room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS),
@@ -533,6 +537,54 @@ ngx_http_creditloop_learn(
         ngx_http_creditloop_entry_worker(
             room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_LATENCY),
         (uint64_t) creditloop_room_controller_latency(room->controller));
+    ngx_http_creditloop_relearn(room);
+}
+
+
+/* One of a learned room's values (slots, latency): the largest over the
+ * workers. */
+uint64_t
+ngx_http_creditloop_learned(ngx_http_creditloop_room_t *room, size_t value)
+{
+    creditloop_zone_entry *e;
+    uint64_t               most = 0, v;
+    ngx_uint_t             w;
+
+    for (w = 0; w < room->zone_workers; ++w) {
+        e = ngx_http_creditloop_entry(room, w);
+        /* Any age, as the metrics' sums: a worker's entry is rewritten at
+         * epochs only with several workers. */
+        if (!creditloop_zone_live(e, NGX_HTTP_CREDITLOOP_GENERATION,
+                ngx_current_msec, (uint64_t) -1)) {
+            continue;
+        }
+        v = creditloop_zone_load(
+            e, ngx_http_creditloop_entry_worker(room, value));
+        most = ngx_max(most, v);
+    }
+    return most;
+}
+
+
+/* The room every worker takes its slots against: the largest any worker has
+ * learned. One room for all, as a fixed one is: a worker whose own estimate
+ * fell (its few completions were slow) must not starve behind the slots the
+ * others hold, since the room they share counts theirs too. */
+void
+ngx_http_creditloop_relearn(ngx_http_creditloop_room_t *room)
+{
+    uint64_t slots = ngx_http_creditloop_learned(
+        room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS);
+
+    slots = ngx_max(slots, creditloop_room_controller_slots(room->controller));
+    if (slots == room->slots) {
+        return;
+    }
+    room->slots = slots;
+    room->share = room->shared_room != NULL
+                      ? ngx_http_creditloop_share(room, room->fraction)
+                      : slots;
+    ngx_http_creditloop_schedule(room);
 }
 
 
