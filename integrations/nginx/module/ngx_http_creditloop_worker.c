@@ -487,9 +487,9 @@ ngx_http_creditloop_schedule(ngx_http_creditloop_room_t *room)
 
 /* How many of `want` slots this worker may fill now: with one worker, what its
  * room has free; with several, slots taken one by one from the room they share:
- * while a worker holds an urgent request, only slots for urgent requests;
- * otherwise up to the worker's share, then borrowed while no worker below its
- * own share waits. */
+ * while any worker holds an urgent request, only the workers that do; otherwise
+ * up to the worker's share, then borrowed while no worker below its own share
+ * waits. */
 static size_t
 ngx_http_creditloop_take_room(ngx_http_creditloop_room_t *room, size_t want)
 {
@@ -501,8 +501,13 @@ ngx_http_creditloop_take_room(ngx_http_creditloop_room_t *room, size_t want)
                    ? 0
                    : ngx_min(want, room->share - room->in_flight);
     }
+    /* Urgent takes any slot free while it holds an urgent request, not one per
+     * such request: the core sends out its queues in its own order, so an
+     * urgent request may wait behind others of its worker, and one slot at a
+     * time there kept the whole room nearly empty (a flood whose own requests
+     * came with P1 credits went down to a fifth of the backend's rate). */
+    urgent = room->urgent != 0;
     while (took < want) {
-        urgent = took < room->urgent;
         if (!creditloop_room_take(room->shared_room, room->slots,
                 !urgent && room->in_flight + took >= room->share, urgent)) {
             break;
