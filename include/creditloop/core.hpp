@@ -246,7 +246,12 @@ class Core {
   /// Charges `cost` credits (taken to 9 decimals) to the request's admitting bucket, after its
   /// refill to `now`, and retires the ticket. Errors, tested in this order: bad_cost,
   /// unknown_ticket (never issued), stale_ticket (completed already); on error nothing changes.
-  Result<Completion> complete(Ticket t, double cost, Nanos now) noexcept;
+  /// The cost is converted here, once: everything after it is fixed point.
+  Result<Completion> complete(Ticket t, double cost, Nanos now) noexcept {
+    const std::optional<std::int64_t> nano = to_nano_credits(cost, kMaxCost);
+    if (!nano) return Errc::bad_cost;
+    return complete_nano(t, *nano, now, true);
+  }
   /// The same with a cost already in nano-credits (0 .. kMaxCost * 1e9).
   Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept;
   /// complete_nano() for an embedder that gives each request back to its owner itself, before
@@ -394,6 +399,24 @@ class Core {
   static const BucketRec* buckets_of(const Header& s) noexcept { return Places::buckets_after(s); }
   void bring_to(std::uint32_t place, Nanos now) noexcept { bring_to(header_at(place), now); }
   static void bring_to(Header& s, Nanos now) noexcept;
+  // Nanoseconds from the participant's last refill to `now` (0 when `now` is not later).
+  [[nodiscard]] static std::uint64_t since_refill(const Header& s, Nanos now) noexcept {
+    return now > s.refilled_at
+               ? static_cast<std::uint64_t>(now) - static_cast<std::uint64_t>(s.refilled_at)
+               : 0;
+  }
+  // Whether every held bucket but c's is full: a refill changes none of them (a full bucket
+  // stays full), so that when take_behind() reaches c's cap the participant's refill instant
+  // may move to the present, c's value there being exact, and the next gap starts from there.
+  [[nodiscard]] static bool others_full(const Header& s, ClassId c) noexcept;
+  // Whether a class in `among` has a credit at `now`, read from the filing alone: a waiting
+  // participant's held bucket without a credit as of its last refill has its exact credit
+  // instant in its timer handle.
+  [[nodiscard]] static bool credit_at(const Header& s, std::uint8_t among, Nanos now) noexcept;
+  // Files class c of waiting `s` after a charge taken behind its refill (take_behind), which
+  // left it `credit_now` at `now`: only what changed moves. A participant that keeps its credit
+  // keeps its place in the ready set.
+  void file_charged(std::uint32_t place, Header& s, ClassId c, bool credit_now) noexcept;
   void refile(std::uint32_t place, Header& s, ClassId c) noexcept;
   // refile() for a bucket just debited below a credit by a participant from c's ready set, whose
   // c timer is therefore not filed (the ready set and the timer heap never both hold a place).
@@ -439,8 +462,9 @@ class Core {
     std::uint32_t found = 0;   // stops prefetched this turn
     std::array<std::uint32_t, kLookAhead> places{};  // the latest of them, by found % kLookAhead
   };
-  // Debits `out` (nothing when unmetered), dequeues the oldest request, issues its ticket and
-  // moves the turn's cursor here, into `d`. The caller then files what changed.
+  // Counts the dispatch under `out`, dequeues the oldest request, issues its ticket and moves the
+  // turn's cursor here, into `d`. The caller has debited `out` (behind the refill or after it)
+  // and then files what changed.
   void take_oldest(std::uint32_t place, Header& s, ClassId out, ClassId turn, Dispatch& d) noexcept;
   // After a visit that read the buckets: a queue left empty goes idle; otherwise `out` is
   // re-filed when `refile_out`, and the earliest credit instant is settled again.
