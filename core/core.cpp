@@ -14,6 +14,11 @@ namespace {
 // ring (192 bytes each at k = 2) outgrow a core's share of L2.
 constexpr std::uint32_t kPrefetchFrom = 8192;
 
+// The gap since a participant's last refill past which a visit that fills a bucket moves the
+// refill instant (when nothing else needs refilling): past it, at 10,000 credits per second,
+// the gap's product no longer fits 64 bits and take_behind() splits it.
+constexpr std::uint64_t kCatchUpGap = 1'000'000;
+
 // Places of the first growth of a core with nothing reserved: one word of each ready set, 12 KiB
 // of records at k = 2.
 constexpr std::uint32_t kFirstPlaces = 64;
@@ -753,7 +758,10 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
                               ? take_behind(state, since_refill(s, now), b.rate,
                                             static_cast<Balance>(b.cap), kNanoPerCredit, at_now)
                               : Taken::refused;
-      const bool caught_up = taken == Taken::at_cap && others_full(s, c);
+      // A long gap since the last refill makes the next one's arithmetic wider (bucket.hpp):
+      // when nothing else needs refilling, the refill instant moves to `now` too.
+      const bool caught_up =
+          taken == Taken::at_cap && since_refill(s, now) > kCatchUpGap && others_full(s, c);
       if (caught_up) state = BucketState{at_now, 0};
       if (taken != Taken::refused && at_now >= 0 && (at_now < kNanoPerCredit || has_credit(state)))
           [[likely]] {
