@@ -36,15 +36,16 @@
 //    sets highest class first. O(k) plus O(1) amortized per timer come due (each was paid for by
 //    the dispatch, charge or submission that filed it).
 //  - visit: next set bit after the cursor, O(log64 N) (at most four word reads up and four
-//    down at 16M places); refill of the participant's buckets, O(k); one debit; re-filing one
-//    class, O(1).
+//    down at 16M places); one debit, taken behind the refill (the refill of the participant's
+//    buckets, O(k), only when a class above the turn's has a credit or the gap is too wide);
+//    re-filing one class, O(1).
 //  - submit: O(1); O(k) when the queue becomes non-empty. complete: O(1) (one re-file).
 //  - add: amortized O(k); remove, replan and scale: O(k).
 //  Nothing on submit, visit or complete allocates once capacity is reserved (reserve()).
 //
-// Charge-back and threads: complete() refills the admitting bucket to `now` and subtracts the
-// cost, if the bucket is still the one that admitted the request (a re-plan that dropped it, or
-// the participant's removal, sends the cost nowhere). The core holds no atomics: the runtime
+// Charge-back and threads: complete() subtracts the cost from the admitting bucket as of `now`
+// (taken behind the refill, docs/contract.md §4), if the bucket is still the one that admitted
+// the request (a re-plan that dropped it, or the participant's removal, sends the cost nowhere). The core holds no atomics: the runtime
 // (runtime.hpp) claims tickets on other threads and hands each cost to its dispatcher, which
 // calls complete_nano() before its next decision. Completers do not add to a per-bucket atomic
 // instead: a charge that arrived after the bucket was dropped and created again, or after its
