@@ -45,11 +45,12 @@
 //
 // Charge-back and threads: complete() subtracts the cost from the admitting bucket as of `now`
 // (taken behind the refill, docs/contract.md §4), if the bucket is still the one that admitted
-// the request (a re-plan that dropped it, or the participant's removal, sends the cost nowhere). The core holds no atomics: the runtime
-// (runtime.hpp) claims tickets on other threads and hands each cost to its dispatcher, which
-// calls complete_nano() before its next decision. Completers do not add to a per-bucket atomic
-// instead: a charge that arrived after the bucket was dropped and created again, or after its
-// place was reused, would land on the successor, and checking for that needs a second operation.
+// the request (a re-plan that dropped it, or the participant's removal, sends the cost nowhere).
+// The core holds no atomics: the runtime (runtime.hpp) claims tickets on other threads and hands
+// each cost to its dispatcher, which calls complete_nano() before its next decision. Completers do
+// not add to a per-bucket atomic instead: a charge that arrived after the bucket was dropped and
+// created again, or after its place was reused, would land on the successor, and checking for that
+// needs a second operation.
 #pragma once
 
 #include <array>
