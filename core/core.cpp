@@ -14,6 +14,11 @@ namespace {
 // ring (192 bytes each at k = 2) outgrow a core's share of L2.
 constexpr std::uint32_t kPrefetchFrom = 8192;
 
+// The gap since a participant's last refill past which a visit that fills a bucket moves the
+// refill instant (when nothing else needs refilling): past it, at 10,000 credits per second,
+// the gap's product no longer fits 64 bits and take_behind() splits it.
+constexpr std::uint64_t kCatchUpGap = 1'000'000;
+
 // Places of the first growth of a core with nothing reserved: one word of each ready set, 12 KiB
 // of records at k = 2.
 constexpr std::uint32_t kFirstPlaces = 64;
@@ -334,6 +339,50 @@ void Core::file_spent(std::uint32_t place, Header& s, ClassId c) noexcept {
   }
 }
 
+bool Core::others_full(const Header& s, ClassId c) noexcept {
+  const BucketRec* buckets = buckets_of(s);
+  for (auto others = static_cast<std::uint8_t>(s.held & ~(1u << c)); others != 0;
+       others &= static_cast<std::uint8_t>(others - 1)) {
+    const BucketRec& b = buckets[std::countr_zero(others)];
+    if (b.balance < static_cast<Balance>(b.cap)) return false;
+  }
+  return true;
+}
+
+bool Core::credit_at(const Header& s, std::uint8_t among, Nanos now) noexcept {
+  const BucketRec* buckets = buckets_of(s);
+  for (; among != 0; among &= static_cast<std::uint8_t>(among - 1)) {
+    const BucketRec& b = buckets[std::countr_zero(among)];
+    if (b.has_credit() || b.timer.instant() <= now) return true;
+  }
+  return false;
+}
+
+void Core::file_charged(std::uint32_t place, Header& s, ClassId c, bool credit_now) noexcept {
+  BucketRec& b = buckets_of(s)[c];
+  if (!credit_now) {
+    refile(place, s, c);  // its credit instant lies ahead: filed at it
+    settle_credit_from(s);
+    return;
+  }
+  // It had the credit before the charge too, so it is in the ready set already, or its timer
+  // has fallen due and waits to be moved there.
+  if (!b.has_credit()) [[unlikely]] {
+    // A credit at `now` but not as of the last refill: the handle must hold the exact instant it
+    // came (settle_credit_from reads it), at or before `now`.
+    Nanos due = 0;
+    (void)credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at, due);
+    timers_[c].erase(place);
+    b.timer.set_instant(due);
+    ready_[c].set(place);
+  } else if (!ready_[c].test(place)) [[unlikely]] {
+    timers_[c].erase(place);
+    ready_[c].set(place);
+  }
+  // What settle_credit_from would find: a held bucket with a credit makes it "now".
+  s.credit_from = std::numeric_limits<Nanos>::min();
+}
+
 void Core::settle_credit_from(Header& s) noexcept {
   // A held bucket without a credit is filed at its exact instant (or the clock's end), since
   // every debit, charge and re-plan that took a credit away re-filed it. A due timer that expired
@@ -610,7 +659,6 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
   std::uint32_t incarnation = 0;
   if (out != unmetered()) {
     BucketRec& b = buckets_of(s)[out];
-    b.balance -= kNanoPerCredit;
     ++b.dispatched;
     incarnation = b.incarnation;
   } else {
@@ -695,21 +743,58 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
     Header* const stop = next_stop(ready_[c], true, place);
     if (stop == nullptr) return false;
     Header& s = *stop;
-    bring_to(s, now);
     BucketRec* buckets = buckets_of(s);
+    // Rule 4: the highest class with a credit, which is c unless one above it has a credit
+    // (landed since the turn began).
+    const auto above = static_cast<std::uint8_t>(s.held & ((1u << c) - 1u));
+    {
+      // The usual visit: it goes out under c, whose bucket takes the credit behind its refill
+      // (bucket.hpp, take_behind), so that neither its other buckets nor its refill instant are
+      // touched. It keeps the credit's place in the ready set when it has another.
+      BucketRec& b = buckets[c];
+      BucketState state{b.balance, b.remainder};
+      Balance at_now = 0;
+      const Taken taken = above == 0 || !credit_at(s, above, now)
+                              ? take_behind(state, since_refill(s, now), b.rate,
+                                            static_cast<Balance>(b.cap), kNanoPerCredit, at_now)
+                              : Taken::refused;
+      // A long gap since the last refill makes the next one's arithmetic wider (bucket.hpp):
+      // when nothing else needs refilling, the refill instant moves to `now` too.
+      const bool caught_up =
+          taken == Taken::at_cap && since_refill(s, now) > kCatchUpGap && others_full(s, c);
+      if (caught_up) state = BucketState{at_now, 0};
+      if (taken != Taken::refused && at_now >= 0 && (at_now < kNanoPerCredit || has_credit(state)))
+          [[likely]] {
+        if (caught_up) s.refilled_at = now;
+        b.balance = state.balance;
+        b.remainder = static_cast<std::uint32_t>(state.remainder);
+        take_oldest(place, s, c, c, d);
+        if (s.queued == 0) {
+          leave_waiting(place);
+        } else if (at_now >= kNanoPerCredit) {
+          s.credit_from = std::numeric_limits<Nanos>::min();
+        } else {
+          file_spent(place, s, c);
+          settle_credit_from(s);
+        }
+        return true;
+      }
+    }
+    // Refilled first: a credit above c, a charge-back that took c's credit since it was filed,
+    // a gap too long for 64-bit arithmetic, or a credit at `now` that the stored value (as of
+    // the last refill) lacks, whose exact instant a refill saves computing.
+    bring_to(s, now);
     if (!buckets[c].has_credit()) [[unlikely]] {
       refile(place, s, c);  // a charge-back landed since it was filed
       settle_credit_from(s);
       continue;
     }
-    // Rule 4: the highest class with a credit, which is c or one above it whose credit landed
-    // since the turn began.
-    const auto above = static_cast<std::uint8_t>(s.held & ((1u << c) - 1u));
     ClassId out = c;
     if (above != 0) [[unlikely]] {
       const ClassId h = highest_credit(s, above);
       if (h != kNoClass) out = h;
     }
+    buckets[out].balance -= kNanoPerCredit;
     take_oldest(place, s, out, c, d);
     if (out == c) {
       // From the ready set, so its c timer is not filed: an empty queue leaves it exact, and
@@ -760,6 +845,7 @@ void Core::visit_unmetered_with_credit(std::uint32_t place, Header& s, Nanos now
   bring_to(s, now);
   const ClassId h = highest_credit(s, s.held);
   const ClassId out = h == kNoClass ? unmetered() : h;
+  if (out != unmetered()) buckets_of(s)[out].balance -= kNanoPerCredit;
   take_oldest(place, s, out, unmetered(), d);
   file_after_debit(place, s, out, out != unmetered());
 }
@@ -778,12 +864,6 @@ void Core::visit_unmetered_with_credit(std::uint32_t place, Header& s, Nanos now
 }
 
 // ---- completions ----------------------------------------------------------------------------
-
-Result<Completion> Core::complete(Ticket t, double cost, Nanos now) noexcept {
-  const auto nano = to_nano_credits(cost, kMaxCost);
-  if (!nano) return Errc::bad_cost;
-  return complete_nano(t, *nano, now);
-}
 
 Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
   return complete_nano(t, cost_nano, now, true);
@@ -828,19 +908,33 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   // A zero cost changes no balance and so no credit instant: nothing to refill or re-file
   // (refill is lazy and exact, so skipping it loses nothing).
   if (cost_nano == 0) return done;
-  // Refill first: a charge must not be absorbed by the cap of a bucket that sat full (that would
-  // forgive debt).
-  bring_to(s, now);
-  BucketRec& b = buckets_of(s)[c];
-  b.balance -= cost_nano;
   st.cost_charged += cost_nano;
+  // Charged behind the refill (bucket.hpp, take_behind): the same balance at `now` as a refill
+  // followed by the charge, with the participant's other buckets and its refill instant left
+  // alone. A charge to a bucket that sat full is still not absorbed by its cap (that would
+  // forgive debt): the stored value is the charged one less the refill still to come.
+  BucketRec& b = buckets_of(s)[c];
+  BucketState state{b.balance, b.remainder};
+  Balance at_now = 0;
+  const Taken taken = take_behind(state, since_refill(s, now), b.rate, static_cast<Balance>(b.cap),
+                                  cost_nano, at_now);
+  if (taken == Taken::refused) [[unlikely]] {
+    bring_to(s, now);
+    state = BucketState{b.balance, b.remainder};
+    (void)take_behind(state, 0, b.rate, static_cast<Balance>(b.cap), cost_nano, at_now);
+  } else if (taken == Taken::at_cap && others_full(s, c)) {
+    s.refilled_at = now;
+    state = BucketState{at_now, 0};
+  }
+  b.balance = state.balance;
+  b.remainder = static_cast<std::uint32_t>(state.remainder);
   if (s.queued != 0) {
-    refile(f.place, s, c);
-    if (b.has_credit()) {
-      // What settle_credit_from would find: a held bucket with a credit makes it "now".
+    // The common completion changes no class: the bucket keeps a credit, as of its last refill
+    // too, and so its place in the ready set.
+    if (at_now >= kNanoPerCredit && b.has_credit() && ready_[c].test(f.place)) [[likely]] {
       s.credit_from = std::numeric_limits<Nanos>::min();
     } else {
-      settle_credit_from(s);
+      file_charged(f.place, s, c, at_now >= kNanoPerCredit);
     }
   } else {
     timers_[c].erase(f.place);  // its instant moved; enter_waiting files it again

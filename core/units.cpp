@@ -6,18 +6,6 @@
 
 namespace creditloop {
 
-std::optional<std::int64_t> to_nano_credits(double credits, double limit) noexcept {
-  if (!std::isfinite(credits) || credits < 0 || credits > limit) return std::nullopt;
-  // Limits are at most 1e6 credits = 1e15 units, well inside the 2^53 integers a double holds
-  // exactly, so the nearest unit is found without drift. Rounded half up by hand, as llround
-  // would (the value is not negative): the fraction a truncation leaves is exact in a double.
-  // This runs once per completion, and the libm call was most of its cost.
-  const double units = credits * static_cast<double>(kNanoPerCredit);
-  auto whole = static_cast<std::int64_t>(units);
-  if (units - static_cast<double>(whole) >= 0.5) ++whole;
-  return whole;
-}
-
 double to_credits(Balance nano) noexcept {
   // Split first so that balances beyond 2^53 units lose only the sub-unit digits.
   const Balance whole = nano / kNanoPerCredit;

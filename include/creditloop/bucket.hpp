@@ -85,6 +85,71 @@ inline void refill(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap) 
   }
 }
 
+/// What take_behind() did.
+enum class Taken : std::uint8_t {
+  refused,    // nothing taken: refill first
+  below_cap,  // the refill stays below the cap; the amount was simply taken
+  at_cap,     // the refill reaches the cap: the later value is exactly cap - amount
+};
+
+/// Takes `amount` nano-credits from `b` at an instant `dt` nanoseconds after its last refill,
+/// without refilling it: `b` stays as of its last refill, holding the value that a refill by `dt`
+/// turns into exactly the refill to the later instant followed by the debit (docs/contract.md
+/// §4, "Charging behind the refill"). While that refill stays below `cap` the two commute and
+/// the amount is simply taken; when it reaches the cap the later value is `cap - amount`, stored
+/// as that minus the refill. `at` receives the balance at the later instant, after the debit.
+/// Refused, with `b` unchanged, when the refill needs more than 64-bit arithmetic (a gap of more
+/// than 18 s at the highest rates, a rate beyond 64 bits) or the balance is above `cap`: refill
+/// first, then take the amount at `dt` 0. The same arithmetic as refill(), so the same values.
+[[nodiscard]] inline Taken take_behind(BucketState& b, std::uint64_t dt, Rate128 rate, Balance cap,
+                                       std::int64_t amount, Balance& at) noexcept {
+  constexpr auto kUnit = static_cast<std::uint64_t>(kNanoPerCredit);
+  if (dt == 0) {
+    b.balance -= amount;
+    at = b.balance;
+    return Taken::below_cap;
+  }
+  if (rate > ~std::uint64_t{0}) [[unlikely]] {
+    return Taken::refused;
+  }
+  const auto rate64 = static_cast<std::uint64_t>(rate);
+  // The refill over dt is dt x rate in 1e-9 nano-credits: `whole` nano-credits and `part`
+  // (< 1e9) of one. Split as refill() splits it when the product overflows, since the gap here
+  // runs from the last refill, which this leaves where it was.
+  std::uint64_t whole = 0;
+  std::uint64_t part = 0;
+  if (std::uint64_t product = 0; !__builtin_mul_overflow(dt, rate64, &product)) {
+    whole = product / kUnit;
+    part = product % kUnit;
+  } else {
+    std::uint64_t fraction = 0;
+    if (__builtin_mul_overflow(dt, rate64 / kUnit, &whole) ||
+        __builtin_mul_overflow(dt, rate64 % kUnit, &fraction) ||
+        __builtin_add_overflow(whole, fraction / kUnit, &whole)) [[unlikely]] {
+      return Taken::refused;
+    }
+    part = fraction % kUnit;
+  }
+  if (b.balance < cap) {
+    // part + remainder < 2e9: at most one more whole nano-credit.
+    const Balance refilled = b.balance + static_cast<Balance>(whole) +
+                             static_cast<Balance>((part + b.remainder) / kUnit);
+    if (refilled < cap) {
+      b.balance -= amount;
+      at = refilled - amount;
+      return Taken::below_cap;
+    }
+  } else if (b.balance > cap) [[unlikely]] {
+    return Taken::refused;  // above its cap, which no re-plan leaves: refill() keeps such a balance
+  }
+  // cap - amount - (whole + part / 1e9), exactly: the whole part rounded down, the fraction
+  // carried.
+  b.balance = cap - amount - static_cast<Balance>(whole) - (part != 0 ? 1 : 0);
+  b.remainder = part != 0 ? kUnit - part : 0;
+  at = cap - amount;
+  return Taken::at_cap;
+}
+
 /// Whether the bucket has a credit: balance of at least one whole credit.
 [[nodiscard]] constexpr bool has_credit(const BucketState& b) noexcept {
   return b.balance >= kNanoPerCredit;

@@ -36,19 +36,21 @@
 //    sets highest class first. O(k) plus O(1) amortized per timer come due (each was paid for by
 //    the dispatch, charge or submission that filed it).
 //  - visit: next set bit after the cursor, O(log64 N) (at most four word reads up and four
-//    down at 16M places); refill of the participant's buckets, O(k); one debit; re-filing one
-//    class, O(1).
+//    down at 16M places); one debit, taken behind the refill (the refill of the participant's
+//    buckets, O(k), only when a class above the turn's has a credit or the gap is too wide);
+//    re-filing one class, O(1).
 //  - submit: O(1); O(k) when the queue becomes non-empty. complete: O(1) (one re-file).
 //  - add: amortized O(k); remove, replan and scale: O(k).
 //  Nothing on submit, visit or complete allocates once capacity is reserved (reserve()).
 //
-// Charge-back and threads: complete() refills the admitting bucket to `now` and subtracts the
-// cost, if the bucket is still the one that admitted the request (a re-plan that dropped it, or
-// the participant's removal, sends the cost nowhere). The core holds no atomics: the runtime
-// (runtime.hpp) claims tickets on other threads and hands each cost to its dispatcher, which
-// calls complete_nano() before its next decision. Completers do not add to a per-bucket atomic
-// instead: a charge that arrived after the bucket was dropped and created again, or after its
-// place was reused, would land on the successor, and checking for that needs a second operation.
+// Charge-back and threads: complete() subtracts the cost from the admitting bucket as of `now`
+// (taken behind the refill, docs/contract.md §4), if the bucket is still the one that admitted
+// the request (a re-plan that dropped it, or the participant's removal, sends the cost nowhere).
+// The core holds no atomics: the runtime (runtime.hpp) claims tickets on other threads and hands
+// each cost to its dispatcher, which calls complete_nano() before its next decision. Completers do
+// not add to a per-bucket atomic instead: a charge that arrived after the bucket was dropped and
+// created again, or after its place was reused, would land on the successor, and checking for that
+// needs a second operation.
 #pragma once
 
 #include <array>
@@ -246,7 +248,12 @@ class Core {
   /// Charges `cost` credits (taken to 9 decimals) to the request's admitting bucket, after its
   /// refill to `now`, and retires the ticket. Errors, tested in this order: bad_cost,
   /// unknown_ticket (never issued), stale_ticket (completed already); on error nothing changes.
-  Result<Completion> complete(Ticket t, double cost, Nanos now) noexcept;
+  /// The cost is converted here, once: everything after it is fixed point.
+  Result<Completion> complete(Ticket t, double cost, Nanos now) noexcept {
+    const std::optional<std::int64_t> nano = to_nano_credits(cost, kMaxCost);
+    if (!nano) return Errc::bad_cost;
+    return complete_nano(t, *nano, now, true);
+  }
   /// The same with a cost already in nano-credits (0 .. kMaxCost * 1e9).
   Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept;
   /// complete_nano() for an embedder that gives each request back to its owner itself, before
@@ -394,6 +401,24 @@ class Core {
   static const BucketRec* buckets_of(const Header& s) noexcept { return Places::buckets_after(s); }
   void bring_to(std::uint32_t place, Nanos now) noexcept { bring_to(header_at(place), now); }
   static void bring_to(Header& s, Nanos now) noexcept;
+  // Nanoseconds from the participant's last refill to `now` (0 when `now` is not later).
+  [[nodiscard]] static std::uint64_t since_refill(const Header& s, Nanos now) noexcept {
+    return now > s.refilled_at
+               ? static_cast<std::uint64_t>(now) - static_cast<std::uint64_t>(s.refilled_at)
+               : 0;
+  }
+  // Whether every held bucket but c's is full: a refill changes none of them (a full bucket
+  // stays full), so that when take_behind() reaches c's cap the participant's refill instant
+  // may move to the present, c's value there being exact, and the next gap starts from there.
+  [[nodiscard]] static bool others_full(const Header& s, ClassId c) noexcept;
+  // Whether a class in `among` has a credit at `now`, read from the filing alone: a waiting
+  // participant's held bucket without a credit as of its last refill has its exact credit
+  // instant in its timer handle.
+  [[nodiscard]] static bool credit_at(const Header& s, std::uint8_t among, Nanos now) noexcept;
+  // Files class c of waiting `s` after a charge taken behind its refill (take_behind), which
+  // left it `credit_now` at `now`: only what changed moves. A participant that keeps its credit
+  // keeps its place in the ready set.
+  void file_charged(std::uint32_t place, Header& s, ClassId c, bool credit_now) noexcept;
   void refile(std::uint32_t place, Header& s, ClassId c) noexcept;
   // refile() for a bucket just debited below a credit by a participant from c's ready set, whose
   // c timer is therefore not filed (the ready set and the timer heap never both hold a place).
@@ -439,8 +464,9 @@ class Core {
     std::uint32_t found = 0;   // stops prefetched this turn
     std::array<std::uint32_t, kLookAhead> places{};  // the latest of them, by found % kLookAhead
   };
-  // Debits `out` (nothing when unmetered), dequeues the oldest request, issues its ticket and
-  // moves the turn's cursor here, into `d`. The caller then files what changed.
+  // Counts the dispatch under `out`, dequeues the oldest request, issues its ticket and moves the
+  // turn's cursor here, into `d`. The caller has debited `out` (behind the refill or after it)
+  // and then files what changed.
   void take_oldest(std::uint32_t place, Header& s, ClassId out, ClassId turn, Dispatch& d) noexcept;
   // After a visit that read the buckets: a queue left empty goes idle; otherwise `out` is
   // re-filed when `refile_out`, and the earliest credit instant is settled again.

@@ -57,7 +57,18 @@ __extension__ typedef __int128 Balance;
 
 /// Converts a credit amount to nano-credits, rounding to the nearest unit. Returns nothing when the
 /// value is not finite, negative, or above `limit` credits. Callers check their own lower bounds.
-[[nodiscard]] std::optional<std::int64_t> to_nano_credits(double credits, double limit) noexcept;
+/// Inline: a completion's cost arrives as a double and is converted here, once per completion.
+[[nodiscard]] inline std::optional<std::int64_t> to_nano_credits(double credits,
+                                                                 double limit) noexcept {
+  if (!__builtin_isfinite(credits) || credits < 0 || credits > limit) return std::nullopt;
+  // Limits are at most 1e6 credits = 1e15 units, well inside the 2^53 integers a double holds
+  // exactly, so the nearest unit is found without drift. Rounded half up by hand, as llround
+  // would (the value is not negative): the fraction a truncation leaves is exact in a double.
+  const double units = credits * static_cast<double>(kNanoPerCredit);
+  auto whole = static_cast<std::int64_t>(units);
+  if (units - static_cast<double>(whole) >= 0.5) ++whole;
+  return whole;
+}
 
 /// A balance in credits, for display and traces only (never for decisions).
 [[nodiscard]] double to_credits(Balance nano) noexcept;

@@ -349,6 +349,9 @@ double Harness::gen_cost() {
     return dice_.one_in(3) ? kMaxCost : dice_.log_uniform(1e3, kMaxCost);
   }
   if (o_.costs == CostMix::at_limit && !dice_.one_in(4)) return kMaxCost;
+  if (o_.costs == CostMix::near_cap && !dice_.one_in(4)) {
+    return static_cast<double>(dice_.below(3'000'000'000)) / 1e9;
+  }
   switch (dice_.below(11)) {
     case 0:
     case 1:
@@ -937,11 +940,14 @@ void Harness::op_clock() {
       }
       [[fallthrough]];
     default: {
-      // Just before, at, or just after the instant some bucket reaches a credit.
+      // Just before, at, or just after the instant some bucket reaches a credit (or, with costs
+      // near the cap, half the time the instant it fills).
       const auto pick = pick_who(false);
       if (!pick || !who_[*pick].live) break;
       const auto c = static_cast<ClassId>(dice_.below(static_cast<std::uint64_t>(k_)));
-      const std::optional<Nanos> when = model_->credit_instant(who_[*pick].model, c);
+      const std::optional<Nanos> when = o_.costs == CostMix::near_cap && dice_.one_in(2)
+                                            ? model_->full_instant(who_[*pick].model, c)
+                                            : model_->credit_instant(who_[*pick].model, c);
       if (!when || *when >= clock_max_ - 1) break;
       const Nanos target = *when + static_cast<Nanos>(dice_.below(3)) - 1;
       if (target > now_) dt = target - now_;
@@ -1287,7 +1293,7 @@ DiffOptions fuzz_options(OpSource& source) {
   o.steps = 100'000;  // the input's length decides
   o.max_participants = 1 + dice.below(24);
   o.initial_participants = dice.below(o.max_participants + 1);
-  o.costs = static_cast<CostMix>(dice.below(3));
+  o.costs = static_cast<CostMix>(dice.below(4));
   o.rates = static_cast<RateMix>(dice.below(3));
   o.churn = !dice.one_in(4);
   o.bad_input = !dice.one_in(4);

@@ -51,7 +51,9 @@ class ByteSource final : public OpSource {
   std::size_t pos_ = 0;
 };
 
-enum class CostMix : std::uint8_t { mixed, deep_debt, at_limit };
+// near_cap: small costs, and clock steps that land just before, at or just after a bucket fills,
+// so that charges and debits meet buckets at, near and just below their caps.
+enum class CostMix : std::uint8_t { mixed, deep_debt, at_limit, near_cap };
 enum class RateMix : std::uint8_t { mixed, tiny, huge };
 
 struct DiffOptions {

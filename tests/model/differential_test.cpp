@@ -104,6 +104,26 @@ TEST(Differential, CostsAtLimit) {
   run_many(o, 5'000'000, 300);
 }
 
+// Charges and debits taken behind the refill (docs/contract.md §4): small costs meeting buckets
+// at, just below and just past their caps, with re-plans and scaling in between, at mixed rates
+// and at rates high enough that the gap since the last refill outgrows 64-bit products.
+TEST(Differential, CostsNearTheCap) {
+  DiffOptions o;
+  o.steps = 500;
+  o.costs = CostMix::near_cap;
+  o.initial_participants = 4;
+  run_many(o, 5'500'000, 300);
+}
+
+TEST(Differential, CostsNearTheCapAtHugeRates) {
+  DiffOptions o;
+  o.steps = 500;
+  o.costs = CostMix::near_cap;
+  o.rates = RateMix::huge;
+  o.initial_participants = 4;
+  run_many(o, 5'600'000, 300);
+}
+
 TEST(Differential, TinyRates) {
   DiffOptions o;
   o.steps = 400;

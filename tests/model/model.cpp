@@ -422,4 +422,17 @@ std::optional<Nanos> Model::credit_instant(Pid id, ClassId c) const {
   return static_cast<Nanos>(when);
 }
 
+std::optional<Nanos> Model::full_instant(Pid id, ClassId c) const {
+  const Participant* p = live(id);
+  if (p == nullptr || c >= k_ || !p->buckets[c].held) return std::nullopt;
+  const Nanos from = std::max(latest_, p->at);
+  const Int128 v = refilled(*p, c, from);
+  const Int128 cap = cap_units(p->plan, p->shares, p->scale, c);
+  if (v >= cap) return from;
+  if (rate_units(*p, c) == 0) return std::nullopt;
+  const Int128 when = Int128{from} + ceil_div(cap - v, rate_units(*p, c));
+  if (when > std::numeric_limits<Nanos>::max()) return std::nullopt;
+  return static_cast<Nanos>(when);
+}
+
 }  // namespace creditloop::model

@@ -146,6 +146,9 @@ class Model {
   /// The first instant at or after the latest `now` seen at which p's c bucket holds a credit,
   /// or nothing when p does not hold c or that instant lies beyond the clock. Changes nothing.
   [[nodiscard]] std::optional<Nanos> credit_instant(Pid p, ClassId c) const;
+  /// The first instant at or after the latest `now` seen at which p's c bucket is full, or
+  /// nothing when p does not hold c or that instant lies beyond the clock. Changes nothing.
+  [[nodiscard]] std::optional<Nanos> full_instant(Pid p, ClassId c) const;
 
  private:
   struct Terms {

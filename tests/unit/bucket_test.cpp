@@ -252,6 +252,62 @@ TEST(Bucket, TopRateOneNanosecondAtATime) {
   EXPECT_EQ(b.remainder, 0u);
 }
 
+// docs/contract.md §4, "Charging behind the refill": a debit taken behind the refill, then any
+// later refill, gives exactly what refilling first, debiting, then refilling the rest gives, at
+// every cap, debt, rate and gap, whether or not the refill reaches the cap; the balance it reports
+// for the later instant is the refilled one less the debit.
+TEST(Bucket, TakingBehindTheRefillEqualsRefillingFirst) {
+  std::mt19937_64 rng(41);
+  const Rate128 rates[] = {1, kThird, 2'000'000'000, 30'000'000'000'000, kTopRate};
+  int accepted = 0;
+  int capped = 0;
+  for (int i = 0; i < 200'000; ++i) {
+    const Rate128 rate = rates[rng() % 5];
+    const Balance cap = test::credits(1 + static_cast<std::int64_t>(rng() % 4)) +
+                        static_cast<Balance>(rng() % 1000);
+    // From deep debt to the cap itself, with and without a carried fraction.
+    Balance balance = cap - static_cast<Balance>(rng() % (rng() % 2 ? 3'000'000'000u : 20u));
+    if (rng() % 8 == 0) balance = cap;
+    if (rng() % 8 == 0) balance = -test::credits(static_cast<std::int64_t>(rng() % 20));
+    const std::uint64_t remainder = balance >= cap ? 0 : rng() % 1'000'000'000;
+    const std::uint64_t gaps[] = {0, 1, rng() % 1000, rng() % 2'000'000'000,
+                                  rng() % 40'000'000'000};
+    const std::uint64_t dt = gaps[rng() % 5];
+    const std::uint64_t later = gaps[rng() % 5];
+    const auto amount = static_cast<std::int64_t>(rng() % (rng() % 2 ? 3'000'000'000u : 3u));
+
+    BucketState first{balance, remainder};
+    refill(first, dt, rate, cap);
+    first.balance -= amount;
+    const Balance expected_at = first.balance;
+    refill(first, later, rate, cap);
+
+    BucketState behind{balance, remainder};
+    Balance at = 0;
+    const Taken taken = take_behind(behind, dt, rate, cap, amount, at);
+    if (taken == Taken::refused) {
+      // Only a product beyond 64-bit arithmetic is refused, and it leaves the bucket alone.
+      ASSERT_EQ(str(behind.balance), str(balance));
+      ASSERT_EQ(behind.remainder, remainder);
+      continue;
+    }
+    ++accepted;
+    BucketState probe{balance, remainder};
+    refill(probe, dt, rate, cap);
+    // At the cap exactly when the refill reaches it, and then with no fraction at that instant.
+    ASSERT_EQ(taken == Taken::at_cap, dt != 0 && probe.balance >= cap) << "case " << i;
+    if (taken == Taken::at_cap) ++capped;
+    ASSERT_LT(behind.remainder, 1'000'000'000u);
+    ASSERT_EQ(str(at), str(expected_at)) << "case " << i;
+    refill(behind, dt + later, rate, cap);
+    ASSERT_EQ(str(behind.balance), str(first.balance)) << "case " << i;
+    ASSERT_EQ(behind.remainder, first.remainder) << "case " << i;
+  }
+  // Both kinds of case were reached, not only the refused ones.
+  EXPECT_GT(accepted, 150'000);
+  EXPECT_GT(capped, 20'000);
+}
+
 TEST(Units, ToNanoCreditsRoundsToNineDecimals) {
   EXPECT_EQ(to_nano_credits(1.0, 10), std::optional<std::int64_t>(1'000'000'000));
   EXPECT_EQ(to_nano_credits(1.0000000004, 10), std::optional<std::int64_t>(1'000'000'000));
