@@ -34,7 +34,11 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
   }
   CREDITLOOP_PROBE2(submit, p.place, p.generation);
   if (outcome == Mailbox::Submit::queued_and_listed) {
+    CREDITLOOP_TEST_HOOK(submit_listed);
     activations_.push(*mailbox);  // seq_cst exchange: the work the dispatcher re-checks
+    parker_.notify(detail::kWakeOnWork);
+  } else if (outcome == Mailbox::Submit::queued_behind_stale) [[unlikely]] {
+    stale_listings_.raise();  // seq_cst store: the work the dispatcher re-checks
     parker_.notify(detail::kWakeOnWork);
   }
   return {};
