@@ -203,10 +203,11 @@ Status Runtime::Impl::cancel(ParticipantId p, RequestHook& request) {
     const Local& local = locals_[p.place];
     take_into_core(p.place, mailboxes_[p.place].take_unlisted(local.generation), loop_now_);
     // Core::cancel finds the request's queue from its hook: one queued for another participant
-    // must not be withdrawn and counted against p. relaxed: only the dispatcher, this thread,
-    // moves a request into or out of the core's queue.
-    if (request.held.load(std::memory_order_relaxed) == RequestHook::kQueued &&
-        request.queued_place != p.place) {
+    // must not be withdrawn and counted against p. acquire: the request may be queued by another
+    // runtime's dispatcher, whose release store of `held` orders its queue place before it
+    // (request.hpp); Core::cancel refuses such a request by its issuer.
+    if (request.held.load(std::memory_order_acquire) == RequestHook::kQueued &&
+        request.queued_place.load(std::memory_order_relaxed) != p.place) {
       result = Errc::not_queued;
       return;
     }

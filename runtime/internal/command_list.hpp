@@ -69,9 +69,7 @@ class CommandList {
 
  private:
   // Never a node's address: the list's own.
-  Node* closed() const noexcept {
-    return reinterpret_cast<Node*>(const_cast<CommandList*>(this));
-  }
+  Node* closed() const noexcept { return reinterpret_cast<Node*>(const_cast<CommandList*>(this)); }
   static Node* oldest_first(Node* newest) noexcept {
     Node* oldest = nullptr;
     while (newest != nullptr) {

@@ -99,7 +99,7 @@ struct RelistingModel : rl::test_suite<RelistingModel<Policy>, 3> {
 
   void dispatch() {
     (void)takes_new(mailbox.inbox.close());  // remove()
-    mailbox.open(kNew);                       // add(), on the same place
+    mailbox.open(kNew);                      // add(), on the same place
     registered.store(kNew, std::memory_order_release);
     detail::RetryBackoff backoff;
     Env env{*this};

@@ -10,8 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <future>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <semaphore>
@@ -162,6 +162,109 @@ TEST(DispatcherPath, AFloodOfOneTenantIsTakenInASliceAtATimeBetweenDecisions) {
   EXPECT_TRUE(bob_early) << "bob's one request waited behind alice's flood";
 }
 
+// Under ThreadSanitizer: producers submit to a participant that is removed and added again in
+// the same place over and over, while another thread posts commands (snapshots). Every request
+// is dispatched, handed back by a removal, or refused, exactly once; the stale listings, the
+// command list and the bounded intake are all exercised.
+TEST(DispatcherPath, ChurnOfOnePlaceWithProducersAndCommandsAccountsForEveryRequest) {
+  constexpr int kProducers = 2;
+  constexpr std::size_t kPerProducer = 3000;
+  constexpr int kChurns = 1000;
+  std::atomic<std::uint64_t> dispatched{0};
+  Runtime* runtime = nullptr;
+  RuntimeOptions options;
+  options.config = reference_config();
+  options.slots = 8;
+  options.sink = [&](const Dispatched& d) {
+    ASSERT_TRUE(runtime->complete(d.ticket, 0).ok());
+    dispatched.fetch_add(1, std::memory_order_relaxed);  // read after shutdown (joined)
+  };
+  auto requests = std::make_unique<Req[]>(kProducers * kPerProducer);
+  Runtime rt(std::move(options));
+  runtime = &rt;
+  std::mutex id_mutex;
+  ParticipantId current = *rt.add("tenant", "pro", 1);
+  std::atomic<bool> producing{true};
+  std::atomic<std::uint64_t> refused{0};
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      for (std::size_t i = 0; i < kPerProducer; ++i) {
+        ParticipantId id;
+        {
+          std::lock_guard lock(id_mutex);
+          id = current;
+        }
+        if (!rt.submit(id, requests[p * kPerProducer + i]).ok()) {
+          refused.fetch_add(1, std::memory_order_relaxed);  // read after the join
+        }
+      }
+    });
+  }
+  std::thread poster([&] {
+    // relaxed: a stop flag; the snapshots only add commands to the mix.
+    while (producing.load(std::memory_order_relaxed)) (void)rt.snapshot();
+  });
+  std::uint64_t handed_back = 0;
+  for (int c = 0; c < kChurns; ++c) {
+    ParticipantId old;
+    {
+      std::lock_guard lock(id_mutex);
+      old = current;
+    }
+    Result<RequestList> back = rt.remove(old);
+    ASSERT_TRUE(back.ok());
+    while (!back->empty()) {
+      (void)back->pop_front();
+      ++handed_back;
+    }
+    const ParticipantId next = *rt.add("tenant", "pro", 1);
+    EXPECT_EQ(next.place, old.place);
+    std::lock_guard lock(id_mutex);
+    current = next;
+  }
+  for (std::thread& t : producers) t.join();
+  producing.store(false, std::memory_order_relaxed);
+  poster.join();
+  const ShutdownReport report = rt.shutdown(ShutdownMode::drain, std::nullopt);
+  ASSERT_TRUE(report.finished);
+  EXPECT_EQ(dispatched.load(std::memory_order_relaxed) + handed_back +
+                refused.load(std::memory_order_relaxed),
+            kProducers * kPerProducer);
+}
+
+// Under ThreadSanitizer: a request in flight in another runtime, withdrawn through this one,
+// which must refuse it without reading what the other's dispatcher wrote unordered (the queue
+// place and issuer it recorded when it queued the request). The test's own signals are relaxed
+// on purpose: an acquire there would order the other dispatcher's writes before the withdrawal
+// and hide the race.
+TEST(DispatcherPath, CancelThroughAnotherRuntimeReadsNothingItsDispatcherWrote) {
+  std::atomic<bool> dispatched{false};
+  std::atomic<std::uint32_t> ticket_index{0};
+  std::atomic<std::uint64_t> ticket_generation{0};
+  RuntimeOptions other_options;
+  other_options.config = reference_config();
+  other_options.sink = [&](const Dispatched& d) {
+    ticket_index.store(d.ticket.index, std::memory_order_relaxed);  // see the comment above
+    ticket_generation.store(d.ticket.generation, std::memory_order_relaxed);
+    dispatched.store(true, std::memory_order_relaxed);
+  };
+  Req r;
+  Recorder recorder;
+  Runtime ours(options_with(recorder));
+  Runtime other(std::move(other_options));
+  const ParticipantId alice = *ours.add("alice", "pro", 1);
+  const ParticipantId bob = *other.add("bob", "pro", 1);
+  ASSERT_TRUE(other.submit(bob, r).ok());
+  while (!dispatched.load(std::memory_order_relaxed)) std::this_thread::yield();
+  EXPECT_EQ(ours.cancel(alice, r), Status(Errc::not_queued));
+  const Ticket t{ticket_index.load(std::memory_order_relaxed), other.issuer(),
+                 ticket_generation.load(std::memory_order_relaxed)};
+  ASSERT_TRUE(other.complete(t, 0).ok());
+  EXPECT_TRUE(other.shutdown(ShutdownMode::drain).empty());
+  EXPECT_EQ(recorder.count(), 0u);
+}
+
 // A drain waits for what is in flight; meanwhile another thread's hand_back must go ahead, hand
 // back what is still queued, and return at its deadline.
 TEST(DispatcherPath, AHandBackGoesAheadWhileAnotherThreadWaitsForADrain) {
@@ -173,7 +276,8 @@ TEST(DispatcherPath, AHandBackGoesAheadWhileAnotherThreadWaitsForADrain) {
   ASSERT_TRUE(rt.submit(alice, a).ok());
   ASSERT_TRUE(rt.submit(alice, b).ok());
   ASSERT_TRUE(recorder.wait_for(1));  // a in flight, b queued behind the one slot
-  std::thread drainer([&] { EXPECT_TRUE(rt.shutdown(ShutdownMode::drain, std::nullopt).finished); });
+  std::thread drainer(
+      [&] { EXPECT_TRUE(rt.shutdown(ShutdownMode::drain, std::nullopt).finished); });
   // The drain has begun once a command is refused for it.
   while (rt.replan(alice, "pro", 1) != Status(Errc::shut_down)) std::this_thread::yield();
   auto escalation = std::async(std::launch::async, [&] {
