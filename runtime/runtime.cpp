@@ -18,6 +18,7 @@
 
 #include "internal/options.hpp"
 #include "internal/runtime_impl.hpp"
+#include "internal/unflushed_batches.hpp"
 
 namespace creditloop {
 
@@ -280,8 +281,9 @@ ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
                                        std::optional<std::chrono::nanoseconds> deadline) {
   ShutdownReport report;
   // Checked before anything waits: the dispatcher or a worker waiting for the runtime to finish
-  // would wait for itself.
-  if (on_runtime_thread()) {
+  // would wait for itself, and so would a thread whose batch holds completions it has not
+  // flushed (unflushed_batches.hpp).
+  if (on_runtime_thread() || detail::unflushed_batches.holds(this)) {
     report.status = Errc::wrong_thread;
     return report;
   }

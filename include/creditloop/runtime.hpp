@@ -168,7 +168,8 @@ enum class ShutdownMode : std::uint8_t {
 /// What shutdown(mode, deadline) did.
 struct ShutdownReport {
   /// wrong_thread: called from the dispatcher thread (a sink, an observer, a room test, the
-  /// clock) or a worker of the pool (a handler), where waiting would deadlock; nothing was done.
+  /// clock), a worker of the pool (a handler), or a thread whose CompletionBatch holds
+  /// completions of this runtime not yet flushed, where waiting would deadlock; nothing was done.
   Status status;
   /// The requests handed back, oldest first per participant: by the first call in hand_back mode,
   /// which is also the one that escalates a drain that has not finished (it hands back what the

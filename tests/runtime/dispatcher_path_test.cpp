@@ -265,6 +265,29 @@ TEST(DispatcherPath, CancelThroughAnotherRuntimeReadsNothingItsDispatcherWrote) 
   EXPECT_EQ(recorder.count(), 0u);
 }
 
+// A thread that holds an unflushed batch and calls shutdown() would wait for its own
+// completions: it is refused with wrong_thread, and succeeds once it has flushed.
+TEST(DispatcherPath, AShutdownFromAThreadHoldingAnUnflushedBatchIsRefused) {
+  Recorder recorder;
+  Runtime rt(options_with(recorder));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  Req a;
+  ASSERT_TRUE(rt.submit(alice, a).ok());
+  ASSERT_TRUE(recorder.wait_for(1));
+  auto call = std::async(std::launch::async, [&] {
+    CompletionBatch batch(rt);
+    EXPECT_TRUE(batch.add(recorder.seen()[0].ticket, 0).ok());
+    const ShutdownReport refused = rt.shutdown(ShutdownMode::drain, std::nullopt);
+    EXPECT_EQ(refused.status, Status(Errc::wrong_thread));
+    EXPECT_FALSE(refused.finished);
+    batch.flush();
+    return rt.shutdown(ShutdownMode::drain, std::nullopt).finished;
+  });
+  ASSERT_EQ(call.wait_for(kDeadline), std::future_status::ready)
+      << "the shutdown waited for the calling thread's own batch";
+  EXPECT_TRUE(call.get());
+}
+
 // A drain waits for what is in flight; meanwhile another thread's hand_back must go ahead, hand
 // back what is still queued, and return at its deadline.
 TEST(DispatcherPath, AHandBackGoesAheadWhileAnotherThreadWaitsForADrain) {
