@@ -91,6 +91,7 @@ void Runtime::Impl::run_on_dispatcher(Command& command) {
   // The post's seq_cst CAS is the work the dispatcher re-checks after Parker::prepare().
   parker_.notify(detail::kWakeOnWork | detail::kWakeOnRoom);
   command.done.acquire();  // pairs with the release in run_commands(): the result is visible
+  if (command.error) std::rethrow_exception(command.error);
 }
 
 bool Runtime::Impl::run_commands(Command* oldest) {
@@ -98,7 +99,11 @@ bool Runtime::Impl::run_commands(Command* oldest) {
   while (oldest != nullptr) {
     // Read before the release: from then on the command is its poster's, and may be gone.
     Command* const next = oldest->next_posted.load(std::memory_order_relaxed);  // the take's
-    oldest->work();
+    try {
+      oldest->work();
+    } catch (...) {
+      oldest->error = std::current_exception();  // the poster's call throws it
+    }
     oldest->done.release();
     oldest = next;
   }
@@ -112,6 +117,9 @@ Result<ParticipantId> Runtime::Impl::add(std::string_view name, std::string_view
   c.work = [&] {
     if (phase_ != Phase::running) return;
     const Nanos t = loop_now_;
+    // Before the core registers: an allocation that fails here leaves nothing half-added.
+    ensure_places(static_cast<std::uint32_t>(
+        std::min<std::size_t>(std::size_t{core_.ring_size()} + 1, kMaxParticipants)));
     result = core_.add(name, plan, shares, t);
     if (!result) return;
     const ParticipantId id = *result;

@@ -152,6 +152,9 @@ class Runtime::Impl {
     std::function<void()> work;
     std::binary_semaphore done{0};
     std::atomic<Command*> next_posted{nullptr};  // the command list's link (command_list.hpp)
+    // What work() threw on the dispatcher (an allocation that failed): rethrown to the poster,
+    // so that the call fails instead of the process (published by `done`).
+    std::exception_ptr error;
   };
   using Job = Dispatched;  // a null request: the worker stops
   struct DispatcherDone {};
