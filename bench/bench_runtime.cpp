@@ -29,6 +29,8 @@
 //    run the handler and complete through the model's lock. The model is a plain reading of the
 //    spec that scans participants (O(N) per turn): that is part of what a straightforward
 //    implementation costs.
+//  - BM_RuntimeScaling/...: BM_Runtime with P producers and P workers, P from 1 to the machine's
+//    cores: a row per count (docs/performance.md, "Toward many cores").
 //  - BM_Raw/moodycamel: one producer thread enqueues request pointers into a
 //    moodycamel::ConcurrentQueue with a producer token; one consumer thread dequeues in bulk of 32
 //    with a consumer token and runs the same bookkeeping as a handler. No scheduling at all: the
@@ -667,6 +669,17 @@ void CaptureCases(benchmark::internal::Benchmark* b) {
   b->Iterations(4)->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 BENCHMARK(BM_Runtime<false, true>)->Name("BM_RuntimeCapture")->Apply(CaptureCases);
+// Toward many cores: as many producers as workers (the completers), from 1 to the machine's
+// cores, a row per count, 10,000 participants. requests_per_s and dispatcher_ns_per_req per row
+// show where adding threads stops adding throughput; docs/performance.md ("Toward many cores")
+// has the model of which shared line saturates first.
+void ScalingCases(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"producers", "participants", "workers"});
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int threads = 1; threads <= cores; ++threads) b->Args({threads, 10'000, threads});
+  b->Iterations(4)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_Runtime<false>)->Name("BM_RuntimeScaling")->Apply(ScalingCases);
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

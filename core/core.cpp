@@ -460,14 +460,17 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
   if (state != RequestHook::kIdle && state != RequestHook::kInbox) {
     return Errc::already_queued;  // queued, in flight, or in a list not yet walked past it
   }
-  request.held.store(RequestHook::kQueued, std::memory_order_relaxed);  // the core's own
+  // relaxed: published by the release store of `held` just after (request.hpp).
+  request.queued_by.store(issuer_, std::memory_order_relaxed);
+  request.queued_place.store(p.place, std::memory_order_relaxed);
+  // release: pairs with the acquire load in cancel(), which another runtime's dispatcher may run
+  // on this request (it must then read this core's issuer, and refuse it).
+  request.held.store(RequestHook::kQueued, std::memory_order_release);
   now = advance_clock(now);
   request.queued_at = now;
   Header& s = header_at(p.place);
   request.next_in_queue = nullptr;
   request.prev_in_queue = s.tail;
-  request.queued_by = issuer_;
-  request.queued_place = p.place;
   if (s.tail == nullptr) {
     s.head = &request;
   } else {
@@ -482,11 +485,14 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
 }
 
 Status Core::cancel(RequestHook& request) noexcept {
-  // relaxed: the core runs on one thread, and only it moves a request into or out of kQueued.
-  const std::uint8_t state = request.held.load(std::memory_order_relaxed);
-  if (state == RequestHook::kInFlight && request.queued_by == issuer_) return Errc::in_flight;
-  if (state != RequestHook::kQueued || request.queued_by != issuer_) return Errc::not_queued;
-  const std::uint32_t place = request.queued_place;
+  // acquire: pairs with the release stores of kQueued in submit() and kInFlight in dispatch,
+  // which may be another core's, on another thread: its issuer is then read, not ours.
+  const std::uint8_t state = request.held.load(std::memory_order_acquire);
+  // relaxed: ordered by the acquire above (request.hpp).
+  const std::uint32_t by = request.queued_by.load(std::memory_order_relaxed);
+  if (state == RequestHook::kInFlight && by == issuer_) return Errc::in_flight;
+  if (state != RequestHook::kQueued || by != issuer_) return Errc::not_queued;
+  const std::uint32_t place = request.queued_place.load(std::memory_order_relaxed);
   Header& s = header_at(place);
   // The head's prev_in_queue is not kept (request.hpp): the queue says who its head is.
   RequestHook* const before = s.head == &request ? nullptr : request.prev_in_queue;
@@ -668,9 +674,10 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
   s.head = request->next_in_queue;
   if (s.head == nullptr) s.tail = nullptr;
   request->next_in_queue = nullptr;
-  // relaxed: a completer that clears it hears of the dispatch through the embedder's own hand-off
-  // (or the runtime's job queue), which orders this store first.
-  request->held.store(RequestHook::kInFlight, std::memory_order_relaxed);
+  // A completer that clears it hears of the dispatch through the embedder's own hand-off (or the
+  // runtime's job queue), which orders this store first. release: pairs with cancel()'s acquire
+  // load, for another core's cancel (see submit()).
+  request->held.store(RequestHook::kInFlight, std::memory_order_release);
   --s.queued;
   cursor_[turn] = place;
   d.request = request;

@@ -33,7 +33,8 @@ void Runtime::Impl::dispatcher_main() {
     if (phase_ == Phase::finishing && in_flight() == 0) break;
     if (phase_ != Phase::finishing) {
       if (dispatch_batch(t)) continue;
-      if (phase_ == Phase::draining && core_.waiting() == 0 && !activations_.maybe_nonempty()) {
+      if (phase_ == Phase::draining && core_.waiting() == 0 && intake_first_ == kNoPlace &&
+          !activations_.maybe_nonempty()) {
         phase_ = Phase::finishing;
         continue;
       }
@@ -41,26 +42,28 @@ void Runtime::Impl::dispatcher_main() {
     if (!serviced) idle();
   }
 
-  std::lock_guard lock(commands_mutex_);
+  std::lock_guard lock(exit_mutex_);
   dispatcher_exited_ = true;
   dispatcher_exited_cpu_ = detail::thread_cpu_now();
-  // Commands posted while it finished run now, so that their callers return.
-  for (Command* c : commands_) {
-    c->work();
-    c->done.release();
-  }
-  commands_.clear();
+  // Commands posted while it finished run now, so that their callers return; a later post is
+  // refused, and its caller runs the command under this mutex.
+  (void)run_commands(commands_.close());
   exited_.notify_all();
 }
 
 bool Runtime::Impl::service(Nanos t) {
-  // The flag is read before the drains so that a command sees every submission and completion its
-  // caller made before posting it. acquire: pairs with the seq_cst store in run_on_dispatcher().
-  const bool commands = commands_pending_.load(std::memory_order_acquire);
+  // The commands are taken before the drains so that a command sees every submission and
+  // completion its caller made before posting it (the take acquires the post).
+  Command* const commands = commands_.take();
   bool did = completions_.drain([&](TicketRecord& r) { apply_completion(r, t); }) > 0;
   did |= pool_completions_.drain([&](detail::PoolBlock& b) { apply_pool_completions(b, t); }) > 0;
-  did |= activations_.drain([&](Mailbox& m) { take_inbox(m, t); }) > 0;
-  if (commands) did |= run_commands();
+  did |= activations_.drain([&](Mailbox& m) { take_inbox(m); }) > 0;
+  if (stale_listings_.take()) [[unlikely]] {
+    take_stale_listings();
+    did = true;
+  }
+  did |= take_in(t);
+  did |= run_commands(commands);
   return did;
 }
 
@@ -100,16 +103,85 @@ void Runtime::Impl::apply_pool_completions(detail::PoolBlock& block, Nanos t) {
   block.give_back();
 }
 
-void Runtime::Impl::take_inbox(Mailbox& mailbox, Nanos t) {
+void Runtime::Impl::take_inbox(Mailbox& mailbox) {
   const Local& local = locals_[mailbox.place];
-  RequestHook* const oldest = mailbox.take_listed(local.open, local.generation);
-  move_to_core(oldest, ParticipantId{mailbox.place, local.generation, core_.issuer()}, t);
+  queue_intake(mailbox.place, mailbox.take_listed(local.open, local.generation));
 }
 
-void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t) {
+void Runtime::Impl::queue_intake(std::uint32_t place, RequestHook* oldest) {
   if (oldest == nullptr) return;
+  Local& local = locals_[place];
+  if (local.intake == nullptr) {
+    local.intake = oldest;  // its newest is found only if something is appended
+  } else {
+    // A flood arrives in many takes: each chain is walked once here, and the first one once when
+    // the second comes.
+    RequestHook* newest = local.intake_newest != nullptr ? local.intake_newest : local.intake;
+    while (newest->next_in_queue != nullptr) newest = newest->next_in_queue;
+    newest->next_in_queue = oldest;
+    while (newest->next_in_queue != nullptr) newest = newest->next_in_queue;
+    local.intake_newest = newest;
+  }
+  if (local.queued_for_intake) return;
+  local.queued_for_intake = true;
+  local.next_intake = kNoPlace;
+  if (intake_last_ == kNoPlace) {
+    intake_first_ = place;
+  } else {
+    locals_[intake_last_].next_intake = place;
+  }
+  intake_last_ = place;
+}
+
+bool Runtime::Impl::take_in(Nanos t) {
   std::uint64_t moved = 0;
-  for (RequestHook* r = oldest; r != nullptr; ++moved) {
+  bool any = false;
+  while (moved < kIntakePerLoop && intake_first_ != kNoPlace) {
+    const std::uint32_t place = intake_first_;
+    Local& local = locals_[place];
+    intake_first_ = local.next_intake;
+    if (intake_first_ == kNoPlace) intake_last_ = kNoPlace;
+    local.queued_for_intake = false;
+    if (local.intake == nullptr) continue;  // emptied since it was queued
+    RequestHook* const rest =
+        move_to_core(local.intake, ParticipantId{place, local.generation, core_.issuer()}, t,
+                     std::min(kIntakeSlice, kIntakePerLoop - moved), &moved);
+    any = true;
+    local.intake = nullptr;
+    if (rest == nullptr) {
+      local.intake_newest = nullptr;
+    } else {
+      queue_intake(place, rest);  // to the back of the queue: its newest, if found, stays so
+    }
+  }
+  return any;
+}
+
+void Runtime::Impl::take_into_core(std::uint32_t place, RequestHook* oldest, Nanos t) {
+  Local& local = locals_[place];
+  const ParticipantId id{place, local.generation, core_.issuer()};
+  if (local.intake != nullptr) {
+    (void)move_to_core(local.intake, id, t);
+    local.intake = local.intake_newest = nullptr;  // the place may stay queued: it is skipped
+  }
+  (void)move_to_core(oldest, id, t);
+}
+
+void Runtime::Impl::take_stale_listings() {
+  // A scan of the ring, but only after a removal and re-registration raced a push (mailbox.hpp).
+  for (std::uint32_t place = 0; place < core_.ring_size(); ++place) {
+    const Local& local = locals_[place];
+    if (!local.open) continue;
+    queue_intake(place, mailboxes_[place].take_if_stale(local.generation));
+  }
+}
+
+RequestHook* Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t,
+                                         std::uint64_t limit, std::uint64_t* moved_so_far) {
+  if (oldest == nullptr) return nullptr;
+  std::uint64_t moved = 0;
+  RequestHook* r = oldest;
+  for (; r != nullptr && moved < limit; ++moved) {
     RequestHook* const next = r->next_in_queue;
     const Status queued = core_.submit(id, *r, t);
     assert(queued.ok() && "an open inbox belongs to a live participant");
@@ -120,6 +192,8 @@ void Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, Nanos t)
   }
   CounterWrite(counters_[id.place]).add(CounterLine::kQueued, moved);
   CounterWrite(totals_).add(CounterLine::kQueued, moved);
+  if (moved_so_far != nullptr) *moved_so_far += moved;
+  return r;
 }
 
 bool Runtime::Impl::has_room() const {
@@ -253,8 +327,11 @@ void Runtime::Impl::sink_failed(TicketRecord& record, const Dispatch& d, std::ex
 
 bool Runtime::Impl::work_visible(std::uint32_t reasons) const {
   // seq_cst loads (inside the bags and here): the re-check half of the parking protocol.
-  if (commands_pending_.load(std::memory_order_seq_cst)) return true;
-  if ((reasons & detail::kWakeOnWork) != 0 && activations_.maybe_nonempty()) return true;
+  if (commands_.maybe_nonempty()) return true;
+  if ((reasons & detail::kWakeOnWork) != 0 &&
+      (activations_.maybe_nonempty() || stale_listings_.raised())) {
+    return true;
+  }
   if ((reasons & detail::kWakeOnRoom) != 0 &&
       (completions_.maybe_nonempty() || pool_completions_.maybe_nonempty())) {
     return true;

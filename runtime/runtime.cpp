@@ -18,6 +18,7 @@
 
 #include "internal/options.hpp"
 #include "internal/runtime_impl.hpp"
+#include "internal/unflushed_batches.hpp"
 
 namespace creditloop {
 
@@ -40,8 +41,6 @@ Runtime::Impl::Impl(RuntimeOptions options)
   free_tickets_.reserve(tickets_.capacity());
   batch_jobs_.reserve(options_.batch);
   batch_dispatches_.resize(options_.batch);
-  commands_.reserve(16);
-  running_.reserve(16);
   // A thread that cannot start (std::system_error) fails the constructor; the members'
   // destructors then run, and a joinable std::thread among them would end the process: every
   // worker started is stopped and joined first.
@@ -83,33 +82,31 @@ void Runtime::Impl::run_on_dispatcher(Command& command) {
     command.work();
     return;
   }
-  {
-    std::lock_guard lock(commands_mutex_);
-    if (dispatcher_exited_) {  // the core is quiescent: run here, under the lock
-      command.work();
-      return;
-    }
-    commands_.push_back(&command);
-    // seq_cst: the work the dispatcher re-checks after Parker::prepare().
-    commands_pending_.store(true, std::memory_order_seq_cst);
+  if (!commands_.post(command)) {  // the dispatcher has exited: the core is quiescent
+    std::lock_guard lock(exit_mutex_);
+    command.work();
+    return;
   }
+  CREDITLOOP_TEST_HOOK(command_posted);
+  // The post's seq_cst CAS is the work the dispatcher re-checks after Parker::prepare().
   parker_.notify(detail::kWakeOnWork | detail::kWakeOnRoom);
   command.done.acquire();  // pairs with the release in run_commands(): the result is visible
+  if (command.error) std::rethrow_exception(command.error);
 }
 
-bool Runtime::Impl::run_commands() {
-  {
-    std::lock_guard lock(commands_mutex_);
-    running_.swap(commands_);
-    // relaxed: set and cleared under the mutex; the flag is only a hint to take it.
-    commands_pending_.store(false, std::memory_order_relaxed);
+bool Runtime::Impl::run_commands(Command* oldest) {
+  const bool any = oldest != nullptr;
+  while (oldest != nullptr) {
+    // Read before the release: from then on the command is its poster's, and may be gone.
+    Command* const next = oldest->next_posted.load(std::memory_order_relaxed);  // the take's
+    try {
+      oldest->work();
+    } catch (...) {
+      oldest->error = std::current_exception();  // the poster's call throws it
+    }
+    oldest->done.release();
+    oldest = next;
   }
-  for (Command* c : running_) {
-    c->work();
-    c->done.release();
-  }
-  const bool any = !running_.empty();
-  running_.clear();
   return any;
 }
 
@@ -120,14 +117,17 @@ Result<ParticipantId> Runtime::Impl::add(std::string_view name, std::string_view
   c.work = [&] {
     if (phase_ != Phase::running) return;
     const Nanos t = loop_now_;
+    // Before the core registers: an allocation that fails here leaves nothing half-added.
+    ensure_places(static_cast<std::uint32_t>(
+        std::min<std::size_t>(std::size_t{core_.ring_size()} + 1, kMaxParticipants)));
     result = core_.add(name, plan, shares, t);
     if (!result) return;
     const ParticipantId id = *result;
     ensure_places(core_.ring_size());
-    Local& local = locals_[id.place];
-    local = Local{};
+    Local& local = locals_[id.place];  // its intake is empty, and its queue link kept
     local.generation = id.generation;
     local.open = true;
+    local.last_class.reset();
     mailboxes_[id.place].open(id.generation);
     CounterWrite(counters_[id.place]).reset(id.generation);
     if (observer_ != nullptr) {
@@ -150,7 +150,7 @@ Result<RequestList> Runtime::Impl::remove(ParticipantId p) {
     // The requests still in its inbox go into the core first (they are newer than every one it
     // holds), so that the core hands them all back in one list, oldest first, each the library's
     // until the caller's walk of the list gives it back (request.hpp).
-    move_to_core(mailboxes_[p.place].inbox.close(), p, loop_now_);
+    take_into_core(p.place, mailboxes_[p.place].inbox.close(), loop_now_);
     result = core_.remove(p);
     if (!result) return;
     locals_[p.place].open = false;
@@ -210,12 +210,13 @@ Status Runtime::Impl::cancel(ParticipantId p, RequestHook& request) {
     // core now, as its activation would. The mailbox stays listed if it was, and that later take
     // finds only what came since; a submit that finds the inbox empty lists it anew.
     const Local& local = locals_[p.place];
-    move_to_core(mailboxes_[p.place].take_unlisted(local.generation), p, loop_now_);
+    take_into_core(p.place, mailboxes_[p.place].take_unlisted(local.generation), loop_now_);
     // Core::cancel finds the request's queue from its hook: one queued for another participant
-    // must not be withdrawn and counted against p. relaxed: only the dispatcher, this thread,
-    // moves a request into or out of the core's queue.
-    if (request.held.load(std::memory_order_relaxed) == RequestHook::kQueued &&
-        request.queued_place != p.place) {
+    // must not be withdrawn and counted against p. acquire: the request may be queued by another
+    // runtime's dispatcher, whose release store of `held` orders its queue place before it
+    // (request.hpp); Core::cancel refuses such a request by its issuer.
+    if (request.held.load(std::memory_order_acquire) == RequestHook::kQueued &&
+        request.queued_place.load(std::memory_order_relaxed) != p.place) {
       result = Errc::not_queued;
       return;
     }
@@ -249,8 +250,7 @@ void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
     Local& local = locals_[place];
     if (!local.open) continue;
     local.open = false;
-    move_to_core(mailboxes_[place].inbox.close(),
-                 ParticipantId{place, local.generation, core_.issuer()}, t);
+    take_into_core(place, mailboxes_[place].inbox.close(), t);
   }
   if (mode == ShutdownMode::hand_back) {
     hand_back_queued();
@@ -289,14 +289,15 @@ ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
                                        std::optional<std::chrono::nanoseconds> deadline) {
   ShutdownReport report;
   // Checked before anything waits: the dispatcher or a worker waiting for the runtime to finish
-  // would wait for itself.
-  if (on_runtime_thread()) {
+  // would wait for itself, and so would a thread whose batch holds completions it has not
+  // flushed (unflushed_batches.hpp).
+  if (on_runtime_thread() || detail::unflushed_batches.holds(this)) {
     report.status = Errc::wrong_thread;
     return report;
   }
   const auto until = deadline ? std::chrono::steady_clock::now() + *deadline
                               : std::chrono::steady_clock::time_point::max();
-  std::lock_guard lock(shutdown_mutex_);
+  std::unique_lock lock(shutdown_mutex_);
   if (joined_) {
     report.finished = true;
     return report;
@@ -321,9 +322,12 @@ ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
     };
     run_on_dispatcher(c);
   }
+  // The wait is made without the shutdown mutex: another thread's hand_back escalates a drain
+  // that waits here (tests/runtime/dispatcher_path_test.cpp).
+  lock.unlock();
   bool exited = false;
   {
-    std::unique_lock wait(commands_mutex_);
+    std::unique_lock wait(exit_mutex_);
     exited = deadline ? exited_.wait_until(wait, until, [&] { return dispatcher_exited_; })
                       : (exited_.wait(wait, [&] { return dispatcher_exited_; }), true);
   }
@@ -336,9 +340,12 @@ ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
     run_on_dispatcher(c);
     return report;
   }
-  dispatcher_.join();
-  stop_pool();
-  joined_ = true;
+  lock.lock();
+  if (!joined_) {  // the first of the threads that saw the exit joins
+    dispatcher_.join();
+    stop_pool();
+    joined_ = true;
+  }
   report.finished = true;
   return report;
 }
@@ -378,7 +385,8 @@ std::optional<ParticipantSnapshot> Runtime::Impl::snapshot(ParticipantId p) {
     if (!core_.contains(p)) return;
     const Nanos t = loop_now_;
     // What producers have queued so far counts: move it into the core first.
-    activations_.drain([&](Mailbox& m) { take_inbox(m, t); });
+    activations_.drain([&](Mailbox& m) { take_inbox(m); });
+    take_into_core(p.place, nullptr, t);
     fill_snapshot(p, t, result.emplace());
   };
   run_on_dispatcher(c);
@@ -399,7 +407,7 @@ std::vector<ParticipantSnapshot> Runtime::Impl::snapshot_participants() {
   Command c;
   c.work = [&] {
     const Nanos t = loop_now_;
-    activations_.drain([&](Mailbox& m) { take_inbox(m, t); });
+    activations_.drain([&](Mailbox& m) { take_inbox(m); });
     described = 0;
     // The ring may have grown since the previous chunk; places only ever get added.
     const std::uint32_t end = core_.ring_size();
@@ -407,6 +415,7 @@ std::vector<ParticipantSnapshot> Runtime::Impl::snapshot_participants() {
         end - next_place > kSnapshotChunk ? next_place + kSnapshotChunk : end;
     for (; next_place < stop; ++next_place) {
       if (const std::optional<ParticipantId> p = core_.at(next_place)) {
+        take_into_core(next_place, nullptr, t);
         fill_snapshot(*p, t, chunk[described++]);
       }
     }

@@ -7,6 +7,7 @@
 #include "creditloop/detail/hand_back.hpp"
 #include "creditloop/runtime.hpp"
 #include "internal/runtime_impl.hpp"
+#include "internal/unflushed_batches.hpp"
 
 namespace creditloop {
 
@@ -34,7 +35,11 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
   }
   CREDITLOOP_PROBE2(submit, p.place, p.generation);
   if (outcome == Mailbox::Submit::queued_and_listed) {
+    CREDITLOOP_TEST_HOOK(submit_listed);
     activations_.push(*mailbox);  // seq_cst exchange: the work the dispatcher re-checks
+    parker_.notify(detail::kWakeOnWork);
+  } else if (outcome == Mailbox::Submit::queued_behind_stale) [[unlikely]] {
+    stale_listings_.raise();  // seq_cst store: the work the dispatcher re-checks
     parker_.notify(detail::kWakeOnWork);
   }
   return {};
@@ -95,7 +100,8 @@ Status CompletionBatch::add_nano(Ticket ticket, std::int64_t cost_nano) noexcept
   detail::TicketRecord* record = nullptr;
   const Status claimed = impl_->claim(ticket, cost_nano, record);
   if (!claimed) return claimed;
-  detail::chain(first_, last_, *record);  // published by flush()
+  if (first_ == nullptr) detail::unflushed_batches.enter(impl_);  // shutdown() checks it
+  detail::chain(first_, last_, *record);                          // published by flush()
   ++count_;
   return {};
 }
@@ -103,6 +109,7 @@ Status CompletionBatch::add_nano(Ticket ticket, std::int64_t cost_nano) noexcept
 void CompletionBatch::flush() noexcept {
   if (first_ == nullptr) return;
   impl_->publish(*first_, *last_);
+  detail::unflushed_batches.leave(impl_);  // compares the address only: the runtime may be gone
   first_ = last_ = nullptr;
   count_ = 0;
 }

@@ -29,6 +29,8 @@ namespace {
 // test reads them on the thread that wrote them, after the measured section.
 std::atomic<long> g_allocations{0};
 std::atomic<bool> g_counting{false};
+// Set on a thread, makes that thread's allocations through the plain operator new fail.
+thread_local bool t_refusing = false;
 }  // namespace
 
 // GCC inlines these into callers and then sees malloc'd memory freed by a replaced operator
@@ -39,6 +41,7 @@ void* operator new(std::size_t n) {
   if (g_counting.load(std::memory_order_relaxed)) {
     g_allocations.fetch_add(1, std::memory_order_relaxed);
   }
+  if (t_refusing) throw std::bad_alloc();
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
@@ -285,6 +288,48 @@ TEST_F(RuntimeRun, SteadyStateSubmitDispatchAndCompleteAllocateNothing) {
   EXPECT_EQ(g_allocations.exchange(0, std::memory_order_relaxed), 0);
   drain();
   EXPECT_EQ(runtime_->snapshot().dispatched, 52'000u + kSlots);
+}
+
+// An allocation that fails inside a command on the dispatcher (here the name of a participant
+// being added) makes that call throw std::bad_alloc to its caller; the process and the runtime
+// go on. The dispatcher's allocations fail from the observer's on_submit of request 1 to that of
+// request 2 (a thread-local switch, set on the dispatcher thread).
+struct TaggedReq : RequestHook {
+  int participant = 0;
+};
+class RefusingObserver : public RuntimeObserver {
+ public:
+  void on_submit(ParticipantId, const RequestHook& r, Nanos) override {
+    t_refusing = static_cast<const TaggedReq&>(r).participant == 1;
+  }
+};
+
+TEST(Allocation, AFailedAllocationInACommandIsThrownToItsCallerNotFatal) {
+  RefusingObserver observer;
+  std::atomic<int> dispatched{0};
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.observer = &observer;
+  Runtime* rt_ptr = nullptr;
+  o.sink = [&](const Dispatched& d) {
+    ASSERT_TRUE(rt_ptr->complete(d.ticket, 0).ok());
+    dispatched.fetch_add(1, std::memory_order_release);  // pairs with the test's acquire loads
+  };
+  Runtime rt(std::move(o));
+  rt_ptr = &rt;
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  TaggedReq first;
+  first.participant = 1;  // from its intake on, the dispatcher's allocations fail
+  ASSERT_TRUE(rt.submit(alice, first).ok());
+  while (dispatched.load(std::memory_order_acquire) < 1) std::this_thread::yield();
+  const std::string long_name(200, 'x');  // no small-string storage: the core allocates it
+  EXPECT_THROW((void)rt.add(long_name, "pro", 1), std::bad_alloc);
+  TaggedReq second;
+  second.participant = 2;  // its intake ends the failures
+  ASSERT_TRUE(rt.submit(alice, second).ok());
+  while (dispatched.load(std::memory_order_acquire) < 2) std::this_thread::yield();
+  EXPECT_TRUE(rt.add(long_name, "pro", 1).ok()) << "a later add succeeds";
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain).empty());
 }
 
 // The worker pool in steady state: the test submits, the dispatcher hands batches to the pool's

@@ -69,9 +69,12 @@ struct RequestHook {
   /// age in a snapshot is measured from.
   Nanos queued_at = 0;
   /// While queued: the issuer of the core it is queued in and its ring place there, which is how
-  /// Core::cancel finds its queue (and refuses a request queued in another core).
-  std::uint32_t queued_by = 0;
-  std::uint32_t queued_place = 0;
+  /// Core::cancel finds its queue (and refuses a request queued in another core). Atomic, relaxed:
+  /// another runtime's dispatcher may read them while this one writes them (a cancel through the
+  /// wrong runtime); the release store of `held` that follows orders them for a reader that
+  /// acquires `held`.
+  std::atomic<std::uint32_t> queued_by{0};
+  std::atomic<std::uint32_t> queued_place{0};
   std::atomic<std::uint8_t> held{kIdle};
 };
 

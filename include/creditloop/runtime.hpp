@@ -8,7 +8,9 @@
 //    request with the cost it returns (a pool's tickets are its own: completing one yourself is
 //    refused as stale).
 //  - complete() from any thread: lock-free, never blocks, never takes a lock. It claims the ticket
-//    (a repeated, stale or forged one is refused and changes nothing), returns the room, and
+//    (a repeated or stale one, one of another runtime, or one naming no ticket issued is
+//    refused and changes nothing; a ticket is not a secret: one guessed or copied that names a
+//    ticket now in flight completes it, as its holder would), returns the room, and
 //    hands the cost to the dispatcher, which charges it to the admitting bucket before its next
 //    decision.
 //  - Room: a slot count (in-flight limit, released by completions) or your own room test.
@@ -166,7 +168,8 @@ enum class ShutdownMode : std::uint8_t {
 /// What shutdown(mode, deadline) did.
 struct ShutdownReport {
   /// wrong_thread: called from the dispatcher thread (a sink, an observer, a room test, the
-  /// clock) or a worker of the pool (a handler), where waiting would deadlock; nothing was done.
+  /// clock), a worker of the pool (a handler), or a thread whose CompletionBatch holds
+  /// completions of this runtime not yet flushed, where waiting would deadlock; nothing was done.
   Status status;
   /// The requests handed back, oldest first per participant: by the first call in hand_back mode,
   /// which is also the one that escalates a drain that has not finished (it hands back what the

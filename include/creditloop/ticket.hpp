@@ -1,8 +1,10 @@
 // creditloop/ticket.hpp: what a dispatched request is completed by.
 //
 // A ticket names one in-flight record of the core and the generation of that record's use. The
-// record is reused after completion with the next generation, so a repeated, stale or forged
-// ticket never matches a live record: completing it is refused and changes nothing.
+// record is reused after completion with the next generation, so a repeated or stale ticket, or
+// one made up that names no use issued so far, never matches a live record: completing it is
+// refused and changes nothing. A ticket is not a secret, though: one copied, or guessed right,
+// that names a use now in flight completes that use, as its holder's completion would.
 //
 // Why 64 bits of generation: records are reused last in first out, so one busy record takes
 // nearly every use. With 32 bits it wrapped after 2^32 uses (about a minute at full speed), and a

@@ -3,19 +3,28 @@
 //
 // A mailbox is one per ring place, one cache line, touched by that participant's producers and by
 // the dispatcher. A push that finds the inbox empty must put the mailbox on the runtime's
-// activation list, exactly once however many producers race: the `listed` flag says the mailbox
-// is on the list (or about to be), and only the producer that flips it from false pushes it.
-// The dispatcher clears the flag when it takes the mailbox off the list, and only then takes the
-// inbox. So a mailbox is never on the list twice, which the intrusive list needs, even across a
-// removal and re-registration of its place (a closed inbox that is still listed stays listed, and
-// the new registration's first push then finds the flag set and adds nothing).
+// activation list, exactly once however many producers race: `listed` says the mailbox is on the
+// list (or about to be), and names the registration (generation) whose producer listed it; only
+// the producer that sets it from 0 pushes the mailbox. The dispatcher clears it when it takes the
+// mailbox off the list, and only then takes the inbox. So a mailbox is never on the list twice,
+// which the intrusive list needs, even across a removal and re-registration of its place.
 //
-// Why no push is stranded: a producer whose push found the inbox empty and whose flag exchange
+// Why no push is stranded: a producer whose push found the inbox empty and whose compare-and-swap
 // found `listed` already set relies on the dispatcher taking the inbox later. The dispatcher
 // clears the flag and then takes the inbox; the producer pushed and then read the flag. With all
-// four accesses seq_cst, the producer reading "set" puts its exchange before the clear in the
-// single order, hence its push before the take: the take sees the request. (Acquire/release is
-// not enough here: this is a store-then-load pair on two locations.)
+// four accesses seq_cst, the producer reading "set" puts its read before the clear in the single
+// order, hence its push before the take: the take sees the request. (Acquire/release is not
+// enough here: this is a store-then-load pair on two locations.)
+//
+// Across a re-registration that is not enough: a producer of the old registration stopped after
+// setting `listed` and before pushing the mailbox (a preemption) leaves it set, and the place's
+// next tenant, whose first push then finds it set, would wait until that producer ran again.
+// Such a producer finds the listing another registration's (queued_behind_stale) and raises the
+// runtime's StaleListings flag; the dispatcher, woken by it, takes the inbox of every open place
+// whose listing is another registration's (take_if_stale()). The listing stays as it is, and its
+// push, when it comes, is taken as any other (tests/relacy/relisting_model.cpp). The flag is
+// raised only in that case, which a producer meets only after a removal and re-registration of
+// its place raced a push: nothing on the common path changes.
 //
 // `Atomic` and `Link` (queue_link.hpp) are template parameters so that the memory-model checks
 // (tests/relacy) run this code.
@@ -32,11 +41,18 @@ namespace creditloop::detail {
 template <class Node, template <class> class Atomic, class Link>
 struct alignas(64) Mailbox {
   using Queue = Inbox<Node, Atomic, Link>;
-  enum class Submit : std::uint8_t { queued, queued_and_listed, refused, unsupported };
+  enum class Submit : std::uint8_t {
+    queued,
+    queued_and_listed,
+    queued_behind_stale,
+    refused,
+    unsupported
+  };
 
   /// Any thread. Lock-free. queued_and_listed: the caller must push this mailbox on the
-  /// activation list and wake the dispatcher. unsupported: the inbox cannot hold `node`'s address
-  /// (Inbox::push).
+  /// activation list and wake the dispatcher. queued_behind_stale: the mailbox is listed by a
+  /// former registration of the place; the caller must raise StaleListings and wake the
+  /// dispatcher. unsupported: the inbox cannot hold `node`'s address (Inbox::push).
   Submit submit(Node& node, std::uint32_t registration) noexcept {
     switch (inbox.push(node, registration)) {
       case Queue::Push::refused:
@@ -49,16 +65,20 @@ struct alignas(64) Mailbox {
         break;
     }
     CREDITLOOP_TEST_HOOK(submit_pushed_first);
-    // seq_cst: see the file comment (pairs with the store in take_listed()).
-    return listed.exchange(true, std::memory_order_seq_cst) ? Submit::queued
-                                                            : Submit::queued_and_listed;
+    // seq_cst, success and failure: see the file comment (pairs with the store in take_listed()).
+    std::uint32_t lister = 0;
+    if (listed.compare_exchange_strong(lister, registration, std::memory_order_seq_cst,
+                                       std::memory_order_seq_cst)) {
+      return Submit::queued_and_listed;
+    }
+    return lister == registration ? Submit::queued : Submit::queued_behind_stale;
   }
 
   /// Dispatcher only, for a mailbox just taken off the activation list. Returns its requests,
   /// oldest first, or nullptr when it is closed (`open` false: the dispatcher's own record).
   Node* take_listed(bool open, std::uint32_t current_generation) noexcept {
     // seq_cst: see the file comment (pairs with the exchange in submit()).
-    listed.store(false, std::memory_order_seq_cst);
+    listed.store(0, std::memory_order_seq_cst);
     return open ? inbox.take(current_generation) : nullptr;
   }
 
@@ -71,13 +91,51 @@ struct alignas(64) Mailbox {
     return inbox.take(current_generation);
   }
 
+  /// Dispatcher only, after StaleListings::take() said so, for the open registration
+  /// `current_generation`: its requests, oldest first, if the mailbox is listed by another
+  /// registration (whose lister may be stopped before its push), otherwise nullptr. Leaves
+  /// `listed` as it is, as take_unlisted() does.
+  Node* take_if_stale(std::uint32_t current_generation) noexcept {
+    // seq_cst: a read of 0 or of this registration comes after the producer's read of the stale
+    // lister in the single order, so a take_listed() or a live lister covers its push.
+    const std::uint32_t lister = listed.load(std::memory_order_seq_cst);
+    return lister != 0 && lister != current_generation ? inbox.take(current_generation) : nullptr;
+  }
+
   /// Dispatcher only. Registration of generation `g` in this place.
   void open(std::uint32_t g) noexcept { inbox.open(g); }
 
   Queue inbox;
-  Atomic<bool> listed{false};
+  Atomic<std::uint32_t> listed{0};        // the lister's registration; 0: not listed
   Atomic<Mailbox*> next_listed{nullptr};  // the activation list's link (lock_free_bag.hpp)
   std::uint32_t place = 0;                // constant once created
+};
+
+/// Whether some producer found its mailbox listed by a former registration of the place
+/// (Mailbox::queued_behind_stale) since the dispatcher last looked. Any thread raises, the
+/// dispatcher takes.
+template <template <class> class Atomic>
+class StaleListings {
+ public:
+  /// Any thread, after the push that found the stale listing, before notifying the dispatcher.
+  void raise() noexcept {
+    // seq_cst: the work the dispatcher re-checks after Parker::prepare() (parker.hpp); its
+    // release half publishes the push to take().
+    flag_.store(true, std::memory_order_seq_cst);
+  }
+  /// Dispatcher only. Whether a producer raised the flag; clears it. The dispatcher must then
+  /// call Mailbox::take_if_stale() on every open place.
+  bool take() noexcept {
+    // relaxed first: the common case reads a line nobody writes. acquire (the exchange): pairs
+    // with raise(), so the raiser's push is visible to the takes that follow.
+    return flag_.load(std::memory_order_relaxed) &&
+           flag_.exchange(false, std::memory_order_acquire);
+  }
+  /// Dispatcher only. The re-check after Parker::prepare(). seq_cst: against raise()'s store.
+  [[nodiscard]] bool raised() const noexcept { return flag_.load(std::memory_order_seq_cst); }
+
+ private:
+  Atomic<bool> flag_{false};
 };
 
 }  // namespace creditloop::detail

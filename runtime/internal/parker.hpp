@@ -79,11 +79,33 @@ class Parker {
     return true;
   }
 
+  /// Any thread, after publishing with plain stores (relaxed or release) what the dispatcher's
+  /// re-check reads with plain loads: an embedder's room flag (Runtime::wake()). notify()'s load
+  /// would pair with nothing there (the store may sit in the waker's store buffer while the
+  /// dispatcher re-checks), so the word is read with a read-modify-write that releases the store:
+  /// before prepare() in the word's order, prepare() acquires it and the re-check sees the store;
+  /// after it, it reads the reason and wakes (tests/relacy/wake_model.cpp). Wait-free: one RMW,
+  /// at most one CAS and one futex wake.
+  void wake(std::uint32_t reasons) noexcept {
+    // release: pairs with prepare()'s RMW (seq_cst, so acquire), which reads this or a later value.
+    std::uint32_t word = word_.fetch_or(0, std::memory_order_release);
+    wake_if_waiting(word, reasons);
+  }
+
   /// Any thread, after publishing work with a seq_cst RMW. Wakes the dispatcher if it sleeps
   /// (or is about to) for `reason`. Wait-free: one load, at most one CAS and one futex wake.
   void notify(std::uint32_t reason) noexcept {
     // seq_cst: the other half of the Dekker pair with prepare() (see the file comment).
     std::uint32_t word = word_.load(std::memory_order_seq_cst);
+    wake_if_waiting(word, reason);
+  }
+
+ private:
+  static constexpr std::uint32_t kReasons = kWakeOnWork | kWakeOnRoom;
+  static constexpr std::uint32_t kOneWake = 4;
+
+  // `word` as the waker last read it.
+  void wake_if_waiting(std::uint32_t word, std::uint32_t reason) noexcept {
     if ((word & reason) == 0) return;
     const std::uint32_t woken = (word + kOneWake) & ~kReasons;
     // seq_cst: a failed CAS means the dispatcher cancelled or another waker already woke it.
@@ -92,10 +114,6 @@ class Parker {
       Futex::wake(word_);
     }
   }
-
- private:
-  static constexpr std::uint32_t kReasons = kWakeOnWork | kWakeOnRoom;
-  static constexpr std::uint32_t kOneWake = 4;
 
   Atomic<std::uint32_t> word_{0};
 };

@@ -4,8 +4,8 @@
 // Who touches what:
 //  - The core, the per-place Local records, the free ticket list and every counter not marked
 //    atomic belong to the dispatcher thread alone. Other threads reach them only through commands
-//    (a mutex-protected list the dispatcher runs between decisions) or, after the dispatcher has
-//    exited, under that same mutex.
+//    (a lock-free list the dispatcher runs between decisions, command_list.hpp) or, after the
+//    dispatcher has exited, under the exit mutex.
 //  - Mailboxes (one per ring place) are shared with producers; ticket records with completers.
 //    Both live in ChunkedTables whose elements never move, so other threads may index them while
 //    the dispatcher grows them.
@@ -33,6 +33,7 @@
 #include "creditloop/core.hpp"
 #include "creditloop/detail/chunked_table.hpp"
 #include "creditloop/runtime.hpp"
+#include "internal/command_list.hpp"
 #include "internal/counter_line.hpp"
 #include "internal/futex.hpp"
 #include "internal/lock_free_bag.hpp"
@@ -97,7 +98,8 @@ class Runtime::Impl {
     pool_completions_.push(block);  // seq_cst exchange: the work the dispatcher re-checks
     parker_.notify(detail::kWakeOnRoom);
   }
-  void wake() noexcept { parker_.notify(detail::kWakeOnRoom | detail::kWakeOnWork); }
+  // The embedder's room flag is a plain store: Parker::wake(), not notify().
+  void wake() noexcept { parker_.wake(detail::kWakeOnRoom | detail::kWakeOnWork); }
   std::optional<ParticipantSnapshot> snapshot(ParticipantId p);
   // Ring places one snapshot_participants() command describes. At 256, 97 % of the chunks of a
   // scrape of a million held the dispatcher under 100 us (bench/snapshot_gap: 478 gaps over
@@ -126,14 +128,33 @@ class Runtime::Impl {
 
  private:
   enum class Phase : std::uint8_t { running, draining, finishing };
+  static constexpr std::uint32_t kNoPlace = ~std::uint32_t{0};
   struct Local {  // dispatcher only, per ring place
     std::uint32_t generation = 0;
     bool open = false;
     std::optional<ClassId> last_class;
+    // The intake: requests taken from the inbox and not yet into the core, oldest first, linked
+    // through next_in_queue; and this place's link on the intake queue. Kept across a removal
+    // and re-registration (a removal empties the intake; the place may stay queued, and is then
+    // skipped).
+    RequestHook* intake = nullptr;
+    RequestHook* intake_newest = nullptr;  // nullptr: not found yet
+    std::uint32_t next_intake = kNoPlace;
+    bool queued_for_intake = false;
   };
+  // How many requests one loop iteration moves from the intake into the core, and how many of
+  // one place's before the next place's turn: a flood of one tenant is taken a slice at a time,
+  // with decisions between, and the other tenants' requests go in beside it
+  // (tests/runtime/dispatcher_path_test.cpp).
+  static constexpr std::uint64_t kIntakePerLoop = 4096;
+  static constexpr std::uint64_t kIntakeSlice = 256;
   struct Command {
     std::function<void()> work;
     std::binary_semaphore done{0};
+    std::atomic<Command*> next_posted{nullptr};  // the command list's link (command_list.hpp)
+    // What work() threw on the dispatcher (an allocation that failed): rethrown to the poster,
+    // so that the call fails instead of the process (published by `done`).
+    std::exception_ptr error;
   };
   using Job = Dispatched;  // a null request: the worker stops
   struct DispatcherDone {};
@@ -142,11 +163,26 @@ class Runtime::Impl {
   // ----------------------------------------------------------------------
   void dispatcher_main();
   bool service(Nanos now);
-  bool run_commands();
+  // Runs `oldest` and the commands linked after it, and says whether there were any.
+  bool run_commands(Command* oldest);
   void apply_completion(TicketRecord& record, Nanos now);
   void apply_pool_completions(detail::PoolBlock& block, Nanos now);
-  void take_inbox(Mailbox& mailbox, Nanos now);
-  void move_to_core(RequestHook* oldest, ParticipantId id, Nanos now);
+  // A mailbox taken off the activation list: its inbox onto its intake.
+  void take_inbox(Mailbox& mailbox);
+  // Every open place's inbox whose mailbox another registration listed (mailbox.hpp).
+  void take_stale_listings();
+  // Moves up to `limit` requests from `oldest` on into the core as id's, adding how many to
+  // `moved`; returns the first not moved.
+  RequestHook* move_to_core(RequestHook* oldest, ParticipantId id, Nanos now,
+                            std::uint64_t limit = ~std::uint64_t{0},
+                            std::uint64_t* moved = nullptr);
+  // Appends requests taken from place's inbox to its intake, and queues the place for intake.
+  void queue_intake(std::uint32_t place, RequestHook* oldest);
+  // One loop iteration's intake: at most kIntakePerLoop requests, a slice per place in turn.
+  bool take_in(Nanos now);
+  // The place's whole intake into the core, then `oldest` on (newer): for what must see every
+  // request of the place at once (a removal, a withdrawal, shutdown, a snapshot).
+  void take_into_core(std::uint32_t place, RequestHook* oldest, Nanos now);
   bool dispatch_batch(Nanos now);
   // The batch decided by one Core::dispatch() call, when the room is a slot count.
   std::uint32_t dispatch_in_one_call(Nanos now);
@@ -269,17 +305,20 @@ class Runtime::Impl {
   // Read on every refused call and by monitoring; written once, or on a handler error.
   // Only picks the error code of a refused submit (see begin_shutdown() and submit()).
   alignas(detail::kCacheLine) std::atomic<bool> accepting_{true};
+  // Raised by a producer that found its mailbox listed by a former registration (mailbox.hpp);
+  // read by the dispatcher once per loop, written almost never.
+  detail::StaleListings<std::atomic> stale_listings_;
   std::atomic<std::uint64_t> handler_errors_{0};
 
-  // Commands: any thread posts, the dispatcher runs.
-  std::mutex commands_mutex_;
-  std::vector<Command*> commands_;  // guarded by commands_mutex_
-  std::vector<Command*> running_;   // dispatcher only
-  bool dispatcher_exited_ = false;  // guarded by commands_mutex_
-  // The dispatcher's CPU time once it exited (-1 before): written at exit under commands_mutex_,
+  // Commands: any thread posts, the dispatcher runs, taking no lock. The mutex serializes only
+  // what runs once the dispatcher exits: its last commands, and those of callers whose post the
+  // closed list refused.
+  detail::OwnLine<detail::CommandList<Command, std::atomic, &Command::next_posted>> commands_;
+  std::mutex exit_mutex_;
+  bool dispatcher_exited_ = false;  // guarded by exit_mutex_
+  // The dispatcher's CPU time once it exited (-1 before): written at exit under exit_mutex_,
   // read by commands, which run on the dispatcher itself or, after it exited, under that mutex.
   Nanos dispatcher_exited_cpu_ = -1;
-  std::atomic<bool> commands_pending_{false};
 
   // Dispatcher only.
   detail::ChunkedTable<Local> locals_;
@@ -291,6 +330,7 @@ class Runtime::Impl {
   // observer's replay makes exactly the same calls.
   Nanos loop_now_ = 0;
   Phase phase_ = Phase::running;
+  std::uint32_t intake_first_ = kNoPlace, intake_last_ = kNoPlace;  // the intake queue
   RequestList handed_back_;
   std::uint64_t submitted_ = 0, dispatched_ = 0, completed_ = 0, parks_ = 0, wakeups_ = 0;
   detail::RetryBackoff retry_backoff_;
@@ -328,7 +368,7 @@ class Runtime::Impl {
   std::thread::id dispatcher_id_;  // written before any other thread can read it
   // The pool's threads, recorded before any of them can run a handler: shutdown() refuses them.
   std::vector<std::thread::id> worker_ids_;
-  std::condition_variable exited_;  // dispatcher_exited_ became true (commands_mutex_)
+  std::condition_variable exited_;  // dispatcher_exited_ became true (exit_mutex_)
   std::mutex shutdown_mutex_;
   bool shutdown_begun_ = false;    // guarded by shutdown_mutex_
   bool handed_back_ever_ = false;  // guarded by shutdown_mutex_: a hand_back call has run

@@ -21,6 +21,13 @@ inline std::atomic<void (*)()> completion_pushed{nullptr};
 /// (Mailbox::submit): the window in which later submits of that participant are in the inbox
 /// but on no list.
 inline std::atomic<void (*)()> submit_pushed_first{nullptr};
+/// A submitter between the listing of its mailbox (Mailbox::submit set `listed`) and the push of
+/// the mailbox onto the activation list: the window in which the participant may be removed and
+/// its place reused by another.
+inline std::atomic<void (*)()> submit_listed{nullptr};
+/// A thread that posted a command to the dispatcher (run_on_dispatcher()), before its wake of the
+/// dispatcher: a poster preempted there must hold up no decision.
+inline std::atomic<void (*)()> command_posted{nullptr};
 /// A submitter inside its push onto an inbox (Inbox::push), after it read the head and before its
 /// compare-and-swap: the window in which the participant may be removed and its place reused.
 inline std::atomic<void (*)()> inbox_pushing{nullptr};

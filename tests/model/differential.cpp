@@ -557,7 +557,8 @@ void Harness::op_cancel() {
   }
   note("cancel request " + std::to_string(r->id));
   // Whose queue it is in, if it is queued: the place the hook names (request.hpp).
-  const std::optional<ParticipantId> owner = core_->at(r->queued_place);
+  const std::optional<ParticipantId> owner =
+      core_->at(r->queued_place.load(std::memory_order_relaxed));
   const Status cs = core_->cancel(*r);
   const Status ms = model_->cancel(r->id);
   if (cs != ms) {

@@ -128,6 +128,9 @@ int main(int argc, char** argv) {
       {"hand_back", hand_back_model},
       {"zone_entry", zone_entry_model},
       {"zone_room", zone_room_model},
+      {"wake", wake_model},
+      {"command_list", command_list_model},
+      {"relisting", relisting_model},
   };
   const std::string_view variant = argc == 3 ? argv[2] : "";
   if (variant != "correct" && variant != "twin") {

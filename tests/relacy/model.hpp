@@ -291,6 +291,9 @@ bool counter_line_model(Variant variant);
 bool hand_back_model(Variant variant);
 bool zone_entry_model(Variant variant);  // the nginx module's workers, not the runtime
 bool zone_room_model(Variant variant);   // likewise
+bool wake_model(Variant variant);
+bool command_list_model(Variant variant);
+bool relisting_model(Variant variant);
 
 // A ticket's record as the completion models use it: the cell, the completion list's link, and
 // the cost a completer writes (a Relacy var: the dispatcher reading it unordered is a data race).

@@ -1,0 +1,128 @@
+// A mailbox's listing across a removal and re-registration of its place (internal/mailbox.hpp,
+// runtime.cpp remove() and add(), submit_complete.cpp submit(), dispatcher.cpp service()): a
+// producer of the old registration pushes a request and sets `listed`, and may then stop for good
+// before it pushes the mailbox (a preemption that outlasts the model); the dispatcher closes the
+// inbox (the removal) and opens it for the next registration (the add), and then serves the place
+// as its loop does: drain the activation list, take the stale listings when the flag says so,
+// sleep through the runtime's idle loop otherwise. A producer of the new registration, once it has
+// its id, submits one request, and lists the mailbox, raises StaleListings, or neither, as
+// submit() does.
+//
+// Checked: the new registration's request is taken although the old producer never pushes the
+// mailbox (a dispatcher that never sees it sleeps for good: Relacy reports the deadlock); the old
+// one is taken by the close or refused.
+//
+// The orders that matter: StaleListings::raise()'s seq_cst store against the dispatcher's seq_cst
+// re-check after prepare() (the Dekker pair of parker.hpp). The twin weakens the store to release:
+// the re-check may then miss it while notify() misses the announcement, and the dispatcher sleeps
+// for good. Random search: three threads, the idle loop and a wait for the registration.
+#include "internal/lock_free_bag.hpp"
+#include "internal/mailbox.hpp"
+#include "internal/parker.hpp"
+#include "model.hpp"
+
+namespace creditloop::relacy {
+namespace {
+
+template <class Policy>
+struct RelistingModel : rl::test_suite<RelistingModel<Policy>, 3> {
+  using Atomics = With<Policy>;
+  using Box = detail::Mailbox<Request, Atomics::template Atomic, RequestLink>;
+  using Bag = detail::LockFreeBag<Box, Atomics::template Atomic, &Box::next_listed>;
+  static constexpr std::uint32_t kOld = 1;
+  static constexpr std::uint32_t kNew = 2;
+
+  Box mailbox;
+  Bag activations;
+  detail::StaleListings<Atomics::template Atomic> stale;
+  detail::Parker<Atomics::template Atomic, ModelFutex> parker;
+  ModelAtomic<std::uint32_t, Policy> registered{0};  // the new id, as add() returns it
+  Request old_request;
+  Request new_request;
+  bool old_taken = false;    // the dispatcher's
+  bool old_refused = false;  // the old producer's
+
+  void before() { mailbox.open(kOld); }
+
+  // submit()'s outcome handling; `stops` leaves out the push of the mailbox after listing it.
+  typename Box::Submit submit(Request& r, std::uint32_t registration, bool stops) {
+    const typename Box::Submit outcome = mailbox.submit(r, registration);
+    if (outcome == Box::Submit::queued_and_listed && !stops) {
+      activations.push(mailbox);
+      parker.notify(detail::kWakeOnWork);
+    } else if (outcome == Box::Submit::queued_behind_stale) {
+      stale.raise();
+      parker.notify(detail::kWakeOnWork);
+    }
+    return outcome;
+  }
+
+  void thread(unsigned index) {
+    switch (index) {
+      case 0:
+        old_refused = submit(old_request, kOld, /*stops=*/true) == Box::Submit::refused;
+        break;
+      case 1:
+        dispatch();
+        break;
+      default:
+        while (registered.load(std::memory_order_acquire) == 0) pause();
+        RL_ASSERT(submit(new_request, kNew, false) != Box::Submit::refused);
+        break;
+    }
+  }
+
+  struct Env {
+    RelistingModel& m;
+    bool work_visible() const { return m.activations.maybe_nonempty() || m.stale.raised(); }
+    static bool room_polled() { return false; }
+    static bool room_ready() { return false; }
+    static std::int64_t room_recheck_ns() { return 1'000'000; }
+    static bool retry_pending() { return false; }
+    static bool start_spin() { return false; }
+    static bool spin_more(std::uint32_t) { return false; }
+    static void relax() {}
+    static void yield() {}
+    static void parked(std::int64_t) {}
+  };
+
+  // Walks a taken chain; whether it held the new request.
+  bool takes_new(Request* r) {
+    bool found = false;
+    for (; r != nullptr; r = RequestLink::get(*r)) {
+      RL_ASSERT(r->payload($) == -1);
+      found |= r == &new_request;
+      old_taken |= r == &old_request;
+    }
+    return found;
+  }
+
+  void dispatch() {
+    (void)takes_new(mailbox.inbox.close());  // remove()
+    mailbox.open(kNew);                      // add(), on the same place
+    registered.store(kNew, std::memory_order_release);
+    detail::RetryBackoff backoff;
+    Env env{*this};
+    bool found = false;
+    for (;;) {
+      activations.drain([&](Box& m) { found |= takes_new(m.take_listed(true, kNew)); });
+      if (stale.take()) found |= takes_new(mailbox.take_if_stale(kNew));
+      if (found) return;
+      detail::idle_wait(parker, detail::kWakeOnWork, env, backoff);
+    }
+  }
+
+  void after() { RL_ASSERT(old_taken != old_refused); }
+};
+
+// The flag is the model's only bool atomic, and raise() its only store.
+using Twin = Weaken<Holding<bool>, Op::store, std::memory_order_seq_cst, std::memory_order_release>;
+
+}  // namespace
+
+bool relisting_model(Variant variant) {
+  return check<RelistingModel, Twin>("relisting", variant, {rl::sched_random, 1'000'000},
+                                     rl::test_result_deadlock);
+}
+
+}  // namespace creditloop::relacy
