@@ -217,7 +217,8 @@ CREDITLOOP_API creditloop_status creditloop_add(creditloop_core* core, const cha
 /* Unregisters `p`; its queued requests come back in `*handed_back` as a chain (oldest first,
  * creditloop_request_next), each the caller's again; null when none. In-flight ones stay
  * completable. `handed_back` may be null only if the caller knows the queue is empty
- * (BAD_ARGUMENT otherwise, nothing changed). Allocates nothing. */
+ * (BAD_ARGUMENT otherwise, nothing changed). Allocates only for removals beyond what
+ * creditloop_reserve() covered (NO_MEMORY then, with `p` still registered). */
 CREDITLOOP_API creditloop_status creditloop_remove(creditloop_core* core, creditloop_participant p,
                                                    creditloop_request** handed_back);
 /* A new plan and share count (Core::replan). Allocates nothing. */

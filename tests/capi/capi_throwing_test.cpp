@@ -6,12 +6,25 @@
 #include <cstring>
 #include <new>
 
+#include <openssl/crypto.h>
+
 #include "creditloop/creditloop.h"
 
 namespace {
 
 bool failing = false;  // single-threaded: the test's one thread alone allocates
 int failures = 0;
+int crypto_allocations = 0;  // libcrypto's own, through CRYPTO_set_mem_functions
+
+void* crypto_malloc(std::size_t size, const char*, int) {
+  ++crypto_allocations;
+  return std::malloc(size);
+}
+void* crypto_realloc(void* p, std::size_t size, const char*, int) {
+  ++crypto_allocations;
+  return std::realloc(p, size);
+}
+void crypto_free(void* p, const char*, int) { std::free(p); }
 
 void check(bool ok, const char* what, int line) {
   if (!ok) {
@@ -48,6 +61,8 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 int main() {
+  // Before libcrypto's first allocation, or it refuses.
+  CHECK(CRYPTO_set_mem_functions(crypto_malloc, crypto_realloc, crypto_free) == 1);
   static const char file[] =
       R"({"plans": {"pro": {"P1": {"rate": 2, "burst": 4}}, "lite": {"P1": {"rate": 1, "burst": 2}}},
           "tenants": [{"name": "alice", "key": "alice-key-1", "plan": "pro"}]})";
@@ -61,10 +76,17 @@ int main() {
   CHECK(creditloop_config_parse_json(file, sizeof file - 1, &config, message, sizeof message) ==
         CREDITLOOP_OK);
   std::size_t index = 0;
-  // The lookup a request makes allocates nothing: it succeeds with allocation failing.
+  // The lookup a request makes allocates nothing, neither here nor in libcrypto: it succeeds with
+  // allocation failing.
+  const int crypto_before = crypto_allocations;
   CHECK(failing_alloc("creditloop_config_find_key", [&] {
           return creditloop_config_find_key(config, "alice-key-1", 11, &index);
         }) == CREDITLOOP_OK);
+  CHECK(index == 0);
+  CHECK(failing_alloc("creditloop_config_find_key", [&] {
+          return creditloop_config_find_key(config, "another-key", 11, &index);
+        }) == CREDITLOOP_NOT_FOUND);
+  CHECK(crypto_allocations == crypto_before);
 
   creditloop_core* core = nullptr;
   CHECK(failing_alloc("creditloop_core_new", [&] {
