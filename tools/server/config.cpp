@@ -2,19 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <limits>
 #include <map>
-#include <memory>
-#include <set>
-#include <sstream>
 #include <stdexcept>
-#include <system_error>
 
 #include <nlohmann/json.hpp>
 
