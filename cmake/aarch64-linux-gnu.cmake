@@ -28,7 +28,12 @@ set(OPENSSL_CRYPTO_LIBRARY /usr/lib/${CREDITLOOP_CROSS_TRIPLE}/libcrypto.so
 set(OPENSSL_INCLUDE_DIR /usr/include CACHE PATH "OpenSSL's headers")
 
 # qemu-user runs the target's binaries; -L points its dynamic loader at the target's libraries.
+# The loader (the cross root's) searches the multiarch /lib/aarch64-linux-gnu before its own
+# /lib, and there it finds libc6:arm64, a libc of another build than the loader: threaded
+# programs then hung (the runtime's tests spun for minutes). LD_LIBRARY_PATH puts the cross
+# root's libraries first; only what it lacks (libcrypto) comes from multiarch.
 find_program(CREDITLOOP_QEMU NAMES qemu-aarch64 qemu-aarch64-static)
 if(CREDITLOOP_QEMU)
-  set(CMAKE_CROSSCOMPILING_EMULATOR ${CREDITLOOP_QEMU} -L /usr/${CREDITLOOP_CROSS_TRIPLE})
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${CREDITLOOP_QEMU} -L /usr/${CREDITLOOP_CROSS_TRIPLE}
+      -E LD_LIBRARY_PATH=/usr/${CREDITLOOP_CROSS_TRIPLE}/lib)
 endif()
