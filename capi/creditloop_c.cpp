@@ -1,7 +1,8 @@
 // The C API (include/creditloop/creditloop.h) over creditloop::Core.
 //
-// Every entry point is noexcept and catches what the C++ side may throw (only allocation can, on
-// the paths that allocate), so that no exception unwinds into a C caller's frames.
+// No exception leaves an entry point: each one that calls anything that may throw (only
+// allocation can, on the paths that allocate) catches it, so that nothing unwinds into a C
+// caller's frames (tests/capi/capi_throwing_test.cpp makes them throw).
 #include "creditloop/creditloop.h"
 
 #include <algorithm>
@@ -18,23 +19,22 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "creditloop/core.hpp"
 #include "creditloop/room_controller.hpp"
 #include "creditloop/version.hpp"
+#include "tenant_file.hpp"
 
 struct creditloop_config {
   creditloop::Config config;
-  struct Tenant {
-    std::string name;
-    std::string plan;
-    std::uint32_t shares = 1;
-    std::uint32_t queue_limit = 0;
-    std::uint64_t queue_timeout_ms = 0;
-  };
   // A deque, so that the names handed out in creditloop_tenant_config stay where they are.
-  std::deque<Tenant> tenants;
+  std::deque<creditloop::config_file::Tenant> tenants;
+  // Each tenant's index by its key's digest, as the server finds a tenant.
+  std::unordered_map<creditloop::config_file::KeyDigest, std::size_t,
+                     creditloop::config_file::KeyDigestHash,
+                     creditloop::config_file::KeyDigestEqual>
+      by_key;
 };
 
 struct creditloop_core {
@@ -155,110 +155,31 @@ std::int64_t clip(creditloop::Balance b) noexcept {
   return static_cast<std::int64_t>(b);
 }
 
-// creditloop-server's rules for the fields this API reads (tools/server/config.cpp), so that a
-// file one accepts the other accepts alike.
-struct BadField : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-[[noreturn]] void fail(const std::string& path, const std::string& why) {
-  throw BadField(path + ": " + why);
-}
-bool valid_name(std::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-           c == '_' || c == '.';
-  });
-}
-std::uint64_t whole(const nlohmann::json& object, const std::string& at, const char* key,
-                    std::uint64_t fallback, std::uint64_t min, std::uint64_t max) {
-  const std::string field = at.empty() ? std::string(key) : at + "." + key;
-  const auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer() || (!it->is_number_unsigned() && it->get<std::int64_t>() < 0)) {
-    fail(field,
-         "must be a whole number from " + std::to_string(min) + " to " + std::to_string(max));
+// The tenant file's reader is the server's own (config/tenant_file.cpp).
+std::unique_ptr<creditloop_config> from_file(creditloop::config_file::TenantFile file) {
+  auto out = std::make_unique<creditloop_config>();
+  out->config = std::move(file.plans);
+  for (creditloop::config_file::Tenant& t : file.tenants) {
+    out->by_key.emplace(t.key, out->tenants.size());
+    out->tenants.push_back(std::move(t));
   }
-  const auto x = it->get<std::uint64_t>();
-  if (x < min || x > max) {
-    fail(field, "must be from " + std::to_string(min) + " to " + std::to_string(max) + ", got " +
-                    std::to_string(x));
-  }
-  return x;
-}
-double number(const nlohmann::json& object, const std::string& path, const char* key) {
-  const auto it = object.find(key);
-  if (it == object.end() || it->is_null()) fail(path + "." + key, "is required");
-  if (!it->is_number()) fail(path + "." + key, "must be a number");
-  const double x = it->get<double>();
-  if (!std::isfinite(x) || x < 0 || x > 1e9) {
-    fail(path + "." + key, "must be between 0 and 1e+09, got " + std::to_string(x));
-  }
-  return x;
-}
-std::string text(const nlohmann::json& object, const std::string& path, const char* key) {
-  const auto it = object.find(key);
-  if (it == object.end() || it->is_null()) fail(path + "." + key, "is required");
-  if (!it->is_string()) fail(path + "." + key, "must be a string");
-  return it->get<std::string>();
+  return out;
 }
 
-void parse_into(const nlohmann::json& root, creditloop_config& out) {
-  if (!root.is_object()) fail("(top level)", "must be an object");
-  out.config.classes = static_cast<int>(whole(root, "", "classes", 2, 1, creditloop::kMaxClasses));
-  const auto plans = root.find("plans");
-  if (plans == root.end() || plans->is_null()) fail("plans", "is required");
-  if (!plans->is_object() || plans->empty()) {
-    fail("plans", "must be an object naming at least one plan");
-  }
-  for (const auto& [name, body] : plans->items()) {
-    const std::string path = "plans." + name;
-    if (!valid_name(name)) fail(path, "a plan's name is 1 to 64 of [A-Za-z0-9._-]");
-    if (!body.is_object()) fail(path, "must be an object");
-    creditloop::Plan plan;
-    plan.name = name;
-    for (const auto& [cls, terms] : body.items()) {
-      const auto c = creditloop::parse_class_name(cls, out.config.classes);
-      if (!c || *c >= out.config.classes) fail(path + "." + cls, "unknown field");
-      if (!terms.is_object()) fail(path + "." + cls, "must be an object");
-      for (const auto& [field, value] : terms.items()) {
-        (void)value;
-        if (field != "rate" && field != "burst")
-          fail(path + "." + cls + "." + field, "unknown field");
-      }
-      plan.terms[*c] = creditloop::ClassTerms{number(terms, path + "." + cls, "rate"),
-                                              number(terms, path + "." + cls, "burst")};
-    }
-    out.config.plans.push_back(std::move(plan));
-  }
-  if (const auto problem = creditloop::check(out.config)) fail("plans", problem->message);
-  const auto tenants = root.find("tenants");
-  if (tenants == root.end() || tenants->is_null()) return;
-  if (!tenants->is_array()) fail("tenants", "must be an array");
-  std::set<std::string, std::less<>> names;
-  for (std::size_t i = 0; i < tenants->size(); ++i) {
-    const nlohmann::json& t = (*tenants)[i];
-    const std::string path = "tenants[" + std::to_string(i) + "]";
-    if (!t.is_object()) fail(path, "must be an object");
-    creditloop_config::Tenant tenant;
-    tenant.name = text(t, path, "name");
-    if (!valid_name(tenant.name)) {
-      fail(path + ".name", "a tenant's name is 1 to 64 of [A-Za-z0-9._-]");
-    }
-    if (!names.insert(tenant.name).second) {
-      fail(path + ".name", "\"" + tenant.name + "\" is named twice");
-    }
-    tenant.plan = text(t, path, "plan");
-    const bool known =
-        std::any_of(out.config.plans.begin(), out.config.plans.end(),
-                    [&](const creditloop::Plan& p) { return p.name == tenant.plan; });
-    if (!known) fail(path + ".plan", "unknown plan \"" + tenant.plan + "\"");
-    tenant.shares = static_cast<std::uint32_t>(whole(t, path, "shares", 1, 1, 1'000'000));
-    tenant.queue_limit = static_cast<std::uint32_t>(whole(t, path, "queue_limit", 0, 0, 1u << 30));
-    tenant.queue_timeout_ms = whole(t, path, "queue_timeout_ms", 0, 0, 24ull * 3600 * 1000);
-    out.tenants.push_back(std::move(tenant));
-  }
+// The first version of a struct that carries its size reached up to its last field's end; a
+// caller's struct smaller than that is not one of ours.
+template <class T>
+creditloop_status fill_sized(T* out, const T& value, std::size_t first_version) noexcept {
+  if (out->size < first_version) return CREDITLOOP_BAD_ARGUMENT;
+  const std::size_t size = out->size;
+  std::memcpy(static_cast<void*>(out), &value, std::min(size, sizeof(T)));
+  out->size = size;
+  return CREDITLOOP_OK;
 }
+constexpr std::size_t kTenantConfigV1 = offsetof(creditloop_tenant_config, queue_timeout_ms) +
+                                        sizeof(creditloop_tenant_config::queue_timeout_ms);
+constexpr std::size_t kSnapshotV1 = offsetof(creditloop_participant_snapshot, cost_uncharged_nano) +
+                                    sizeof(creditloop_participant_snapshot::cost_uncharged_nano);
 
 creditloop::Plan* find_plan(creditloop_config& c, std::string_view name) noexcept {
   for (creditloop::Plan& p : c.config.plans) {
@@ -322,6 +243,7 @@ const char* creditloop_strerror(creditloop_status status) {
 }
 
 const char* creditloop_version(void) { return CREDITLOOP_VERSION_STRING; }
+unsigned creditloop_version_number(void) { return CREDITLOOP_VERSION_NUMBER; }
 
 int creditloop_participant_equal(creditloop_participant a, creditloop_participant b) {
   return from_c(a) == from_c(b) ? 1 : 0;
@@ -336,7 +258,8 @@ void creditloop_request_init(creditloop_request* request, void* user) {
   request->user = user;
 }
 int creditloop_request_idle(const creditloop_request* request) {
-  return request != nullptr && hook_of(request)->idle() ? 1 : 0;
+  if (request == nullptr) return -1;
+  return hook_of(request)->idle() ? 1 : 0;
 }
 creditloop_request* creditloop_request_next(const creditloop_request* request) {
   return request == nullptr ? nullptr : request_of(hook_of(request)->next_in_queue);
@@ -382,20 +305,42 @@ creditloop_status creditloop_config_parse_json(const char* text, size_t length,
                                                size_t message_size) {
   if (text == nullptr || out == nullptr) return CREDITLOOP_BAD_ARGUMENT;
   try {
-    const nlohmann::json root = nlohmann::json::parse(text, text + length);
-    auto parsed = std::make_unique<creditloop_config>();
-    parse_into(root, *parsed);
-    *out = parsed.release();
+    *out = from_file(creditloop::config_file::parse_tenant_file(std::string_view(text, length), ""))
+               .release();
     return CREDITLOOP_OK;
-  } catch (const nlohmann::json::exception& e) {
-    write_message(message, message_size, std::string("not JSON: ") + e.what());
-    return CREDITLOOP_BAD_CONFIG;
-  } catch (const BadField& e) {
+  } catch (const creditloop::config_file::BadField& e) {
     write_message(message, message_size, e.what());
     return CREDITLOOP_BAD_CONFIG;
   } catch (...) {
     return CREDITLOOP_NO_MEMORY;
   }
+}
+
+creditloop_status creditloop_config_load(const char* path, creditloop_config** out, char* message,
+                                         size_t message_size) {
+  if (path == nullptr || out == nullptr) return CREDITLOOP_BAD_ARGUMENT;
+  try {
+    *out = from_file(creditloop::config_file::load_tenant_file(path)).release();
+    return CREDITLOOP_OK;
+  } catch (const creditloop::config_file::BadField& e) {
+    write_message(message, message_size, e.what());
+    return CREDITLOOP_BAD_CONFIG;
+  } catch (...) {
+    return CREDITLOOP_NO_MEMORY;
+  }
+}
+
+creditloop_status creditloop_config_find_key(const creditloop_config* config, const char* key,
+                                             size_t length, size_t* index) {
+  if (config == nullptr || index == nullptr || (key == nullptr && length != 0)) {
+    return CREDITLOOP_BAD_ARGUMENT;
+  }
+  const auto digest = creditloop::config_file::key_digest(std::string_view(key, length));
+  if (!digest) return CREDITLOOP_NOT_SUPPORTED;
+  const auto found = config->by_key.find(*digest);
+  if (found == config->by_key.end()) return CREDITLOOP_NOT_FOUND;
+  *index = found->second;
+  return CREDITLOOP_OK;
 }
 
 creditloop_status creditloop_config_check(const creditloop_config* config, char* message,
@@ -413,19 +358,23 @@ creditloop_status creditloop_config_check(const creditloop_config* config, char*
 }
 
 size_t creditloop_config_tenants(const creditloop_config* config) {
-  return config == nullptr ? 0 : config->tenants.size();
+  return config == nullptr ? CREDITLOOP_BAD_COUNT : config->tenants.size();
 }
 creditloop_status creditloop_config_tenant(const creditloop_config* config, size_t i,
                                            creditloop_tenant_config* out) {
   if (config == nullptr || out == nullptr) return CREDITLOOP_BAD_ARGUMENT;
   if (i >= config->tenants.size()) return CREDITLOOP_NOT_FOUND;
-  const creditloop_config::Tenant& t = config->tenants[i];
-  *out = creditloop_tenant_config{t.name.c_str(), t.plan.c_str(), t.shares, t.queue_limit,
-                                  t.queue_timeout_ms};
-  return CREDITLOOP_OK;
+  const creditloop::config_file::Tenant& t = config->tenants[i];
+  const creditloop_tenant_config value{sizeof(creditloop_tenant_config),
+                                       t.name.c_str(),
+                                       t.plan.c_str(),
+                                       t.shares,
+                                       t.queue_limit,
+                                       t.queue_timeout_ms};
+  return fill_sized(out, value, kTenantConfigV1);
 }
 int creditloop_config_classes(const creditloop_config* config) {
-  return config == nullptr ? 0 : config->config.classes;
+  return config == nullptr ? -1 : config->config.classes;
 }
 
 creditloop_status creditloop_core_new(const creditloop_config* config, creditloop_core** out,
@@ -458,7 +407,7 @@ creditloop_status creditloop_reserve(creditloop_core* core, size_t participants,
 }
 
 int creditloop_classes(const creditloop_core* core) {
-  return core == nullptr ? 0 : core->core.classes();
+  return core == nullptr ? -1 : core->core.classes();
 }
 
 creditloop_status creditloop_add(creditloop_core* core, const char* name, const char* plan,
@@ -477,20 +426,28 @@ creditloop_status creditloop_add(creditloop_core* core, const char* name, const 
 creditloop_status creditloop_remove(creditloop_core* core, creditloop_participant p,
                                     creditloop_request** handed_back) {
   if (core == nullptr) return CREDITLOOP_BAD_ARGUMENT;
-  const ParticipantId id = from_c(p);
-  if (handed_back == nullptr && core->core.queued(id) != 0) return CREDITLOOP_BAD_ARGUMENT;
-  auto r = core->core.remove(id);
-  if (!r) return to_c(r.error());
-  if (handed_back != nullptr) *handed_back = request_of(r->front());
-  return CREDITLOOP_OK;
+  try {
+    const ParticipantId id = from_c(p);
+    if (handed_back == nullptr && core->core.queued(id) != 0) return CREDITLOOP_BAD_ARGUMENT;
+    auto r = core->core.remove(id);
+    if (!r) return to_c(r.error());
+    if (handed_back != nullptr) *handed_back = request_of(r->front());
+    return CREDITLOOP_OK;
+  } catch (...) {
+    return CREDITLOOP_NO_MEMORY;
+  }
 }
 
 creditloop_status creditloop_replan(creditloop_core* core, creditloop_participant p,
                                     const char* plan, uint32_t shares, int64_t now) {
   if (core == nullptr || plan == nullptr) return CREDITLOOP_BAD_ARGUMENT;
-  const auto id = core->core.find_plan(plan);
-  if (!id) return CREDITLOOP_UNKNOWN_PLAN;
-  return to_c(core->core.replan(from_c(p), *id, shares, now));
+  try {
+    const auto id = core->core.find_plan(plan);
+    if (!id) return CREDITLOOP_UNKNOWN_PLAN;
+    return to_c(core->core.replan(from_c(p), *id, shares, now));
+  } catch (...) {
+    return CREDITLOOP_NO_MEMORY;
+  }
 }
 
 creditloop_status creditloop_scale(creditloop_core* core, creditloop_participant p,
@@ -513,13 +470,13 @@ creditloop_status creditloop_find(const creditloop_core* core, const char* name,
 }
 
 size_t creditloop_size(const creditloop_core* core) {
-  return core == nullptr ? 0 : core->core.size();
+  return core == nullptr ? CREDITLOOP_BAD_COUNT : core->core.size();
 }
 size_t creditloop_waiting(const creditloop_core* core) {
-  return core == nullptr ? 0 : core->core.waiting();
+  return core == nullptr ? CREDITLOOP_BAD_COUNT : core->core.waiting();
 }
 size_t creditloop_in_flight(const creditloop_core* core) {
-  return core == nullptr ? 0 : core->core.in_flight();
+  return core == nullptr ? CREDITLOOP_BAD_COUNT : core->core.in_flight();
 }
 
 creditloop_status creditloop_submit(creditloop_core* core, creditloop_participant p,
@@ -533,9 +490,11 @@ creditloop_status creditloop_withdraw(creditloop_core* core, creditloop_request*
   return to_c(core->core.cancel(*hook_of(request)));
 }
 
-size_t creditloop_dispatch(creditloop_core* core, int64_t now, creditloop_decision* out,
-                           size_t capacity) {
-  if (core == nullptr || out == nullptr) return 0;
+creditloop_status creditloop_dispatch(creditloop_core* core, int64_t now, creditloop_decision* out,
+                                      size_t capacity, size_t* count) {
+  if (core == nullptr || count == nullptr || (out == nullptr && capacity != 0)) {
+    return CREDITLOOP_BAD_ARGUMENT;
+  }
   std::size_t taken = 0;
   while (taken < capacity) {
     const std::size_t want = std::min(capacity - taken, core->batch.size());
@@ -548,7 +507,8 @@ size_t creditloop_dispatch(creditloop_core* core, int64_t now, creditloop_decisi
     taken += n;
     if (n < want) break;
   }
-  return taken;
+  *count = taken;
+  return CREDITLOOP_OK;
 }
 
 void creditloop_end_turn(creditloop_core* core) {
@@ -577,19 +537,23 @@ creditloop_status creditloop_complete_nano(creditloop_core* core, creditloop_tic
   return completed(core->core.complete_nano(from_c(ticket), cost_nano, now), out);
 }
 
-creditloop_request* creditloop_take_all_queued(creditloop_core* core) {
-  if (core == nullptr) return nullptr;
+creditloop_status creditloop_take_all_queued(creditloop_core* core,
+                                             creditloop_request** handed_back) {
+  if (core == nullptr || handed_back == nullptr) return CREDITLOOP_BAD_ARGUMENT;
   creditloop::RequestList list = core->core.take_all_queued();
-  return request_of(list.front());
+  *handed_back = request_of(list.front());
+  return CREDITLOOP_OK;
 }
 
 creditloop_status creditloop_snapshot(creditloop_core* core, creditloop_participant p, int64_t now,
                                       creditloop_participant_snapshot* out) {
   if (core == nullptr || out == nullptr) return CREDITLOOP_BAD_ARGUMENT;
+  if (out->size < kSnapshotV1) return CREDITLOOP_BAD_ARGUMENT;
   creditloop::Core& c = core->core;
   const ParticipantId id = from_c(p);
   if (!c.contains(id)) return CREDITLOOP_UNKNOWN_PARTICIPANT;
   creditloop_participant_snapshot s{};
+  s.size = sizeof s;
   s.name = c.name(id).data();
   s.plan = c.plan(id);
   s.shares = c.shares(id);
@@ -617,12 +581,11 @@ creditloop_status creditloop_snapshot(creditloop_core* core, creditloop_particip
   s.completed = st.completed;
   s.cost_charged_nano = clip(st.cost_charged);
   s.cost_uncharged_nano = clip(st.cost_uncharged);
-  *out = s;
-  return CREDITLOOP_OK;
+  return fill_sized(out, s, kSnapshotV1);
 }
 
 uint32_t creditloop_ring_size(const creditloop_core* core) {
-  return core == nullptr ? 0 : core->core.ring_size();
+  return core == nullptr ? UINT32_MAX : core->core.ring_size();
 }
 creditloop_status creditloop_at(const creditloop_core* core, uint32_t place,
                                 creditloop_participant* out) {
@@ -646,7 +609,7 @@ creditloop_status creditloop_next_credit(creditloop_core* core, creditloop_parti
 }
 
 uint64_t creditloop_passes(const creditloop_core* core, int cls) {
-  if (core == nullptr || cls < 0 || cls > core->core.classes()) return 0;
+  if (core == nullptr || cls < 0 || cls > core->core.classes()) return UINT64_MAX;
   return core->core.passes(static_cast<creditloop::ClassId>(cls));
 }
 

@@ -19,8 +19,21 @@ set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
 
+# The target's libcrypto (the C API's SHA-256 of tenant keys) comes from Debian's multiarch
+# package libssl-dev:arm64 (tools/test-aarch64 installs it), under /usr/lib/aarch64-linux-gnu
+# rather than the cross root; its headers are the host's /usr/include plus the target's
+# configuration header in /usr/include/aarch64-linux-gnu, which the cross compiler searches.
+set(OPENSSL_CRYPTO_LIBRARY /usr/lib/${CREDITLOOP_CROSS_TRIPLE}/libcrypto.so
+    CACHE FILEPATH "The target's libcrypto")
+set(OPENSSL_INCLUDE_DIR /usr/include CACHE PATH "OpenSSL's headers")
+
 # qemu-user runs the target's binaries; -L points its dynamic loader at the target's libraries.
+# The loader (the cross root's) searches the multiarch /lib/aarch64-linux-gnu before its own
+# /lib, and there it finds libc6:arm64, a libc of another build than the loader: threaded
+# programs then hung (the runtime's tests spun for minutes). LD_LIBRARY_PATH puts the cross
+# root's libraries first; only what it lacks (libcrypto) comes from multiarch.
 find_program(CREDITLOOP_QEMU NAMES qemu-aarch64 qemu-aarch64-static)
 if(CREDITLOOP_QEMU)
-  set(CMAKE_CROSSCOMPILING_EMULATOR ${CREDITLOOP_QEMU} -L /usr/${CREDITLOOP_CROSS_TRIPLE})
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${CREDITLOOP_QEMU} -L /usr/${CREDITLOOP_CROSS_TRIPLE}
+      -E LD_LIBRARY_PATH=/usr/${CREDITLOOP_CROSS_TRIPLE}/lib)
 endif()

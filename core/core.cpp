@@ -169,6 +169,11 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
 
 Result<RequestList> Core::remove(ParticipantId p) {
   if (!live(p)) return Errc::unknown_participant;
+  // The one allocation of a removal, made before anything changes: when it fails, the
+  // participant is still registered (the C API answers CREDITLOOP_NO_MEMORY, nothing changed).
+  if (free_places_.size() == free_places_.capacity()) {
+    free_places_.reserve(std::max<std::size_t>(8, 2 * free_places_.capacity()));
+  }
   Header& s = header_at(p.place);
   if (s.queued != 0) leave_waiting(p.place);
   forget_timers(p.place, s.held);

@@ -42,8 +42,8 @@ lib.creditloop_request_init.argtypes = [ctypes.POINTER(Request), ctypes.c_void_p
 lib.creditloop_submit.argtypes = [ctypes.c_void_p, Participant, ctypes.POINTER(Request),
                                   ctypes.c_int64]
 lib.creditloop_dispatch.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(Dispatch),
-                                    ctypes.c_size_t]
-lib.creditloop_dispatch.restype = ctypes.c_size_t
+                                    ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
+lib.creditloop_version_number.restype = ctypes.c_uint
 lib.creditloop_complete.argtypes = [ctypes.c_void_p, Ticket, ctypes.c_double, ctypes.c_int64,
                                     ctypes.c_void_p]
 lib.creditloop_core_free.argtypes = [ctypes.c_void_p]
@@ -58,7 +58,8 @@ def check(status):
 plans = b'''{"classes": 2,
   "plans": {"pro": {"P1": {"rate": 2, "burst": 4}, "P2": {"rate": 5, "burst": 10}},
             "lite": {"P2": {"rate": 5, "burst": 10}}},
-  "tenants": [{"name": "alice", "plan": "pro"}, {"name": "bob", "plan": "lite"}]}'''
+  "tenants": [{"name": "alice", "key": "alice-secret", "plan": "pro"},
+              {"name": "bob", "key": "bob-secret", "plan": "lite"}]}'''
 config, core = ctypes.c_void_p(), ctypes.c_void_p()
 message = ctypes.create_string_buffer(256)
 check(lib.creditloop_config_parse_json(plans, len(plans), ctypes.byref(config), message, 256))
@@ -75,12 +76,17 @@ for i, owner in enumerate((b"alice", b"alice", b"bob", b"bob")):
     check(lib.creditloop_submit(core, tenants[owner], ctypes.byref(requests[i]), 0))
 
 out = (Dispatch * 8)()
-n = lib.creditloop_dispatch(core, 0, out, 8)
+count = ctypes.c_size_t()
+check(lib.creditloop_dispatch(core, 0, out, 8, ctypes.byref(count)))
+n = count.value
 decided = [(out[i].request.contents.user or 0, "P%d" % (out[i].out_class + 1)) for i in range(n)]
 print(decided)
 for i in range(n):
     check(lib.creditloop_complete(core, out[i].ticket, 0.5, 0, None))
 lib.creditloop_core_free(core)
 lib.creditloop_config_free(config)
+# The library this runs with is at least as new as the one this was written for (0.2.0).
+if lib.creditloop_version_number() < 200:
+    sys.exit("library older than 0.2.0")
 if decided != [(0, "P1"), (1, "P1"), (2, "P2"), (3, "P2")]:
     sys.exit("unexpected decisions")

@@ -158,7 +158,9 @@ bool run_one(unsigned seed) {
       std::vector<creditloop::Dispatch> cpp_out(room);
       std::vector<creditloop_decision> c_out(room + 1);
       const std::size_t n = core.dispatch(now, cpp_out);
-      const std::size_t cn = creditloop_dispatch(ccore, now, c_out.data(), room);
+      std::size_t cn = 0;
+      run.expect(creditloop_dispatch(ccore, now, c_out.data(), room, &cn) == CREDITLOOP_OK,
+                 "dispatch status");
       run.expect(n == cn, "dispatch count");
       for (std::size_t j = 0; j < n && j < cn; ++j) {
         run.expect(static_cast<CppRequest*>(cpp_out[j].request)->id ==
@@ -202,6 +204,7 @@ bool run_one(unsigned seed) {
     } else {
       const int i = pick(static_cast<int>(cpp_ids.size()));
       creditloop_participant_snapshot snap{};
+      snap.size = sizeof snap;
       const int cs = creditloop_snapshot(ccore, c_ids[i], now, &snap);
       run.expect((cs == CREDITLOOP_OK) == core.contains(cpp_ids[i]), "snapshot status");
       if (cs == CREDITLOOP_OK) {

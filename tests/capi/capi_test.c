@@ -59,6 +59,14 @@ static void item_init(item* it, int id) {
 }
 static int id_of(const creditloop_request* r) { return ((const item*)r->user)->id; }
 
+/* creditloop_dispatch's count, its status checked. */
+static size_t dispatch_n(creditloop_core* core, int64_t now, creditloop_decision* out,
+                         size_t capacity) {
+  size_t n = CREDITLOOP_BAD_COUNT;
+  CHECK_STATUS(creditloop_dispatch(core, now, out, capacity, &n), CREDITLOOP_OK);
+  return n;
+}
+
 /* docs/contract.md §2: the pass class is the highest with a credit; each turn visits each
  * qualifying participant once; a visit's request goes out under its highest class with credit. */
 static void test_reference_decisions(void) {
@@ -78,7 +86,7 @@ static void test_reference_decisions(void) {
   }
   CHECK_STATUS(creditloop_submit(core, alice, &items[0].request, 0), CREDITLOOP_ALREADY_QUEUED);
   CHECK(creditloop_waiting(core) == 2);
-  n = creditloop_dispatch(core, 0, out, 8);
+  n = dispatch_n(core, 0, out, 8);
   CHECK(n == 6);
   for (i = 0; i < n && i < 6; ++i) {
     CHECK(id_of(out[i].request) == expected_ids[i]);
@@ -86,7 +94,7 @@ static void test_reference_decisions(void) {
     CHECK(creditloop_participant_equal(out[i].participant, i < 3 ? alice : bob));
   }
   CHECK(creditloop_in_flight(core) == 6);
-  CHECK(creditloop_dispatch(core, 0, out, 8) == 0);
+  CHECK(dispatch_n(core, 0, out, 8) == 0);
   for (i = 0; i < 6; ++i) {
     CHECK(!creditloop_request_idle(&items[i].request));
     CHECK_STATUS(creditloop_complete(core, out[i].ticket, 0, 0, NULL), CREDITLOOP_OK);
@@ -109,7 +117,7 @@ static void test_completion(void) {
   item_init(&it, 1);
   CHECK_STATUS(creditloop_add(core, "alice", "pro", 1, 0, &alice), CREDITLOOP_OK);
   CHECK_STATUS(creditloop_submit(core, alice, &it.request, 0), CREDITLOOP_OK);
-  CHECK(creditloop_dispatch(core, 0, &d, 1) == 1);
+  CHECK(dispatch_n(core, 0, &d, 1) == 1);
   CHECK(d.out_class == 0);
   CHECK_STATUS(creditloop_complete(core, d.ticket, -1, 0, NULL), CREDITLOOP_BAD_COST);
   CHECK_STATUS(creditloop_complete(core, d.ticket, 5, 0, &done), CREDITLOOP_OK);
@@ -129,13 +137,14 @@ static void test_completion(void) {
     item_init(&j, 2);
     CHECK_STATUS(creditloop_add(other, "alice", "pro", 1, 0, &q), CREDITLOOP_OK);
     CHECK_STATUS(creditloop_submit(other, q, &j.request, 0), CREDITLOOP_OK);
-    CHECK(creditloop_dispatch(other, 0, &e, 1) == 1);
+    CHECK(dispatch_n(other, 0, &e, 1) == 1);
     CHECK_STATUS(creditloop_complete(core, e.ticket, 0, 0, NULL), CREDITLOOP_UNKNOWN_TICKET);
     CHECK_STATUS(creditloop_submit(core, q, &it.request, 0), CREDITLOOP_UNKNOWN_PARTICIPANT);
     CHECK_STATUS(creditloop_complete(other, e.ticket, 0, 0, NULL), CREDITLOOP_OK);
     creditloop_core_free(other);
   }
   /* 4 - 1 - 5 = -2 credits in P1; at 2/s a credit lands 1.5 s later. */
+  s.size = sizeof s;
   CHECK_STATUS(creditloop_snapshot(core, alice, 0, &s), CREDITLOOP_OK);
   CHECK(s.balance_nano[0] == -2 * (int64_t)CREDITLOOP_NANO_PER_CREDIT);
   CHECK(s.next_credit[0] == 1500 * kMs);
@@ -165,7 +174,7 @@ static void test_removal(void) {
     item_init(&items[i], i + 1);
     CHECK_STATUS(creditloop_submit(core, bob, &items[i].request, 0), CREDITLOOP_OK);
   }
-  CHECK(creditloop_dispatch(core, 0, &d, 1) == 1);
+  CHECK(dispatch_n(core, 0, &d, 1) == 1);
   CHECK(id_of(d.request) == 1);
   CHECK_STATUS(creditloop_remove(core, bob, NULL), CREDITLOOP_BAD_ARGUMENT);
   CHECK_STATUS(creditloop_remove(core, bob, &back), CREDITLOOP_OK);
@@ -192,12 +201,12 @@ static void test_replan_and_scale(void) {
   CHECK_STATUS(creditloop_replan(core, p, "pro", 1, 0), CREDITLOOP_OK);
   CHECK_STATUS(creditloop_replan(core, p, "gold", 1, 0), CREDITLOOP_UNKNOWN_PLAN);
   CHECK_STATUS(creditloop_submit(core, p, &it.request, 0), CREDITLOOP_OK);
-  CHECK(creditloop_dispatch(core, 0, &d, 1) == 1 && d.out_class == 0);
+  CHECK(dispatch_n(core, 0, &d, 1) == 1 && d.out_class == 0);
   CHECK_STATUS(creditloop_complete(core, d.ticket, 0, 0, NULL), CREDITLOOP_OK);
   CHECK_STATUS(creditloop_scale(core, p, CREDITLOOP_WHOLE_PLAN + 1, 0), CREDITLOOP_BAD_SCALE);
   CHECK_STATUS(creditloop_scale(core, p, 0, 0), CREDITLOOP_OK);
   CHECK_STATUS(creditloop_submit(core, p, &it.request, 0), CREDITLOOP_OK);
-  CHECK(creditloop_dispatch(core, 0, &d, 1) == 1 && d.out_class == creditloop_classes(core));
+  CHECK(dispatch_n(core, 0, &d, 1) == 1 && d.out_class == creditloop_classes(core));
   CHECK(creditloop_passes(core, creditloop_classes(core)) == 1);
   CHECK_STATUS(creditloop_complete(core, d.ticket, 0, 0, NULL), CREDITLOOP_OK);
   creditloop_core_free(core);
@@ -216,14 +225,14 @@ static void test_refill(void) {
     CHECK_STATUS(creditloop_submit(core, p, &items[i].request, 0), CREDITLOOP_OK);
   }
   /* Four P1 credits, then P2. */
-  CHECK(creditloop_dispatch(core, 0, d, 5) == 5);
+  CHECK(dispatch_n(core, 0, d, 5) == 5);
   CHECK(d[3].out_class == 0 && d[4].out_class == 1);
   creditloop_end_turn(core);
   /* At 2/s the next P1 credit lands at 500 ms. */
-  CHECK(creditloop_dispatch(core, 500 * kMs - 1, d + 5, 1) == 1 && d[5].out_class == 1);
+  CHECK(dispatch_n(core, 500 * kMs - 1, d + 5, 1) == 1 && d[5].out_class == 1);
   for (i = 0; i < 6; ++i) CHECK_STATUS(creditloop_complete(core, d[i].ticket, 0, 0, NULL), CREDITLOOP_OK);
   CHECK_STATUS(creditloop_submit(core, p, &items[0].request, 500 * kMs), CREDITLOOP_OK);
-  CHECK(creditloop_dispatch(core, 500 * kMs, d, 1) == 1 && d[0].out_class == 0);
+  CHECK(dispatch_n(core, 500 * kMs, d, 1) == 1 && d[0].out_class == 0);
   CHECK_STATUS(creditloop_complete(core, d[0].ticket, 0, kSec, NULL), CREDITLOOP_OK);
   creditloop_core_free(core);
 }
@@ -251,8 +260,9 @@ static void test_withdraw(void) {
   CHECK_STATUS(creditloop_withdraw(core, &a.request), CREDITLOOP_OK);
   CHECK(creditloop_request_idle(&a.request));
   CHECK_STATUS(creditloop_withdraw(core, &a.request), CREDITLOOP_NOT_QUEUED);
-  CHECK(creditloop_dispatch(core, 0, &d, 1) == 1 && id_of(d.request) == 2);
+  CHECK(dispatch_n(core, 0, &d, 1) == 1 && id_of(d.request) == 2);
   CHECK_STATUS(creditloop_withdraw(core, &b.request), CREDITLOOP_IN_FLIGHT);
+  s.size = sizeof s;
   CHECK_STATUS(creditloop_snapshot(core, p, 0, &s), CREDITLOOP_OK);
   CHECK(s.queued == 0 && s.dispatched[0] == 1);
   CHECK(s.balance_nano[0] == 3 * (int64_t)CREDITLOOP_NANO_PER_CREDIT);
@@ -278,14 +288,16 @@ static void test_json(void) {
       "{\"mode\": \"proxy\", \"slots\": 4, \"classes\": 2,"
       " \"plans\": {\"pro\": {\"P1\": {\"rate\": 20, \"burst\": 40}, \"P2\": {\"rate\": 50, "
       "\"burst\": 100}}, \"lite\": {\"P2\": {\"rate\": 50, \"burst\": 100}}},"
-      " \"tenants\": [{\"name\": \"alice\", \"key\": \"k1\", \"plan\": \"pro\", \"shares\": 4},"
-      " {\"name\": \"bob\", \"key\": \"k2\", \"plan\": \"lite\", \"queue_limit\": 8, "
+      " \"tenants\": [{\"name\": \"alice\", \"key\": \"alice-key-1\", \"plan\": \"pro\", \"shares\": 4},"
+      " {\"name\": \"bob\", \"key\": \"bob-key-22\", \"plan\": \"lite\", \"queue_limit\": 8, "
       "\"queue_timeout_ms\": 250}]}";
   creditloop_config* config = NULL;
   creditloop_tenant_config t;
   creditloop_core* core = NULL;
   creditloop_participant p;
   char message[256];
+  size_t index = 99;
+  t.size = sizeof t;
   CHECK_STATUS(creditloop_config_parse_json(file, sizeof file - 1, &config, message, sizeof message),
                CREDITLOOP_OK);
   CHECK(creditloop_config_classes(config) == 2);
@@ -294,6 +306,17 @@ static void test_json(void) {
   CHECK(strcmp(t.name, "bob") == 0 && strcmp(t.plan, "lite") == 0 && t.shares == 1);
   CHECK(t.queue_limit == 8 && t.queue_timeout_ms == 250);
   CHECK_STATUS(creditloop_config_tenant(config, 2, &t), CREDITLOOP_NOT_FOUND);
+  /* Found by the key a client presents, as the server finds it: by its digest. */
+  CHECK_STATUS(creditloop_config_find_key(config, "bob-key-22", 10, &index), CREDITLOOP_OK);
+  CHECK(index == 1);
+  CHECK_STATUS(creditloop_config_find_key(config, "alice-key-1", 11, &index), CREDITLOOP_OK);
+  CHECK(index == 0);
+  CHECK_STATUS(creditloop_config_find_key(config, "alice-key-1", 10, &index), CREDITLOOP_NOT_FOUND);
+  CHECK_STATUS(creditloop_config_find_key(config, "bob", 3, &index), CREDITLOOP_NOT_FOUND);
+  CHECK_STATUS(creditloop_config_find_key(config, "", 0, &index), CREDITLOOP_NOT_FOUND);
+  CHECK_STATUS(creditloop_config_find_key(config, NULL, 1, &index), CREDITLOOP_BAD_ARGUMENT);
+  CHECK_STATUS(creditloop_config_find_key(config, "bob-key-22", 10, NULL), CREDITLOOP_BAD_ARGUMENT);
+  CHECK_STATUS(creditloop_config_find_key(NULL, "bob-key-22", 10, &index), CREDITLOOP_BAD_ARGUMENT);
   CHECK_STATUS(creditloop_core_new(config, &core, message, sizeof message), CREDITLOOP_OK);
   CHECK_STATUS(creditloop_config_tenant(config, 0, &t), CREDITLOOP_OK);
   CHECK_STATUS(creditloop_add(core, t.name, t.plan, t.shares, 0, &p), CREDITLOOP_OK);
@@ -305,12 +328,29 @@ static void test_json(void) {
   expect_refused("{\"plans\": {\"a\": {\"P1\": {\"rate\": 1}}}}", "plans.a.P1.burst");
   expect_refused("{\"plans\": {\"a\": {\"P3\": {\"rate\": 1, \"burst\": 1}}}}", "plans.a.P3");
   expect_refused("{\"classes\": 9, \"plans\": {\"a\": {}}}", "classes");
-  expect_refused("{\"plans\": {\"a\": {}}, \"tenants\": [{\"name\": \"x\", \"plan\": \"gold\"}]}",
+  expect_refused("{\"plans\": {\"a\": {}}, \"tenants\": [{\"name\": \"x\", \"key\": "
+                 "\"x-key-1234\", \"plan\": \"gold\"}]}",
                  "tenants[0].plan");
-  expect_refused(
-      "{\"plans\": {\"a\": {}}, \"tenants\": [{\"name\": \"x\", \"plan\": \"a\", \"shares\": 0}]}",
-      "tenants[0].shares");
-  expect_refused("{\"plans\": ", "not JSON");
+  expect_refused("{\"plans\": {\"a\": {}}, \"tenants\": [{\"name\": \"x\", \"key\": "
+                 "\"x-key-1234\", \"plan\": \"a\", \"shares\": 0}]}",
+                 "tenants[0].shares");
+  expect_refused("{\"plans\": ", "not valid JSON");
+  /* The rules the server has and this API once lacked: a misspelt field is refused, not ignored;
+   * a tenant needs a key; 3.0 is not a whole number; two tenants never share a key. */
+  expect_refused("{\"plans\": {\"a\": {}}, \"tenants\": [{\"name\": \"x\", \"key\": "
+                 "\"x-key-1234\", \"plan\": \"a\", \"sharez\": 2}]}",
+                 "tenants[0].sharez: unknown field");
+  expect_refused("{\"plans\": {\"a\": {\"P1\": {\"rate\": 1, \"burst\": 1, \"brust\": 2}}}}",
+                 "plans.a.P1.brust: unknown field");
+  expect_refused("{\"plans\": {\"a\": {}}, \"tenants\": [{\"name\": \"x\", \"plan\": \"a\"}]}",
+                 "tenants[0].key: is required");
+  expect_refused("{\"plans\": {\"a\": {}}, \"tenants\": [{\"name\": \"x\", \"key\": "
+                 "\"x-key-1234\", \"plan\": \"a\", \"shares\": 3.0}]}",
+                 "tenants[0].shares: must be a whole number");
+  expect_refused("{\"plans\": {\"a\": {}}, \"tenants\": [{\"name\": \"x\", \"key\": "
+                 "\"x-key-1234\", \"plan\": \"a\"}, {\"name\": \"y\", \"key\": "
+                 "\"x-key-1234\", \"plan\": \"a\"}]}",
+                 "tenants[1].key: is the key of tenant \"x\" too");
 
   /* A configuration the core refuses, made in code. */
   config = creditloop_config_new(1);

@@ -1,103 +1,28 @@
 #include "config.hpp"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <limits>
 #include <map>
-#include <memory>
-#include <set>
-#include <sstream>
 #include <stdexcept>
-#include <system_error>
 
 #include <nlohmann/json.hpp>
+
+#include "given_key.hpp"
+#include "tenant_file.hpp"
 
 namespace creditloop::server {
 namespace {
 
 using nlohmann::json;
 
-// Every refusal names the path of the field being read; parse_config returns it.
-using tools::refuse;
-
-std::string join(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : path + "." + std::string(key);
-}
-
-// An object whose every key must be read: whatever is left is a misspelling.
-class Fields {
- public:
-  Fields(const json& object, std::string path) : object_(object), path_(std::move(path)) {
-    if (!object_.is_object()) refuse(path_.empty() ? "(top level)" : path_, "must be an object");
-  }
-
-  const json* find(std::string_view key) {
-    read_.emplace(key);
-    const auto it = object_.find(key);
-    return it == object_.end() || it->is_null() ? nullptr : &*it;
-  }
-
-  [[nodiscard]] std::string path(std::string_view key) const { return join(path_, key); }
-
-  double number(std::string_view key, double fallback, double min, double max) {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_number()) refuse(path(key), "must be a number");
-    const double x = v->get<double>();
-    if (!std::isfinite(x) || x < min || x > max) {
-      std::ostringstream why;
-      why << "must be between " << min << " and " << max << ", got " << x;
-      refuse(path(key), why.str());
-    }
-    return x;
-  }
-
-  std::uint64_t integer(std::string_view key, std::uint64_t fallback, std::uint64_t min,
-                        std::uint64_t max) {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_number_integer() ||
-        (v->is_number_integer() && !v->is_number_unsigned() && v->get<std::int64_t>() < 0)) {
-      refuse(path(key),
-             "must be a whole number from " + std::to_string(min) + " to " + std::to_string(max));
-    }
-    const std::uint64_t x = v->get<std::uint64_t>();
-    if (x < min || x > max) {
-      refuse(path(key), "must be from " + std::to_string(min) + " to " + std::to_string(max) +
-                            ", got " + std::to_string(x));
-    }
-    return x;
-  }
-
-  std::string text(std::string_view key, std::string fallback, bool required = false) {
-    const json* v = find(key);
-    if (v == nullptr) {
-      if (required) refuse(path(key), "is required");
-      return fallback;
-    }
-    if (!v->is_string()) refuse(path(key), "must be a string");
-    return v->get<std::string>();
-  }
-
-  void finish() const {
-    for (const auto& [key, value] : object_.items()) {
-      if (read_.count(key) == 0) refuse(join(path_, key), "unknown field");
-    }
-  }
-
- private:
-  const json& object_;
-  std::string path_;
-  std::set<std::string, std::less<>> read_;
-};
+// Every refusal names the path of the field being read; parse_config returns it. The fields
+// the server shares with the C API (classes, plans, tenants) are read by tenant_file.cpp, and
+// every field through the same Fields, so that both refuse alike.
+using config_file::Fields;
+using config_file::given_key;
+using config_file::GivenKey;
+using config_file::refuse;
 
 Endpoint endpoint(Fields& f, std::string_view key, Endpoint fallback) {
   const std::string text = f.text(key, fallback.text());
@@ -129,126 +54,6 @@ std::chrono::milliseconds millis(Fields& f, std::string_view key, std::chrono::m
       f.integer(key, static_cast<std::uint64_t>(d.count()), min, 24ull * 3600 * 1000)));
 }
 
-bool valid_name(std::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (const char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '_' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-// A key as the file gives it: its digest, and the path of the field it came from, for the
-// messages that must name it.
-struct GivenKey {
-  KeyDigest digest{};
-  std::string path;
-};
-
-// Far above any token, far below what would hurt: a key_file naming /dev/zero or a log file is
-// refused rather than read whole.
-constexpr std::size_t kMaxKeyFile = 4096;
-
-std::string read_key_file(const std::string& field, const std::string& file) {
-  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(file.c_str(), "rb"),
-                                                           &std::fclose);
-  if (!in) refuse(field, "cannot read \"" + file + "\": " + std::generic_category().message(errno));
-  std::string content(kMaxKeyFile + 1, '\0');
-  const std::size_t n = std::fread(content.data(), 1, content.size(), in.get());
-  if (std::ferror(in.get())) {
-    refuse(field, "cannot read \"" + file + "\": " + std::generic_category().message(errno));
-  }
-  if (n > kMaxKeyFile) {
-    refuse(field, "\"" + file + "\" is larger than " + std::to_string(kMaxKeyFile) +
-                      " bytes: not a key file");
-  }
-  content.resize(n);
-  // What `echo KEY > file` and editors leave; anything more is refused below as white space.
-  if (!content.empty() && content.back() == '\n') content.pop_back();
-  return content;
-}
-
-std::optional<KeyDigest> hex_digest(std::string_view text) {
-  KeyDigest d{};
-  if (text.size() != 2 * d.size()) return std::nullopt;
-  const auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    const int hi = nibble(text[2 * i]);
-    const int lo = nibble(text[2 * i + 1]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    d[i] = static_cast<unsigned char>(hi * 16 + lo);
-  }
-  return d;
-}
-
-// Exactly one of `key`, `key_sha256`, `key_file`, `key_env`. No message ever holds a key or a
-// digest: they end up in logs, and a key pasted into key_sha256 by mistake is still a key.
-std::optional<GivenKey> given_key(Fields& f, const std::string& base_dir, bool required) {
-  constexpr std::array<std::string_view, 4> kinds{"key", "key_sha256", "key_file", "key_env"};
-  const json* value = nullptr;
-  std::string_view kind;
-  for (const std::string_view k : kinds) {
-    const json* v = f.find(k);
-    if (v == nullptr) continue;
-    if (value != nullptr) {
-      refuse(f.path(k), "give one of key, key_sha256, key_file, key_env, not two (" +
-                            std::string(kind) + " is given too)");
-    }
-    value = v;
-    kind = k;
-  }
-  if (value == nullptr) {
-    if (required) refuse(f.path("key"), "is required (or key_sha256, key_file, key_env)");
-    return std::nullopt;
-  }
-  GivenKey given;
-  given.path = f.path(kind);
-  if (!value->is_string()) refuse(given.path, "must be a string");
-  const std::string& text = value->get_ref<const std::string&>();
-  if (kind == "key_sha256") {
-    const std::optional<KeyDigest> d = hex_digest(text);
-    if (!d) {
-      refuse(given.path, "must be 64 hex digits (the SHA-256 of the key), got " +
-                             std::to_string(text.size()) + " characters");
-    }
-    given.digest = *d;
-    return given;
-  }
-  std::string key;
-  if (kind == "key") {
-    key = text;
-  } else if (kind == "key_file") {
-    if (text.empty()) refuse(given.path, "must name a file");
-    const std::filesystem::path file(text);
-    key = read_key_file(given.path, file.is_relative() && !base_dir.empty()
-                                        ? (std::filesystem::path(base_dir) / file).string()
-                                        : text);
-  } else {
-    if (text.empty()) refuse(given.path, "must name an environment variable");
-    // Nothing in the server sets variables, so reading them from the reloading thread is safe.
-    const char* v = std::getenv(text.c_str());
-    if (v == nullptr) refuse(given.path, text + " is not set");
-    key = v;
-    if (key.empty()) refuse(given.path, text + " is empty");
-  }
-  if (key.empty()) refuse(given.path, "the key is empty");
-  if (key.size() < 8) refuse(given.path, "the key must be at least 8 characters");
-  // A bearer token is one word: a key with white space could never be presented.
-  if (key.find_first_of(" \t\r\n\v\f") != std::string::npos) {
-    refuse(given.path, "the key must not contain white space");
-  }
-  const std::optional<KeyDigest> d = key_digest(key);
-  if (!d) refuse(given.path, "SHA-256 is unavailable (libcrypto)");
-  given.digest = *d;
-  return given;
-}
-
 std::vector<HostName> admin_hosts(const json* v, const std::string& path, const Endpoint& listen) {
   std::vector<HostName> out;
   if (v == nullptr) {
@@ -270,39 +75,6 @@ std::vector<HostName> admin_hosts(const json* v, const std::string& path, const 
     out.push_back(std::get<HostName>(std::move(parsed)));
   }
   return out;
-}
-
-Config plans(const json& root, Fields& top) {
-  Config config;
-  config.classes = static_cast<int>(top.integer("classes", 2, 1, kMaxClasses));
-  const json* p = top.find("plans");
-  if (p == nullptr) refuse("plans", "is required");
-  if (!p->is_object() || p->empty()) refuse("plans", "must be an object naming at least one plan");
-  (void)root;
-  for (const auto& [name, body] : p->items()) {
-    const std::string path = "plans." + name;
-    if (!valid_name(name)) refuse(path, "a plan's name is 1 to 64 of [A-Za-z0-9._-]");
-    Fields f(body, path);
-    Plan plan;
-    plan.name = name;
-    for (int c = 0; c < config.classes; ++c) {
-      const std::string cls = class_name(static_cast<ClassId>(c));
-      const json* t = f.find(cls);
-      if (t == nullptr) continue;
-      Fields ct(*t, f.path(cls));
-      ClassTerms terms;
-      terms.rate = ct.number("rate", 0, 0, 1e9);
-      terms.burst = ct.number("burst", 0, 0, 1e9);
-      if (ct.find("rate") == nullptr) refuse(ct.path("rate"), "is required");
-      if (ct.find("burst") == nullptr) refuse(ct.path("burst"), "is required");
-      ct.finish();
-      plan.terms[static_cast<std::size_t>(c)] = terms;
-    }
-    f.finish();
-    config.plans.push_back(std::move(plan));
-  }
-  if (const auto problem = check(config)) refuse("plans", problem->message);
-  return config;
 }
 
 FleetConfig fleet(const json& body) {
@@ -338,37 +110,6 @@ FleetConfig fleet(const json& body) {
       static_cast<std::uint32_t>(f.integer("expected_servers", c.expected_servers, 1, 100'000));
   f.finish();
   return c;
-}
-
-// The tenants, each with a name, a key and a plan no other has; `keys` maps each key to its
-// tenant, for the admin key's check.
-std::vector<TenantConfig> tenants(const json* list, const std::string& base_dir,
-                                  const Config& plans, std::map<KeyDigest, std::string>& keys) {
-  std::vector<TenantConfig> out;
-  if (list == nullptr) return out;
-  if (!list->is_array()) refuse("tenants", "must be an array");
-  std::set<std::string, std::less<>> names;
-  for (std::size_t i = 0; i < list->size(); ++i) {
-    Fields f((*list)[i], "tenants[" + std::to_string(i) + "]");
-    TenantConfig t;
-    t.name = f.text("name", "", true);
-    if (!valid_name(t.name)) refuse(f.path("name"), "a tenant's name is 1 to 64 of [A-Za-z0-9._-]");
-    if (!names.insert(t.name).second) refuse(f.path("name"), "\"" + t.name + "\" is named twice");
-    const GivenKey key = *given_key(f, base_dir, true);
-    const auto [other, added] = keys.emplace(key.digest, t.name);
-    if (!added) refuse(key.path, "is the key of tenant \"" + other->second + "\" too");
-    t.key = key.digest;
-    t.plan = f.text("plan", "", true);
-    bool known = false;
-    for (const Plan& p : plans.plans) known = known || p.name == t.plan;
-    if (!known) refuse(f.path("plan"), "unknown plan \"" + t.plan + "\"");
-    t.shares = static_cast<std::uint32_t>(f.integer("shares", 1, 1, 1'000'000));
-    t.queue_limit = static_cast<std::uint32_t>(f.integer("queue_limit", 0, 0, 1u << 30));
-    t.queue_timeout = millis(f, "queue_timeout_ms", t.queue_timeout, 0);
-    f.finish();
-    out.push_back(std::move(t));
-  }
-  return out;
 }
 
 ProxyConfig proxy(const json& body) {
@@ -433,10 +174,14 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
   s.cost_unit_ms = top.number("cost_unit_ms", s.cost_unit_ms, 1e-6, 1e9);
   if (s.cost_unit_ms <= 0) refuse("cost_unit_ms", "must be above 0");
   s.shutdown_deadline = millis(top, "shutdown_deadline_ms", s.shutdown_deadline, 0);
-  s.plans = plans(root, top);
-
+  config_file::TenantFile shared = config_file::read_tenant_file(top, base_dir);
+  s.plans = std::move(shared.plans);
   std::map<KeyDigest, std::string> keys;  // to the tenant it belongs to
-  s.tenants = tenants(top.find("tenants"), base_dir, s.plans, keys);
+  for (config_file::Tenant& t : shared.tenants) {
+    keys.emplace(t.key, t.name);
+    s.tenants.push_back(TenantConfig{std::move(t.name), t.key, std::move(t.plan), t.shares,
+                                     t.queue_limit, std::chrono::milliseconds(t.queue_timeout_ms)});
+  }
   if (const json* w = top.find("work")) {
     Fields f(*w, "work");
     s.work.max_cpu_ms = f.number("max_cpu_ms", s.work.max_cpu_ms, 0, 3.6e6);
@@ -481,16 +226,6 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
 }
 
 }  // namespace
-
-std::optional<KeyDigest> key_digest(std::string_view key) noexcept {
-  KeyDigest d{};
-  unsigned length = 0;
-  if (EVP_Digest(key.data(), key.size(), d.data(), &length, EVP_sha256(), nullptr) != 1 ||
-      length != d.size()) {
-    return std::nullopt;
-  }
-  return d;
-}
 
 tools::Parsed<HostName> parse_host_name(std::string_view text) {
   const auto bad = [text] {
@@ -561,18 +296,19 @@ tools::Parsed<ServerConfig> parse_config(std::string_view json_text, const std::
   }
   try {
     return parse(root, base_dir);
-  } catch (const tools::Refusal& refusal) {
-    return refusal;
+  } catch (const config_file::BadField& refusal) {
+    return tools::Refusal{refusal.what()};
   }
 }
 
 tools::Parsed<ServerConfig> load_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return tools::Refusal{path + ": cannot be read"};
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return tools::Refusal{path + ": cannot be read"};
-  return parse_config(text.str(), std::filesystem::path(path).parent_path().string());
+  std::string text;
+  try {
+    text = config_file::read_config_text(path);
+  } catch (const config_file::BadField& refusal) {
+    return tools::Refusal{refusal.what()};
+  }
+  return parse_config(text, std::filesystem::path(path).parent_path().string());
 }
 
 std::optional<std::string> reload_problem(const ServerConfig& current, const ServerConfig& next) {

@@ -17,6 +17,7 @@
 #include <creditloop/plan.hpp>
 
 #include "common/refusal.hpp"
+#include "key_digest.hpp"
 
 namespace creditloop::server {
 
@@ -30,10 +31,8 @@ struct Endpoint {
 };
 
 /// The SHA-256 of a bearer token: all the server keeps of a key, whichever way it was given.
-using KeyDigest = std::array<unsigned char, 32>;
-
-/// Nothing only when libcrypto cannot compute a SHA-256, which leaves nothing to compare.
-[[nodiscard]] std::optional<KeyDigest> key_digest(std::string_view key) noexcept;
+using config_file::key_digest;
+using config_file::KeyDigest;
 
 /// A name the admin listener answers to, as `Host` gives it.
 struct HostName {

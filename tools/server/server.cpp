@@ -1,6 +1,5 @@
 #include "server.hpp"
 
-#include <openssl/crypto.h>
 #include <time.h>
 
 #include <cmath>
@@ -82,16 +81,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 }
 
 }  // namespace
-
-std::size_t KeyDigestHash::operator()(const KeyDigest& d) const noexcept {
-  std::size_t h = 0;
-  std::memcpy(&h, d.data(), sizeof h);
-  return h;
-}
-
-bool KeyDigestEqual::operator()(const KeyDigest& a, const KeyDigest& b) const noexcept {
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
 
 Server::Server(ServerOptions options)
     : options_(std::move(options)),

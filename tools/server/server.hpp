@@ -46,13 +46,8 @@ class LiveView;
 class Fleet;
 struct Exchange;
 
-struct KeyDigestHash {
-  std::size_t operator()(const KeyDigest& d) const noexcept;
-};
-
-struct KeyDigestEqual {
-  bool operator()(const KeyDigest& a, const KeyDigest& b) const noexcept;  // constant time
-};
+using config_file::KeyDigestEqual;  // constant time
+using config_file::KeyDigestHash;
 
 /// A tenant as one configuration has it.
 struct TenantEntry {
