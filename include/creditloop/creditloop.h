@@ -347,19 +347,22 @@ typedef struct creditloop_room_controller creditloop_room_controller;
 
 /* Null when memory is short. `least` 0 is taken as 1, a `most` below `least` as `least`.
  * Allocates. */
-creditloop_room_controller* creditloop_room_controller_new(uint32_t least, uint32_t most);
+CREDITLOOP_API creditloop_room_controller* creditloop_room_controller_new(uint32_t least,
+                                                                          uint32_t most);
 /* Frees it; null is allowed. */
-void creditloop_room_controller_free(creditloop_room_controller* controller);
+CREDITLOOP_API void creditloop_room_controller_free(creditloop_room_controller* controller);
 /* A request went out at `now`, leaving `in_flight` dispatched and not completed. */
-void creditloop_room_controller_dispatched(creditloop_room_controller* controller, int64_t now,
-                                           uint64_t in_flight);
+CREDITLOOP_API void creditloop_room_controller_dispatched(creditloop_room_controller* controller,
+                                                          int64_t now, uint64_t in_flight);
 /* A request dispatched at `dispatched_at` completed at `now`. */
-void creditloop_room_controller_completed(creditloop_room_controller* controller,
-                                          int64_t dispatched_at, int64_t now);
+CREDITLOOP_API void creditloop_room_controller_completed(creditloop_room_controller* controller,
+                                                         int64_t dispatched_at, int64_t now);
 /* The room now; 0 for a null controller. */
-uint32_t creditloop_room_controller_slots(const creditloop_room_controller* controller);
+CREDITLOOP_API uint32_t
+creditloop_room_controller_slots(const creditloop_room_controller* controller);
 /* The latency without a queue in the backend, in nanoseconds; 0 until measured. */
-int64_t creditloop_room_controller_latency(const creditloop_room_controller* controller);
+CREDITLOOP_API int64_t
+creditloop_room_controller_latency(const creditloop_room_controller* controller);
 
 #ifdef __cplusplus
 }

@@ -162,9 +162,9 @@ def plans_json(tenants):
         "tenants": tenants})
 
 
-TENANTS = [{"name": "alice", "key": "ka", "plan": "pro"},
-           {"name": "bob", "key": "kb", "plan": "lite"},
-           {"name": "carol", "key": "kc", "plan": "lite", "queue_timeout_ms": 300}]
+TENANTS = [{"name": "alice", "key": "key-ka-secret", "plan": "pro"},
+           {"name": "bob", "key": "key-kb-secret", "plan": "lite"},
+           {"name": "carol", "key": "key-kc-secret", "plan": "lite", "queue_timeout_ms": 300}]
 
 
 def nginx_conf(d, module, port, tls_port, backend, workers=1, extra_http="", extra_server="",
@@ -237,6 +237,12 @@ http {{
             creditloop_tenant $remote_user;
             proxy_pass http://backend;
         }}
+        # The tenant looked up by the key the client presents, as creditloop-server does.
+        location /keyed/ {{
+            creditloop_key $http_x_api_key;
+            add_header X-Creditloop-Tenant $creditloop_tenant always;
+            proxy_pass http://backend;
+        }}
         # Decided and logged, never delayed.
         location /dry/ {{
             creditloop_dry_run on;
@@ -261,7 +267,8 @@ http {{
 """
 
 
-PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
+# mallory passes auth_basic and is no tenant.
+PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "mallory": "mallory-secret"}
 
 
 def write_htpasswd(d):
@@ -483,7 +490,7 @@ class Module(unittest.TestCase):
         queued, queued_out = self.nginx.start_in_thread("/queued", "bob")
         wait_for("bob's request to queue",
                  lambda: self.nginx.metric("creditloop_tenant_queue_depth", tenant="bob") == 1)
-        self.nginx.write_plans(TENANTS + [{"name": "dave", "key": "kd", "plan": "pro"}])
+        self.nginx.write_plans(TENANTS + [{"name": "dave", "key": "key-kd-secret", "plan": "pro"}])
         self.nginx.proc.send_signal(signal.SIGHUP)
         # The new workers know dave; the old one keeps what it queued.
         wait_for("dave to be known", lambda: self.nginx.request("/fast", "dave")[0] == 200)
@@ -596,8 +603,8 @@ class Options(unittest.TestCase):
 # plan, or that worker's P1 never refills (the core's scale rule); the window starts once the
 # floods have drained the buckets, so the burst does not count in it. /free costs nothing, so
 # that a P1 request takes exactly one credit.
-WORKER_TENANTS = [{"name": "alice", "key": "ka", "plan": "pro"},
-                  {"name": "bob", "key": "kb", "plan": "pro", "shares": 2}]
+WORKER_TENANTS = [{"name": "alice", "key": "key-ka-secret", "plan": "pro"},
+                  {"name": "bob", "key": "key-kb-secret", "plan": "pro", "shares": 2}]
 WORKER_PLANS = {"pro": {"P1": {"rate": 20, "burst": 16}, "P2": {"rate": 20, "burst": 16}}}
 # The rule's over- and under-grant (fractions computed at different instants of an epoch, from
 # demands an epoch old) and the window's edges; each worker enforcing the whole plan would be off
@@ -852,6 +859,25 @@ class Production(unittest.TestCase):
         finally:
             s.close()
 
+    def test_the_tenant_by_its_key(self):
+        status, headers, _ = self.nginx.request("/keyed/a", headers={"X-Api-Key": "key-ka-secret"})
+        self.assertEqual((status, headers.get("X-Creditloop-Tenant")), (200, "alice"))
+        status, headers, _ = self.nginx.request("/keyed/b", headers={"X-Api-Key": "key-kb-secret"})
+        self.assertEqual((status, headers.get("X-Creditloop-Tenant")), (200, "bob"))
+        # A name is no key, and no header is no tenant: both 401, logged with the reason and
+        # never the value.
+        self.assertEqual(self.nginx.request("/keyed/c", headers={"X-Api-Key": "alice"})[0], 401)
+        self.assertEqual(self.nginx.request("/keyed/d")[0], 401)
+        log = self.nginx.log()
+        self.assertIn("the key is no tenant's", log)
+        self.assertNotIn("key-ka-secret", log)
+
+    def test_a_user_who_is_no_tenant_is_asked_for_credentials(self):
+        status, headers, _ = self.nginx.request(
+            "/private/m", headers=basic_auth("mallory", PASSWORDS["mallory"]), timeout=5)
+        self.assertEqual(status, 401)
+        self.assertIn("Basic", headers.get("WWW-Authenticate", ""))
+
     def test_an_error_page_for_a_refusal_is_not_queued_again(self):
         held, out = self.nginx.hold_slot("errorpage")
         queued, queued_out = self.nginx.start_in_thread("/limited/first", "bob")
@@ -1020,7 +1046,7 @@ class Production(unittest.TestCase):
 
 class Scale(unittest.TestCase):
     def test_a_thousand_tenants_and_64_workers(self):
-        tenants = [{"name": f"t{i:04}", "key": f"k{i}", "plan": "lite"} for i in range(1000)]
+        tenants = [{"name": f"t{i:04}", "key": f"key-{i:04}-secret", "plan": "lite"} for i in range(1000)]
         nginx = Nginx(tenants=tenants + TENANTS, workers=64)
         try:
             self.assertEqual(nginx.request("/fast", "t0999")[0], 200)
@@ -1231,12 +1257,13 @@ class BadConfiguration(unittest.TestCase):
                    r'"creditloop_cost_unit"')
 
     def test_unknown_plan_in_json(self):
-        self.check("", plans_json([{"name": "x", "plan": "gold"}]),
+        self.check("", plans_json([{"name": "x", "key": "key-x-secret", "plan": "gold"}]),
                    r'creditloop_config .*tenants\[0\]\.plan: unknown plan "gold"')
 
     def test_bad_rate_in_json(self):
         self.check("", json.dumps({"plans": {"p": {"P1": {"rate": -1, "burst": 1}}},
-                                   "tenants": [{"name": "x", "plan": "p"}]}),
+                                   "tenants": [{"name": "x", "key": "key-x-secret",
+                                                "plan": "p"}]}),
                    r"creditloop_config .*plans\.p\.P1\.rate")
 
     def test_default_tenant_must_exist(self):
@@ -1263,6 +1290,13 @@ class BadConfiguration(unittest.TestCase):
         self.check("", plans_json(TENANTS),
                    r"worker_processes 1025 is more than the 1024 the module supports",
                    workers=1025)
+
+    def test_the_json_is_checked_as_the_server_checks_it(self):
+        self.check("", plans_json([{"name": "x", "key": "key-x-secret", "plan": "pro",
+                                    "sharez": 2}]),
+                   r'creditloop_config .*tenants\[0\]\.sharez')
+        self.check("", plans_json([{"name": "x", "plan": "pro"}]),
+                   r'creditloop_config .*tenants\[0\]\.key: is required')
 
     def test_a_room_used_before_it_is_defined(self):
         self.check("creditloop_room_use nope;", plans_json(TENANTS),

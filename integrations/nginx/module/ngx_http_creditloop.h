@@ -108,6 +108,9 @@ typedef struct {
     ngx_uint_t queue_limit;
     ngx_msec_t queue_timeout;
 
+    /* its place in the JSON's tenants */
+    size_t config_index;
+
     /* this worker's */
     creditloop_participant id;
     /* queued in this worker's core now */
@@ -194,8 +197,9 @@ struct ngx_http_creditloop_main_conf_s {
     ngx_str_t  unknown_tenant;
     ngx_uint_t queue_limit;
     ngx_msec_t queue_timeout;
-    /* sorted by name */
+    /* sorted by name; by_config[i] is the JSON's i-th tenant's place here */
     ngx_array_t tenants;
+    ngx_uint_t *by_config;
     int         classes;
     ngx_msec_t  epoch;
     /* of ngx_http_creditloop_room_t *; the first is the default room, whose
@@ -213,6 +217,10 @@ struct ngx_http_creditloop_main_conf_s {
 typedef struct {
     /* null: the module is off here */
     ngx_http_complex_value_t *tenant;
+    /* the value is a key (creditloop_key), not a name (creditloop_tenant) */
+    ngx_flag_t by_key;
+    /* the value is $remote_user: a 401 asks for Basic credentials */
+    ngx_flag_t                basic;
     ngx_http_complex_value_t *cost;
     /* null: the default room */
     ngx_http_creditloop_room_t *room;

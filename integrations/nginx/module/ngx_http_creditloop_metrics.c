@@ -158,6 +158,7 @@ ngx_http_creditloop_balances(
 
     for (i = 0; i < room->tenants.nelts; ++i) {
         /* The classes the tenant's plan holds, the same in every worker. */
+        s.size = sizeof(s);
         if (creditloop_snapshot(room->core, t[i].id, now, &s) !=
             CREDITLOOP_OK) {
             continue;
@@ -596,6 +597,7 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
     b->last = ngx_sprintf(b->last, "]},\"tenants\":[");
 
     for (i = 0; i < room->tenants.nelts; ++i) {
+        s.size = sizeof(s);
         if (creditloop_snapshot(room->core, t[i].id, now, &s) !=
             CREDITLOOP_OK) {
             continue;

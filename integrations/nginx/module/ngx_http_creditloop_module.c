@@ -102,6 +102,10 @@ static ngx_command_t ngx_http_creditloop_commands[] = {
         NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF |
             NGX_CONF_TAKE1,
         ngx_http_creditloop_tenant, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
+    {ngx_string("creditloop_key"),
+        NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF |
+            NGX_CONF_TAKE1,
+        ngx_http_creditloop_tenant, NGX_HTTP_LOC_CONF_OFFSET, 1, NULL},
     {ngx_string("creditloop_cost"),
         NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF |
             NGX_CONF_TAKE1,
@@ -256,8 +260,6 @@ ngx_http_creditloop_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_str_t                       *value = cf->args->elts;
     ngx_file_t                       file;
     ngx_file_info_t                  fi;
-    u_char                          *text;
-    ssize_t                          n;
     char                             message[512];
     creditloop_status                status;
     ngx_pool_cleanup_t              *cln;
@@ -282,6 +284,7 @@ ngx_http_creditloop_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             "creditloop_config: cannot open \"%V\"", &mcf->config_path);
         return NGX_CONF_ERROR;
     }
+    /* Checked here too, for nginx's own words on a path that is no file. */
     if (ngx_fd_info(file.fd, &fi) == NGX_FILE_ERROR || !ngx_is_file(&fi) ||
         ngx_file_size(&fi) > 16 * 1024 * 1024) {
         ngx_close_file(file.fd);
@@ -290,18 +293,11 @@ ngx_http_creditloop_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             &mcf->config_path);
         return NGX_CONF_ERROR;
     }
-    text = ngx_pnalloc(cf->temp_pool, (size_t) ngx_file_size(&fi) + 1);
-    if (text == NULL) {
-        ngx_close_file(file.fd);
-        return NGX_CONF_ERROR;
-    }
-    n = ngx_read_file(&file, text, (size_t) ngx_file_size(&fi), 0);
     ngx_close_file(file.fd);
-    if (n < 0) {
-        return NGX_CONF_ERROR;
-    }
 
-    status = creditloop_config_parse_json((const char *) text, (size_t) n,
+    /* Read by the library, as creditloop-server reads it: key_file beside the
+     * JSON, key_env from the environment now. */
+    status = creditloop_config_load((const char *) mcf->config_path.data,
         &mcf->config, message, sizeof(message));
     if (status != CREDITLOOP_OK) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "creditloop_config \"%V\": %s",
@@ -322,7 +318,11 @@ ngx_http_creditloop_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     for (i = 0; i < count; ++i) {
         creditloop_tenant_config      tc;
         ngx_http_creditloop_tenant_t *t;
-        (void) creditloop_config_tenant(mcf->config, i, &tc);
+
+        tc.size = sizeof(tc);
+        if (creditloop_config_tenant(mcf->config, i, &tc) != CREDITLOOP_OK) {
+            return NGX_CONF_ERROR;
+        }
         t = ngx_array_push(&mcf->tenants);
         if (t == NULL) {
             return NGX_CONF_ERROR;
@@ -340,6 +340,7 @@ ngx_http_creditloop_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         t->shares = tc.shares;
         t->queue_limit = tc.queue_limit;
         t->queue_timeout = (ngx_msec_t) tc.queue_timeout_ms;
+        t->config_index = i;
     }
     if (mcf->tenants.nelts == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -348,6 +349,15 @@ ngx_http_creditloop_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
     ngx_sort(mcf->tenants.elts, mcf->tenants.nelts,
         sizeof(ngx_http_creditloop_tenant_t), ngx_http_creditloop_tenant_cmp);
+    /* creditloop_config_find_key answers in the file's order. */
+    mcf->by_config = ngx_palloc(cf->pool, count * sizeof(ngx_uint_t));
+    if (mcf->by_config == NULL) {
+        return NGX_CONF_ERROR;
+    }
+    for (i = 0; i < count; ++i) {
+        mcf->by_config[((ngx_http_creditloop_tenant_t *) mcf->tenants.elts)[i]
+                           .config_index] = i;
+    }
     return NGX_CONF_OK;
 }
 
@@ -881,6 +891,8 @@ ngx_http_creditloop_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
     if (conf->tenant == NULL && !conf->off && !conf->metrics) {
         conf->tenant = prev->tenant;
+        conf->by_key = prev->by_key;
+        conf->basic = prev->basic;
     }
     if (conf->cost == NULL) {
         conf->cost = prev->cost;
@@ -920,9 +932,9 @@ ngx_http_creditloop_tenant(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_compile_complex_value_t ccv;
     ngx_http_creditloop_main_conf_t *mcf;
 
-    (void) cmd;
     if (lcf->tenant != NULL || lcf->off != NGX_CONF_UNSET) {
-        return "is duplicate";
+        return "is duplicate (creditloop_tenant and creditloop_key each name "
+               "the tenant)";
     }
     if (ngx_strcmp(value[1].data, "off") == 0) {
         lcf->off = 1;
@@ -933,6 +945,13 @@ ngx_http_creditloop_tenant(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return "needs \"creditloop_config\" before it, in the http block";
     }
     lcf->off = 0;
+    /* creditloop_key: the value is a key of the JSON's tenants, looked up by
+     * its SHA-256 as creditloop-server does; creditloop_tenant: a name. */
+    lcf->by_key = cmd->offset == 1;
+    /* A 401 names the scheme the client failed: a tenant that is the user
+     * auth_basic established. */
+    lcf->basic = value[1].len == sizeof("$remote_user") - 1 &&
+                 ngx_strncmp(value[1].data, "$remote_user", value[1].len) == 0;
     lcf->tenant = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
     if (lcf->tenant == NULL) {
         return NGX_CONF_ERROR;

@@ -294,6 +294,26 @@ ngx_http_creditloop_unqueued(ngx_http_creditloop_ctx_t *ctx)
 }
 
 
+/* The tenant a request's value names: by name, or by key (a SHA-256 looked up
+ * in the library, as creditloop-server looks it up). */
+static ngx_http_creditloop_tenant_t *
+ngx_http_creditloop_find(ngx_http_creditloop_loc_conf_t *lcf,
+    ngx_http_creditloop_room_t *room, ngx_str_t *value)
+{
+    size_t index;
+
+    if (!lcf->by_key) {
+        return ngx_http_creditloop_find_tenant(&room->tenants, value);
+    }
+    if (creditloop_config_find_key(room->mcf->config,
+            (const char *) value->data, value->len, &index) != CREDITLOOP_OK) {
+        return NULL;
+    }
+    return (ngx_http_creditloop_tenant_t *) room->tenants.elts +
+           room->mcf->by_config[index];
+}
+
+
 ngx_int_t
 ngx_http_creditloop_handler(ngx_http_request_t *r)
 {
@@ -338,9 +358,7 @@ ngx_http_creditloop_handler(ngx_http_request_t *r)
     if (ngx_http_complex_value(r, lcf->tenant, &name) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-    tenant = name.len == 0
-                 ? NULL
-                 : ngx_http_creditloop_find_tenant(&room->tenants, &name);
+    tenant = name.len == 0 ? NULL : ngx_http_creditloop_find(lcf, room, &name);
     if (tenant == NULL) {
         tenant = room->default_tenant;
     }
@@ -352,6 +370,7 @@ ngx_http_creditloop_handler(ngx_http_request_t *r)
         /* Never the value: it may be a credential. */
         ngx_log_error(lcf->log_level, r->connection->log, 0,
             name.len == 0 ? "creditloop: %s: the tenant value is empty"
+            : lcf->by_key ? "creditloop: %s: the key is no tenant's"
                           : "creditloop: %s: the tenant value names no tenant",
             lcf->dry_run ? "dry run, would refuse" : "refused");
         if (lcf->dry_run) {
@@ -362,6 +381,17 @@ ngx_http_creditloop_handler(ngx_http_request_t *r)
             ngx_http_creditloop_entry_worker(
                 room, NGX_HTTP_CREDITLOOP_ENTRY_UNAUTHORIZED),
             1);
+        if (lcf->basic) {
+            ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
+
+            if (h == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+            h->hash = 1;
+            ngx_str_set(&h->key, "WWW-Authenticate");
+            ngx_str_set(&h->value, "Basic realm=\"creditloop\"");
+            r->headers_out.www_authenticate = h;
+        }
         return NGX_HTTP_UNAUTHORIZED;
     }
     if (tenant->queue_limit != 0 && tenant->queued >= tenant->queue_limit &&

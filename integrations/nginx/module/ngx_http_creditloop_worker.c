@@ -97,6 +97,7 @@ ngx_http_creditloop_store_core(ngx_http_creditloop_room_t *room, int64_t now)
     int                             c;
 
     for (i = 0; i < room->tenants.nelts; ++i) {
+        s.size = sizeof(s);
         if (creditloop_snapshot(room->core, t[i].id, now, &s) !=
             CREDITLOOP_OK) {
             continue;
@@ -685,7 +686,10 @@ ngx_http_creditloop_dispatch(ngx_http_creditloop_room_t *room)
         if (took == 0) {
             break;
         }
-        got = creditloop_dispatch(room->core, now, room->decisions, took);
+        if (creditloop_dispatch(room->core, now, room->decisions, took, &got) !=
+            CREDITLOOP_OK) {
+            got = 0;
+        }
         if (got < took) {
             ngx_http_creditloop_give(room, took - got);
         }
