@@ -60,7 +60,7 @@ void RoomController::completed(Nanos dispatched_at, Nanos now) noexcept {
   if (dispatched_at < changed_at_) return;
   latency_sum_ += std::max<Nanos>(now - dispatched_at, 0);
   ++completions_;
-  const Nanos span = std::max(kLeastWindow, baseline_ * kWindowLatencies);
+  const Nanos span = std::max(kLeastWindow, no_queue_ * kWindowLatencies);
   // Eight completions per slot, so that a small room's windows are no longer than a large one's,
   // and at most kWindowCompletions, where the mean is steady to a few per cent.
   // A probe takes four times as many, or 32 per slot: the whole room is judged against its
@@ -108,7 +108,7 @@ void RoomController::close_window(Nanos now) noexcept {
 
   switch (phase_) {
     case Phase::start:
-      baseline_ = mean;
+      no_queue_ = mean;
       phase_ = Phase::steady;
       schedule_probe();
       return;
@@ -117,10 +117,10 @@ void RoomController::close_window(Nanos now) noexcept {
       // lower by more than the tolerance, a backend that got faster. A mean higher by more than
       // that is a queue the probe did not empty (a capacity that just fell), which the cuts
       // handle, or a backend slow for everyone, which they find: it is not taken.
-      if (above(baseline_, mean, kTolerancePerMille)) {
-        baseline_ = mean;
-      } else if (!above(mean, baseline_, kTolerancePerMille)) {
-        baseline_ = (baseline_ + mean) / 2;
+      if (above(no_queue_, mean, kTolerancePerMille)) {
+        no_queue_ = mean;
+      } else if (!above(mean, no_queue_, kTolerancePerMille)) {
+        no_queue_ = (no_queue_ + mean) / 2;
       }
       phase_ = Phase::steady;
       set_slots(resume_slots_, now);
@@ -130,14 +130,14 @@ void RoomController::close_window(Nanos now) noexcept {
       phase_ = Phase::steady;
       // Only a cut of a quarter or more tells: a smaller one moves the mean by less than its
       // noise.
-      if (above(mean, baseline_, 2 * kTolerancePerMille) && slots_ * 4 <= before_cut_ * 3 &&
+      if (above(mean, no_queue_, 2 * kTolerancePerMille) && slots_ * 4 <= before_cut_ * 3 &&
           mean * 8 > cut_mean_ * 7 && mean * 8 < cut_mean_ * 9) {
         // The cut left the mean where it was. Twice in a row, the backend is slow for everyone
         // (once may be a window that straddled a fall in capacity): its latency now is its
         // no-queue latency, and the room grows back to where it was before the cuts.
         if (++unchanged_ >= 2) {
           unchanged_ = 0;
-          baseline_ = mean;
+          no_queue_ = mean;
           threshold_ = std::max(threshold_, before_cuts_);
           return;
         }
@@ -154,19 +154,19 @@ void RoomController::close_window(Nanos now) noexcept {
     start_probe(now);
     return;
   }
-  if (above(baseline_, mean, 2 * kTolerancePerMille)) {
-    baseline_ = mean;  // the backend got faster: what it does now is its no-queue latency
+  if (above(no_queue_, mean, 2 * kTolerancePerMille)) {
+    no_queue_ = mean;  // the backend got faster: what it does now is its no-queue latency
   }
-  if (above(mean, baseline_, kTolerancePerMille) && slots_ == bounds_.least) {
+  if (above(mean, no_queue_, kTolerancePerMille) && slots_ == bounds_.least) {
     // No cut is left, and the least room is taken to be within the backend: what it sees is the
     // no-queue latency (the first window's few completions may have set it low): halfway there.
-    baseline_ = (baseline_ + mean) / 2;
+    no_queue_ = (no_queue_ + mean) / 2;
     return;
   }
-  if (above(mean, baseline_, kTolerancePerMille)) {
+  if (above(mean, no_queue_, kTolerancePerMille)) {
     // Little's law: the backend serves about slots x base / mean at once.
     const Wide served =
-        static_cast<Wide>(slots_) * static_cast<Wide>(std::max<Nanos>(baseline_, 1)) *
+        static_cast<Wide>(slots_) * static_cast<Wide>(std::max<Nanos>(no_queue_, 1)) *
         (1000 + kTolerancePerMille / 2) / (static_cast<Wide>(std::max<Nanos>(mean, 1)) * 1000);
     const std::uint64_t next =
         std::min<std::uint64_t>(std::max<std::uint64_t>(static_cast<std::uint64_t>(served),

@@ -38,7 +38,7 @@ class RoomController {
   [[nodiscard]] std::uint32_t slots() const noexcept { return slots_; }
   /// The latency without a queue in the backend, as the last probe (or the first window)
   /// measured it; 0 until then.
-  [[nodiscard]] Nanos no_queue_latency() const noexcept { return baseline_; }
+  [[nodiscard]] Nanos no_queue_latency() const noexcept { return no_queue_; }
   [[nodiscard]] RoomBounds bounds() const noexcept { return bounds_; }
 
   /// Completions the first window takes, at the least room.
@@ -48,7 +48,7 @@ class RoomController {
   /// A window spans at least this long, and kWindowLatencies no-queue latencies.
   static constexpr Nanos kLeastWindow = 20'000'000;  // 20 ms
   static constexpr std::int64_t kWindowLatencies = 8;
-  /// ... and eight completions per slot (at least 16), up to this many, where its mean is steady
+  /// ... and eight completions per slot (at least 32), up to this many, where its mean is steady
   /// to a few per cent.
   static constexpr std::int64_t kWindowCompletions = 64;
   /// A window mean this far above the no-queue latency (per mille) is a queue in the backend.
@@ -67,7 +67,7 @@ class RoomController {
   /// While below it, the room doubles each window (a slow start, and the way back after a
   /// backend slow for everyone); set to the room a cut left.
   std::uint32_t threshold_;
-  Nanos baseline_ = 0;
+  Nanos no_queue_ = 0;
   Phase phase_ = Phase::start;
   /// The room before the last cut and before the run of cuts it ended, and the mean that made
   /// the last cut.
