@@ -376,12 +376,13 @@ ngx_http_creditloop_wake_handler(ngx_event_t *ev)
     ngx_http_creditloop_room_t     **rooms = mcf->rooms.elts;
     ngx_uint_t                       i;
     uint64_t                         count;
+    ssize_t                          n;
 
-    /* Level-triggered: the read resets the counter, or the event fires again;
-     * EAGAIN is a wake-up another read took. */
-    if (read(c->fd, &count, sizeof(count)) != (ssize_t) sizeof(count)) {
-        count = 0;
-    }
+    /* Level-triggered: the read resets the counter, or the event fires again.
+     * What it read (how many wake-ups, or EAGAIN: another read took them)
+     * changes nothing: every room with a queue looks for room now. */
+    n = read(c->fd, &count, sizeof(count));
+    (void) n;
     for (i = 0; i < mcf->rooms.nelts; ++i) {
         if (rooms[i]->core != NULL && creditloop_waiting(rooms[i]->core) != 0) {
             ngx_http_creditloop_dispatch(rooms[i]);
