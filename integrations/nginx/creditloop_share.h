@@ -1,4 +1,4 @@
-/* The fleet's apportioning rule (tools/fleet-sim/apportion.hpp) for the module's C code: one
+/* The fleet's apportioning rule (fleet/apportion.hpp) for the module's C code: one
  * worker's fraction of a plan, or of the room, from its own demand and every live worker's. */
 #ifndef CREDITLOOP_NGINX_SHARE_H
 #define CREDITLOOP_NGINX_SHARE_H

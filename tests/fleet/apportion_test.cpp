@@ -1,4 +1,4 @@
-// The fleet rule (tools/fleet-sim/apportion.hpp): what the simulator's store computes, and what
+// The fleet rule (fleet/apportion.hpp): what the simulator's store computes, and what
 // the Redis function must compute from the same entries.
 #include "apportion.hpp"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """fleet_sim.lua_rule: the Redis function (tools/server/fleet.lua) and the simulator's rule
-(tools/fleet-sim/apportion.hpp, through creditloop-fleet-sim --apportion) give the same answer
+(fleet/apportion.hpp, through creditloop-fleet-sim --apportion) give the same answer
 and leave the same entries, on random stored states: demands of zero, small and above the clip,
 entries on both sides of the TTL and exactly at it, stamped ahead of Redis's clock on both sides of
 the allowance and exactly at it, stored demands above the clip (not written by a server), the

@@ -1,4 +1,4 @@
-// tools/fleet-sim/apportion.hpp: the fleet rule of docs/fleet.md as pure functions over the
+// fleet/apportion.hpp: the fleet rule of docs/fleet.md as pure functions over the
 // store's data, so that the simulator's store and the Redis function (Lua) compute the same
 // fractions from the same entries.
 //
