@@ -1,0 +1,693 @@
+// A request's way through the core: queued (submit, withdraw), dispatched in a turn (the class,
+// the cursor's visits, the ticket), completed (the cost charged back), and the filing of
+// buckets in the ready sets and timers that all three change. One file, so that GCC inlines
+// these calls as it sees fit: split into a file each around a shared header, the hot paths'
+// inlining changed and a cycle cost 5 to 11 % more instructions (tools/instruction-budget).
+#include "creditloop/core.hpp"
+
+#include "creditloop/detail/hand_back.hpp"
+
+#include <bit>
+
+namespace creditloop {
+namespace {
+
+// Ring size from which a visit prefetches the next stop's record: about where the records of a
+// ring (192 bytes each at k = 2) outgrow a core's share of L2.
+constexpr std::uint32_t kPrefetchFrom = 8192;
+
+// The gap since a participant's last refill past which a visit that fills a bucket moves the
+// refill instant (when nothing else needs refilling): past it, at 10,000 credits per second,
+// the gap's product no longer fits 64 bits and take_behind() splits it.
+constexpr std::uint64_t kCatchUpGap = 1'000'000;
+
+}  // namespace
+
+bool Core::live(ParticipantId p) const noexcept {
+  if (p.place >= ring_size_) return false;
+  const Header& s = header_at(p.place);
+  return s.live && s.generation == p.generation && p.issuer == issuer_;
+}
+
+// ---- buckets and filing ---------------------------------------------------------------------
+
+void Core::bring_to(Header& s, Nanos now) noexcept {
+  if (now <= s.refilled_at) return;
+  // In unsigned arithmetic: a participant registered before 0 and read near the clock's end is
+  // more than INT64_MAX nanoseconds behind.
+  const std::uint64_t dt =
+      static_cast<std::uint64_t>(now) - static_cast<std::uint64_t>(s.refilled_at);
+  s.refilled_at = now;
+  BucketRec* buckets = buckets_of(s);
+  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    BucketRec& b = buckets[std::countr_zero(held)];
+    BucketState state{b.balance, b.remainder};
+    refill(state, dt, b.rate, static_cast<Balance>(b.cap));
+    b.balance = state.balance;
+    b.remainder = static_cast<std::uint32_t>(state.remainder);
+  }
+}
+
+void Core::refile(std::uint32_t place, Header& s, ClassId c) noexcept {
+  BucketRec& b = buckets_of(s)[c];
+  if (b.has_credit()) {
+    timers_[c].erase(place);
+    ready_[c].set(place);
+  } else {
+    ready_[c].clear(place);
+    Nanos due = 0;
+    // A bucket just debited had a credit, so file_spent() needs no such test: only one scaled
+    // below a capacity of one credit reaches this branch without ever having had one.
+    if (b.holds_a_credit() &&
+        credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at, due)) {
+      timers_[c].set(place, due);
+    } else {
+      // Its credit lies beyond the clock, or never comes at these terms: nothing to wait for.
+      timers_[c].erase(place);
+      b.timer.set_instant(std::numeric_limits<Nanos>::max());
+    }
+  }
+}
+
+void Core::file_spent(std::uint32_t place, Header& s, ClassId c) noexcept {
+  BucketRec& b = buckets_of(s)[c];
+  ready_[c].clear(place);
+  Nanos due = 0;
+  if (credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at, due)) {
+    timers_[c].file(place, due);
+  } else {
+    b.timer.set_instant(std::numeric_limits<Nanos>::max());
+  }
+}
+
+bool Core::others_full(const Header& s, ClassId c) noexcept {
+  const BucketRec* buckets = buckets_of(s);
+  for (auto others = static_cast<std::uint8_t>(s.held & ~(1u << c)); others != 0;
+       others &= static_cast<std::uint8_t>(others - 1)) {
+    const BucketRec& b = buckets[std::countr_zero(others)];
+    if (b.balance < static_cast<Balance>(b.cap)) return false;
+  }
+  return true;
+}
+
+bool Core::credit_at(const Header& s, std::uint8_t among, Nanos now) noexcept {
+  const BucketRec* buckets = buckets_of(s);
+  for (; among != 0; among &= static_cast<std::uint8_t>(among - 1)) {
+    const BucketRec& b = buckets[std::countr_zero(among)];
+    if (b.has_credit() || b.timer.instant() <= now) return true;
+  }
+  return false;
+}
+
+void Core::file_charged(std::uint32_t place, Header& s, ClassId c, bool credit_now) noexcept {
+  BucketRec& b = buckets_of(s)[c];
+  if (!credit_now) {
+    refile(place, s, c);  // its credit instant lies ahead: filed at it
+    settle_credit_from(s);
+    return;
+  }
+  // It had the credit before the charge too, so it is in the ready set already, or its timer
+  // has fallen due and waits to be moved there.
+  if (!b.has_credit()) [[unlikely]] {
+    // A credit at `now` but not as of the last refill: the handle must hold the exact instant it
+    // came (settle_credit_from reads it), at or before `now`.
+    Nanos due = 0;
+    (void)credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at, due);
+    timers_[c].erase(place);
+    b.timer.set_instant(due);
+    ready_[c].set(place);
+  } else if (!ready_[c].test(place)) [[unlikely]] {
+    timers_[c].erase(place);
+    ready_[c].set(place);
+  }
+  // What settle_credit_from would find: a held bucket with a credit makes it "now".
+  s.credit_from = std::numeric_limits<Nanos>::min();
+}
+
+void Core::settle_credit_from(Header& s) noexcept {
+  // A held bucket without a credit is filed at its exact instant (or the clock's end), since
+  // every debit, charge and re-plan that took a credit away re-filed it. A due timer that expired
+  // into the ready set kept its key, so "key reached" covers it too.
+  const BucketRec* buckets = buckets_of(s);
+  Nanos earliest = std::numeric_limits<Nanos>::max();
+  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    const BucketRec& b = buckets[std::countr_zero(held)];
+    const Nanos instant = b.has_credit() ? std::numeric_limits<Nanos>::min() : b.timer.instant();
+    if (instant < earliest) earliest = instant;
+  }
+  s.credit_from = earliest;
+}
+
+void Core::refile_held(std::uint32_t place, Header& s) noexcept {
+  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    refile(place, s, static_cast<ClassId>(std::countr_zero(held)));
+  }
+  settle_credit_from(s);
+}
+
+void Core::enter_waiting(std::uint32_t place) noexcept {
+  waiting_.set(place);
+  Header& s = header_at(place);
+  BucketRec* buckets = buckets_of(s);
+  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    const auto c = static_cast<ClassId>(std::countr_zero(held));
+    // A timer still filed from before the participant went idle is exact: whatever changed the
+    // bucket took the timer out (the dispatch that emptied the queue, a charge or re-plan while
+    // idle), and refill alone does not move the instant. Only a credit that has landed since
+    // needs the ready set.
+    if (buckets[c].has_credit() || !timers_[c].contains(place)) refile(place, s, c);
+  }
+  settle_credit_from(s);
+}
+
+void Core::leave_waiting(std::uint32_t place) noexcept {
+  waiting_.clear(place);
+  // The timers stay filed (a participant that comes back before its credit lands finds them
+  // exact, and one that fires meanwhile is dropped by expire_timers): going idle and coming back,
+  // the usual life of a queue one request deep, then costs no timer work and no division.
+  for (std::uint8_t held = header_at(place).held; held != 0;
+       held &= static_cast<std::uint8_t>(held - 1)) {
+    ready_[std::countr_zero(held)].clear(place);
+  }
+}
+
+void Core::forget_timers(std::uint32_t place, std::uint8_t held) noexcept {
+  for (; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    timers_[std::countr_zero(held)].forget(place);
+  }
+}
+
+void Core::expire_due_timers(ClassId c, Nanos now) noexcept {
+  auto& timers = timers_[c];
+  // A due instant is exact: every change to the bucket since it was filed (debit, charge,
+  // re-plan) re-filed it. So a due participant has its credit and joins the ready set without
+  // its record being read (only its timer handle is written; the visit re-tests the credit anyway,
+  // for one comparison).
+  for (std::uint32_t place = timers.pop_due(now); place != detail::TimerHeap::npos;
+       place = timers.pop_due(now)) {
+    // An idle participant's timer only falls due: its bucket has the credit, which it finds
+    // when it next starts waiting.
+    if (waiting_.test(place)) ready_[c].set(place);
+  }
+}
+
+// ---- requests -------------------------------------------------------------------------------
+
+Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
+  if (!live(p)) return Errc::unknown_participant;
+  // relaxed: the core runs on one thread; a runtime's producer marked the request kInbox before
+  // the inbox's hand-off, which orders that store before this load.
+  const std::uint8_t state = request.held.load(std::memory_order_relaxed);
+  if (state != RequestHook::kIdle && state != RequestHook::kInbox) {
+    return Errc::already_queued;  // queued, in flight, or in a list not yet walked past it
+  }
+  // relaxed: published by the release store of `held` just after (request.hpp).
+  request.queued_by.store(issuer_, std::memory_order_relaxed);
+  request.queued_place.store(p.place, std::memory_order_relaxed);
+  // release: pairs with the acquire load in cancel(), which another runtime's dispatcher may run
+  // on this request (it must then read this core's issuer, and refuse it).
+  request.held.store(RequestHook::kQueued, std::memory_order_release);
+  now = advance_clock(now);
+  request.queued_at = now;
+  Header& s = header_at(p.place);
+  request.next_in_queue = nullptr;
+  request.prev_in_queue = s.tail;
+  if (s.tail == nullptr) {
+    s.head = &request;
+  } else {
+    s.tail->next_in_queue = &request;
+  }
+  s.tail = &request;
+  if (++s.queued == 1) {
+    bring_to(p.place, now);
+    enter_waiting(p.place);
+  }
+  return {};
+}
+
+Status Core::cancel(RequestHook& request) noexcept {
+  // acquire: pairs with the release stores of kQueued in submit() and kInFlight in dispatch,
+  // which may be another core's, on another thread: its issuer is then read, not ours.
+  const std::uint8_t state = request.held.load(std::memory_order_acquire);
+  // relaxed: ordered by the acquire above (request.hpp).
+  const std::uint32_t by = request.queued_by.load(std::memory_order_relaxed);
+  if (state == RequestHook::kInFlight && by == issuer_) return Errc::in_flight;
+  if (state != RequestHook::kQueued || by != issuer_) return Errc::not_queued;
+  const std::uint32_t place = request.queued_place.load(std::memory_order_relaxed);
+  Header& s = header_at(place);
+  // The head's prev_in_queue is not kept (request.hpp): the queue says who its head is.
+  RequestHook* const before = s.head == &request ? nullptr : request.prev_in_queue;
+  RequestHook* const after = request.next_in_queue;
+  if (before == nullptr) {
+    s.head = after;
+  } else {
+    before->next_in_queue = after;
+  }
+  if (after == nullptr) {
+    s.tail = before;
+  } else {
+    after->prev_in_queue = before;
+  }
+  request.next_in_queue = nullptr;
+  request.prev_in_queue = nullptr;
+  detail::give_back(request.held);  // the last access: it may be submitted again at once
+  // No credit was taken at submission and none is given back: the buckets, their timers and the
+  // cursors are as they were. A queue left empty leaves the waiting and ready sets, as after the
+  // dispatch of its last request; its timers stay filed (leave_waiting()).
+  if (--s.queued == 0) leave_waiting(place);
+  return {};
+}
+
+std::size_t Core::queued(ParticipantId p) const noexcept {
+  return live(p) ? header_at(p.place).queued : 0;
+}
+
+std::optional<Nanos> Core::oldest_queued_at(ParticipantId p) const noexcept {
+  if (!live(p)) return std::nullopt;
+  const RequestHook* const oldest = header_at(p.place).head;
+  return oldest == nullptr ? std::nullopt : std::optional<Nanos>(oldest->queued_at);
+}
+
+RequestList Core::take_all_queued() noexcept {
+  RequestList all;
+  for (std::uint32_t s = waiting_.find_next(0); s != detail::ReadySet::npos;
+       s = waiting_.find_next(s + 1)) {
+    Header& place = header_at(s);
+    leave_waiting(s);
+    detail::keep_for_list<detail::HookLink>(place.head);  // the list gives each back
+    all.splice_back(RequestList(place.head, place.tail, place.queued));
+    place.head = place.tail = nullptr;
+    place.queued = 0;
+  }
+  turn_.active = false;
+  return all;
+}
+
+// ---- the loop -------------------------------------------------------------------------------
+
+[[gnu::flatten]] std::optional<ClassId> Core::begin_turn(Nanos now) noexcept {
+  now = advance_clock(now);
+  turn_.active = false;
+  ClassId chosen = unmetered();
+  for (int i = 0; i < k_; ++i) {
+    const auto c = static_cast<ClassId>(i);
+    expire_timers(c, now);
+    if (ready_[c].any()) {
+      chosen = c;
+      break;
+    }
+  }
+  if (chosen == unmetered() && !waiting_.any()) return std::nullopt;
+  const std::int64_t cursor = cursor_[chosen];
+  turn_.active = true;
+  turn_.wrapped = false;
+  turn_.cls = chosen;
+  turn_.start = static_cast<std::uint32_t>(cursor + 1);  // -1 (never dispatched) starts at 0
+  turn_.end = ring_size_;
+  turn_.next = turn_.start;
+  ++turn_.serial;
+  ++passes_[chosen];
+  return chosen;
+}
+
+std::uint32_t Core::next_in_turn(const detail::ReadySet& set) noexcept {
+  if (!turn_.wrapped) {
+    const std::uint32_t p = set.find_next(turn_.next);
+    if (p < turn_.end) return p;  // npos is never below end
+    turn_.wrapped = true;
+    turn_.next = 0;
+  }
+  const std::uint32_t p = set.find_next(turn_.next);
+  return p < turn_.start ? p : detail::ReadySet::npos;
+}
+
+void Core::grow_tickets() {
+  // Past the reservation: grow, and keep the free list able to hold every record, so that
+  // complete() never allocates.
+  in_flight_records_.grow_to(tickets_);
+  free_tickets_.reserve(in_flight_records_.capacity());
+}
+
+Ticket Core::issue(std::uint32_t place, std::uint32_t generation, ClassId out,
+                   std::uint32_t incarnation, RequestHook& request) {
+  std::uint32_t index = 0;
+  if (!free_tickets_.empty()) {
+    index = free_tickets_.back();
+    free_tickets_.pop_back();
+  } else {
+    index = tickets_++;
+    if (tickets_ > in_flight_records_.capacity()) grow_tickets();
+  }
+  InFlight& f = in_flight_records_[index];
+  ++f.generation;  // odd: in flight
+  f.place = place;
+  f.participant_generation = generation;
+  f.bucket = out;
+  f.incarnation = incarnation;
+  f.request = &request;
+  ++in_flight_;
+  return Ticket{index, issuer_, f.generation};
+}
+
+void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
+                          bool whole_record) noexcept {
+  // At a million participants a record is rarely in cache, and a miss costs several visits'
+  // time: the records of the cursor's next kLookAhead stops are loaded ahead, each found by one
+  // search of the ready set per visit from where the last one stopped (a fresh start, at a new
+  // turn or when the cursor overtook the frontier, searches kLookAhead times). The requests at
+  // the head of the queues half that distance ahead are loaded too, once their headers have
+  // arrived: taking a request off its queue reads its link. An unmetered visit usually reads
+  // the header alone (see credit_possible), so only that line is worth the bandwidth there; but
+  // a header at half distance that shows a credit landed (its buckets will be refilled and
+  // debited) has its held bucket lines loaded too: at a million participants that visit was a
+  // miss per line, and loading them took 2 to 3 ns off a decision (1 % and 100 % waiting, side by
+  // side three times). The test uses the latest clock seen, which the visit's can only pass, so
+  // it loads lines the visit will not read only when a charge-back moves the instant meanwhile.
+  // The frontier is a hint: a participant that joins the set behind it is simply not prefetched.
+  Lookahead& la = lookahead_;
+  int searches = 1;
+  if (la.serial != turn_.serial || la.wrapped != turn_.wrapped || la.from <= place) {
+    la.serial = turn_.serial;
+    la.wrapped = turn_.wrapped;
+    la.from = place + 1;
+    la.found = 0;
+    searches = kLookAhead;
+  }
+  // The turn's walk runs to the ring's end, then from its start to where the turn began.
+  const std::uint32_t end = turn_.wrapped ? turn_.start : turn_.end;
+  for (; searches > 0; --searches) {
+    const std::uint32_t next = set.find_next(la.from);
+    if (next >= end) break;  // npos too
+    la.from = next + 1;
+    la.places[la.found++ % kLookAhead] = next;
+    if (whole_record) {
+      places_store_.prefetch(next);
+    } else {
+      places_store_.prefetch_header(next);
+    }
+  }
+  if (la.found > kLookAhead / 2) {
+    const std::uint32_t half = la.places[(la.found - 1 - kLookAhead / 2) % kLookAhead];
+    const Header& h = header_at(half);
+    if (const RequestHook* head = h.head) __builtin_prefetch(head);
+    if (!whole_record && credit_possible(h, now_)) {
+      const BucketRec* buckets = buckets_of(h);
+      for (std::uint8_t held = h.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+        __builtin_prefetch(&buckets[std::countr_zero(held)]);
+      }
+    }
+  }
+}
+
+// Writes each field of `d` on its own, as the caller's copies read them: built in a register
+// first, the outcome went through the stack and was read back wider than it was written.
+[[gnu::always_inline]] inline void Core::take_oldest(std::uint32_t place, Header& s, ClassId out,
+                                                     ClassId turn, Dispatch& d) noexcept {
+  std::uint32_t incarnation = 0;
+  if (out != unmetered()) {
+    BucketRec& b = buckets_of(s)[out];
+    ++b.dispatched;
+    incarnation = b.incarnation;
+  } else {
+    ++s.unmetered_dispatched;
+  }
+  RequestHook* request = s.head;
+  s.head = request->next_in_queue;
+  if (s.head == nullptr) s.tail = nullptr;
+  request->next_in_queue = nullptr;
+  // A completer that clears it hears of the dispatch through the embedder's own hand-off (or the
+  // runtime's job queue), which orders this store first. release: pairs with cancel()'s acquire
+  // load, for another core's cancel (see submit()).
+  request->held.store(RequestHook::kInFlight, std::memory_order_release);
+  --s.queued;
+  cursor_[turn] = place;
+  d.request = request;
+  d.ticket = issue(place, s.generation, out, incarnation, *request);
+  d.participant = ParticipantId{place, s.generation, issuer_};
+  d.out = out;
+  d.turn = turn;
+}
+
+ClassId Core::highest_credit(const Header& s, std::uint8_t among) noexcept {
+  const BucketRec* buckets = buckets_of(s);
+  for (std::uint8_t held = among; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    const auto h = static_cast<ClassId>(std::countr_zero(held));
+    if (buckets[h].has_credit()) return h;
+  }
+  return kNoClass;
+}
+
+std::optional<Dispatch> Core::visit(Nanos now) noexcept {
+  // One named result on every path, so that it is built in place in the caller's slot: a local
+  // copied out on return is read back wider than it was written (see dispatch()).
+  std::optional<Dispatch> d;
+  if (!turn_.active) return d;
+  now = advance_clock(now);
+  d.emplace();
+  const bool sent =
+      turn_.cls == unmetered() ? visit_unmetered(now, *d) : visit_metered(turn_.cls, now, *d);
+  if (!sent) d.reset();
+  return d;
+}
+
+std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
+  now = advance_clock(now);
+  std::size_t n = 0;
+  while (n < out.size()) {
+    if (!turn_.active && !begin_turn(now)) break;
+    // Inlined here, each visit's outcome is stored straight into `out`. Returned by value from
+    // visit(), the caller copies it with wider loads than the stores that built it: a
+    // store-forwarding stall that, by perf, was over half of an unmetered visit's time.
+    Dispatch& d = out[n];
+    if (turn_.cls == unmetered() ? visit_unmetered(now, d) : visit_metered(turn_.cls, now, d)) ++n;
+  }
+  return n;
+}
+
+[[gnu::always_inline]] inline Core::Header* Core::next_stop(const detail::ReadySet& set,
+                                                            bool whole_record,
+                                                            std::uint32_t& place) noexcept {
+  for (;;) {
+    place = next_in_turn(set);
+    if (place == detail::ReadySet::npos) {
+      turn_.active = false;
+      return nullptr;
+    }
+    turn_.next = place + 1;
+    if (ring_size_ >= kPrefetchFrom) prefetch_ahead(set, place, whole_record);
+    Header& s = header_at(place);
+    if (s.joined_turn != turn_.serial) return &s;
+  }
+}
+
+// The two kinds of visit are separate loops: an unmetered visit usually reads one line and no
+// bucket, and sharing one body with the metered visit made GCC keep both paths' values live at
+// once (a 472-byte frame and a spill or reload every few instructions).
+[[gnu::always_inline]] inline bool Core::visit_metered(ClassId c, Nanos now, Dispatch& d) noexcept {
+  for (;;) {
+    // Credits that land during the turn count when the cursor reaches their owner.
+    expire_timers(c, now);
+    std::uint32_t place = 0;
+    Header* const stop = next_stop(ready_[c], true, place);
+    if (stop == nullptr) return false;
+    Header& s = *stop;
+    BucketRec* buckets = buckets_of(s);
+    // Rule 4: the highest class with a credit, which is c unless one above it has a credit
+    // (landed since the turn began).
+    const auto above = static_cast<std::uint8_t>(s.held & ((1u << c) - 1u));
+    {
+      // The usual visit: it goes out under c, whose bucket takes the credit behind its refill
+      // (bucket.hpp, take_behind), so that neither its other buckets nor its refill instant are
+      // touched. It keeps the credit's place in the ready set when it has another.
+      BucketRec& b = buckets[c];
+      BucketState state{b.balance, b.remainder};
+      Balance at_now = 0;
+      const Taken taken = above == 0 || !credit_at(s, above, now)
+                              ? take_behind(state, since_refill(s, now), b.rate,
+                                            static_cast<Balance>(b.cap), kNanoPerCredit, at_now)
+                              : Taken::refused;
+      // A long gap since the last refill makes the next one's arithmetic wider (bucket.hpp):
+      // when nothing else needs refilling, the refill instant moves to `now` too.
+      const bool caught_up =
+          taken == Taken::at_cap && since_refill(s, now) > kCatchUpGap && others_full(s, c);
+      if (caught_up) state = BucketState{at_now, 0};
+      if (taken != Taken::refused && at_now >= 0 && (at_now < kNanoPerCredit || has_credit(state)))
+          [[likely]] {
+        if (caught_up) s.refilled_at = now;
+        b.balance = state.balance;
+        b.remainder = static_cast<std::uint32_t>(state.remainder);
+        take_oldest(place, s, c, c, d);
+        if (s.queued == 0) {
+          leave_waiting(place);
+        } else if (at_now >= kNanoPerCredit) {
+          s.credit_from = std::numeric_limits<Nanos>::min();
+        } else {
+          file_spent(place, s, c);
+          settle_credit_from(s);
+        }
+        return true;
+      }
+    }
+    // Refilled first: a credit above c, a charge-back that took c's credit since it was filed,
+    // a gap too long for 64-bit arithmetic, or a credit at `now` that the stored value (as of
+    // the last refill) lacks, whose exact instant a refill saves computing.
+    bring_to(s, now);
+    if (!buckets[c].has_credit()) [[unlikely]] {
+      refile(place, s, c);  // a charge-back landed since it was filed
+      settle_credit_from(s);
+      continue;
+    }
+    ClassId out = c;
+    if (above != 0) [[unlikely]] {
+      const ClassId h = highest_credit(s, above);
+      if (h != kNoClass) out = h;
+    }
+    buckets[out].balance -= kNanoPerCredit;
+    take_oldest(place, s, out, c, d);
+    if (out == c) {
+      // From the ready set, so its c timer is not filed: an empty queue leaves it exact, and
+      // a spent credit files it without the heap looking for it first.
+      if (s.queued == 0) {
+        leave_waiting(place);
+        return true;
+      }
+      if (buckets[c].has_credit()) {
+        // What settle_credit_from would find: a held bucket with a credit makes it "now".
+        s.credit_from = std::numeric_limits<Nanos>::min();
+        return true;
+      }
+      file_spent(place, s, c);
+      settle_credit_from(s);
+      return true;
+    }
+    // Went out above the turn's class (rule 4): that bucket is re-filed.
+    file_after_debit(place, s, out, true);
+    return true;
+  }
+}
+
+[[gnu::always_inline]] inline bool Core::visit_unmetered(Nanos now, Dispatch& d) noexcept {
+  const ClassId c = unmetered();
+  std::uint32_t place = 0;
+  Header* const stop = next_stop(waiting_, false, place);
+  if (stop == nullptr) return false;
+  Header& s = *stop;
+  if (credit_possible(s, now)) {
+    visit_unmetered_with_credit(place, s, now, d);
+    return true;
+  }
+  // The usual unmetered visit: every bucket of this participant is filed with an exact credit
+  // instant still ahead (or none), so it goes out unmetered without its buckets being read;
+  // refill is lazy and exact, so skipping it loses nothing. It is in no ready set either (a ready
+  // participant has a credit, so its credit_from is behind the clock), so going idle only leaves
+  // the waiting set.
+  take_oldest(place, s, c, c, d);
+  if (s.queued == 0) waiting_.clear(place);
+  return true;
+}
+
+// A credit landed since the turn began (unmetered turns expire no timers): the request goes out
+// under the highest class that has one, if the refill confirms it.
+void Core::visit_unmetered_with_credit(std::uint32_t place, Header& s, Nanos now,
+                                       Dispatch& d) noexcept {
+  bring_to(s, now);
+  const ClassId h = highest_credit(s, s.held);
+  const ClassId out = h == kNoClass ? unmetered() : h;
+  if (out != unmetered()) buckets_of(s)[out].balance -= kNanoPerCredit;
+  take_oldest(place, s, out, unmetered(), d);
+  file_after_debit(place, s, out, out != unmetered());
+}
+
+[[gnu::always_inline]] inline void Core::file_after_debit(std::uint32_t place, Header& s,
+                                                          ClassId out, bool refile_out) noexcept {
+  if (s.queued == 0) {
+    leave_waiting(place);
+    // An idle participant's timers must be exact (enter_waiting keeps them); the debited
+    // bucket's may still be filed at the instant of the credit just spent.
+    if (out != unmetered()) timers_[out].erase(place);
+  } else {
+    if (refile_out) refile(place, s, out);
+    settle_credit_from(s);  // its lines are in cache now
+  }
+}
+
+// ---- completions ----------------------------------------------------------------------------
+
+Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
+  return complete_nano(t, cost_nano, now, true);
+}
+
+Result<Completion> Core::retire_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
+  return complete_nano(t, cost_nano, now, false);
+}
+
+Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos now,
+                                       bool give_back_request) noexcept {
+  if (cost_nano < 0 || cost_nano > kMaxCostNano) return Errc::bad_cost;
+  if (t.issuer != issuer_ || t.index >= tickets_ || (t.generation & 1u) == 0) {
+    return Errc::unknown_ticket;
+  }
+  InFlight& f = in_flight_records_[t.index];
+  if (t.generation > f.generation) return Errc::unknown_ticket;
+  if (t.generation != f.generation) return Errc::stale_ticket;
+  now = advance_clock(now);
+
+  ++f.generation;                    // even: retired; a repeat of this ticket is now stale
+  free_tickets_.push_back(t.index);  // never allocates: capacity covers every record
+  --in_flight_;
+  if (give_back_request) {
+    detail::give_back(f.request->held);
+  }
+
+  const ParticipantId p{f.place, f.participant_generation, issuer_};
+  Completion done{p, f.bucket, false};
+  if (!live(p)) return done;
+  Header& s = header_at(f.place);
+  Cold& st = cold_[f.place];
+  ++st.completed;
+  const ClassId c = f.bucket;
+  // Reached through the header: the chunked store's lookup is not repeated for each use.
+  if (c == unmetered() || ((s.held >> c) & 1u) == 0 ||
+      buckets_of(s)[c].incarnation != f.incarnation) {
+    st.cost_uncharged += cost_nano;
+    return done;
+  }
+  done.charged = true;
+  // A zero cost changes no balance and so no credit instant: nothing to refill or re-file
+  // (refill is lazy and exact, so skipping it loses nothing).
+  if (cost_nano == 0) return done;
+  st.cost_charged += cost_nano;
+  // Charged behind the refill (bucket.hpp, take_behind): the same balance at `now` as a refill
+  // followed by the charge, with the participant's other buckets and its refill instant left
+  // alone. A charge to a bucket that sat full is still not absorbed by its cap (that would
+  // forgive debt): the stored value is the charged one less the refill still to come.
+  BucketRec& b = buckets_of(s)[c];
+  BucketState state{b.balance, b.remainder};
+  Balance at_now = 0;
+  const Taken taken = take_behind(state, since_refill(s, now), b.rate, static_cast<Balance>(b.cap),
+                                  cost_nano, at_now);
+  if (taken == Taken::refused) [[unlikely]] {
+    bring_to(s, now);
+    state = BucketState{b.balance, b.remainder};
+    (void)take_behind(state, 0, b.rate, static_cast<Balance>(b.cap), cost_nano, at_now);
+  } else if (taken == Taken::at_cap && others_full(s, c)) {
+    s.refilled_at = now;
+    state = BucketState{at_now, 0};
+  }
+  b.balance = state.balance;
+  b.remainder = static_cast<std::uint32_t>(state.remainder);
+  if (s.queued != 0) {
+    // The common completion changes no class: the bucket keeps a credit, as of its last refill
+    // too, and so its place in the ready set.
+    if (at_now >= kNanoPerCredit && b.has_credit() && ready_[c].test(f.place)) [[likely]] {
+      s.credit_from = std::numeric_limits<Nanos>::min();
+    } else {
+      file_charged(f.place, s, c, at_now >= kNanoPerCredit);
+    }
+  } else {
+    timers_[c].erase(f.place);  // its instant moved; enter_waiting files it again
+  }
+  return done;
+}
+
+}  // namespace creditloop
