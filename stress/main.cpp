@@ -81,7 +81,7 @@ void register_all(Run& run) {
   std::vector<std::thread> adders;
   for (std::uint32_t t = 0; t < threads; ++t) {
     adders.emplace_back([&run, t, threads] {
-      // pro, lite, free, top, odd, gold: the same weights as churn (workload.cpp).
+      // pro, lite, free, top, odd, gold: the same weights as churn (churn.cpp).
       constexpr std::uint64_t kWeights[] = {35, 25, 10, 12, 10, 8};
       for (std::uint32_t i = t; i < run.o.participants; i += threads) {
         Rng rng(seed_for(run.o.seed, Role::setup, i));

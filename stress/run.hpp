@@ -1,5 +1,5 @@
 // stress/run.hpp: the state one stress run shares between its threads, and the threads' bodies
-// (workload.cpp).
+// (workload.cpp, churn.cpp, watch.cpp).
 #pragma once
 
 #include <atomic>

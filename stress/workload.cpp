@@ -1,5 +1,6 @@
-// The threads of a stress run: producers, completers (sink mode), the handler (pool mode), churn,
-// pranks (completions that must be refused), the monitor and the watchdog.
+// The threads of a stress run that move requests: producers, completers (sink mode), the handler
+// (pool mode) and pranks (completions that must be refused). Churn is churn.cpp; the monitor and
+// the watchdog are watch.cpp.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "expect.hpp"
 #include "run.hpp"
 
 namespace creditloop::stress {
@@ -18,10 +20,6 @@ using creditloop::Status;
 namespace {
 
 constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
-// The names of the checks beyond the six: docs/contract.md §5's refusals, asserted as they happen.
-constexpr const char* kCompletionErrors = "completion errors (contract §5)";
-constexpr const char* kLifecycle = "lifecycle (contract §5)";
-
 const char* state_str(ReqState s) {
   switch (s) {
     case ReqState::free:
@@ -100,33 +98,6 @@ void mark_dispatched(Run& run, Req& r, ParticipantId p, const char* by) {
   run.dispatched_seen.fetch_add(1, kRelaxed);
 }
 
-/// A call that must be refused with `want`.
-void expect_refused(Status got, Errc want, const char* check, const std::string& what) {
-  if (!got.ok() && got.error() == want) return;
-  fail(check, what + ": expected " + errc_str(want) + ", got " + status_str(got));
-}
-
-/// A lifecycle call that must be refused with `want`; shut_down is the answer to everything
-/// once shutdown has begun.
-void expect_lifecycle_refusal(Run& run, Status got, Errc want, const std::string& what) {
-  if (!got.ok() && got.error() == Errc::shut_down &&
-      run.shutting_down.load(std::memory_order_acquire)) {
-    return;
-  }
-  expect_refused(got, want, kLifecycle, what);
-  run.churn_refusals.fetch_add(1, kRelaxed);
-}
-
-/// Whether a lifecycle call that should succeed did; false when it was refused because shutdown
-/// has begun.
-bool lifecycle_ok(Run& run, Status got, const std::string& what) {
-  if (got.ok()) return true;
-  if (got.error() == Errc::shut_down && run.shutting_down.load(std::memory_order_acquire)) {
-    return false;
-  }
-  fail(kLifecycle, what + " refused: " + errc_str(got.error()));
-}
-
 Req* take_free(Run& run, Producer& me) {
   for (;;) {
     if (!me.free.empty()) {
@@ -146,35 +117,6 @@ Req* take_free(Run& run, Producer& me) {
     me.returned.wait(nullptr, std::memory_order_acquire);
     me.state.store(Producer::running, kRelaxed);
   }
-}
-
-std::string plan_of(const Run& run, Rng& rng) {
-  // pro, lite, free, top, odd, gold (options.cpp), weighted towards the reference plans.
-  constexpr std::uint64_t kWeights[] = {35, 25, 10, 12, 10, 8};
-  std::uint64_t roll = rng.below(100);
-  for (std::size_t i = 0; i < std::size(kWeights); ++i) {
-    if (roll < kWeights[i]) return run.config.plans[i].name;
-    roll -= kWeights[i];
-  }
-  return run.config.plans[0].name;
-}
-
-// A fraction of a plan in millionths, as a fleet gives them: often the whole plan or nothing,
-// otherwise anything between, small ones included (rates and capacities that round away).
-std::uint32_t scale_of(Rng& rng) {
-  const std::uint64_t roll = rng.below(100);
-  if (roll < 20) return creditloop::kWholePlan;
-  if (roll < 35) return 0;
-  if (roll < 45) return 1 + rng.below32(1000);
-  return rng.below32(creditloop::kWholePlan + 1);
-}
-
-std::uint32_t shares_of(Rng& rng) {
-  const std::uint64_t roll = rng.below(100);
-  if (roll < 60) return 1;
-  if (roll < 93) return 2 + rng.below32(9);
-  if (roll < 98) return 11 + rng.below32(90);
-  return 1000 + rng.below32(9001);
 }
 
 }  // namespace
@@ -505,241 +447,6 @@ void pranks_main(Run& run) {
     refused(rt.complete(zero, std::numeric_limits<double>::quiet_NaN()), Errc::bad_cost,
             "a NaN cost on a forged ticket");
     refused(rt.complete_nano(beyond, -1), Errc::bad_cost, "cost -1 nano-credit, forged ticket");
-  }
-}
-
-// ---- churn --------------------------------------------------------------------------------------
-
-namespace {
-
-void publish(Run& run, std::uint32_t name, ParticipantId id, bool removed) {
-  // release: pairs with the producers' acquire load; they then know the call has returned.
-  run.directory[name].store(directory::pack(id, removed), std::memory_order_release);
-}
-
-void churn_add(Run& run, Rng& rng, std::uint32_t name) {
-  const std::string n = participant_name(name);
-  const auto r = run.rt->add(n, plan_of(run, rng), shares_of(rng));
-  if (!lifecycle_ok(run, r.status(), "add(" + n + ") after its removal")) return;
-  publish(run, name, *r, false);
-  run.adds.fetch_add(1, kRelaxed);
-  if (rng.one_in(16)) {
-    const std::optional<ParticipantId> found = run.rt->find(n);
-    if (found && !(*found == *r) && !run.shutting_down.load(std::memory_order_acquire)) {
-      fail("check 1 (fate)", "find(" + n + ") is " + str(*found) + ", add() returned " + str(*r));
-    }
-  }
-}
-
-void churn_once(Run& run, Rng& rng) {
-  creditloop::Runtime& rt = *run.rt;
-  const std::uint32_t name = rng.below32(run.o.participants);
-  const std::uint64_t word = run.directory[name].load(std::memory_order_acquire);
-  const ParticipantId id = directory::id_of(word, run.rt->issuer());
-  const std::string n = participant_name(name);
-  const std::string subject = who(name, id);
-  run.churn_ops.fetch_add(1, kRelaxed);
-  if (directory::removed(word)) {
-    switch (rng.below(10)) {
-      case 0:
-        expect_lifecycle_refusal(run, rt.remove(id).status(), Errc::unknown_participant,
-                                 "remove() of " + subject + ", removed already");
-        return;
-      case 1:
-        expect_lifecycle_refusal(run, rt.replan(id, plan_of(run, rng), 1),
-                                 Errc::unknown_participant,
-                                 "replan() of " + subject + ", removed already");
-        return;
-      case 2:
-        expect_lifecycle_refusal(run, rt.add(n, "no-such-plan", 1).status(), Errc::unknown_plan,
-                                 "add(" + n + ") with an unknown plan");
-        return;
-      case 3:
-        expect_lifecycle_refusal(run, rt.add(n, plan_of(run, rng), 0).status(), Errc::bad_shares,
-                                 "add(" + n + ") with 0 shares");
-        return;
-      case 4:
-        expect_lifecycle_refusal(run, rt.scale(id, scale_of(rng)), Errc::unknown_participant,
-                                 "scale() of " + subject + ", removed already");
-        return;
-      default:
-        churn_add(run, rng, name);
-        return;
-    }
-  }
-  const std::uint64_t roll = rng.below(100);
-  if (roll < 45) {
-    auto r = rt.remove(id);
-    if (!lifecycle_ok(run, r.status(), "remove() of " + subject)) return;
-    std::size_t queued = 0;
-    const std::size_t count = r->size();
-    std::vector<std::uint64_t> ids =
-        take_handed_back(run, std::move(*r), id, "remove() of " + subject, queued);
-    run.handed_back_remove.fetch_add(count, kRelaxed);
-    publish(run, name, id, true);
-    run.removes.fetch_add(1, kRelaxed);
-    if (run.log)
-      run.handbacks.real(HandBacks::key(id), std::move(ids), queued, "remove() of " + subject);
-    if (rng.one_in(2)) churn_add(run, rng, name);  // back at once, as a new participant
-  } else if (roll < 72) {
-    if (lifecycle_ok(run, rt.replan(id, plan_of(run, rng), shares_of(rng)),
-                     "replan() of " + subject)) {
-      run.replans.fetch_add(1, kRelaxed);
-    }
-  } else if (roll < 82) {
-    if (lifecycle_ok(run, rt.scale(id, scale_of(rng)), "scale() of " + subject)) {
-      run.scales.fetch_add(1, kRelaxed);
-    }
-  } else if (roll < 85) {
-    expect_lifecycle_refusal(run, rt.scale(id, creditloop::kWholePlan + 1 + rng.below32(1000)),
-                             Errc::bad_scale, "scale() of " + subject + " above the whole plan");
-  } else if (roll < 89) {
-    expect_lifecycle_refusal(run, rt.replan(id, plan_of(run, rng), 0), Errc::bad_shares,
-                             "replan() of " + subject + " to 0 shares");
-  } else if (roll < 92) {
-    expect_lifecycle_refusal(run, rt.replan(id, plan_of(run, rng), creditloop::kMaxShares + 1),
-                             Errc::bad_shares, "replan() of " + subject + " above the share limit");
-  } else if (roll < 95) {
-    expect_lifecycle_refusal(run, rt.replan(id, "no-such-plan", 1), Errc::unknown_plan,
-                             "replan() of " + subject + " to an unknown plan");
-  } else if (roll < 98) {
-    expect_lifecycle_refusal(run, rt.add(n, plan_of(run, rng), shares_of(rng)).status(),
-                             Errc::duplicate_name, "add(" + n + ") while registered");
-  } else {
-    // The core tests the shares before the name.
-    expect_lifecycle_refusal(run, rt.add(n, plan_of(run, rng), 0).status(), Errc::bad_shares,
-                             "add(" + n + ") with 0 shares while registered");
-  }
-}
-
-}  // namespace
-
-void churn_main(Run& run) {
-  Rng rng(seed_for(run.o.seed, Role::churn, 0));
-  run.gate.wait();
-  // Paced, not synchronized: no check depends on when a lifecycle call happens.
-  const double mean_ns = run.o.churn_us * 1000;
-  while (
-      !run.stop.wait_for(std::chrono::nanoseconds(static_cast<Nanos>(2 * mean_ns * rng.unit())))) {
-    churn_once(run, rng);
-  }
-}
-
-// ---- monitor ------------------------------------------------------------------------------------
-
-void monitor_main(Run& run) {
-  Rng rng(seed_for(run.o.seed, Role::monitor, 0));
-  creditloop::Runtime& rt = *run.rt;
-  creditloop::RuntimeSnapshot previous;
-  const std::uint64_t log_cap = run.o.replay_backlog_mb * 1024 * 1024 / sizeof(Event);
-  run.gate.wait();
-  const Nanos start = steady_ns();
-  Nanos next_progress = start + 5'000'000'000;
-  const std::uint64_t replayed_at_start = run.replayer ? run.replayer->replayed() : 0;
-  while (!run.stop.wait_for(std::chrono::milliseconds(20 + rng.below(30)))) {
-    if (run.replayer && run.recorder.recording()) {
-      // The replay's pace over the run so far, against what waits for it: a replay that could
-      // not catch up within the allowed lag ends here, before it holds up the end of the run for
-      // longer (or its log outgrows the memory allowed). Half a second of measurement first.
-      const std::uint64_t replayed = run.replayer->replayed();
-      const std::uint64_t appended = run.log->appended();
-      const std::uint64_t backlog = appended > replayed ? appended - replayed : 0;
-      const double elapsed = static_cast<double>(steady_ns() - start) / 1e9;
-      const double pace = static_cast<double>(replayed - replayed_at_start) / elapsed;
-      if (backlog > log_cap) {
-        run.recorder.cut(Recorder::Cut::memory);
-      } else if (elapsed >= 0.5 && backlog > EventLog::kChunkEvents &&
-                 static_cast<double>(backlog) > pace * run.o.replay_lag_s) {
-        run.recorder.cut(Recorder::Cut::lag);
-      }
-    }
-    const creditloop::RuntimeSnapshot s = rt.snapshot();
-    run.snapshots.fetch_add(1, kRelaxed);
-    std::uint64_t per_class = 0;
-    for (int c = 0; c <= s.classes; ++c)
-      per_class += s.per_class[static_cast<std::size_t>(c)].dispatched;
-    if (s.classes != run.config.classes || s.in_flight > run.o.slots ||
-        s.completed > s.dispatched || s.dispatched > s.submitted || per_class != s.dispatched ||
-        s.submitted < previous.submitted || s.dispatched < previous.dispatched ||
-        s.completed < previous.completed || s.at < previous.at) {
-      fail("snapshot", "inconsistent runtime snapshot: in flight " + std::to_string(s.in_flight) +
-                           ", submitted " + std::to_string(s.submitted) + " (before " +
-                           std::to_string(previous.submitted) + "), dispatched " +
-                           std::to_string(s.dispatched) + " (per class " +
-                           std::to_string(per_class) + "), completed " +
-                           std::to_string(s.completed));
-    }
-    previous = s;
-    if (run.o.snapshots) {
-      const std::uint32_t name = rng.below32(run.o.participants);
-      const ParticipantId id =
-          directory::id_of(run.directory[name].load(std::memory_order_acquire), rt.issuer());
-      if (const auto p = rt.snapshot(id)) {
-        if (!(p->id == id) || p->name != participant_name(name)) {
-          fail("snapshot", "snapshot(" + str(id) + ") describes " + p->name + " " + str(p->id));
-        }
-      }
-      if (rng.one_in(8)) (void)rt.snapshot_participants();
-    }
-    const Nanos now = steady_ns();
-    if (now >= next_progress) {
-      next_progress += 5'000'000'000;
-      std::printf("  %5.1f s: dispatched %" PRIu64 ", completed %" PRIu64 ", in flight %" PRIu64
-                  ", churn %" PRIu64 ", replay %" PRIu64 " events behind%s\n",
-                  static_cast<double>(now - start) / 1e9, s.dispatched, s.completed, s.in_flight,
-                  run.churn_ops.load(kRelaxed),
-                  run.replayer ? run.log->appended() - run.replayer->replayed() : 0,
-                  run.replayer && !run.recorder.recording() ? " (ended)" : "");
-      std::fflush(stdout);
-    }
-  }
-}
-
-// ---- watchdog -----------------------------------------------------------------------------------
-
-void watchdog_main(Run& run) {
-  const Nanos limit = static_cast<Nanos>(run.o.watchdog_ms * 1e6);
-  const auto period = std::chrono::nanoseconds(std::max<Nanos>(limit / 20, 1'000'000));
-  std::uint64_t last_moved = ~std::uint64_t{0};
-  Nanos since = steady_ns();
-  run.gate.wait();
-  while (!run.stop.wait_for(period)) {
-    const std::uint64_t dispatched = run.recorder.dispatches();
-    const std::uint64_t completed = run.recorder.completions();
-    std::uint64_t accepted = 0;
-    for (const auto& p : run.producers) accepted += p->accepted.load(kRelaxed);
-    const std::uint64_t handed =
-        run.handed_back_remove.load(kRelaxed) + run.handed_back_shutdown.load(kRelaxed);
-    const auto waiting = static_cast<std::int64_t>(accepted - dispatched - handed);
-    const std::uint64_t in_flight = dispatched - completed;
-    const std::uint64_t moved = dispatched + completed;
-    const Nanos now = steady_ns();
-    if (moved != last_moved || (waiting <= 0 && in_flight == 0)) {
-      last_moved = moved;
-      since = now;
-      continue;
-    }
-    if (now - since < limit) continue;
-    std::string d = "nothing dispatched or completed for " +
-                    std::to_string((now - since) / 1'000'000) + " ms while " +
-                    std::to_string(waiting) + " requests wait and " + std::to_string(in_flight) +
-                    " are in flight (dispatched " + std::to_string(dispatched) + ", completed " +
-                    std::to_string(completed) + ", accepted " + std::to_string(accepted) +
-                    ", handed back " + std::to_string(handed) + "; the dispatcher's last event " +
-                    std::to_string((now - run.recorder.last_now()) / 1'000'000) +
-                    " ms ago; shutting down: " + (run.shutting_down.load(kRelaxed) ? "yes" : "no") +
-                    "; producers:";
-    for (const auto& p : run.producers) d += " " + std::to_string(p->state.load(kRelaxed));
-    d += " (0 running, 1 out of requests, 2 done)";
-    if (!run.rings.empty()) {
-      d += "; completer queues:";
-      for (const auto& r : run.rings) d += " " + std::to_string(r->depth());
-    }
-    if (run.replayer) {
-      d += "; replay " + std::to_string(run.log->appended() - run.replayer->replayed()) +
-           " events behind";
-    }
-    stall("check 6 (no lost wake-up)", d);
   }
 }
 
