@@ -334,6 +334,18 @@ int64_t                       ngx_http_creditloop_now(void);
 ngx_http_creditloop_tenant_t *ngx_http_creditloop_find_tenant(
     ngx_array_t *tenants, ngx_str_t *name);
 
+/* ngx_http_creditloop_room.c */
+ngx_http_creditloop_room_t *ngx_http_creditloop_new_room(
+    ngx_conf_t *cf, ngx_http_creditloop_main_conf_t *mcf);
+ngx_int_t ngx_http_creditloop_init_room_conf(
+    ngx_conf_t *cf, ngx_http_creditloop_room_t *room);
+ngx_int_t ngx_http_creditloop_add_wake_fds(
+    ngx_conf_t *cf, ngx_http_creditloop_main_conf_t *mcf, ngx_uint_t workers);
+char *ngx_http_creditloop_slots(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_creditloop_room(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_creditloop_room_use(
+    ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+
 /* ngx_http_creditloop_worker.c */
 ngx_int_t              ngx_http_creditloop_init_process(ngx_cycle_t *cycle);
 void                   ngx_http_creditloop_exit_process(ngx_cycle_t *cycle);
