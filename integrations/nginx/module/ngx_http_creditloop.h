@@ -347,8 +347,12 @@ char *ngx_http_creditloop_room_use(
     ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 /* ngx_http_creditloop_worker.c */
-ngx_int_t              ngx_http_creditloop_init_process(ngx_cycle_t *cycle);
-void                   ngx_http_creditloop_exit_process(ngx_cycle_t *cycle);
+ngx_int_t  ngx_http_creditloop_init_process(ngx_cycle_t *cycle);
+ngx_uint_t ngx_http_creditloop_share(
+    ngx_http_creditloop_room_t *room, uint32_t millionths);
+void ngx_http_creditloop_waited(ngx_http_creditloop_room_t *room,
+    ngx_http_creditloop_tenant_t *t, int64_t wait_ns);
+void ngx_http_creditloop_exit_process(ngx_cycle_t *cycle);
 creditloop_zone_entry *ngx_http_creditloop_entry(
     ngx_http_creditloop_room_t *room, ngx_uint_t worker);
 void ngx_http_creditloop_queued(ngx_http_creditloop_room_t *room,
@@ -359,9 +363,12 @@ void ngx_http_creditloop_count(ngx_http_creditloop_room_t *room,
     ngx_http_creditloop_tenant_t *t, size_t what);
 void ngx_http_creditloop_store_core(
     ngx_http_creditloop_room_t *room, int64_t now);
+
+/* ngx_http_creditloop_dispatch.c */
 void ngx_http_creditloop_schedule(ngx_http_creditloop_room_t *room);
 void ngx_http_creditloop_dispatch(ngx_http_creditloop_room_t *room);
-void ngx_http_creditloop_unqueued(ngx_http_creditloop_ctx_t *ctx);
+void ngx_http_creditloop_dispatch_handler(ngx_event_t *ev);
+void ngx_http_creditloop_owe(ngx_http_creditloop_room_t *room, unsigned owing);
 void ngx_http_creditloop_urge(ngx_http_creditloop_room_t *room);
 void ngx_http_creditloop_give(ngx_http_creditloop_room_t *room, uint64_t n);
 void ngx_http_creditloop_learn(
@@ -371,6 +378,7 @@ uint64_t ngx_http_creditloop_learned(
     ngx_http_creditloop_room_t *room, size_t value);
 
 /* ngx_http_creditloop_request.c */
+void      ngx_http_creditloop_unqueued(ngx_http_creditloop_ctx_t *ctx);
 ngx_int_t ngx_http_creditloop_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_creditloop_log_handler(ngx_http_request_t *r);
 void      ngx_http_creditloop_resume(ngx_http_creditloop_ctx_t *ctx);
