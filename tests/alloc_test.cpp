@@ -23,6 +23,7 @@
 #include "creditloop/capture.hpp"
 #include "creditloop/core.hpp"
 #include "creditloop/runtime.hpp"
+#include "spin_until.hpp"
 
 namespace {
 // Atomics only because operator new may run on any thread; every access is relaxed since the
@@ -227,7 +228,7 @@ class RuntimeRun : public ::testing::Test {
   // Waits for the next dispatch (the dispatcher is busy or about to be: no sleeping).
   Dispatched take() {
     // acquire: pairs with the sink's release store.
-    while (tail_.load(std::memory_order_acquire) == head_) std::this_thread::yield();
+    test::spin_until([&] { return tail_.load(std::memory_order_acquire) != head_; }, "a dispatch");
     return ring_[head_++ % kRing];
   }
 
@@ -321,13 +322,14 @@ TEST(Allocation, AFailedAllocationInACommandIsThrownToItsCallerNotFatal) {
   TaggedReq first;
   first.participant = 1;  // from its intake on, the dispatcher's allocations fail
   ASSERT_TRUE(rt.submit(alice, first).ok());
-  while (dispatched.load(std::memory_order_acquire) < 1) std::this_thread::yield();
+  test::spin_until([&] { return dispatched.load(std::memory_order_acquire) >= 1; }, "a dispatch");
   const std::string long_name(200, 'x');  // no small-string storage: the core allocates it
   EXPECT_THROW((void)rt.add(long_name, "pro", 1), std::bad_alloc);
   TaggedReq second;
   second.participant = 2;  // its intake ends the failures
   ASSERT_TRUE(rt.submit(alice, second).ok());
-  while (dispatched.load(std::memory_order_acquire) < 2) std::this_thread::yield();
+  test::spin_until([&] { return dispatched.load(std::memory_order_acquire) >= 2; },
+                   "a second dispatch");
   EXPECT_TRUE(rt.add(long_name, "pro", 1).ok()) << "a later add succeeds";
   EXPECT_TRUE(rt.shutdown(ShutdownMode::drain).empty());
 }
@@ -357,7 +359,8 @@ TEST(Allocation, SteadyStateThroughTheWorkerPoolAllocatesNothing) {
   auto submit = [&](int n) {
     for (int i = 0; i < n; ++i, ++next) {
       Job& r = requests[next % kRequests];
-      while (!rt.submit(ids[next % ids.size()], r).ok()) std::this_thread::yield();
+      test::spin_until([&] { return rt.submit(ids[next % ids.size()], r).ok(); },
+                       "a submit to be taken");
     }
   };
   submit(20'000);  // warm up: the queue's blocks, the workers' tokens and completion blocks

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "creditloop_zone.h"
+#include "spin_until.hpp"
 
 namespace {
 
@@ -57,9 +58,9 @@ TEST(ZoneRoom, OneSlotIsHeldByOneWorkerAtATime) {
         const bool urgent = w == 1 && round % 64 == 32;
         if (owes) creditloop_room_owe(room, 1);
         if (urgent) creditloop_room_urge(room, 1);
-        while (creditloop_room_take(room, 1, w >= 2 ? 1 : 0, urgent ? 1 : 0) == 0) {
-          std::this_thread::yield();
-        }
+        creditloop::test::spin_until(
+            [&] { return creditloop_room_take(room, 1, w >= 2 ? 1 : 0, urgent ? 1 : 0) != 0; },
+            "a slot");
         if (urgent) creditloop_room_urge(room, -1);
         if (owes) creditloop_room_owe(room, -1);
         ++holders;
@@ -87,7 +88,8 @@ TEST(ZoneRoom, SeveralSlotsAreNeverExceeded) {
   for (int w = 0; w < kWorkers + 2; ++w) {
     workers.emplace_back([&, w] {
       for (std::uint64_t round = 0; round < kRounds / 4; ++round) {
-        while (creditloop_room_take(room, kSlots, w % 2, 0) == 0) std::this_thread::yield();
+        creditloop::test::spin_until(
+            [&] { return creditloop_room_take(room, kSlots, w % 2, 0) != 0; }, "a slot");
         // seq_cst: a count for the check alone, after the take that admitted it.
         const std::uint64_t now = holders.fetch_add(1) + 1;
         std::uint64_t seen = most.load();

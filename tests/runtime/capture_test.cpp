@@ -22,6 +22,7 @@
 
 #include "creditloop/capture.hpp"
 #include "creditloop/runtime.hpp"
+#include "spin_until.hpp"
 
 namespace creditloop {
 namespace {
@@ -437,14 +438,12 @@ TEST(CaptureStress, EveryCompletedRequestIsWrittenOrCountedAsDropped) {
         for (int i = 0; i < kPerProducer; ++i) {
           Req& q = own[static_cast<std::size_t>(i) % own.size()];
           // A request is submitted again once its completion made it the caller's.
-          while (!returned(q)) std::this_thread::yield();
-          while (!rt.submit(ids[static_cast<std::size_t>(i + p) % ids.size()], q)) {
-            std::this_thread::yield();
-          }
+          test::spin_until([&] { return returned(q); }, "a request to come back");
+          test::spin_until(
+              [&] { return rt.submit(ids[static_cast<std::size_t>(i + p) % ids.size()], q).ok(); },
+              "a submit to be taken");
         }
-        for (Req& q : own) {
-          while (!returned(q)) std::this_thread::yield();
-        }
+        for (Req& q : own) test::spin_until([&] { return returned(q); }, "a request to come back");
       });
     }
     for (std::thread& t : producers) t.join();

@@ -21,6 +21,7 @@
 #include "creditloop/runtime.hpp"
 #include "internal/test_hooks.hpp"
 #include "runtime_support.hpp"
+#include "spin_until.hpp"
 
 namespace creditloop::runtime_tests {
 namespace {
@@ -260,7 +261,7 @@ TEST(DispatcherPath, CancelThroughAnotherRuntimeReadsNothingItsDispatcherWrote) 
   const ParticipantId alice = *ours.add("alice", "pro", 1);
   const ParticipantId bob = *other.add("bob", "pro", 1);
   ASSERT_TRUE(other.submit(bob, r).ok());
-  while (!dispatched.load(std::memory_order_relaxed)) std::this_thread::yield();
+  test::spin_until([&] { return dispatched.load(std::memory_order_relaxed); }, "a dispatch");
   EXPECT_EQ(ours.cancel(alice, r), Status(Errc::not_queued));
   const Ticket t{ticket_index.load(std::memory_order_relaxed), other.issuer(),
                  ticket_generation.load(std::memory_order_relaxed)};
@@ -306,7 +307,8 @@ TEST(DispatcherPath, AHandBackGoesAheadWhileAnotherThreadWaitsForADrain) {
   std::thread drainer(
       [&] { EXPECT_TRUE(rt.shutdown(ShutdownMode::drain, std::nullopt).finished); });
   // The drain has begun once a command is refused for it.
-  while (rt.replan(alice, "pro", 1) != Status(Errc::shut_down)) std::this_thread::yield();
+  test::spin_until([&] { return rt.replan(alice, "pro", 1) == Status(Errc::shut_down); },
+                   "the shutdown to begin");
   auto escalation = std::async(std::launch::async, [&] {
     return rt.shutdown(ShutdownMode::hand_back, std::chrono::nanoseconds{0});
   });

@@ -23,6 +23,7 @@
 #include "creditloop/runtime.hpp"
 #include "internal/spin.hpp"
 #include "runtime_support.hpp"
+#include "spin_until.hpp"
 
 namespace creditloop {
 namespace {
@@ -154,7 +155,8 @@ TEST(Runtime, ACustomRoomTestIsObeyedAndWakeReTestsIt) {
   std::deque<Req> requests(3);
   for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
   EXPECT_EQ(rt.snapshot().dispatched, 0u);
-  while (!rt.dispatcher_sleeping()) std::this_thread::yield();  // it sleeps until woken
+  test::spin_until([&] { return rt.dispatcher_sleeping(); },
+                   "the dispatcher to sleep");  // until woken
   room.store(true, std::memory_order_relaxed);
   rt.wake();
   ASSERT_TRUE(recorder.wait_for(3));

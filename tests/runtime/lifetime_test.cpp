@@ -29,6 +29,7 @@
 #include "internal/spin.hpp"
 #include "internal/test_hooks.hpp"
 #include "runtime_support.hpp"
+#include "spin_until.hpp"
 
 namespace creditloop {
 namespace {
@@ -201,7 +202,8 @@ TEST(Runtime, ASubmitThatRacesShutdownIsRefusedWithShutDown) {
       }
     });
   }
-  while (under_way.load(std::memory_order_relaxed) < kProducers) std::this_thread::yield();
+  test::spin_until([&] { return under_way.load(std::memory_order_relaxed) >= kProducers; },
+                   "every producer under way");
   ShutdownReport report = rt.shutdown(ShutdownMode::hand_back, std::nullopt);
   const std::size_t handed_back = report.handed_back.size();
   // Dropping the list gives its requests back: until then a producer whose every request is in
@@ -264,7 +266,8 @@ TEST(Runtime, DestructionWithoutShutdownIsSafe) {
       if (started.fetch_add(1, std::memory_order_relaxed) == 0) {
         first_started.release();
         // acquire: pairs with the observer's release store; only a flag, nothing it publishes.
-        while (!destroying.load(std::memory_order_acquire)) std::this_thread::yield();
+        test::spin_until([&] { return destroying.load(std::memory_order_acquire); },
+                         "the destructor to begin");
       }
       finished.fetch_add(1, std::memory_order_relaxed);
       return 1.0;

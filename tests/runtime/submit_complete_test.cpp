@@ -23,6 +23,7 @@
 #include "creditloop/runtime.hpp"
 #include "internal/spin.hpp"
 #include "runtime_support.hpp"
+#include "spin_until.hpp"
 
 namespace creditloop {
 namespace {
@@ -181,7 +182,8 @@ TEST(Runtime, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHandBack)
   std::atomic<std::size_t> unexpected{0};
   std::thread racer([&] {
     for (std::size_t r = 1; r <= kRounds; ++r) {
-      while (round.load(std::memory_order_acquire) < r) std::this_thread::yield();
+      test::spin_until([&] { return round.load(std::memory_order_acquire) >= r; },
+                       "the next round");
       for (std::size_t i = (r - 1) * kPerRound; i < r * kPerRound; ++i) {
         for (;;) {
           const Status s = rt.submit(bob, requests[i]);
@@ -207,7 +209,8 @@ TEST(Runtime, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHandBack)
       ASSERT_TRUE(back.ok());
       EXPECT_EQ(back->size(), kPerRound);
     }
-    while (finished.load(std::memory_order_acquire) < r) std::this_thread::yield();
+    test::spin_until([&] { return finished.load(std::memory_order_acquire) >= r; },
+                     "the racer to finish its round");
   }
   racer.join();
   EXPECT_EQ(unexpected.load(std::memory_order_relaxed), 0u);
@@ -238,7 +241,8 @@ TEST(Runtime, RequestsSubmittedElsewhereWhileTheRemovalsListIsWalkedAreAllDispat
   std::atomic<std::size_t> unexpected{0};
   std::thread racer([&] {
     for (std::size_t r = 1; r <= kRounds; ++r) {
-      while (round.load(std::memory_order_acquire) < r) std::this_thread::yield();
+      test::spin_until([&] { return round.load(std::memory_order_acquire) >= r; },
+                       "the next round");
       for (std::size_t i = (r - 1) * kPerRound; i < r * kPerRound; ++i) {
         for (;;) {
           const Status s = rt.submit(bob, requests[i]);
@@ -263,7 +267,8 @@ TEST(Runtime, RequestsSubmittedElsewhereWhileTheRemovalsListIsWalkedAreAllDispat
     Result<RequestList> back = rt.remove(alice);
     ASSERT_TRUE(back.ok());
     while (back->pop_front() != nullptr) ++walked;
-    while (finished.load(std::memory_order_acquire) < r) std::this_thread::yield();
+    test::spin_until([&] { return finished.load(std::memory_order_acquire) >= r; },
+                     "the racer to finish its round");
   }
   racer.join();
   EXPECT_EQ(unexpected.load(std::memory_order_relaxed), 0u);
