@@ -246,27 +246,14 @@ void Replayer::apply(const Event& e) {
       Place& p = place(e, "replan");
       const creditloop::Status s = model_.replan(p.pid, e.x, e.y, e.now);
       if (!s) diverge(e, "the model refuses the re-plan: " + errc_str(s.error()));
-      if (!model_.holds(p.pid, 0)) {
-        p.watching = false;
-      } else if (!p.watching && model_.queued(p.pid) > 0) {
-        watch(e.place, e.now);
-      } else {
-        update_credit(e.place, e.now);
-      }
+      rewatch(p, e);
       break;
     }
     case EventKind::scale: {
       Place& p = place(e, "scale");
       const creditloop::Status s = model_.scale(p.pid, e.x, e.now);
       if (!s) diverge(e, "the model refuses the scale: " + errc_str(s.error()));
-      // Its P1 credit instant moved (or went beyond reach: watching stops until it comes back).
-      if (!model_.holds(p.pid, 0)) {
-        p.watching = false;
-      } else if (!p.watching && model_.queued(p.pid) > 0) {
-        watch(e.place, e.now);
-      } else {
-        update_credit(e.place, e.now);
-      }
+      rewatch(p, e);
       break;
     }
     case EventKind::submit: {
@@ -370,6 +357,16 @@ void Replayer::watch(std::uint32_t place, Nanos now) {
   p.credit_known = false;
   p.marked = false;
   update_credit(place, now);
+}
+
+void Replayer::rewatch(Place& p, const Event& e) {
+  if (!model_.holds(p.pid, 0)) {
+    p.watching = false;
+  } else if (!p.watching && model_.queued(p.pid) > 0) {
+    watch(e.place, e.now);
+  } else {
+    update_credit(e.place, e.now);
+  }
 }
 
 void Replayer::update_credit(std::uint32_t place, Nanos now) {

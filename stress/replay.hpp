@@ -149,6 +149,9 @@ class Replayer {
   [[noreturn]] void diverge(const Event& e, const std::string& what);
   void watch(std::uint32_t place, Nanos now);
   void update_credit(std::uint32_t place, Nanos now);
+  // After a re-plan or a scale: its P1 credit instant moved, or went beyond reach (watching
+  // stops until it comes back).
+  void rewatch(Place& p, const Event& e);
   void end_wait(std::uint32_t place, Nanos now);
 
   const Nanos slack_ns_;
