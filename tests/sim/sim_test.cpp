@@ -428,6 +428,43 @@ const std::vector<BadCase>& bad_cases() {
       {"MissingAt", edit([](json& s) { s["arrivals"][0].erase("at"); }), "arrivals[0].at"},
       {"MissingServer", edit([](json& s) { s.erase("server"); }), "server"},
       {"MissingSlots", edit([](json& s) { s["server"].erase("slots"); }), "server.slots"},
+      // the learned room and the backend (an extension of contract §6)
+      {"SlotsNeitherNumberNorAuto", edit([](json& s) { s["server"]["slots"] = "many"; }),
+       "server.slots"},
+      {"AutoUnknownBound",
+       edit([](json& s) { s["server"]["slots"] = json::parse(R"({"auto": {"least": 2}})"); }),
+       "server.slots.auto.least"},
+      {"AutoMaxBelowMin", edit([](json& s) {
+         s["server"]["slots"] = json::parse(R"({"auto": {"min": 8, "max": 4}})");
+       }),
+       "server.slots.auto.max"},
+      {"AutoMinZero",
+       edit([](json& s) { s["server"]["slots"] = json::parse(R"({"auto": {"min": 0}})"); }),
+       "server.slots.auto.min"},
+      {"BackendUnknownKey",
+       edit([](json& s) { s["server"]["backend"] = json::parse(R"({"latency": 1})"); }),
+       "server.backend.latency"},
+      {"BackendNoSteps",
+       edit([](json& s) { s["server"]["backend"] = json::parse(R"({"capacity": []})"); }),
+       "server.backend.capacity"},
+      {"BackendFirstStepLate", edit([](json& s) {
+         s["server"]["backend"] = json::parse(R"({"capacity": [{"at": 1, "capacity": 2}]})");
+       }),
+       "server.backend.capacity[0].at"},
+      {"BackendStepsOutOfOrder", edit([](json& s) {
+         s["server"]["backend"] =
+             json::parse(R"({"capacity": [{"at": 0, "capacity": 2}, {"at": 0, "capacity": 3}]})");
+       }),
+       "server.backend.capacity[1].at"},
+      {"BackendCapacityZero", edit([](json& s) {
+         s["server"]["backend"] = json::parse(R"({"capacity": [{"at": 0, "capacity": 0}]})");
+       }),
+       "server.backend.capacity[0].capacity"},
+      {"BackendSlowdownZero", edit([](json& s) {
+         s["server"]["backend"] =
+             json::parse(R"({"capacity": [{"at": 0, "capacity": 1, "slowdown": 0}]})");
+       }),
+       "server.backend.capacity[0].slowdown"},
       {"MissingPlan", edit([](json& s) { s["participants"][1].erase("plan"); }),
        "participants[1].plan"},
       {"MissingBurst", edit([](json& s) { s["plans"]["lite"]["P2"].erase("burst"); }),
