@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "picture.hpp"
 #include "scenario.hpp"
 #include "simulator.hpp"
 
@@ -275,6 +276,38 @@ TEST(SimLearnedRoom, RecoversWithinASecondOfAPause) {
   EXPECT_LE(least, 4u);
   EXPECT_EQ(r.in_band(8.0, 16.0, 8), 1.0);
   EXPECT_GE(static_cast<double>(r.completed_in(8.0, 16.0)), 0.95 * 8.0 * 8 / 0.010);
+}
+
+// The picture draws the room as the trace gives it, and the backend's capacity; a run with
+// neither has no room band.
+TEST(SimLearnedRoom, PictureDrawsTheRoomAndTheCapacity) {
+  const auto svg_of = [](const json& scenario) {
+    auto parsed = sim::parse_scenario(scenario.dump());
+    const auto& s = std::get<sim::Scenario>(parsed);
+    sim::Picture picture(s, "run");
+    auto built = sim::Simulator::create(s);
+    sim::Simulator& simulator = *std::get<0>(built);
+    simulator.observe(&picture);
+    return picture.svg(simulator.run(nullptr));
+  };
+  json s = example("capacity_steps.json");
+  s["until"] = 4;
+  const std::string svg = svg_of(s);
+  EXPECT_NE(svg.find("<g id=\"room\">"), std::string::npos);
+  EXPECT_NE(svg.find("a learned room of 1..256 slots, a backend of capacity 8, 16 at 8 s"),
+            std::string::npos);
+  EXPECT_NE(svg.find("stroke-dasharray=\"4,3\""), std::string::npos) << "the capacity";
+  const std::vector<json> trace = trace_of(s.dump());
+  // One vertical step of the room line per room line of the trace, after the first.
+  const std::size_t rooms = static_cast<std::size_t>(std::count_if(
+      trace.begin(), trace.end(), [](const json& l) { return l.value("ev", "") == "room"; }));
+  const std::size_t at = svg.find("stroke=\"#1a5fb4\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string path = svg.substr(at, svg.find("/>", at) - at);
+  EXPECT_GT(rooms, 3u);
+  EXPECT_LE(static_cast<std::size_t>(std::count(path.begin(), path.end(), 'V')), rooms - 1);
+  EXPECT_GT(static_cast<std::size_t>(std::count(path.begin(), path.end(), 'V')), 1u);
+  EXPECT_EQ(svg_of(example("quickstart.json")).find("<g id=\"room\">"), std::string::npos);
 }
 
 }  // namespace
