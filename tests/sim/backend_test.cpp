@@ -310,4 +310,35 @@ TEST(SimLearnedRoom, PictureDrawsTheRoomAndTheCapacity) {
   EXPECT_EQ(svg_of(example("quickstart.json")).find("<g id=\"room\">"), std::string::npos);
 }
 
+// The page's data carries the room as the trace has it, and the bounds and the capacity steps.
+TEST(SimLearnedRoom, PageCarriesTheRoomAndTheCapacity) {
+  json s = example("capacity_steps.json");
+  s["until"] = 4;
+  auto parsed = sim::parse_scenario(s.dump());
+  const auto& scenario = std::get<sim::Scenario>(parsed);
+  sim::Picture picture(scenario, "run");
+  auto built = sim::Simulator::create(scenario);
+  std::get<0>(built)->observe(&picture);
+  const std::string html = picture.html(std::get<0>(built)->run(nullptr));
+  const std::string tag = "<script id=\"creditloop-data\" type=\"application/json\">";
+  const std::size_t at = html.find(tag);
+  ASSERT_NE(at, std::string::npos);
+  const json data =
+      json::parse(html.substr(at + tag.size(), html.find("</script>", at) - at - tag.size()));
+  EXPECT_EQ(data["auto"], json::parse("[1, 256]"));
+  EXPECT_EQ(data["room"]["c"], json::parse("[8, 16, 4, 8]"));
+  EXPECT_EQ(data["room"]["ct"], json::parse("[0, 8000000, 8000000, 8000000]"));
+  std::vector<std::pair<double, std::uint64_t>> rooms;
+  for (const json& l : trace_of(s.dump())) {
+    if (l.value("ev", "") == "room") rooms.emplace_back(l["t"].get<double>(), l["slots"]);
+  }
+  ASSERT_EQ(data["room"]["n"].size(), rooms.size());
+  std::int64_t t = 0;
+  for (std::size_t i = 0; i < rooms.size(); ++i) {
+    t += data["room"]["t"][i].get<std::int64_t>();
+    EXPECT_EQ(t, std::llround(rooms[i].first * 1e6)) << i;
+    EXPECT_EQ(data["room"]["n"][i], rooms[i].second) << i;
+  }
+}
+
 }  // namespace

@@ -341,6 +341,10 @@ std::string Picture::data_json(const RunReport& report) const {
   append_int(out, k);
   out += ",\"slots\":";
   out += std::to_string(scenario_.slots);
+  if (scenario_.room_auto) {
+    out += ",\"auto\":[" + std::to_string(scenario_.room_auto->least) + "," +
+           std::to_string(scenario_.room_auto->most) + "]";
+  }
   out += ",\"until\":";
   if (scenario_.until) {
     append_int(out, micro_time(*scenario_.until));
@@ -359,6 +363,28 @@ std::string Picture::data_json(const RunReport& report) const {
   }
   out += "],\"passes\":";
   append_passes(out);
+  if (!room_.empty() || !scenario_.backend.empty()) {
+    // The learned room's slots and the backend's capacity, each from its instant on.
+    std::vector<std::int64_t> t, ct;
+    std::vector<std::uint64_t> n, c;
+    for (const auto& [at, slots] : room_) {
+      t.push_back(at);
+      n.push_back(slots);
+    }
+    for (const BackendStep& step : scenario_.backend) {
+      ct.push_back(micro_time(step.at));
+      c.push_back(step.capacity);
+    }
+    out += ",\"room\":{\"t\":";
+    append_deltas(out, t);
+    out += ",\"n\":";
+    append_array(out, n);
+    out += ",\"ct\":";
+    append_deltas(out, ct);
+    out += ",\"c\":";
+    append_array(out, c);
+    out += '}';
+  }
   out += '}';
   return out;
 }
