@@ -1499,6 +1499,33 @@ TEST_F(SimTest, ReplayUnderMoreSharesLowersThatParticipantsWaits) {
             ten["captured"]["wait"]["mean"].get<double>());
 }
 
+// A capture's header records a fixed slot count and no backend, so a scenario with a learned
+// room or a backend has neither a capture nor a second run under other plans.
+TEST_F(SimTest, LearnedRoomOrBackendHasNoCaptureNorSecondRun) {
+  json learned = json::parse(kSpecExample);
+  learned["server"]["slots"] = "auto";
+  json backend = json::parse(kSpecExample);
+  backend["server"]["backend"] = json::parse(R"({"capacity": [{"at": 0, "capacity": 1}]})");
+  const std::string plans = write("plans.json", json({{"plans", learned["plans"]}}).dump());
+  for (const json& s : {learned, backend}) {
+    const std::string file = write("s.json", s.dump());
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"--capture", (dir_ / "c").string(), file},
+          std::vector<std::string>{file, "--plans", plans}}) {
+      const Output o = run_sim(args);
+      EXPECT_NE(o.status, 0) << s["server"];
+      EXPECT_EQ(o.out, "");
+      EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+      EXPECT_NE(o.err.find(args[0] == file ? "--plans: " : "--capture: "), std::string::npos)
+          << o.err;
+      EXPECT_NE(o.err.find(s["server"].contains("backend") ? "backend" : "learned"),
+                std::string::npos)
+          << o.err;
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "c"));
+  }
+}
+
 // SCENARIO --plans OTHER: the same arrivals under both; each side is what its own scenario's
 // run says.
 TEST_F(SimTest, ScenarioUnderOtherPlansComparesTwoRuns) {
