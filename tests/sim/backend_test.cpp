@@ -265,11 +265,7 @@ TEST_F(CapacitySteps, LightTenantsP99WithinAQuarterOfAHandSetRoom) {
 // the room is back within a quarter of the capacity 1 s after the pause ends and stays there,
 // and the backend serves 0.95 of its capacity again.
 TEST(SimLearnedRoom, RecoversWithinASecondOfAPause) {
-  json s = example("capacity_steps.json");
-  s["server"]["backend"] = json::parse(R"({"capacity": [{"at": 0, "capacity": 8},
-      {"at": 6, "capacity": 8, "slowdown": 5}, {"at": 7, "capacity": 8}]})");
-  s["until"] = 16;
-  const TraceReading r(trace_of(text_of(s)));
+  const TraceReading r(trace_of(text_of(example("backend_pause.json"))));
   // It is a pause the room sees: it falls while it lasts.
   std::uint64_t least = 1000;
   for (double t = 6.5; t < 7.0; t += 0.001) least = std::min(least, r.room_at(t));

@@ -878,6 +878,22 @@ void Picture::svg_room(Svg& svg) const {
           "\" font-size=\"10\" fill=\"#777\" text-anchor=\"end\">" + std::to_string(most) +
           "</text>\n<text x=\"" + fixed(Svg::kX0 - 4) + "\" y=\"" + fixed(y + kHeight) +
           "\" font-size=\"10\" fill=\"#777\" text-anchor=\"end\">0</text>\n";
+  // A step that slows the backend: shaded, with its factor, behind the lines.
+  for (std::size_t i = 0; i < scenario_.backend.size(); ++i) {
+    const BackendStep& step = scenario_.backend[i];
+    if (step.slowdown_milli == 1000 || micro_time(step.at) >= svg.end) continue;
+    const double x0 = svg.x_of(micro_time(step.at));
+    const double x1 = i + 1 < scenario_.backend.size()
+                          ? svg.x_of(std::min(micro_time(scenario_.backend[i + 1].at), svg.end))
+                          : Svg::kX1;
+    body += "<rect x=\"" + fixed(x0) + "\" y=\"" + fixed(y) + "\" width=\"" + fixed(x1 - x0) +
+            "\" height=\"" + fixed(kHeight) + "\" fill=\"#f6e3e3\"/>\n";
+    body +=
+        "<text x=\"" + fixed(x0 + 3) + "\" y=\"" + fixed(y + 10) +
+        "\" font-size=\"10\" fill=\"#a33\">" +
+        xml_escape("service \u00d7" + decimal(static_cast<double>(step.slowdown_milli) / 1000)) +
+        "</text>\n";
+  }
   std::vector<std::pair<std::int64_t, std::uint64_t>> capacity;
   for (const BackendStep& step : scenario_.backend)
     capacity.emplace_back(micro_time(step.at), step.capacity);
