@@ -14,10 +14,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <queue>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "creditloop/room_controller.hpp"
 #include "workloads.hpp"
 
 namespace {
@@ -36,6 +39,8 @@ enum class Kind {
   request,   // one deep: submission, decision, completion with cost
   add,       // registration into fresh cores, nothing reserved (`registered` adds per core)
   cancel,    // withdrawal of a queued request anywhere in its queue (Core::cancel)
+  room,      // the learned room's work per completion: completed(), and the dispatched() that
+             // refills the room (`registered`: the backend's capacity)
 };
 
 struct Case {
@@ -93,6 +98,10 @@ std::vector<Case> all_cases() {
                    Credit::high_rate, 4});
   cases.push_back(
       {"cancel/16-deep/1024", Kind::cancel, 1024, 1024, Api::single, Credit::plentiful, 16});
+  for (const std::size_t capacity : {8u, 64u}) {
+    cases.push_back({"room/completion/capacity-" + std::to_string(capacity), Kind::room, capacity,
+                     0, Api::single, Credit::plentiful, 0});
+  }
   cases.push_back({"add/first/unreserved", Kind::add, 1, 0, Api::single, Credit::plentiful, 0});
   cases.push_back(
       {"add/10000/unreserved", Kind::add, 10'000, 0, Api::single, Credit::plentiful, 0});
@@ -191,6 +200,63 @@ std::uint64_t run_cancels(const Case& c) {
   return ops;
 }
 
+// A RoomController in front of a model backend of `capacity` servers (10 ms each, give or take
+// 5 ms from a fixed sequence; the rest in its FIFO), always a request waiting for the room: what
+// a dispatcher pays the controller per completion once the room has settled. The model's own
+// work is not counted.
+std::uint64_t run_room(const Case& c) {
+  constexpr creditloop::Nanos kMs = 1'000'000;
+  creditloop::RoomController room({1, 256});
+  struct Served {
+    creditloop::Nanos end;
+    creditloop::Nanos dispatched;
+    bool operator>(const Served& o) const { return end > o.end; }
+  };
+  std::priority_queue<Served, std::vector<Served>, std::greater<>> serving;
+  std::queue<creditloop::Nanos> fifo;  // dispatch instants of the requests waiting in it
+  std::uint64_t seed = 42;
+  std::uint64_t in_flight = 0;
+  creditloop::Nanos now = 0;
+  const auto start_waiting = [&] {
+    while (!fifo.empty() && serving.size() < c.registered) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      const auto jitter = static_cast<creditloop::Nanos>((seed >> 33) % (10 * kMs));
+      serving.push({now + 5 * kMs + jitter, fifo.front()});
+      fifo.pop();
+    }
+  };
+  // What the dispatcher does at a completion: tell the controller, refill the room.
+  const auto tell = [&](const Served& s) {
+    room.completed(s.dispatched, now);
+    while (in_flight < room.slots()) room.dispatched(now, ++in_flight);
+  };
+  const auto step = [&](bool counted) {
+    const Served s = serving.top();
+    serving.pop();
+    now = s.end;
+    --in_flight;
+    start_waiting();
+    const std::uint64_t before = in_flight;
+    if (counted) {
+      const Counted counting;
+      tell(s);
+    } else {
+      tell(s);
+    }
+    for (std::uint64_t n = before; n < in_flight; ++n) fifo.push(now);
+    start_waiting();
+  };
+  while (in_flight < room.slots()) room.dispatched(now, ++in_flight);
+  for (std::uint64_t i = 0; i < in_flight; ++i) fifo.push(now);
+  start_waiting();
+  // A minute of virtual time at 8 servers: the start, the slow start and many probes are over.
+  for (int i = 0; i < 50'000; ++i) step(false);
+  CALLGRIND_START_INSTRUMENTATION;
+  std::uint64_t ops = 0;
+  for (; ops < 32 * kMeasured; ++ops) step(true);
+  return ops;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -208,6 +274,8 @@ int main(int argc, char** argv) {
     std::uint64_t ops = 0;
     if (c.kind == Kind::add) {
       ops = run_adds(c);
+    } else if (c.kind == Kind::room) {
+      ops = run_room(c);
     } else if (c.kind == Kind::cancel) {
       ops = run_cancels(c);
     } else if (c.kind == Kind::request) {

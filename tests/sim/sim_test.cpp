@@ -428,6 +428,43 @@ const std::vector<BadCase>& bad_cases() {
       {"MissingAt", edit([](json& s) { s["arrivals"][0].erase("at"); }), "arrivals[0].at"},
       {"MissingServer", edit([](json& s) { s.erase("server"); }), "server"},
       {"MissingSlots", edit([](json& s) { s["server"].erase("slots"); }), "server.slots"},
+      // the learned room and the backend (an extension of contract §6)
+      {"SlotsNeitherNumberNorAuto", edit([](json& s) { s["server"]["slots"] = "many"; }),
+       "server.slots"},
+      {"AutoUnknownBound",
+       edit([](json& s) { s["server"]["slots"] = json::parse(R"({"auto": {"least": 2}})"); }),
+       "server.slots.auto.least"},
+      {"AutoMaxBelowMin", edit([](json& s) {
+         s["server"]["slots"] = json::parse(R"({"auto": {"min": 8, "max": 4}})");
+       }),
+       "server.slots.auto.max"},
+      {"AutoMinZero",
+       edit([](json& s) { s["server"]["slots"] = json::parse(R"({"auto": {"min": 0}})"); }),
+       "server.slots.auto.min"},
+      {"BackendUnknownKey",
+       edit([](json& s) { s["server"]["backend"] = json::parse(R"({"latency": 1})"); }),
+       "server.backend.latency"},
+      {"BackendNoSteps",
+       edit([](json& s) { s["server"]["backend"] = json::parse(R"({"capacity": []})"); }),
+       "server.backend.capacity"},
+      {"BackendFirstStepLate", edit([](json& s) {
+         s["server"]["backend"] = json::parse(R"({"capacity": [{"at": 1, "capacity": 2}]})");
+       }),
+       "server.backend.capacity[0].at"},
+      {"BackendStepsOutOfOrder", edit([](json& s) {
+         s["server"]["backend"] =
+             json::parse(R"({"capacity": [{"at": 0, "capacity": 2}, {"at": 0, "capacity": 3}]})");
+       }),
+       "server.backend.capacity[1].at"},
+      {"BackendCapacityZero", edit([](json& s) {
+         s["server"]["backend"] = json::parse(R"({"capacity": [{"at": 0, "capacity": 0}]})");
+       }),
+       "server.backend.capacity[0].capacity"},
+      {"BackendSlowdownZero", edit([](json& s) {
+         s["server"]["backend"] =
+             json::parse(R"({"capacity": [{"at": 0, "capacity": 1, "slowdown": 0}]})");
+       }),
+       "server.backend.capacity[0].slowdown"},
       {"MissingPlan", edit([](json& s) { s["participants"][1].erase("plan"); }),
        "participants[1].plan"},
       {"MissingBurst", edit([](json& s) { s["plans"]["lite"]["P2"].erase("burst"); }),
@@ -1460,6 +1497,33 @@ TEST_F(SimTest, ReplayUnderMoreSharesLowersThatParticipantsWaits) {
   const json& ten = r["participants"][1];
   EXPECT_GT(ten["replayed"]["wait"]["mean"].get<double>(),
             ten["captured"]["wait"]["mean"].get<double>());
+}
+
+// A capture's header records a fixed slot count and no backend, so a scenario with a learned
+// room or a backend has neither a capture nor a second run under other plans.
+TEST_F(SimTest, LearnedRoomOrBackendHasNoCaptureNorSecondRun) {
+  json learned = json::parse(kSpecExample);
+  learned["server"]["slots"] = "auto";
+  json backend = json::parse(kSpecExample);
+  backend["server"]["backend"] = json::parse(R"({"capacity": [{"at": 0, "capacity": 1}]})");
+  const std::string plans = write("plans.json", json({{"plans", learned["plans"]}}).dump());
+  for (const json& s : {learned, backend}) {
+    const std::string file = write("s.json", s.dump());
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"--capture", (dir_ / "c").string(), file},
+          std::vector<std::string>{file, "--plans", plans}}) {
+      const Output o = run_sim(args);
+      EXPECT_NE(o.status, 0) << s["server"];
+      EXPECT_EQ(o.out, "");
+      EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+      EXPECT_NE(o.err.find(args[0] == file ? "--plans: " : "--capture: "), std::string::npos)
+          << o.err;
+      EXPECT_NE(o.err.find(s["server"].contains("backend") ? "backend" : "learned"),
+                std::string::npos)
+          << o.err;
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "c"));
+  }
 }
 
 // SCENARIO --plans OTHER: the same arrivals under both; each side is what its own scenario's

@@ -405,6 +405,15 @@ bool prepare_replay(const Options& o, const sim::PlanFile* plans, TwoRuns& runs)
   return true;
 }
 
+// Why a scenario cannot be captured or run again under other plans: a capture's header, and the
+// scenario built from it, record a fixed number of slots and no backend. Null when it can.
+const char* no_second_run(const sim::Scenario& s) {
+  if (s.room_auto)
+    return "the server's room is learned (\"slots\": \"auto\"), which a capture does not record";
+  if (!s.backend.empty()) return "the server has a backend, which a capture does not record";
+  return nullptr;
+}
+
 // SCENARIO --plans: the scenario, and its arrivals under the other plans. Returns false after
 // saying why.
 bool prepare_plans_run(const Options& o, const sim::PlanFile& plans, TwoRuns& runs) {
@@ -421,6 +430,10 @@ bool prepare_plans_run(const Options& o, const sim::PlanFile& plans, TwoRuns& ru
     return false;
   }
   runs.first.scenario = std::get<sim::Scenario>(std::move(parsed));
+  if (const char* why = no_second_run(runs.first.scenario)) {
+    error_line(file + ": --plans: " + why);
+    return false;
+  }
   auto other = sim::with_plans(runs.first.scenario, plans);
   if (const auto* bad = std::get_if<sim::Refusal>(&other)) {
     error_line(bad->message);
@@ -666,6 +679,11 @@ int single_run(const Options& o) {
   if (const auto* bad = std::get_if<sim::Refusal>(&parsed)) {
     error_line(file + ": " + bad->message);
     return 1;
+  }
+  if (const char* why = no_second_run(std::get<sim::Scenario>(parsed));
+      why != nullptr && !o.capture_path.empty()) {
+    error_line(file + ": --capture: " + why);
+    return 2;
   }
   const bool drawing = !o.html_path.empty() || !o.svg_path.empty();
   // Refused before the simulator sizes its pool for the run.

@@ -316,6 +316,8 @@ void Picture::cancelled(Nanos t, std::uint32_t /*participant*/, std::uint64_t re
   withdrawals_ = true;
 }
 
+void Picture::room(Nanos t, std::uint32_t slots) { room_.emplace_back(micro_time(t), slots); }
+
 std::int64_t Picture::end_micro(const RunReport& report) const {
   std::int64_t end = micro_time(report.stopped_at);
   for (const Request& r : requests_) end = std::max({end, r.arrived, r.completed, r.cancelled});
@@ -339,6 +341,10 @@ std::string Picture::data_json(const RunReport& report) const {
   append_int(out, k);
   out += ",\"slots\":";
   out += std::to_string(scenario_.slots);
+  if (scenario_.room_auto) {
+    out += ",\"auto\":[" + std::to_string(scenario_.room_auto->least) + "," +
+           std::to_string(scenario_.room_auto->most) + "]";
+  }
   out += ",\"until\":";
   if (scenario_.until) {
     append_int(out, micro_time(*scenario_.until));
@@ -357,6 +363,28 @@ std::string Picture::data_json(const RunReport& report) const {
   }
   out += "],\"passes\":";
   append_passes(out);
+  if (!room_.empty() || !scenario_.backend.empty()) {
+    // The learned room's slots and the backend's capacity, each from its instant on.
+    std::vector<std::int64_t> t, ct;
+    std::vector<std::uint64_t> n, c;
+    for (const auto& [at, slots] : room_) {
+      t.push_back(at);
+      n.push_back(slots);
+    }
+    for (const BackendStep& step : scenario_.backend) {
+      ct.push_back(micro_time(step.at));
+      c.push_back(step.capacity);
+    }
+    out += ",\"room\":{\"t\":";
+    append_deltas(out, t);
+    out += ",\"n\":";
+    append_array(out, n);
+    out += ",\"ct\":";
+    append_deltas(out, ct);
+    out += ",\"c\":";
+    append_array(out, c);
+    out += '}';
+  }
   out += '}';
   return out;
 }
@@ -614,6 +642,7 @@ std::string Picture::svg(const RunReport& report) const {
   svg_legend(svg);
   svg_axis(svg);
   svg_passes(svg);
+  svg_room(svg);
   for (std::size_t li = 0; li < lanes_.size(); ++li) svg_lane(svg, li);
   const double height = svg.y + 4;
 
@@ -640,15 +669,32 @@ std::string Picture::svg(const RunReport& report) const {
 // The run and the scenario's plans and participants.
 void Picture::svg_header(Svg& svg) const {
   const int k = svg.k;
+  const auto capacities = [&] {
+    std::string steps;
+    for (const BackendStep& step : scenario_.backend) {
+      if (!steps.empty()) steps += ", ";
+      steps += std::to_string(step.capacity);
+      if (step.at > 0) steps += " at " + seconds(micro_time(step.at));
+      if (step.slowdown_milli != 1000) {
+        steps += " (slowdown " + decimal(static_cast<double>(step.slowdown_milli) / 1000) + ")";
+      }
+    }
+    return steps;
+  };
   std::vector<std::string> lines;
-  std::string run = metered_classes(k) + ", unmetered " +
-                    creditloop::class_name(static_cast<ClassId>(k)) +
-                    " \u00b7 server: " + std::to_string(scenario_.slots) +
-                    (scenario_.slots == 1 ? " slot" : " slots") + " \u00b7 " +
-                    (scenario_.until ? "until " + seconds(micro_time(*scenario_.until))
-                                     : std::string("runs until all complete")) +
-                    " \u00b7 " + std::to_string(requests_.size()) + " requests, " +
-                    std::to_string(passes_.t.size()) + " passes";
+  std::string run =
+      metered_classes(k) + ", unmetered " + creditloop::class_name(static_cast<ClassId>(k)) +
+      " \u00b7 server: " +
+      (scenario_.room_auto
+           ? "a learned room of " + std::to_string(scenario_.room_auto->least) + ".." +
+                 std::to_string(scenario_.room_auto->most) + " slots"
+           : std::to_string(scenario_.slots) + (scenario_.slots == 1 ? " slot" : " slots")) +
+      (scenario_.backend.empty() ? std::string() : ", a backend of capacity " + capacities()) +
+      " \u00b7 " +
+      (scenario_.until ? "until " + seconds(micro_time(*scenario_.until))
+                       : std::string("runs until all complete")) +
+      " \u00b7 " + std::to_string(requests_.size()) + " requests, " +
+      std::to_string(passes_.t.size()) + " passes";
   lines.push_back(run);
   for (const creditloop::Plan& plan : scenario_.config.plans) {
     std::string l = "plan " + plan.name + ":";
@@ -794,6 +840,82 @@ void Picture::svg_passes(Svg& svg) const {
   }
   body += "</g>\n";
   svg.y += Svg::kPassBand + 10;
+}
+
+// The learned room's slots over time (a step line) and the backend's capacity (dashed), on one
+// scale from 0: where the room stands above the capacity, the backend queues what is above.
+void Picture::svg_room(Svg& svg) const {
+  if (room_.empty() && scenario_.backend.empty()) return;
+  constexpr double kHeight = 50;
+  std::string& body = svg.body;
+  const double y = svg.y;
+  std::uint64_t most = 1;
+  for (const auto& [t, slots] : room_) most = std::max<std::uint64_t>(most, slots);
+  for (const BackendStep& step : scenario_.backend) most = std::max(most, step.capacity);
+  const auto y_of = [&](std::uint64_t n) {
+    return y + kHeight * (1 - static_cast<double>(n) / static_cast<double>(most));
+  };
+  // A step line through (t, n) points held until the next, to the picture's end.
+  const auto steps = [&](const std::vector<std::pair<std::int64_t, std::uint64_t>>& points) {
+    std::string d;
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const double x = svg.x_of(std::min(points[i].first, svg.end));
+      d += (i == 0 ? "M" : "H") + fixed(x);
+      d += (i == 0 ? "," : "V") + fixed(y_of(points[i].second));
+    }
+    if (!d.empty()) d += "H" + fixed(Svg::kX1);
+    return d;
+  };
+  body += "<g id=\"room\">\n<text x=\"10\" y=\"" + fixed(y + 14) +
+          "\" font-weight=\"bold\">room</text>\n";
+  body += "<text x=\"10\" y=\"" + fixed(y + 28) + "\" font-size=\"10\" fill=\"#777\">" +
+          xml_escape(room_.empty() ? "dashed: backend capacity" : "slots; dashed: capacity") +
+          "</text>\n";
+  body += "<rect x=\"" + fixed(Svg::kX0) + "\" y=\"" + fixed(y) + "\" width=\"" +
+          fixed(Svg::kPlot) + "\" height=\"" + fixed(kHeight) +
+          "\" fill=\"#fff\" stroke=\"#eee\"/>\n";
+  body += "<text x=\"" + fixed(Svg::kX0 - 4) + "\" y=\"" + fixed(y + 8) +
+          "\" font-size=\"10\" fill=\"#777\" text-anchor=\"end\">" + std::to_string(most) +
+          "</text>\n<text x=\"" + fixed(Svg::kX0 - 4) + "\" y=\"" + fixed(y + kHeight) +
+          "\" font-size=\"10\" fill=\"#777\" text-anchor=\"end\">0</text>\n";
+  // A step that slows the backend: shaded, with its factor, behind the lines.
+  for (std::size_t i = 0; i < scenario_.backend.size(); ++i) {
+    const BackendStep& step = scenario_.backend[i];
+    if (step.slowdown_milli == 1000 || micro_time(step.at) >= svg.end) continue;
+    const double x0 = svg.x_of(micro_time(step.at));
+    const double x1 = i + 1 < scenario_.backend.size()
+                          ? svg.x_of(std::min(micro_time(scenario_.backend[i + 1].at), svg.end))
+                          : Svg::kX1;
+    body += "<rect x=\"" + fixed(x0) + "\" y=\"" + fixed(y) + "\" width=\"" + fixed(x1 - x0) +
+            "\" height=\"" + fixed(kHeight) + "\" fill=\"#f6e3e3\"/>\n";
+    body +=
+        "<text x=\"" + fixed(x0 + 3) + "\" y=\"" + fixed(y + 10) +
+        "\" font-size=\"10\" fill=\"#a33\">" +
+        xml_escape("service \u00d7" + decimal(static_cast<double>(step.slowdown_milli) / 1000)) +
+        "</text>\n";
+  }
+  std::vector<std::pair<std::int64_t, std::uint64_t>> capacity;
+  for (const BackendStep& step : scenario_.backend)
+    capacity.emplace_back(micro_time(step.at), step.capacity);
+  if (!capacity.empty()) {
+    body += "<path fill=\"none\" stroke=\"#888\" stroke-dasharray=\"4,3\" d=\"" + steps(capacity) +
+            "\"/>\n";
+  }
+  std::vector<std::pair<std::int64_t, std::uint64_t>> room;
+  room.reserve(room_.size());
+  for (const auto& [t, slots] : room_) {
+    if (!room.empty() && room.back().first == t) {
+      room.back().second = slots;  // the last room of an instant is the one that holds
+    } else {
+      room.emplace_back(t, slots);
+    }
+  }
+  if (!room.empty()) {
+    body +=
+        "<path fill=\"none\" stroke=\"#1a5fb4\" stroke-width=\"1.3\" d=\"" + steps(room) + "\"/>\n";
+  }
+  body += "</g>\n";
+  svg.y += kHeight + 12;
 }
 
 // A participant's lane: its name and plan, its requests, and under them its balances.

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "scenario.hpp"
@@ -43,6 +44,7 @@ class Picture final : public RunObserver {
   void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
                  std::int64_t cost_nano, const Balances& balances) override;
   void cancelled(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) override;
+  void room(creditloop::Nanos t, std::uint32_t slots) override;
 
   /// The interactive page for the finished run.
   [[nodiscard]] std::string html(const RunReport& report) const;
@@ -117,6 +119,7 @@ class Picture final : public RunObserver {
   void svg_legend(Svg& svg) const;
   void svg_axis(Svg& svg) const;
   void svg_passes(Svg& svg) const;
+  void svg_room(Svg& svg) const;
   void svg_lane(Svg& svg, std::size_t index) const;
   void svg_requests(Svg& svg, const Lane& lane) const;
   void svg_requests_aggregated(Svg& svg, const Lane& lane) const;
@@ -132,6 +135,8 @@ class Picture final : public RunObserver {
   std::vector<Request> requests_;
   std::vector<Lane> lanes_;  // scenario order
   Passes passes_;
+  /// A learned room's slots from each instant on (microseconds, slots).
+  std::vector<std::pair<std::int64_t, std::uint32_t>> room_;
 };
 
 }  // namespace creditloop::sim

@@ -202,6 +202,10 @@ void ObserverFan::cancelled(Nanos t, std::uint32_t participant, std::uint64_t re
   for (RunObserver* o : observers_) o->cancelled(t, participant, req);
 }
 
+void ObserverFan::room(Nanos t, std::uint32_t slots) {
+  for (RunObserver* o : observers_) o->room(t, slots);
+}
+
 void play_capture(const Capture& capture, RunObserver& observer) {
   const Balances none{};
   for (std::size_t i = 0; i < capture.requests.size(); ++i) {

@@ -104,6 +104,7 @@ class ObserverFan final : public RunObserver {
   void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
                  std::int64_t cost_nano, const Balances& balances) override;
   void cancelled(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) override;
+  void room(creditloop::Nanos t, std::uint32_t slots) override;
 
  private:
   std::vector<RunObserver*> observers_;

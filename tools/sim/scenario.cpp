@@ -156,11 +156,80 @@ std::vector<creditloop::Plan> parse_plans(const json& root, int k) {
   return out;
 }
 
-std::uint64_t parse_server(const json& root) {
+// The default bounds of `"slots": "auto"`, as creditloop-server's.
+constexpr creditloop::RoomBounds kAutoBounds{1, 256};
+
+void parse_slots(const json& v, Scenario& s) {
+  const std::string path = "server.slots";
+  const std::string rule = "must be a whole number from 1 to " + std::to_string(kMaxSlots) +
+                           ", \"auto\" or {\"auto\": {\"min\": N, \"max\": M}}";
+  if (v.is_string()) {
+    if (v.get<std::string>() != "auto") refuse(path, rule + got(v));
+    s.room_auto = kAutoBounds;
+  } else if (v.is_object()) {
+    check_keys(v, path, {"auto"}, {"auto"});
+    const std::string apath = path + ".auto";
+    const json& bounds = v["auto"];
+    expect_object(bounds, apath);
+    check_keys(bounds, apath, {"min", "max"}, {});
+    creditloop::RoomBounds b = kAutoBounds;
+    if (bounds.contains("min")) {
+      b.least = static_cast<std::uint32_t>(whole(bounds["min"], apath + ".min", 1, kMaxSlots));
+    }
+    if (bounds.contains("max")) {
+      b.most = static_cast<std::uint32_t>(whole(bounds["max"], apath + ".max", 1, kMaxSlots));
+    }
+    if (b.most < b.least) {
+      refuse(apath + (bounds.contains("max") ? ".max" : ".min"),
+             "the most slots (" + std::to_string(b.most) + ") is below the least (" +
+                 std::to_string(b.least) + ")");
+    }
+    s.room_auto = b;
+  } else if (!v.is_number()) {
+    refuse(path, rule + got(v));
+  }
+  s.slots = s.room_auto ? s.room_auto->most : whole(v, path, 1, kMaxSlots);
+}
+
+std::vector<BackendStep> parse_backend(const json& v) {
+  const std::string path = "server.backend";
+  expect_object(v, path);
+  check_keys(v, path, {"capacity"}, {"capacity"});
+  const std::string cpath = path + ".capacity";
+  const json& list = v["capacity"];
+  expect_array(list, cpath);
+  if (list.empty()) refuse(cpath, "must list at least one step, the first at 0");
+  std::vector<BackendStep> out;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string spath = child(cpath, i);
+    const json& e = list[i];
+    expect_object(e, spath);
+    check_keys(e, spath, {"at", "capacity", "slowdown"}, {"at", "capacity"});
+    BackendStep step;
+    step.at = time_at(e["at"], child(spath, "at"));
+    if (i == 0 && step.at != 0)
+      refuse(child(spath, "at"), "the first step must be at 0" + got(e["at"]));
+    if (i > 0 && step.at <= out.back().at) {
+      refuse(child(spath, "at"), "must be later than the step before" + got(e["at"]));
+    }
+    step.capacity = whole(e["capacity"], child(spath, "capacity"), 1, kMaxSlots);
+    if (e.contains("slowdown")) {
+      const std::string rule = "must be a number from 0.001 to 1000";
+      const double x = number(e["slowdown"], child(spath, "slowdown"), rule);
+      if (!(x >= 0.001 && x <= 1000)) refuse(child(spath, "slowdown"), rule + got(e["slowdown"]));
+      step.slowdown_milli = std::llround(x * 1000);
+    }
+    out.push_back(step);
+  }
+  return out;
+}
+
+void parse_server(const json& root, Scenario& s) {
   const json& server = root["server"];
   expect_object(server, "server");
-  check_keys(server, "server", {"slots"}, {"slots"});
-  return whole(server["slots"], "server.slots", 1, kMaxSlots);
+  check_keys(server, "server", {"slots", "backend"}, {"slots"});
+  parse_slots(server["slots"], s);
+  if (server.contains("backend")) s.backend = parse_backend(server["backend"]);
 }
 
 std::vector<ParticipantSpec> parse_participants(const json& root,
@@ -201,7 +270,9 @@ std::vector<ParticipantSpec> parse_participants(const json& root,
 
 std::vector<ArrivalSpec> parse_arrivals(const json& root,
                                         const std::vector<ParticipantSpec>& participants,
-                                        std::optional<Nanos> until, std::uint64_t& requests) {
+                                        std::optional<Nanos> until,
+                                        const std::vector<BackendStep>& backend,
+                                        std::uint64_t& requests) {
   const json& list = root["arrivals"];
   expect_array(list, "arrivals");
   std::map<std::string_view, std::size_t, std::less<>> index;
@@ -210,8 +281,16 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
   std::vector<ArrivalSpec> out;
   requests = 0;
   // Bound on the latest instant of the run: the server never idles while work is queued, so
-  // everything is complete by the last arrival plus the sum of all service times.
+  // everything is complete by the last arrival plus the sum of all service times. A backend
+  // serves at least one request at once whenever one is in flight, so with one the bound is
+  // its last step plus that sum at its largest slowdown.
   I128 last_arrival = 0;
+  I128 last_step = 0;
+  std::int64_t slowest = 1000;
+  for (const BackendStep& step : backend) {
+    last_step = step.at;
+    slowest = std::max(slowest, step.slowdown_milli);
+  }
   I128 total_service = 0;
   for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string path = child("arrivals", i);
@@ -265,7 +344,8 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
           child(path, "cancel_after"),
           "a withdrawal could fall beyond the virtual clock (2^63 nanoseconds, about 292 years)");
     }
-    if (last_arrival + total_service > std::numeric_limits<Nanos>::max()) {
+    if (last_arrival + last_step + total_service * slowest / 1000 >
+        std::numeric_limits<Nanos>::max()) {
       refuse(child(path, own_last > std::numeric_limits<Nanos>::max() / 2 ? "every" : "service"),
              "the run could outlast the virtual clock (2^63 nanoseconds, about 292 years)");
     }
@@ -376,10 +456,10 @@ Parsed<Scenario> parse_scenario(std::string_view text_in) {
     Scenario s;
     s.config.classes = parse_classes(root);
     s.config.plans = parse_plans(root, s.config.classes);
-    s.slots = parse_server(root);
+    parse_server(root, s);
     s.participants = parse_participants(root, s.config.plans);
     if (root.contains("until")) s.until = time_at(root["until"], "until");
-    s.arrivals = parse_arrivals(root, s.participants, s.until, s.requests);
+    s.arrivals = parse_arrivals(root, s.participants, s.until, s.backend, s.requests);
     s.withdraws = std::any_of(s.arrivals.begin(), s.arrivals.end(),
                               [](const ArrivalSpec& a) { return a.cancel_after.has_value(); });
 

@@ -19,6 +19,7 @@
 #include "common/refusal.hpp"
 #include "common/wide_int.hpp"
 #include "creditloop/plan.hpp"
+#include "creditloop/room_controller.hpp"
 #include "creditloop/units.hpp"
 
 namespace creditloop::sim {
@@ -56,9 +57,27 @@ struct ArrivalSpec {
   std::uint64_t in_run = 0;
 };
 
+/// The backend from `at` on: it serves at most `capacity` requests at once, the rest wait in its
+/// own FIFO, and a request that starts while this step holds is served for its `service` times
+/// `slowdown_milli` / 1000.
+struct BackendStep {
+  creditloop::Nanos at = 0;
+  std::uint64_t capacity = 1;
+  std::int64_t slowdown_milli = 1000;
+};
+
+/// A slowdown from 0.001 to 1000, kept in thousandths.
+inline constexpr std::int64_t kMaxSlowdownMilli = 1'000'000;
+
 struct Scenario {
   creditloop::Config config;  // classes and plans, in the core's own terms
+  /// The room: a fixed number of slots, or with `room_auto` the most a learned room may have.
   std::uint64_t slots = 1;
+  /// `"slots": "auto"`: a RoomController within these bounds sets the room.
+  std::optional<creditloop::RoomBounds> room_auto;
+  /// `server.backend.capacity`, steps in time order from 0. Empty: a dispatched request starts
+  /// at once and holds its slot for its `service` (the slot model).
+  std::vector<BackendStep> backend;
   std::vector<ParticipantSpec> participants;
   std::vector<ArrivalSpec> arrivals;
   std::optional<creditloop::Nanos> until;

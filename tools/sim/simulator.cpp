@@ -23,6 +23,8 @@ using tools::json_string;
 
 struct Simulator::Request : creditloop::RequestHook {
   Nanos arrived = 0;
+  Nanos dispatched = 0;
+  std::uint64_t seq = 0;  // dispatch order: completions due together go in this order
   creditloop::Ticket ticket{};
   std::uint32_t entry = 0;  // the arrival entry: its service and cost
   std::uint32_t participant = 0;
@@ -40,10 +42,11 @@ struct Simulator::Participant {
   std::optional<Nanos> wait_max;
 };
 
-// The room test and callbacks Core::run drives. Room is the slot model's: a slot is free.
+// The room test and callbacks Core::run drives. Room is the slot model's: a slot is free, of a
+// fixed number or of the learned room's.
 struct Simulator::Loop {
   Simulator& sim;
-  bool room() const noexcept { return sim.free_slots_ > 0; }
+  bool room() const noexcept { return sim.in_flight_ < sim.room_; }
   void on_pass(ClassId c) { sim.on_pass(c); }
   void on_dispatch(const creditloop::Dispatch& d) { sim.on_dispatch(d); }
 };
@@ -152,9 +155,15 @@ Simulator::Simulator(Scenario scenario) : scenario_(std::move(scenario)), core_(
   scratch_ids_.reserve(scenario_.participants.size());
   scratch_.reserve(scenario_.participants.size());
   arrivals_.reserve(scenario_.arrivals.size());
-  completions_.reserve(
-      static_cast<std::size_t>(std::min<std::uint64_t>(scenario_.slots, scenario_.requests)));
-  free_slots_ = scenario_.slots;
+  const auto most_in_flight =
+      static_cast<std::size_t>(std::min<std::uint64_t>(scenario_.slots, scenario_.requests));
+  completions_.reserve(most_in_flight);
+  room_ = scenario_.slots;
+  if (scenario_.room_auto) {
+    controller_.emplace(*scenario_.room_auto);
+    room_ = controller_->slots();
+  }
+  if (!scenario_.backend.empty()) backend_fifo_.resize(most_in_flight);
 }
 
 Simulator::~Simulator() = default;
@@ -225,14 +234,25 @@ void Simulator::complete_due(Nanos now) {
     const ArrivalSpec& spec = scenario_.arrivals[r.entry];
     const auto done = core_.complete_nano(r.ticket, spec.cost_nano, now_);
     if (!done) core_bug("complete() refused a ticket of a request in flight");
-    ++free_slots_;
+    --in_flight_;
+    if (!scenario_.backend.empty()) {
+      --serving_;
+      start_waiting_in_backend();
+    }
+    if (controller_) controller_->completed(r.dispatched, now_);
     Participant& p = participants_[r.participant];
     ++p.completed;
-    if (trace_ == nullptr && observer_ == nullptr) continue;
+    if (trace_ == nullptr && observer_ == nullptr) {
+      follow_room();
+      continue;
+    }
     const Balances balances = balances_of(p);
     if (observer_ != nullptr)
       observer_->completed(now_, r.participant, due.req, spec.cost_nano, balances);
-    if (trace_ == nullptr) continue;
+    if (trace_ == nullptr) {
+      follow_room();
+      continue;
+    }
     std::string& b = trace_->buffer();
     b += "{\"t\": ";
     append_micro(b, now_);
@@ -248,7 +268,55 @@ void Simulator::complete_due(Nanos now) {
     write_balances(balances);
     b += '}';
     trace_->end_line();
+    follow_room();
   }
+}
+
+void Simulator::follow_room() {
+  if (!controller_ || controller_->slots() == room_) return;
+  room_ = controller_->slots();
+  if (observer_ != nullptr) observer_->room(now_, static_cast<std::uint32_t>(room_));
+  if (trace_ == nullptr) return;
+  std::string& b = trace_->buffer();
+  b += "{\"t\": ";
+  append_micro(b, now_);
+  b += ", \"ev\": \"room\", \"slots\": ";
+  append_uint(b, room_);
+  b += '}';
+  trace_->end_line();
+}
+
+// The backend takes a dispatched request at once while it serves fewer than its capacity, and
+// otherwise holds it in its FIFO: its latency then grows by the wait, which is all a learned room
+// sees of a queue there. Without a backend, every request starts at once (capacity unbounded).
+void Simulator::start_in_backend(std::uint32_t req) {
+  ++serving_;
+  const Nanos service = scenario_.arrivals[pool_[req].entry].service;
+  const Nanos held =
+      slowdown_milli_ == 1000
+          ? service
+          : static_cast<Nanos>((static_cast<I128>(service) * slowdown_milli_ + 500) / 1000);
+  completions_.push_back(Due{now_ + held, pool_[req].seq, req});
+  std::push_heap(completions_.begin(), completions_.end(),
+                 [](const Due& a, const Due& b) { return due_later(a, b); });
+}
+
+void Simulator::start_waiting_in_backend() {
+  while (fifo_size_ > 0 && serving_ < capacity_) {
+    const std::uint32_t req = backend_fifo_[fifo_head_];
+    fifo_head_ = (fifo_head_ + 1) % backend_fifo_.size();
+    --fifo_size_;
+    start_in_backend(req);
+  }
+}
+
+void Simulator::step_backend() {
+  while (step_ < scenario_.backend.size() && scenario_.backend[step_].at <= now_) {
+    capacity_ = scenario_.backend[step_].capacity;
+    slowdown_milli_ = scenario_.backend[step_].slowdown_milli;
+    ++step_;
+  }
+  start_waiting_in_backend();
 }
 
 // A request dispatched before its withdrawal fell due is served as any other: its withdrawal is
@@ -359,24 +427,36 @@ void Simulator::on_pass(ClassId c) {
 }
 
 void Simulator::on_dispatch(const creditloop::Dispatch& d) {
-  if (free_slots_ == 0) core_bug("the core dispatched without room");
-  --free_slots_;
+  if (in_flight_ >= room_) core_bug("the core dispatched without room");
+  ++in_flight_;
   auto& r = static_cast<Request&>(*d.request);
   r.ticket = d.ticket;
   r.sent = true;
+  r.dispatched = now_;
+  r.seq = dispatch_seq_++;
   Participant& p = participants_[r.participant];
   if (!(p.id == d.participant)) core_bug("a request went out for another participant");
   ++p.dispatched[d.out];
   const Nanos wait = now_ - r.arrived;
   if (!p.wait_max || wait > *p.wait_max) p.wait_max = wait;
   const auto req = static_cast<std::uint32_t>(&r - pool_.data());
-  completions_.push_back(Due{now_ + scenario_.arrivals[r.entry].service, dispatch_seq_++, req});
-  std::push_heap(completions_.begin(), completions_.end(),
-                 [](const Due& a, const Due& b) { return due_later(a, b); });
-  if (trace_ == nullptr && observer_ == nullptr) return;
+  if (serving_ < capacity_) {
+    start_in_backend(req);
+  } else {
+    backend_fifo_[(fifo_head_ + fifo_size_) % backend_fifo_.size()] = req;
+    ++fifo_size_;
+  }
+  if (controller_) controller_->dispatched(now_, in_flight_);
+  if (trace_ == nullptr && observer_ == nullptr) {
+    follow_room();
+    return;
+  }
   const Balances balances = balances_of(p);
   if (observer_ != nullptr) observer_->dispatched(now_, r.participant, req, d.out, balances);
-  if (trace_ == nullptr) return;
+  if (trace_ == nullptr) {
+    follow_room();
+    return;
+  }
   std::string& b = trace_->buffer();
   b += "{\"t\": ";
   append_micro(b, now_);
@@ -390,6 +470,7 @@ void Simulator::on_dispatch(const creditloop::Dispatch& d) {
   write_balances(balances);
   b += '}';
   trace_->end_line();
+  follow_room();
 }
 
 RunReport Simulator::run(LineWriter* trace) {
@@ -402,6 +483,16 @@ RunReport Simulator::run(LineWriter* trace) {
     arrivals_.push_back(NextArrival{scenario_.arrivals[e].at, e, 0});
     std::push_heap(arrivals_.begin(), arrivals_.end(), arrival_cmp);
   }
+  if (controller_) {
+    // The room it starts with, so that a reader of the trace knows the room at every instant.
+    if (observer_ != nullptr) observer_->room(0, static_cast<std::uint32_t>(room_));
+    if (trace_ != nullptr) {
+      trace_->buffer() += "{\"t\": 0.0, \"ev\": \"room\", \"slots\": ";
+      append_uint(trace_->buffer(), room_);
+      trace_->buffer() += '}';
+      trace_->end_line();
+    }
+  }
   constexpr Nanos kNever = std::numeric_limits<Nanos>::max();
   while (true) {
     Nanos t = kNever;
@@ -410,10 +501,15 @@ RunReport Simulator::run(LineWriter* trace) {
     drop_moot_cancels();
     if (!cancels_.empty()) t = std::min(t, cancels_.front().t);
     if (t == kNever) break;
+    // A step of the backend is an instant of the run only while something else is to come.
+    if (step_ < scenario_.backend.size()) t = std::min(t, scenario_.backend[step_].at);
     if (scenario_.until && t > *scenario_.until) break;
     // A completion that falls due at `now_` while the loop runs (service 0) is the earliest
     // event on the next iteration: the same instant is handled again, completions first.
     now_ = t;
+    // The backend's step first, so that the completions of the instant start what its FIFO
+    // holds under the capacity that holds from then on.
+    if (step_ < scenario_.backend.size()) step_backend();
     complete_due(now_);
     while (!arrivals_.empty() && arrivals_.front().t == now_) {
       std::pop_heap(arrivals_.begin(), arrivals_.end(), arrival_cmp);
@@ -436,7 +532,8 @@ RunReport Simulator::run(LineWriter* trace) {
 RunReport Simulator::report(Nanos stopped_at) {
   RunReport out;
   out.classes = core_.classes();
-  out.slots = scenario_.slots;
+  out.slots = room_;
+  out.room_auto = scenario_.room_auto;
   out.stopped_at = stopped_at;
   out.arrived = next_req_;
   out.withdraws = scenario_.withdraws;
@@ -593,13 +690,17 @@ std::string format_table(const RunReport& report) {
   totals.insert(totals.end(), {std::to_string(waiting), ""});
   for (int c = 0; c < k; ++c) totals.emplace_back("");
 
-  std::string out = "stopped at t=" + micro(report.stopped_at) + " s; " +
-                    std::to_string(report.arrived) + " arrived, " + std::to_string(grand) +
-                    " dispatched, " + std::to_string(completed) + " completed, " +
-                    (report.withdraws ? std::to_string(cancelled) + " cancelled, " : "") +
-                    std::to_string(waiting) + " waiting; " + std::to_string(report.slots) +
-                    (report.slots == 1 ? " slot" : " slots") +
-                    "; dispatches per class (share of the row), balances at the stop\n";
+  std::string out =
+      "stopped at t=" + micro(report.stopped_at) + " s; " + std::to_string(report.arrived) +
+      " arrived, " + std::to_string(grand) + " dispatched, " + std::to_string(completed) +
+      " completed, " + (report.withdraws ? std::to_string(cancelled) + " cancelled, " : "") +
+      std::to_string(waiting) + " waiting; " +
+      (report.room_auto ? "a learned room (" + std::to_string(report.room_auto->least) + ".." +
+                              std::to_string(report.room_auto->most) + ") of "
+                        : std::string()) +
+      std::to_string(report.slots) + (report.slots == 1 ? " slot" : " slots") +
+      (report.room_auto ? " at the stop" : "") +
+      "; dispatches per class (share of the row), balances at the stop\n";
   append_table(out, header, rows, left, totals);
   return out;
 }

@@ -2,11 +2,14 @@
 //
 // The simulator owns the clock, the server and the requests; every scheduling decision is the
 // core's (creditloop::Core::run). The server is a slot model: a dispatch takes a slot for the
-// request's `service`, and room is "a slot is free". Events at one instant go in the order
-// docs/contract.md §6 fixes: completions due (in dispatch order), arrivals due (scenario order),
-// then the loop; completions that fall due at the same instant while the loop runs (service 0) wait
-// for it to stop, and the instant is handled again. Withdrawals (an entry's `cancel_after`, an
-// extension of that order) come after the arrivals and before the loop, in request order.
+// request's `service`, and room is "a slot is free". A scenario's `backend` serves at most its
+// capacity at once and queues the rest in its own FIFO, so that a slot is held from dispatch to
+// completion, wait included; `"slots": "auto"` lets a RoomController set the number of slots
+// from the dispatch and completion instants, as a server would. Events at one instant go in the
+// order docs/contract.md §6 fixes: completions due (in dispatch order), arrivals due (scenario
+// order), then the loop; completions that fall due at the same instant while the loop runs (service
+// 0) wait for it to stop, and the instant is handled again. Withdrawals (an entry's `cancel_after`,
+// an extension of that order) come after the arrivals and before the loop, in request order.
 //
 // Cost: the arrival stream is a heap of one cursor per scenario entry, the completions a heap
 // of at most `slots` requests and the withdrawals a heap of the requests that may still be
@@ -19,6 +22,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "creditloop/core.hpp"
+#include "creditloop/room_controller.hpp"
 #include "scenario.hpp"
 
 namespace creditloop::sim {
@@ -48,7 +53,8 @@ struct ParticipantReport {
 
 struct RunReport {
   int classes = 2;
-  std::uint64_t slots = 1;
+  std::uint64_t slots = 1;  // with `room_auto`, the room at the stop
+  std::optional<creditloop::RoomBounds> room_auto;
   creditloop::Nanos stopped_at = 0;  // `until` if given, else the last instant handled
   std::uint64_t arrived = 0;
   bool withdraws = false;  // the scenario gives `cancel_after`: the summary counts withdrawals
@@ -116,6 +122,9 @@ class RunObserver {
                          std::int64_t cost_nano, const Balances& balances) = 0;
   /// The request left its queue undispatched (the scenario's `cancel_after`).
   virtual void cancelled(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) = 0;
+  /// A learned room (`"slots": "auto"`) has `slots` from `t` on; told once at 0 with the room it
+  /// starts with.
+  virtual void room(creditloop::Nanos /*t*/, std::uint32_t /*slots*/) {}
 
  protected:
   RunObserver() = default;
@@ -161,6 +170,10 @@ class Simulator {
   void drop_moot_cancels();
   void on_pass(creditloop::ClassId c);
   void on_dispatch(const creditloop::Dispatch& d);
+  void start_in_backend(std::uint32_t req);
+  void start_waiting_in_backend();
+  void step_backend();
+  void follow_room();
   Balances balances_of(const Participant& p);
   void write_balances(const Balances& balances);
   RunReport report(creditloop::Nanos stopped_at);
@@ -192,7 +205,18 @@ class Simulator {
   RunObserver* observer_ = nullptr;
   bool explain_passes_ = false;
   creditloop::Nanos now_ = 0;
-  std::uint64_t free_slots_ = 0;
+  std::uint64_t room_ = 0;  // the room now: scenario_.slots, or the controller's
+  std::uint64_t in_flight_ = 0;
+  std::optional<creditloop::RoomController> controller_;
+  // The backend (scenario_.backend): the step in force, the requests it serves now, and its
+  // FIFO of the dispatched ones beyond its capacity, a ring of at most the largest room.
+  std::size_t step_ = 0;
+  std::uint64_t capacity_ = std::numeric_limits<std::uint64_t>::max();
+  std::int64_t slowdown_milli_ = 1000;
+  std::uint64_t serving_ = 0;
+  std::vector<std::uint32_t> backend_fifo_;
+  std::size_t fifo_head_ = 0;
+  std::size_t fifo_size_ = 0;
   std::uint64_t next_req_ = 0;
   std::uint64_t dispatch_seq_ = 0;
 };
