@@ -1,4 +1,4 @@
-/* The C API in C99, through the cases of the core's unit tests (tests/unit/): the reference
+/* The C API in C99, through the cases of the core's unit tests (tests/core/): the reference
  * plans' decisions, charge-back, stale tickets, hand-back on removal, re-plan, scale, readings,
  * and the JSON configuration's refusals naming their field. Exits non-zero on the first
  * difference, printing the line. */
