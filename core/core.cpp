@@ -133,14 +133,14 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
     ++ring_size_;
   }
 
-  Header& s = header_at(place);
-  const std::uint32_t generation = s.generation + 1 == 0 ? 1 : s.generation + 1;
-  s = Header{};
-  s.refilled_at = now;
-  s.joined_turn = turn_.active ? turn_.serial : 0;
-  s.generation = generation;
-  s.held = terms_[plan].held;
-  s.live = true;
+  Header& header = header_at(place);
+  const std::uint32_t generation = header.generation + 1 == 0 ? 1 : header.generation + 1;
+  header = Header{};
+  header.refilled_at = now;
+  header.joined_turn = turn_.active ? turn_.serial : 0;
+  header.generation = generation;
+  header.held = terms_[plan].held;
+  header.live = true;
   cold_[place] = Cold{.plan = plan, .shares = shares};
   for (int c = 0; c < k_; ++c) {
     BucketRec& b = bucket(place, static_cast<ClassId>(c));
@@ -162,14 +162,14 @@ Result<RequestList> Core::remove(ParticipantId p) {
   if (free_places_.size() == free_places_.capacity()) {
     free_places_.reserve(std::max<std::size_t>(8, 2 * free_places_.capacity()));
   }
-  Header& s = header_at(p.place);
-  if (s.queued != 0) leave_waiting(p.place);
-  forget_timers(p.place, s.held);
-  detail::keep_for_list<detail::HookLink>(s.head);  // the list gives each back (request.hpp)
-  RequestList handed_back(s.head, s.tail, s.queued);
-  s.head = s.tail = nullptr;
-  s.queued = 0;
-  s.live = false;
+  Header& header = header_at(p.place);
+  if (header.queued != 0) leave_waiting(p.place);
+  forget_timers(p.place, header.held);
+  detail::keep_for_list<detail::HookLink>(header.head);  // the list gives each back (request.hpp)
+  RequestList handed_back(header.head, header.tail, header.queued);
+  header.head = header.tail = nullptr;
+  header.queued = 0;
+  header.live = false;
   for (int c = 0; c < k_; ++c) ++bucket(p.place, static_cast<ClassId>(c)).incarnation;
   name_index_.erase(detail::NameIndex::hash_of(names_[p.place]), p.place);
   free_places_.push_back(p.place);
@@ -183,16 +183,16 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
   if (shares == 0 || shares > kMaxShares) return Errc::bad_shares;
   now = advance_clock(now);
   bring_to(p.place, now);  // refill at the old terms up to the change
-  Header& s = header_at(p.place);
-  const std::uint8_t old_held = s.held;
+  Header& header = header_at(p.place);
+  const std::uint8_t old_held = header.held;
   forget_timers(p.place, old_held);  // new terms, new instants
   cold_[p.place].plan = plan;
   cold_[p.place].shares = shares;
-  s.held = terms_[plan].held;
+  header.held = terms_[plan].held;
   for (int i = 0; i < k_; ++i) {
     const auto c = static_cast<ClassId>(i);
     const bool had = ((old_held >> c) & 1u) != 0;
-    const bool has = ((s.held >> c) & 1u) != 0;
+    const bool has = ((header.held >> c) & 1u) != 0;
     BucketRec& b = bucket(p.place, c);
     set_terms(p.place, c);
     if (has && had) {
@@ -209,7 +209,7 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
       ready_[c].clear(p.place);
     }
   }
-  if (s.queued != 0) refile_held(p.place, s);
+  if (header.queued != 0) refile_held(p.place, header);
   return {};
 }
 
@@ -218,10 +218,10 @@ Status Core::scale(ParticipantId p, std::uint32_t millionths, Nanos now) noexcep
   if (millionths > kWholePlan) return Errc::bad_scale;
   now = advance_clock(now);
   bring_to(p.place, now);  // refill at the old terms up to the change
-  Header& s = header_at(p.place);
-  forget_timers(p.place, s.held);  // new terms, new instants
-  s.scale = millionths;
-  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+  Header& header = header_at(p.place);
+  forget_timers(p.place, header.held);  // new terms, new instants
+  header.scale = millionths;
+  for (std::uint8_t held = header.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     const auto c = static_cast<ClassId>(std::countr_zero(held));
     BucketRec& b = bucket(p.place, c);
     set_terms(p.place, c);
@@ -230,7 +230,7 @@ Status Core::scale(ParticipantId p, std::uint32_t millionths, Nanos now) noexcep
       b.remainder = 0;
     }
   }
-  if (s.queued != 0) refile_held(p.place, s);
+  if (header.queued != 0) refile_held(p.place, header);
   return {};
 }
 

@@ -25,21 +25,21 @@ constexpr std::uint64_t kCatchUpGap = 1'000'000;
 
 bool Core::live(ParticipantId p) const noexcept {
   if (p.place >= ring_size_) return false;
-  const Header& s = header_at(p.place);
-  return s.live && s.generation == p.generation && p.issuer == issuer_;
+  const Header& header = header_at(p.place);
+  return header.live && header.generation == p.generation && p.issuer == issuer_;
 }
 
 // ---- buckets and filing ---------------------------------------------------------------------
 
-void Core::bring_to(Header& s, Nanos now) noexcept {
-  if (now <= s.refilled_at) return;
+void Core::bring_to(Header& header, Nanos now) noexcept {
+  if (now <= header.refilled_at) return;
   // In unsigned arithmetic: a participant registered before 0 and read near the clock's end is
   // more than INT64_MAX nanoseconds behind.
   const std::uint64_t dt =
-      static_cast<std::uint64_t>(now) - static_cast<std::uint64_t>(s.refilled_at);
-  s.refilled_at = now;
-  BucketRec* buckets = buckets_of(s);
-  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+      static_cast<std::uint64_t>(now) - static_cast<std::uint64_t>(header.refilled_at);
+  header.refilled_at = now;
+  BucketRec* buckets = buckets_of(header);
+  for (std::uint8_t held = header.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     BucketRec& b = buckets[std::countr_zero(held)];
     BucketState state{b.balance, b.remainder};
     refill(state, dt, b.rate, static_cast<Balance>(b.cap));
@@ -48,8 +48,8 @@ void Core::bring_to(Header& s, Nanos now) noexcept {
   }
 }
 
-void Core::refile(std::uint32_t place, Header& s, ClassId c) noexcept {
-  BucketRec& b = buckets_of(s)[c];
+void Core::refile(std::uint32_t place, Header& header, ClassId c) noexcept {
+  BucketRec& b = buckets_of(header)[c];
   if (b.has_credit()) {
     timers_[c].erase(place);
     ready_[c].set(place);
@@ -59,7 +59,7 @@ void Core::refile(std::uint32_t place, Header& s, ClassId c) noexcept {
     // A bucket just debited had a credit, so file_spent() needs no such test: only one scaled
     // below a capacity of one credit reaches this branch without ever having had one.
     if (b.holds_a_credit() &&
-        credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at, due)) {
+        credit_instant(BucketState{b.balance, b.remainder}, b.rate, header.refilled_at, due)) {
       timers_[c].set(place, due);
     } else {
       // Its credit lies beyond the clock, or never comes at these terms: nothing to wait for.
@@ -69,20 +69,20 @@ void Core::refile(std::uint32_t place, Header& s, ClassId c) noexcept {
   }
 }
 
-void Core::file_spent(std::uint32_t place, Header& s, ClassId c) noexcept {
-  BucketRec& b = buckets_of(s)[c];
+void Core::file_spent(std::uint32_t place, Header& header, ClassId c) noexcept {
+  BucketRec& b = buckets_of(header)[c];
   ready_[c].clear(place);
   Nanos due = 0;
-  if (credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at, due)) {
+  if (credit_instant(BucketState{b.balance, b.remainder}, b.rate, header.refilled_at, due)) {
     timers_[c].file(place, due);
   } else {
     b.timer.set_instant(std::numeric_limits<Nanos>::max());
   }
 }
 
-bool Core::others_full(const Header& s, ClassId c) noexcept {
-  const BucketRec* buckets = buckets_of(s);
-  for (auto others = static_cast<std::uint8_t>(s.held & ~(1u << c)); others != 0;
+bool Core::others_full(const Header& header, ClassId c) noexcept {
+  const BucketRec* buckets = buckets_of(header);
+  for (auto others = static_cast<std::uint8_t>(header.held & ~(1u << c)); others != 0;
        others &= static_cast<std::uint8_t>(others - 1)) {
     const BucketRec& b = buckets[std::countr_zero(others)];
     if (b.balance < static_cast<Balance>(b.cap)) return false;
@@ -90,8 +90,8 @@ bool Core::others_full(const Header& s, ClassId c) noexcept {
   return true;
 }
 
-bool Core::credit_at(const Header& s, std::uint8_t among, Nanos now) noexcept {
-  const BucketRec* buckets = buckets_of(s);
+bool Core::credit_at(const Header& header, std::uint8_t among, Nanos now) noexcept {
+  const BucketRec* buckets = buckets_of(header);
   for (; among != 0; among &= static_cast<std::uint8_t>(among - 1)) {
     const BucketRec& b = buckets[std::countr_zero(among)];
     if (b.has_credit() || b.timer.instant() <= now) return true;
@@ -99,11 +99,11 @@ bool Core::credit_at(const Header& s, std::uint8_t among, Nanos now) noexcept {
   return false;
 }
 
-void Core::file_charged(std::uint32_t place, Header& s, ClassId c, bool credit_now) noexcept {
-  BucketRec& b = buckets_of(s)[c];
+void Core::file_charged(std::uint32_t place, Header& header, ClassId c, bool credit_now) noexcept {
+  BucketRec& b = buckets_of(header)[c];
   if (!credit_now) {
-    refile(place, s, c);  // its credit instant lies ahead: filed at it
-    settle_credit_from(s);
+    refile(place, header, c);  // its credit instant lies ahead: filed at it
+    settle_credit_from(header);
     return;
   }
   // It had the credit before the charge too, so it is in the ready set already, or its timer
@@ -112,7 +112,7 @@ void Core::file_charged(std::uint32_t place, Header& s, ClassId c, bool credit_n
     // A credit at `now` but not as of the last refill: the handle must hold the exact instant it
     // came (settle_credit_from reads it), at or before `now`.
     Nanos due = 0;
-    (void)credit_instant(BucketState{b.balance, b.remainder}, b.rate, s.refilled_at, due);
+    (void)credit_instant(BucketState{b.balance, b.remainder}, b.rate, header.refilled_at, due);
     timers_[c].erase(place);
     b.timer.set_instant(due);
     ready_[c].set(place);
@@ -121,43 +121,43 @@ void Core::file_charged(std::uint32_t place, Header& s, ClassId c, bool credit_n
     ready_[c].set(place);
   }
   // What settle_credit_from would find: a held bucket with a credit makes it "now".
-  s.credit_from = std::numeric_limits<Nanos>::min();
+  header.credit_from = std::numeric_limits<Nanos>::min();
 }
 
-void Core::settle_credit_from(Header& s) noexcept {
+void Core::settle_credit_from(Header& header) noexcept {
   // A held bucket without a credit is filed at its exact instant (or the clock's end), since
   // every debit, charge and re-plan that took a credit away re-filed it. A due timer that expired
   // into the ready set kept its key, so "key reached" covers it too.
-  const BucketRec* buckets = buckets_of(s);
+  const BucketRec* buckets = buckets_of(header);
   Nanos earliest = std::numeric_limits<Nanos>::max();
-  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+  for (std::uint8_t held = header.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     const BucketRec& b = buckets[std::countr_zero(held)];
     const Nanos instant = b.has_credit() ? std::numeric_limits<Nanos>::min() : b.timer.instant();
     if (instant < earliest) earliest = instant;
   }
-  s.credit_from = earliest;
+  header.credit_from = earliest;
 }
 
-void Core::refile_held(std::uint32_t place, Header& s) noexcept {
-  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
-    refile(place, s, static_cast<ClassId>(std::countr_zero(held)));
+void Core::refile_held(std::uint32_t place, Header& header) noexcept {
+  for (std::uint8_t held = header.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+    refile(place, header, static_cast<ClassId>(std::countr_zero(held)));
   }
-  settle_credit_from(s);
+  settle_credit_from(header);
 }
 
 void Core::enter_waiting(std::uint32_t place) noexcept {
   waiting_.set(place);
-  Header& s = header_at(place);
-  BucketRec* buckets = buckets_of(s);
-  for (std::uint8_t held = s.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+  Header& header = header_at(place);
+  BucketRec* buckets = buckets_of(header);
+  for (std::uint8_t held = header.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     const auto c = static_cast<ClassId>(std::countr_zero(held));
     // A timer still filed from before the participant went idle is exact: whatever changed the
     // bucket took the timer out (the dispatch that emptied the queue, a charge or re-plan while
     // idle), and refill alone does not move the instant. Only a credit that has landed since
     // needs the ready set.
-    if (buckets[c].has_credit() || !timers_[c].contains(place)) refile(place, s, c);
+    if (buckets[c].has_credit() || !timers_[c].contains(place)) refile(place, header, c);
   }
-  settle_credit_from(s);
+  settle_credit_from(header);
 }
 
 void Core::leave_waiting(std::uint32_t place) noexcept {
@@ -209,16 +209,16 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
   request.held.store(RequestHook::kQueued, std::memory_order_release);
   now = advance_clock(now);
   request.queued_at = now;
-  Header& s = header_at(p.place);
+  Header& header = header_at(p.place);
   request.next_in_queue = nullptr;
-  request.prev_in_queue = s.tail;
-  if (s.tail == nullptr) {
-    s.head = &request;
+  request.prev_in_queue = header.tail;
+  if (header.tail == nullptr) {
+    header.head = &request;
   } else {
-    s.tail->next_in_queue = &request;
+    header.tail->next_in_queue = &request;
   }
-  s.tail = &request;
-  if (++s.queued == 1) {
+  header.tail = &request;
+  if (++header.queued == 1) {
     bring_to(p.place, now);
     enter_waiting(p.place);
   }
@@ -234,17 +234,17 @@ Status Core::cancel(RequestHook& request) noexcept {
   if (state == RequestHook::kInFlight && by == issuer_) return Errc::in_flight;
   if (state != RequestHook::kQueued || by != issuer_) return Errc::not_queued;
   const std::uint32_t place = request.queued_place.load(std::memory_order_relaxed);
-  Header& s = header_at(place);
+  Header& header = header_at(place);
   // The head's prev_in_queue is not kept (request.hpp): the queue says who its head is.
-  RequestHook* const before = s.head == &request ? nullptr : request.prev_in_queue;
+  RequestHook* const before = header.head == &request ? nullptr : request.prev_in_queue;
   RequestHook* const after = request.next_in_queue;
   if (before == nullptr) {
-    s.head = after;
+    header.head = after;
   } else {
     before->next_in_queue = after;
   }
   if (after == nullptr) {
-    s.tail = before;
+    header.tail = before;
   } else {
     after->prev_in_queue = before;
   }
@@ -254,7 +254,7 @@ Status Core::cancel(RequestHook& request) noexcept {
   // No credit was taken at submission and none is given back: the buckets, their timers and the
   // cursors are as they were. A queue left empty leaves the waiting and ready sets, as after the
   // dispatch of its last request; its timers stay filed (leave_waiting()).
-  if (--s.queued == 0) leave_waiting(place);
+  if (--header.queued == 0) leave_waiting(place);
   return {};
 }
 
@@ -270,14 +270,14 @@ std::optional<Nanos> Core::oldest_queued_at(ParticipantId p) const noexcept {
 
 RequestList Core::take_all_queued() noexcept {
   RequestList all;
-  for (std::uint32_t s = waiting_.find_next(0); s != detail::ReadySet::npos;
-       s = waiting_.find_next(s + 1)) {
-    Header& place = header_at(s);
-    leave_waiting(s);
-    detail::keep_for_list<detail::HookLink>(place.head);  // the list gives each back
-    all.splice_back(RequestList(place.head, place.tail, place.queued));
-    place.head = place.tail = nullptr;
-    place.queued = 0;
+  for (std::uint32_t place = waiting_.find_next(0); place != detail::ReadySet::npos;
+       place = waiting_.find_next(place + 1)) {
+    Header& header = header_at(place);
+    leave_waiting(place);
+    detail::keep_for_list<detail::HookLink>(header.head);  // the list gives each back
+    all.splice_back(RequestList(header.head, header.tail, header.queued));
+    header.head = header.tail = nullptr;
+    header.queued = 0;
   }
   turn_.active = false;
   return all;
@@ -401,35 +401,36 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
 
 // Writes each field of `d` on its own, as the caller's copies read them: built in a register
 // first, the outcome went through the stack and was read back wider than it was written.
-[[gnu::always_inline]] inline void Core::take_oldest(std::uint32_t place, Header& s, ClassId out,
-                                                     ClassId turn, Dispatch& d) noexcept {
+[[gnu::always_inline]] inline void Core::take_oldest(std::uint32_t place, Header& header,
+                                                     ClassId out, ClassId turn,
+                                                     Dispatch& d) noexcept {
   std::uint32_t incarnation = 0;
   if (out != unmetered()) {
-    BucketRec& b = buckets_of(s)[out];
+    BucketRec& b = buckets_of(header)[out];
     ++b.dispatched;
     incarnation = b.incarnation;
   } else {
-    ++s.unmetered_dispatched;
+    ++header.unmetered_dispatched;
   }
-  RequestHook* request = s.head;
-  s.head = request->next_in_queue;
-  if (s.head == nullptr) s.tail = nullptr;
+  RequestHook* request = header.head;
+  header.head = request->next_in_queue;
+  if (header.head == nullptr) header.tail = nullptr;
   request->next_in_queue = nullptr;
   // A completer that clears it hears of the dispatch through the embedder's own hand-off (or the
   // runtime's job queue), which orders this store first. release: pairs with cancel()'s acquire
   // load, for another core's cancel (see submit()).
   request->held.store(RequestHook::kInFlight, std::memory_order_release);
-  --s.queued;
+  --header.queued;
   cursor_[turn] = place;
   d.request = request;
-  d.ticket = issue(place, s.generation, out, incarnation, *request);
-  d.participant = ParticipantId{place, s.generation, issuer_};
+  d.ticket = issue(place, header.generation, out, incarnation, *request);
+  d.participant = ParticipantId{place, header.generation, issuer_};
   d.out = out;
   d.turn = turn;
 }
 
-ClassId Core::highest_credit(const Header& s, std::uint8_t among) noexcept {
-  const BucketRec* buckets = buckets_of(s);
+ClassId Core::highest_credit(const Header& header, std::uint8_t among) noexcept {
+  const BucketRec* buckets = buckets_of(header);
   for (std::uint8_t held = among; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     const auto h = static_cast<ClassId>(std::countr_zero(held));
     if (buckets[h].has_credit()) return h;
@@ -475,8 +476,8 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
     }
     turn_.next = place + 1;
     if (ring_size_ >= kPrefetchFrom) prefetch_ahead(set, place, whole_record);
-    Header& s = header_at(place);
-    if (s.joined_turn != turn_.serial) return &s;
+    Header& header = header_at(place);
+    if (header.joined_turn != turn_.serial) return &header;
   }
 }
 
@@ -490,11 +491,11 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
     std::uint32_t place = 0;
     Header* const stop = next_stop(ready_[c], true, place);
     if (stop == nullptr) return false;
-    Header& s = *stop;
-    BucketRec* buckets = buckets_of(s);
+    Header& header = *stop;
+    BucketRec* buckets = buckets_of(header);
     // Rule 4: the highest class with a credit, which is c unless one above it has a credit
     // (landed since the turn began).
-    const auto above = static_cast<std::uint8_t>(s.held & ((1u << c) - 1u));
+    const auto above = static_cast<std::uint8_t>(header.held & ((1u << c) - 1u));
     {
       // The usual visit: it goes out under c, whose bucket takes the credit behind its refill
       // (bucket.hpp, take_behind), so that neither its other buckets nor its refill instant are
@@ -502,28 +503,28 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
       BucketRec& b = buckets[c];
       BucketState state{b.balance, b.remainder};
       Balance at_now = 0;
-      const Taken taken = above == 0 || !credit_at(s, above, now)
-                              ? take_behind(state, since_refill(s, now), b.rate,
+      const Taken taken = above == 0 || !credit_at(header, above, now)
+                              ? take_behind(state, since_refill(header, now), b.rate,
                                             static_cast<Balance>(b.cap), kNanoPerCredit, at_now)
                               : Taken::refused;
       // A long gap since the last refill makes the next one's arithmetic wider (bucket.hpp):
       // when nothing else needs refilling, the refill instant moves to `now` too.
-      const bool caught_up =
-          taken == Taken::at_cap && since_refill(s, now) > kCatchUpGap && others_full(s, c);
+      const bool caught_up = taken == Taken::at_cap && since_refill(header, now) > kCatchUpGap &&
+                             others_full(header, c);
       if (caught_up) state = BucketState{at_now, 0};
       if (taken != Taken::refused && at_now >= 0 && (at_now < kNanoPerCredit || has_credit(state)))
           [[likely]] {
-        if (caught_up) s.refilled_at = now;
+        if (caught_up) header.refilled_at = now;
         b.balance = state.balance;
         b.remainder = static_cast<std::uint32_t>(state.remainder);
-        take_oldest(place, s, c, c, d);
-        if (s.queued == 0) {
+        take_oldest(place, header, c, c, d);
+        if (header.queued == 0) {
           leave_waiting(place);
         } else if (at_now >= kNanoPerCredit) {
-          s.credit_from = std::numeric_limits<Nanos>::min();
+          header.credit_from = std::numeric_limits<Nanos>::min();
         } else {
-          file_spent(place, s, c);
-          settle_credit_from(s);
+          file_spent(place, header, c);
+          settle_credit_from(header);
         }
         return true;
       }
@@ -531,37 +532,37 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
     // Refilled first: a credit above c, a charge-back that took c's credit since it was filed,
     // a gap too long for 64-bit arithmetic, or a credit at `now` that the stored value (as of
     // the last refill) lacks, whose exact instant a refill saves computing.
-    bring_to(s, now);
+    bring_to(header, now);
     if (!buckets[c].has_credit()) [[unlikely]] {
-      refile(place, s, c);  // a charge-back landed since it was filed
-      settle_credit_from(s);
+      refile(place, header, c);  // a charge-back landed since it was filed
+      settle_credit_from(header);
       continue;
     }
     ClassId out = c;
     if (above != 0) [[unlikely]] {
-      const ClassId h = highest_credit(s, above);
+      const ClassId h = highest_credit(header, above);
       if (h != kNoClass) out = h;
     }
     buckets[out].balance -= kNanoPerCredit;
-    take_oldest(place, s, out, c, d);
+    take_oldest(place, header, out, c, d);
     if (out == c) {
       // From the ready set, so its c timer is not filed: an empty queue leaves it exact, and
       // a spent credit files it without the heap looking for it first.
-      if (s.queued == 0) {
+      if (header.queued == 0) {
         leave_waiting(place);
         return true;
       }
       if (buckets[c].has_credit()) {
         // What settle_credit_from would find: a held bucket with a credit makes it "now".
-        s.credit_from = std::numeric_limits<Nanos>::min();
+        header.credit_from = std::numeric_limits<Nanos>::min();
         return true;
       }
-      file_spent(place, s, c);
-      settle_credit_from(s);
+      file_spent(place, header, c);
+      settle_credit_from(header);
       return true;
     }
     // Went out above the turn's class (rule 4): that bucket is re-filed.
-    file_after_debit(place, s, out, true);
+    file_after_debit(place, header, out, true);
     return true;
   }
 }
@@ -571,9 +572,9 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
   std::uint32_t place = 0;
   Header* const stop = next_stop(waiting_, false, place);
   if (stop == nullptr) return false;
-  Header& s = *stop;
-  if (credit_possible(s, now)) {
-    visit_unmetered_with_credit(place, s, now, d);
+  Header& header = *stop;
+  if (credit_possible(header, now)) {
+    visit_unmetered_with_credit(place, header, now, d);
     return true;
   }
   // The usual unmetered visit: every bucket of this participant is filed with an exact credit
@@ -581,33 +582,33 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
   // refill is lazy and exact, so skipping it loses nothing. It is in no ready set either (a ready
   // participant has a credit, so its credit_from is behind the clock), so going idle only leaves
   // the waiting set.
-  take_oldest(place, s, c, c, d);
-  if (s.queued == 0) waiting_.clear(place);
+  take_oldest(place, header, c, c, d);
+  if (header.queued == 0) waiting_.clear(place);
   return true;
 }
 
 // A credit landed since the turn began (unmetered turns expire no timers): the request goes out
 // under the highest class that has one, if the refill confirms it.
-void Core::visit_unmetered_with_credit(std::uint32_t place, Header& s, Nanos now,
+void Core::visit_unmetered_with_credit(std::uint32_t place, Header& header, Nanos now,
                                        Dispatch& d) noexcept {
-  bring_to(s, now);
-  const ClassId h = highest_credit(s, s.held);
+  bring_to(header, now);
+  const ClassId h = highest_credit(header, header.held);
   const ClassId out = h == kNoClass ? unmetered() : h;
-  if (out != unmetered()) buckets_of(s)[out].balance -= kNanoPerCredit;
-  take_oldest(place, s, out, unmetered(), d);
-  file_after_debit(place, s, out, out != unmetered());
+  if (out != unmetered()) buckets_of(header)[out].balance -= kNanoPerCredit;
+  take_oldest(place, header, out, unmetered(), d);
+  file_after_debit(place, header, out, out != unmetered());
 }
 
-[[gnu::always_inline]] inline void Core::file_after_debit(std::uint32_t place, Header& s,
+[[gnu::always_inline]] inline void Core::file_after_debit(std::uint32_t place, Header& header,
                                                           ClassId out, bool refile_out) noexcept {
-  if (s.queued == 0) {
+  if (header.queued == 0) {
     leave_waiting(place);
     // An idle participant's timers must be exact (enter_waiting keeps them); the debited
     // bucket's may still be filed at the instant of the credit just spent.
     if (out != unmetered()) timers_[out].erase(place);
   } else {
-    if (refile_out) refile(place, s, out);
-    settle_credit_from(s);  // its lines are in cache now
+    if (refile_out) refile(place, header, out);
+    settle_credit_from(header);  // its lines are in cache now
   }
 }
 
@@ -642,13 +643,13 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   const ParticipantId p{f.place, f.participant_generation, issuer_};
   Completion done{p, f.bucket, false};
   if (!live(p)) return done;
-  Header& s = header_at(f.place);
+  Header& header = header_at(f.place);
   Cold& st = cold_[f.place];
   ++st.completed;
   const ClassId c = f.bucket;
   // Reached through the header: the chunked store's lookup is not repeated for each use.
-  if (c == unmetered() || ((s.held >> c) & 1u) == 0 ||
-      buckets_of(s)[c].incarnation != f.incarnation) {
+  if (c == unmetered() || ((header.held >> c) & 1u) == 0 ||
+      buckets_of(header)[c].incarnation != f.incarnation) {
     st.cost_uncharged += cost_nano;
     return done;
   }
@@ -661,28 +662,28 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   // followed by the charge, with the participant's other buckets and its refill instant left
   // alone. A charge to a bucket that sat full is still not absorbed by its cap (that would
   // forgive debt): the stored value is the charged one less the refill still to come.
-  BucketRec& b = buckets_of(s)[c];
+  BucketRec& b = buckets_of(header)[c];
   BucketState state{b.balance, b.remainder};
   Balance at_now = 0;
-  const Taken taken = take_behind(state, since_refill(s, now), b.rate, static_cast<Balance>(b.cap),
-                                  cost_nano, at_now);
+  const Taken taken = take_behind(state, since_refill(header, now), b.rate,
+                                  static_cast<Balance>(b.cap), cost_nano, at_now);
   if (taken == Taken::refused) [[unlikely]] {
-    bring_to(s, now);
+    bring_to(header, now);
     state = BucketState{b.balance, b.remainder};
     (void)take_behind(state, 0, b.rate, static_cast<Balance>(b.cap), cost_nano, at_now);
-  } else if (taken == Taken::at_cap && others_full(s, c)) {
-    s.refilled_at = now;
+  } else if (taken == Taken::at_cap && others_full(header, c)) {
+    header.refilled_at = now;
     state = BucketState{at_now, 0};
   }
   b.balance = state.balance;
   b.remainder = static_cast<std::uint32_t>(state.remainder);
-  if (s.queued != 0) {
+  if (header.queued != 0) {
     // The common completion changes no class: the bucket keeps a credit, as of its last refill
     // too, and so its place in the ready set.
     if (at_now >= kNanoPerCredit && b.has_credit() && ready_[c].test(f.place)) [[likely]] {
-      s.credit_from = std::numeric_limits<Nanos>::min();
+      header.credit_from = std::numeric_limits<Nanos>::min();
     } else {
-      file_charged(f.place, s, c, at_now >= kNanoPerCredit);
+      file_charged(f.place, header, c, at_now >= kNanoPerCredit);
     }
   } else {
     timers_[c].erase(f.place);  // its instant moved; enter_waiting files it again

@@ -282,9 +282,9 @@ class Core {
   /// O(W log64 N).
   template <class F>
   void for_each_waiting(F&& f) const {
-    for (std::uint32_t s = waiting_.find_next(0); s != detail::ReadySet::npos;
-         s = waiting_.find_next(s + 1)) {
-      f(ParticipantId{s, header_at(s).generation, issuer_});
+    for (std::uint32_t place = waiting_.find_next(0); place != detail::ReadySet::npos;
+         place = waiting_.find_next(place + 1)) {
+      f(ParticipantId{place, header_at(place).generation, issuer_});
     }
   }
 
@@ -376,8 +376,8 @@ class Core {
   };
   struct NameHash {
     using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept {
-      return std::hash<std::string_view>{}(s);
+    std::size_t operator()(std::string_view name) const noexcept {
+      return std::hash<std::string_view>{}(name);
     }
   };
 
@@ -397,43 +397,45 @@ class Core {
   }
   [[nodiscard]] bool live(ParticipantId p) const noexcept;
   void set_terms(std::uint32_t place, ClassId c) noexcept;
-  static BucketRec* buckets_of(Header& s) noexcept { return Places::buckets_after(s); }
-  static const BucketRec* buckets_of(const Header& s) noexcept { return Places::buckets_after(s); }
+  static BucketRec* buckets_of(Header& header) noexcept { return Places::buckets_after(header); }
+  static const BucketRec* buckets_of(const Header& header) noexcept {
+    return Places::buckets_after(header);
+  }
   void bring_to(std::uint32_t place, Nanos now) noexcept { bring_to(header_at(place), now); }
-  static void bring_to(Header& s, Nanos now) noexcept;
+  static void bring_to(Header& header, Nanos now) noexcept;
   // Nanoseconds from the participant's last refill to `now` (0 when `now` is not later).
-  [[nodiscard]] static std::uint64_t since_refill(const Header& s, Nanos now) noexcept {
-    return now > s.refilled_at
-               ? static_cast<std::uint64_t>(now) - static_cast<std::uint64_t>(s.refilled_at)
+  [[nodiscard]] static std::uint64_t since_refill(const Header& header, Nanos now) noexcept {
+    return now > header.refilled_at
+               ? static_cast<std::uint64_t>(now) - static_cast<std::uint64_t>(header.refilled_at)
                : 0;
   }
   // Whether every held bucket but c's is full: a refill changes none of them (a full bucket
   // stays full), so that when take_behind() reaches c's cap the participant's refill instant
   // may move to the present, c's value there being exact, and the next gap starts from there.
-  [[nodiscard]] static bool others_full(const Header& s, ClassId c) noexcept;
+  [[nodiscard]] static bool others_full(const Header& header, ClassId c) noexcept;
   // Whether a class in `among` has a credit at `now`, read from the filing alone: a waiting
   // participant's held bucket without a credit as of its last refill has its exact credit
   // instant in its timer handle.
-  [[nodiscard]] static bool credit_at(const Header& s, std::uint8_t among, Nanos now) noexcept;
+  [[nodiscard]] static bool credit_at(const Header& header, std::uint8_t among, Nanos now) noexcept;
   // Files class c of waiting `s` after a charge taken behind its refill (take_behind), which
   // left it `credit_now` at `now`: only what changed moves. A participant that keeps its credit
   // keeps its place in the ready set.
-  void file_charged(std::uint32_t place, Header& s, ClassId c, bool credit_now) noexcept;
-  void refile(std::uint32_t place, Header& s, ClassId c) noexcept;
+  void file_charged(std::uint32_t place, Header& header, ClassId c, bool credit_now) noexcept;
+  void refile(std::uint32_t place, Header& header, ClassId c) noexcept;
   // refile() for a bucket just debited below a credit by a participant from c's ready set, whose
   // c timer is therefore not filed (the ready set and the timer heap never both hold a place).
-  void file_spent(std::uint32_t place, Header& s, ClassId c) noexcept;
+  void file_spent(std::uint32_t place, Header& header, ClassId c) noexcept;
   // Every held class, then the earliest credit instant: for a waiting participant that changes
   // plan.
-  void refile_held(std::uint32_t place, Header& s) noexcept;
+  void refile_held(std::uint32_t place, Header& header) noexcept;
   void enter_waiting(std::uint32_t place) noexcept;
   // Whether any held bucket of waiting `s` may have a credit at `now`. False proves none has one
   // (filing is exact); reads only the header line.
-  [[nodiscard]] static bool credit_possible(const Header& s, Nanos now) noexcept {
-    return s.credit_from <= now;
+  [[nodiscard]] static bool credit_possible(const Header& header, Nanos now) noexcept {
+    return header.credit_from <= now;
   }
   // Sets s.credit_from from the held buckets, each filed already.
-  static void settle_credit_from(Header& s) noexcept;
+  static void settle_credit_from(Header& header) noexcept;
   void leave_waiting(std::uint32_t place) noexcept;
   // Takes `place` out of the timer heaps of the classes in `held`, and gives their ids back: it
   // is leaving, or it has new terms.
@@ -452,7 +454,7 @@ class Core {
   // dispatch in `d`, false when the turn is over.
   bool visit_metered(ClassId c, Nanos now, Dispatch& d) noexcept;
   bool visit_unmetered(Nanos now, Dispatch& d) noexcept;
-  [[gnu::noinline]] void visit_unmetered_with_credit(std::uint32_t place, Header& s, Nanos now,
+  [[gnu::noinline]] void visit_unmetered_with_credit(std::uint32_t place, Header& header, Nanos now,
                                                      Dispatch& d) noexcept;
   [[gnu::noinline]] void prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
                                         bool whole_record) noexcept;
@@ -467,14 +469,15 @@ class Core {
   // Counts the dispatch under `out`, dequeues the oldest request, issues its ticket and moves the
   // turn's cursor here, into `d`. The caller has debited `out` (behind the refill or after it)
   // and then files what changed.
-  void take_oldest(std::uint32_t place, Header& s, ClassId out, ClassId turn, Dispatch& d) noexcept;
+  void take_oldest(std::uint32_t place, Header& header, ClassId out, ClassId turn,
+                   Dispatch& d) noexcept;
   // After a visit that read the buckets: a queue left empty goes idle; otherwise `out` is
   // re-filed when `refile_out`, and the earliest credit instant is settled again.
-  void file_after_debit(std::uint32_t place, Header& s, ClassId out, bool refile_out) noexcept;
+  void file_after_debit(std::uint32_t place, Header& header, ClassId out, bool refile_out) noexcept;
   static constexpr ClassId kNoClass = 0xff;
   // The highest class in `among` whose bucket has a credit, or kNoClass. Reads no clock: the
   // buckets must be refilled already.
-  [[nodiscard]] static ClassId highest_credit(const Header& s, std::uint8_t among) noexcept;
+  [[nodiscard]] static ClassId highest_credit(const Header& header, std::uint8_t among) noexcept;
   [[nodiscard]] std::uint32_t next_in_turn(const detail::ReadySet& set) noexcept;
   Nanos advance_clock(Nanos now) noexcept { return now > now_ ? (now_ = now) : now_; }
   void grow_places(std::uint32_t places);
