@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <new>
 
+#include "creditloop/room_controller.hpp"
 #include "zone_entry.hpp"
+#include "zone_learned.hpp"
 #include "zone_room.hpp"
 
 namespace {
@@ -30,6 +32,20 @@ Room room_view(creditloop_zone_room* room) noexcept { return Room(reinterpret_ca
 Room room_view(const creditloop_zone_room* room) noexcept {
   // used() never writes: const only in C's eyes.
   return Room(reinterpret_cast<Word*>(const_cast<creditloop_zone_room*>(room)));
+}
+
+using Learned = creditloop::nginx::ZoneLearned<std::atomic, creditloop::RoomController>;
+using creditloop::RoomController;
+static_assert(alignof(RoomController) <= alignof(Word), "the controller follows the words");
+
+constexpr std::size_t kControllerAt = Learned::kWords * sizeof(Word);
+
+Learned learned_view(const creditloop_zone_learned* learned) noexcept {
+  // The words and the controller were started by creditloop_learned_start(), in the master; the
+  // reads of slots() and latency() never write: const only in C's eyes.
+  auto* block = reinterpret_cast<unsigned char*>(const_cast<creditloop_zone_learned*>(learned));
+  return Learned(reinterpret_cast<Word*>(block),
+                 std::launder(reinterpret_cast<RoomController*>(block + kControllerAt)));
 }
 
 }  // namespace
@@ -81,5 +97,34 @@ int creditloop_room_awaited(const creditloop_zone_room* room) {
 }
 
 uint64_t creditloop_room_used(const creditloop_zone_room* room) { return room_view(room).used(); }
+
+size_t creditloop_learned_bytes(void) {
+  return (kControllerAt + sizeof(RoomController) + sizeof(Word) - 1) / sizeof(Word) * sizeof(Word);
+}
+
+void creditloop_learned_start(void* block, uint32_t least, uint32_t most) {
+  auto* bytes = static_cast<unsigned char*>(block);
+  for (std::size_t i = 0; i < Learned::kWords; ++i) new (bytes + i * sizeof(Word)) Word(0);
+  new (bytes + kControllerAt) RoomController(creditloop::RoomBounds{least, most});
+  learned_view(static_cast<creditloop_zone_learned*>(block)).start();
+}
+
+int creditloop_learned_dispatched(creditloop_zone_learned* learned, int64_t now,
+                                  uint64_t in_flight) {
+  return learned_view(learned).dispatched(now, in_flight) ? 1 : 0;
+}
+
+int creditloop_learned_completed(creditloop_zone_learned* learned, int64_t dispatched_at,
+                                 int64_t now) {
+  return learned_view(learned).completed(dispatched_at, now) ? 1 : 0;
+}
+
+uint64_t creditloop_learned_slots(const creditloop_zone_learned* learned) {
+  return learned_view(learned).slots();
+}
+
+uint64_t creditloop_learned_latency(const creditloop_zone_learned* learned) {
+  return learned_view(learned).latency();
+}
 
 }  // extern "C"

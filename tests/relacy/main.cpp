@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
       {"hand_back", hand_back_model},
       {"zone_entry", zone_entry_model},
       {"zone_room", zone_room_model},
+      {"zone_learned", zone_learned_model},
       {"wake", wake_model},
       {"command_list", command_list_model},
       {"relisting", relisting_model},

@@ -289,8 +289,9 @@ bool shutdown_flag_model(Variant variant);
 bool capture_ring_model(Variant variant);
 bool counter_line_model(Variant variant);
 bool hand_back_model(Variant variant);
-bool zone_entry_model(Variant variant);  // the nginx module's workers, not the runtime
-bool zone_room_model(Variant variant);   // likewise
+bool zone_entry_model(Variant variant);    // the nginx module's workers, not the runtime
+bool zone_room_model(Variant variant);     // likewise
+bool zone_learned_model(Variant variant);  // likewise
 bool wake_model(Variant variant);
 bool command_list_model(Variant variant);
 bool relisting_model(Variant variant);

@@ -157,6 +157,8 @@ typedef struct {
     u_char               *entries;
     size_t                entry_size;
     creditloop_zone_room *room_words;
+    /* a learned room's one controller, all workers' (creditloop_slots auto) */
+    creditloop_zone_learned *learned_words;
 
     /* this worker's */
     ngx_uint_t                  workers;
@@ -173,6 +175,8 @@ typedef struct {
     ngx_uint_t in_flight;
     /* with several workers, every slot is taken from it */
     creditloop_zone_room *shared_room;
+    /* with several workers and a learned room, every worker feeds it */
+    creditloop_zone_learned *shared_learned;
     /* counted in the shared room's owed */
     unsigned owing : 1;
     /* counted in the shared room's urgent */

@@ -51,16 +51,20 @@ ngx_http_creditloop_take_room(ngx_http_creditloop_room_t *room, size_t want)
 }
 
 
-/* A completion, to the room's controller: the room it learns is this worker's
- * from now on, and its share of it. Several workers each learn from their own
- * completions, of the one backend; each takes slots up to what it learned, so
- * the room is the largest of them. */
+/* A completion, to the room's controller: the one in the zone that every
+ * worker feeds, or with one worker its own. */
 void
 ngx_http_creditloop_learn(
     ngx_http_creditloop_room_t *room, int64_t dispatched_at, int64_t now)
 {
     ngx_uint_t slots;
 
+    if (room->shared_learned != NULL) {
+        (void) creditloop_learned_completed(
+            room->shared_learned, dispatched_at, now);
+        ngx_http_creditloop_relearn(room);
+        return;
+    }
     creditloop_room_controller_completed(room->controller, dispatched_at, now);
     slots = creditloop_room_controller_slots(room->controller);
     if (slots == room->learned_slots) {
@@ -79,8 +83,9 @@ ngx_http_creditloop_learn(
 }
 
 
-/* One of a learned room's values (slots, latency): the largest over the
- * workers. */
+/* One of a learned room's values (slots, latency): the zone's controller's, or
+ * with one worker the largest a worker's entry holds (the worker before a
+ * reload's may still hold one). */
 uint64_t
 ngx_http_creditloop_learned(ngx_http_creditloop_room_t *room, size_t value)
 {
@@ -88,6 +93,11 @@ ngx_http_creditloop_learned(ngx_http_creditloop_room_t *room, size_t value)
     uint64_t               most = 0, v;
     ngx_uint_t             w;
 
+    if (room->shared_learned != NULL) {
+        return value == NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS
+                   ? creditloop_learned_slots(room->shared_learned)
+                   : creditloop_learned_latency(room->shared_learned);
+    }
     for (w = 0; w < room->zone_workers; ++w) {
         e = ngx_http_creditloop_entry(room, w);
         /* Any age, as the metrics' sums: a worker's entry is rewritten at
@@ -104,17 +114,18 @@ ngx_http_creditloop_learned(ngx_http_creditloop_room_t *room, size_t value)
 }
 
 
-/* The room every worker takes its slots against: the largest any worker has
- * learned. One room for all, as a fixed one is: a worker whose own estimate
- * fell (its few completions were slow) must not starve behind the slots the
- * others hold, since the room they share counts theirs too. */
+/* The room every worker takes its slots against: the zone's controller's, one
+ * room for all, as a fixed one is. */
 void
 ngx_http_creditloop_relearn(ngx_http_creditloop_room_t *room)
 {
     uint64_t slots = ngx_http_creditloop_learned(
         room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS);
 
-    slots = ngx_max(slots, creditloop_room_controller_slots(room->controller));
+    if (room->shared_learned == NULL) {
+        slots =
+            ngx_max(slots, creditloop_room_controller_slots(room->controller));
+    }
     if (slots == room->slots) {
         return;
     }
@@ -244,7 +255,11 @@ ngx_http_creditloop_dispatch(ngx_http_creditloop_room_t *room)
             ctx->tenant->dispatched_epoch++;
             ngx_http_creditloop_waited(room, ctx->tenant, now - ctx->queued_at);
             ngx_http_creditloop_in_flight(room, 1);
-            if (room->controller != NULL) {
+            if (room->shared_learned != NULL) {
+                (void) creditloop_learned_dispatched(room->shared_learned, now,
+                    creditloop_room_used(room->shared_room));
+                ngx_http_creditloop_relearn(room);
+            } else if (room->controller != NULL) {
                 creditloop_room_controller_dispatched(room->controller, now,
                     room->shared_room != NULL
                         ? creditloop_room_used(room->shared_room)

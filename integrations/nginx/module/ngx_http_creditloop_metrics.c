@@ -477,8 +477,8 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
     }
     p = ngx_http_creditloop_help(p, "creditloop_loop_room_slots", "gauge",
         "The room: requests in flight at most, all workers "
-        "together (creditloop_slots, creditloop_room); a learned room's "
-        "largest worker's.");
+        "together (creditloop_slots, creditloop_room); a learned room's, "
+        "learned from every worker's requests.");
     for (i = 0; i < n; ++i) {
         p = ngx_sprintf(p, "creditloop_loop_room_slots%V %uL\n",
             &rooms[i]->selector,
@@ -489,7 +489,7 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
     p = ngx_http_creditloop_help(p, "creditloop_loop_room_latency_seconds",
         "gauge",
         "A learned room's latency without a queue in the backend "
-        "(creditloop_slots auto): the largest worker's estimate; 0 until "
+        "(creditloop_slots auto), from every worker's requests; 0 until "
         "measured.");
     for (i = 0; i < n; ++i) {
         if (rooms[i]->learned) {

@@ -68,6 +68,16 @@ ngx_http_creditloop_init_zone(ngx_shm_zone_t *zone, void *data)
     creditloop_zone_clear(room->entries, bytes);
     creditloop_zone_clear(
         room->room_words, creditloop_room_words() * sizeof(uint64_t));
+    if (room->learned) {
+        room->learned_words = ngx_slab_alloc(pool, creditloop_learned_bytes());
+        if (room->learned_words == NULL) {
+            ngx_log_error(NGX_LOG_EMERG, zone->shm.log, 0,
+                "creditloop: the zone has no room for the learned room");
+            return NGX_ERROR;
+        }
+        creditloop_learned_start(
+            room->learned_words, (uint32_t) room->least, (uint32_t) room->most);
+    }
     return NGX_OK;
 }
 

@@ -290,6 +290,7 @@ ngx_http_creditloop_init_room(
              * room the crashed one held: its last in-flight count, and its
              * marks as owed and urgent. */
             room->shared_room = room->room_words;
+            room->shared_learned = room->learned_words;
             creditloop_room_give(room->shared_room,
                 creditloop_zone_load(
                     room->own, ngx_http_creditloop_entry_worker(
