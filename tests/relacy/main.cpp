@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
       {"bag_progress", bag_progress_model},
       {"withdrawal", withdrawal_model},
       {"parking", parking_model},
+      {"parking_notify", parking_notify_model},
+      {"parking_recheck", parking_recheck_model},
       {"charge_back", charge_back_model},
       {"ticket", ticket_model},
       {"close", close_model},

@@ -281,6 +281,8 @@ bool activation_model(Variant variant);
 bool bag_progress_model(Variant variant);
 bool withdrawal_model(Variant variant);
 bool parking_model(Variant variant);
+bool parking_notify_model(Variant variant);   // parking's model, another twin
+bool parking_recheck_model(Variant variant);  // and a third
 bool charge_back_model(Variant variant);
 bool ticket_model(Variant variant);
 bool close_model(Variant variant);

@@ -97,11 +97,31 @@ struct ParkingModel : rl::test_suite<ParkingModel<Policy>, 3> {
 using Twin =
     Weaken<Holding<std::uint32_t>, Op::rmw, std::memory_order_seq_cst, std::memory_order_acq_rel>;
 
+// The other half of the Dekker pair: notify()'s seq_cst load of the word, the model's only 32-bit
+// load that is seq_cst as written, weakened to acquire.
+using NotifyTwin =
+    Weaken<Holding<std::uint32_t>, Op::load, std::memory_order_seq_cst, std::memory_order_acquire>;
+
+// The re-check: the bags' maybe_nonempty() loads, the model's only seq_cst loads of a pointer,
+// weakened to acquire.
+using RecheckTwin =
+    Weaken<HoldingPointers, Op::load, std::memory_order_seq_cst, std::memory_order_acquire>;
+
 }  // namespace
 
 bool parking_model(Variant variant) {
   return check<ParkingModel, Twin>("parking", variant, {rl::sched_random, 2'000'000},
                                    rl::test_result_deadlock);
+}
+
+bool parking_notify_model(Variant variant) {
+  return check<ParkingModel, NotifyTwin>("parking_notify", variant, {rl::sched_random, 2'000'000},
+                                         rl::test_result_deadlock);
+}
+
+bool parking_recheck_model(Variant variant) {
+  return check<ParkingModel, RecheckTwin>("parking_recheck", variant, {rl::sched_random, 2'000'000},
+                                          rl::test_result_deadlock);
 }
 
 }  // namespace creditloop::relacy
