@@ -23,15 +23,21 @@
 namespace creditloop::relacy {
 namespace {
 
-template <class Policy>
-struct CloseModel : rl::test_suite<CloseModel<Policy>, 3> {
+// kNew: the new registration's generation. 2 differs from kOld in the 16-bit tag the head
+// carries. 1 + 65536 shares it, and the new registration's own producer (the dispatcher here)
+// pushes a request at once: a stale push onto that non-empty inbox passes the tag check, and only
+// the inbox's 32-bit generation refuses it (deleting that check fails this model).
+template <class Policy, std::uint32_t kNew>
+struct CloseModelOf : rl::test_suite<CloseModelOf<Policy, kNew>, 3> {
   using Inbox = detail::Inbox<Request, With<Policy>::template Atomic, RequestLink>;
   static constexpr int kProducers = 2;
   static constexpr int kEach = 2;
-  static constexpr std::uint16_t kOld = 1;
-  static constexpr std::uint16_t kNew = 2;
+  static constexpr std::uint32_t kOld = 1;
+
+  static constexpr bool kSameTag = static_cast<std::uint16_t>(kNew) == kOld;
 
   Inbox inbox;
+  Request fresh;  // the new registration's
   std::array<Request, kProducers * kEach> requests;
   std::array<bool, kProducers * kEach> refused{};  // each producer's own entries
   std::array<int, kProducers * kEach> received{};  // the dispatcher's
@@ -44,6 +50,7 @@ struct CloseModel : rl::test_suite<CloseModel<Policy>, 3> {
       receive(inbox.take(kOld));
       receive(inbox.close());
       inbox.open(kNew);
+      if constexpr (kSameTag) RL_ASSERT(inbox.push(fresh, kNew) == Inbox::Push::queued_first);
       return;
     }
     for (int i = 0; i < kEach; ++i) {
@@ -64,13 +71,23 @@ struct CloseModel : rl::test_suite<CloseModel<Policy>, 3> {
   }
 
   void after() {
-    RL_ASSERT(inbox.take(kNew) == nullptr);
+    Request* const left = inbox.take(kNew);
+    if constexpr (kSameTag) {
+      RL_ASSERT(left == &fresh && RequestLink::get(fresh) == nullptr);
+    } else {
+      RL_ASSERT(left == nullptr);
+    }
     for (int id = 0; id < kProducers * kEach; ++id) {
       RL_ASSERT(received[id] + (refused[id] ? 1 : 0) == 1);
       if (id % kEach > 0 && refused[id - 1]) RL_ASSERT(refused[id]);
     }
   }
 };
+
+template <class Policy>
+using CloseModel = CloseModelOf<Policy, 2>;
+template <class Policy>
+using CloseSameTagModel = CloseModelOf<Policy, 1 + 65536>;
 
 // The head is the model's only 64-bit atomic; its only acq_rel RMW is close()'s exchange.
 using Twin =
@@ -83,6 +100,11 @@ bool close_model(Variant variant) {
   // search past five minutes.
   return check<CloseModel, Twin>("close", variant, {rl::sched_random, 2'000'000},
                                  rl::test_result_data_race);
+}
+
+bool close_same_tag_model(Variant variant) {
+  return check<CloseSameTagModel, Twin>("close_same_tag", variant, {rl::sched_random, 2'000'000},
+                                        rl::test_result_data_race);
 }
 
 }  // namespace creditloop::relacy

@@ -123,6 +123,7 @@ int main(int argc, char** argv) {
       {"charge_back", charge_back_model},
       {"ticket", ticket_model},
       {"close", close_model},
+      {"close_same_tag", close_same_tag_model},
       {"pool_completion", pool_completion_model},
       {"shutdown_flag", shutdown_flag_model},
       {"capture_ring", capture_ring_model},

@@ -286,6 +286,7 @@ bool parking_recheck_model(Variant variant);  // and a third
 bool charge_back_model(Variant variant);
 bool ticket_model(Variant variant);
 bool close_model(Variant variant);
+bool close_same_tag_model(Variant variant);
 bool pool_completion_model(Variant variant);
 bool shutdown_flag_model(Variant variant);
 bool capture_ring_model(Variant variant);
