@@ -382,7 +382,7 @@ TEST(Units, FromSecondsRoundsTheExactValueAndRefusesWhatDoesNotFit) {
   EXPECT_EQ(from_seconds(std::numeric_limits<double>::infinity()), std::nullopt);
 }
 
-TEST(Units, LimitsAreAtLeastWhatTheSpecAsks) {
+TEST(Units, LimitsAreAtLeastWhatTheContractAsks) {
   static_assert(kMaxShares >= 1'000'000);
   static_assert(kMaxCost >= 1'000'000.0);
   static_assert(kMaxClasses >= 1);

@@ -1,5 +1,5 @@
 // Core::run with a handler (room, on_pass, on_dispatch), and the slot model of docs/contract.md §6,
-// including the worked example of the spec whose summary the spec itself states.
+// including the worked example of the contract whose summary the contract itself states.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -198,10 +198,10 @@ TEST(Run, ZeroServiceCompletionsWaitForTheLoopThenTheInstantRunsAgain) {
   EXPECT_EQ(rig.bal(a, 0, 0), credits(5));
 }
 
-TEST(Run, SpecExampleScenario) {
+TEST(Run, ContractExampleScenario) {
   // docs/contract.md §6: pro {P1 2/s burst 4, P2 5/s burst 10}, lite {P2 5/s burst 10}, one slot;
   // alice (pro): 40 requests at 0, service 0.1 s, cost 0; bob (lite): 3 requests at 0.55 s every
-  // 0.5 s, service 0.1 s, cost 2; until 5 s. The spec gives the first dispatch (alice P1,
+  // 0.5 s, service 0.1 s, cost 2; until 5 s. The contract gives the first dispatch (alice P1,
   // balances P1 3.0 and P2 10.0), the first completion (0.1 s, P1 3.2) and the summary.
   Rig rig(reference_config());
   const ParticipantId alice = rig.add("alice", "pro");

@@ -26,7 +26,7 @@ Config plans() {
 
 PlanId plan_id(Rig& rig, std::string_view name) { return rig.core.find_plan(name).value(); }
 
-// What the spec says a scaled term is: whole x millionths / 1e6, rounded down, computed here on
+// What the contract says a scaled term is: whole x millionths / 1e6, rounded down, computed here on
 // its own rather than by the core's code.
 std::int64_t scaled(std::int64_t whole, std::uint32_t millionths) {
   return static_cast<std::int64_t>(static_cast<U128>(whole) * millionths / 1'000'000u);

@@ -146,7 +146,7 @@ TEST(Differential, Mixed) {
   o.max_participants = 24;
   o.initial_participants = 6;
   const DiffReport total = run_many(o, 8'000'000, 300);
-  // Every kind of decision the spec describes occurred.
+  // Every kind of decision the contract describes occurred.
   EXPECT_GT(total.out_above_turn, 0u);
   EXPECT_GT(total.unmetered, 0u);
   EXPECT_GT(total.charged, 0u);

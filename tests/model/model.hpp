@@ -3,9 +3,9 @@
 // Deliberately plain: a vector of participants indexed by ring place, linear scans, std::deque
 // queues, and exact integer arithmetic in units of 1e-18 credit. It shares nothing with the core
 // but the public plain types (Config, Plan, ClassTerms, Errc, Result, ClassId, Nanos, the limits),
-// so that the differential test compares two independent readings of the spec. Where the spec
-// leaves a choice open, the model makes the core's (core.hpp documents all but the two on `now`
-// and on add's order of refusals, which the model mirrors so that both refuse alike):
+// so that the differential test compares two independent readings of the contract. Where the
+// contract leaves a choice open, the model makes the core's (core.hpp documents all but the two on
+// `now` and on add's order of refusals, which the model mirrors so that both refuse alike):
 //  - a new participant takes the most recently freed ring place, else a new place at the end;
 //  - class c's cursor is the place of the last dispatch of a turn of class c; a turn starts just
 //    after it (at place 0 before the first), and visits places in place order once round;

@@ -139,8 +139,8 @@ std::vector<std::string> split_lines(const std::string& text) {
   return lines;
 }
 
-// The spec's example scenario, verbatim.
-constexpr const char* kSpecExample = R"({
+// The contract's example scenario, verbatim.
+constexpr const char* kContractExample = R"({
   "classes": ["P1", "P2"],
   "plans": {
     "pro":  {"P1": {"rate": 2, "burst": 4}, "P2": {"rate": 5, "burst": 10}},
@@ -218,10 +218,11 @@ class SimTest : public ::testing::Test {
   fs::path dir_;
 };
 
-// ---- the spec's own example -------------------------------------------------------------------
+// ---- the contract's own example
+// -------------------------------------------------------------------
 
-TEST_F(SimTest, SpecExampleQuotedLines) {
-  const Trace t = trace_of(write("spec.json", kSpecExample));
+TEST_F(SimTest, ContractExampleQuotedLines) {
+  const Trace t = trace_of(write("contract.json", kContractExample));
   ASSERT_GE(t.lines.size(), 43u);
   EXPECT_EQ(t.events("arrive").front(),
             json::parse(R"({"t": 0.0, "ev": "arrive", "participant": "alice", "req": 0})"));
@@ -249,14 +250,14 @@ TEST_F(SimTest, SpecExampleQuotedLines) {
   EXPECT_EQ(t.lines[41]["ev"], "dispatch");
 }
 
-TEST_F(SimTest, QuickstartIsTheSpecExample) {
+TEST_F(SimTest, QuickstartIsTheContractExample) {
   std::ifstream in(example("quickstart.json"));
   ASSERT_TRUE(in) << example("quickstart.json");
-  EXPECT_EQ(json::parse(in), json::parse(kSpecExample));
+  EXPECT_EQ(json::parse(in), json::parse(kContractExample));
 }
 
 TEST_F(SimTest, SummaryListsParticipantsInRingOrder) {
-  json s = json::parse(kSpecExample);
+  json s = json::parse(kContractExample);
   // Names out of alphabetical order, so that a sorted map would show.
   s["participants"] =
       json::parse(R"([{"name": "zed", "plan": "lite"}, {"name": "amy", "plan": "pro"},
@@ -274,8 +275,8 @@ TEST_F(SimTest, SummaryListsParticipantsInRingOrder) {
             ordered_json::parse(R"({"P1": 0, "P2": 0, "P3": 0})"));
 }
 
-// Every line carries exactly the keys the spec shows for its kind.
-TEST_F(SimTest, LinesHaveExactlyTheSpecKeys) {
+// Every line carries exactly the keys the contract shows for its kind.
+TEST_F(SimTest, LinesHaveExactlyTheContractsKeys) {
   const std::map<std::string, std::set<std::string>> keys = {
       {"arrive", {"t", "ev", "participant", "req"}},
       {"pass", {"t", "ev", "class", "eligible", "ignored"}},
@@ -324,7 +325,7 @@ void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
 
 std::function<std::string()> edit(std::function<void(json&)> f) {
   return [f] {
-    json s = json::parse(kSpecExample);
+    json s = json::parse(kContractExample);
     f(s);
     return s.dump(2);
   };
@@ -508,7 +509,7 @@ INSTANTIATE_TEST_SUITE_P(Sim, BadScenario, ::testing::ValuesIn(bad_cases()),
 
 TEST_F(SimTest, ValidEdgesAreAccepted) {
   // 3.0 is a whole number, classes may be omitted, k = 7 works and names P8 unmetered.
-  json s = json::parse(kSpecExample);
+  json s = json::parse(kContractExample);
   s.erase("classes");
   s["server"]["slots"] = 3.0;
   s["arrivals"][1]["count"] = 2.0;
@@ -625,7 +626,7 @@ TEST_F(SimTest, UntilStopsBeforeTheFirstLaterEvent) {
   EXPECT_DOUBLE_EQ(all.lines[all.lines.size() - 2]["t"].get<double>(), 8.0);
 }
 
-// Service 0: every event happens at t = 0, and the order is the spec's alone.
+// Service 0: every event happens at t = 0, and the order is the contract's alone.
 TEST_F(SimTest, SameInstantOrderWithServiceZero) {
   json s = one_plan({"alice", "bob"});
   s["arrivals"].push_back({{"at", 0}, {"participant", "alice"}, {"count", 3}});
@@ -1025,7 +1026,7 @@ TEST_F(SimTest, TableHasOneRowPerParticipant) {
 
 // `total` requests from 12 participants of both plans, spread evenly, arriving together.
 json many_requests(int total) {
-  json s = json::parse(kSpecExample);
+  json s = json::parse(kContractExample);
   s.erase("until");
   s["server"]["slots"] = 8;
   s["participants"] = json::array();
@@ -1082,7 +1083,7 @@ TEST_F(SimTest, ReasonsExplainEveryIgnoredParticipantAndChangeNothingElse) {
       }
       const json reasons = line["reasons"];
       line.erase("reasons");
-      EXPECT_EQ(line, plain.lines[i]) << name;  // the spec's keys are untouched
+      EXPECT_EQ(line, plain.lines[i]) << name;  // the contract's keys are untouched
       const std::string cls = line["class"];
       const double t = line["t"];
       for (const json& p : line["eligible"]) {
@@ -1231,7 +1232,7 @@ TEST_F(SimTest, HtmlIsOnePageThatNeedsNothingElse) {
 
 TEST_F(SimTest, HtmlKeepsNamesInsideItsScript) {
   // A participant named like the end of a script element must not end the data early.
-  json s = json::parse(kSpecExample);
+  json s = json::parse(kContractExample);
   s["participants"][0]["name"] = "</script><b>x";
   for (json& a : s["arrivals"]) {
     if (a["participant"] == "alice") a["participant"] = "</script><b>x";
@@ -1502,9 +1503,9 @@ TEST_F(SimTest, ReplayUnderMoreSharesLowersThatParticipantsWaits) {
 // A capture's header records a fixed slot count and no backend, so a scenario with a learned
 // room or a backend has neither a capture nor a second run under other plans.
 TEST_F(SimTest, LearnedRoomOrBackendHasNoCaptureNorSecondRun) {
-  json learned = json::parse(kSpecExample);
+  json learned = json::parse(kContractExample);
   learned["server"]["slots"] = "auto";
-  json backend = json::parse(kSpecExample);
+  json backend = json::parse(kContractExample);
   backend["server"]["backend"] = json::parse(R"({"capacity": [{"at": 0, "capacity": 1}]})");
   const std::string plans = write("plans.json", json({{"plans", learned["plans"]}}).dump());
   for (const json& s : {learned, backend}) {
@@ -1529,18 +1530,18 @@ TEST_F(SimTest, LearnedRoomOrBackendHasNoCaptureNorSecondRun) {
 // SCENARIO --plans OTHER: the same arrivals under both; each side is what its own scenario's
 // run says.
 TEST_F(SimTest, ScenarioUnderOtherPlansComparesTwoRuns) {
-  json other = json::parse(kSpecExample);
+  json other = json::parse(kContractExample);
   other["participants"][1]["shares"] = 4;
   other["plans"]["lite"]["P2"]["rate"] = 1;
   const Output b = run_sim({"--summary", write("other.json", other.dump())});
-  const Output a = run_sim({"--summary", write("spec.json", kSpecExample)});
+  const Output a = run_sim({"--summary", write("contract.json", kContractExample)});
   ASSERT_EQ(a.status, 0);
   ASSERT_EQ(b.status, 0);
   const std::string plans =
       write("plans.json",
             json({{"plans", other["plans"]}, {"participants", {{{"name", "bob"}, {"shares", 4}}}}})
                 .dump());
-  const Output o = run_sim({(dir_ / "spec.json").string(), "--plans", plans, "--json"});
+  const Output o = run_sim({(dir_ / "contract.json").string(), "--plans", plans, "--json"});
   ASSERT_EQ(o.status, 0) << o.err;
   const json r = json::parse(o.out);
   EXPECT_EQ(r["runs"], json::parse(R"(["scenario", "plans"])"));
@@ -1554,7 +1555,7 @@ TEST_F(SimTest, ScenarioUnderOtherPlansComparesTwoRuns) {
   }
   EXPECT_EQ(r["participants"][1]["plans"]["shares"], 4);
   // The table says the same, readable.
-  const Output table = run_sim({(dir_ / "spec.json").string(), "--plans", plans});
+  const Output table = run_sim({(dir_ / "contract.json").string(), "--plans", plans});
   ASSERT_EQ(table.status, 0) << table.err;
   EXPECT_NE(table.out.find("wait p99"), std::string::npos) << table.out;
   EXPECT_EQ(std::count(table.out.begin(), table.out.end(), '\n'), 8) << table.out;
