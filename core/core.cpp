@@ -299,7 +299,7 @@ std::optional<Nanos> Core::next_credit(ParticipantId p, ClassId c, Nanos now) no
   now = advance_clock(now);
   bring_to(p.place, now);
   const BucketRec& b = bucket(p.place, c);
-  if (!b.holds_a_credit()) return std::nullopt;  // scaled below one credit: never has one
+  if (!b.cap_reaches_a_credit()) return std::nullopt;  // scaled below one credit: never has one
   // The same exact arithmetic that files the bucket's timer: at the instant minus 1 ns the
   // refilled balance is still short of a credit.
   return credit_instant(BucketState{b.balance, b.remainder}, b.rate, now);

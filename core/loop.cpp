@@ -58,7 +58,7 @@ void Core::refile(std::uint32_t place, Header& header, ClassId c) noexcept {
     Nanos due = 0;
     // A bucket just debited had a credit, so file_spent() needs no such test: only one scaled
     // below a capacity of one credit reaches this branch without ever having had one.
-    if (b.holds_a_credit() &&
+    if (b.cap_reaches_a_credit() &&
         credit_instant(BucketState{b.balance, b.remainder}, b.rate, header.refilled_at, due)) {
       timers_[c].set(place, due);
     } else {

@@ -327,9 +327,9 @@ class Core {
     // instant its balance (as last filed) reaches a credit, or the clock's end if never.
     detail::TimerHandle timer;
     [[nodiscard]] bool has_credit() const noexcept { return balance >= kNanoPerCredit; }
-    // Whether its capacity holds a credit: not below one credit, which only a plan scaled down
-    // has. Without it no refill brings a credit (credit_instant() ignores the cap).
-    [[nodiscard]] bool holds_a_credit() const noexcept {
+    // Whether its capacity reaches one credit (has_credit() asks it of the balance). Only a plan
+    // scaled down has less, and then no refill brings a credit (credit_instant() ignores the cap).
+    [[nodiscard]] bool cap_reaches_a_credit() const noexcept {
       return cap >= static_cast<std::uint64_t>(kNanoPerCredit);
     }
   };
