@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -480,6 +481,68 @@ class QueuedRequests(unittest.TestCase):
             self.assertEqual(res.status, 200)
             self.assertNotIn("/abandoned", self.backend.recorder.paths())
         finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_clients_that_left_count_in_no_limit_and_hold_nothing(self):
+        config = proxy_config(self.backend, slots=1)
+        config["proxy"]["timeout_ms"] = 30000  # alice holds the room until the test is done
+        config["tenants"][1]["queue_limit"] = 2
+        server = Server(config)
+        try:
+            hold = test_server.Async(server, ALICE, "/hold")
+            wait_for("alice in flight", lambda: server.participants()["loop"]["in_flight"] == 1)
+            left = [Client(server.port) for _ in range(2)]
+            for i, c in enumerate(left):
+                c.send(request("GET", f"/left{i}", key=BOB))
+            wait_for("bob's two queued", lambda: server.tenant("bob")["queued"] == 2)
+            for c in left:
+                c.close()
+            wait_for("both departures seen",
+                     lambda: metric(server, "creditloop_server_requests_cancelled_total") == 2)
+            # Withdrawn, not merely marked: out of the queue and its limit, and each connection
+            # gone with its session (the gauge counts alice's and the admin one reading it).
+            third = Client(server.port)
+            third.send(request("GET", "/third", key=BOB))
+            wait_for("the third queued, not refused",
+                     lambda: server.tenant("bob")["queued"] == 1 or
+                     select.select([third.sock], [], [], 0)[0])
+            if server.tenant("bob")["queued"] != 1:
+                self.fail(third.sock.recv(200))
+            wait_for("the departed connections closed",
+                     lambda: metric(server, "creditloop_server_connections") == 3)
+            self.backend.recorder.gate("hold").set()
+            self.assertEqual(hold.get()[0], 200)
+            status, _, _, _ = third.response()
+            self.assertEqual(status, 200)
+            third.close()
+            self.assertEqual(self.backend.recorder.paths(), ["/hold", "/third"])
+        finally:
+            self.backend.recorder.gate("hold").set()
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_a_departure_is_seen_when_the_read_ahead_is_full(self):
+        config = proxy_config(self.backend, slots=1)
+        config["proxy"]["timeout_ms"] = 30000  # alice holds the room until the test is done
+        server = Server(config)
+        try:
+            hold = test_server.Async(server, ALICE, "/hold")
+            wait_for("alice in flight", lambda: server.participants()["loop"]["in_flight"] == 1)
+            flooders = [Client(server.port) for _ in range(3)]
+            for c in flooders:
+                # A request, then pipelined bytes well past the read-ahead's bound
+                # (header_bytes + 16 KiB), then gone.
+                c.send(request("GET", "/flood", key=BOB) + b"x" * (64 * 1024))
+            wait_for("bob's three queued", lambda: server.tenant("bob")["queued"] == 3)
+            for c in flooders:
+                c.close()
+            wait_for("the flooders' descriptors closed",
+                     lambda: metric(server, "creditloop_server_connections") == 2)
+            self.assertEqual(server.tenant("bob")["queued"], 0)
+            self.backend.recorder.gate("hold").set()
+            self.assertEqual(hold.get()[0], 200)
+            self.assertNotIn("/flood", self.backend.recorder.paths())
+        finally:
+            self.backend.recorder.gate("hold").set()
             self.assertEqual(server.stop(), 0, server.log())
 
     def test_queue_timeout_answers_503_with_retry_after(self):

@@ -111,6 +111,7 @@ Server::Server(ServerOptions options)
 }
 
 Server::~Server() {
+  withdrawals_.join();
   if (stopper_.joinable()) stopper_.join();
   if (fleet_) fleet_->stop();
   if (workers_) workers_->join();
@@ -332,7 +333,11 @@ std::optional<Response> Server::admit(Exchange& e) {
     return res;
   }
   Tenant& tenant = *e.tenant;
-  if (entry.queue_limit > 0 && tenant.queued.load(std::memory_order_relaxed) >= entry.queue_limit) {
+  // Relaxed: gauges; a withdrawal under way may count for a moment, never a departed request
+  // once its withdrawal has returned.
+  const std::int64_t waiting = tenant.queued.load(std::memory_order_relaxed) -
+                               tenant.leaving.load(std::memory_order_relaxed);
+  if (entry.queue_limit > 0 && waiting >= entry.queue_limit) {
     return refusal(head, http::status::too_many_requests, "queue limit reached\n",
                    retry_after(scheduler_->next_credit(tenant)));
   }
@@ -358,7 +363,7 @@ void Server::start_request(Pending& p) {
     // Its session let it go while it was queued (the client left, or its queue timeout passed):
     // nothing runs, nothing is charged, and it is freed off the dispatcher's thread.
     scheduler_->complete(e, 0);
-    asio::post(io_, [&e] { delete &e; });
+    asio::post(io_, [&e] { Exchange::let_go(&e); });
     return;
   }
   // Work mode tells the session once the work is done (Session::answered); proxy mode now.
@@ -372,11 +377,25 @@ void Server::start_request(Pending& p) {
 void Server::hand_back(Pending* p, const char* why) {
   auto* e = static_cast<Exchange*>(p);
   if (!e->leave_queue(Exchange::Phase::handed_back)) {
-    delete e;  // abandoned by its session: nobody waits for an answer
+    Exchange::let_go(e);  // abandoned by its session: nobody waits for an answer
     return;
   }
   e->answer = refusal(e->head(), http::status::service_unavailable, why, 1);
   e->session->notify(Session::answered);
+}
+
+void Server::withdraw(Exchange* e) {
+  Tenant& tenant = *e->tenant;
+  tenant.leaving.fetch_add(1, std::memory_order_relaxed);  // a gauge; see admit()
+  asio::post(withdrawals_, [this, e, &tenant] {
+    const bool withdrawn = scheduler_->cancel(tenant, *e);
+    tenant.leaving.fetch_sub(1, std::memory_order_relaxed);
+    if (withdrawn) {
+      delete e;  // the runtime let it go: its side will never see it again
+    } else {
+      Exchange::let_go(e);  // started or handed back meanwhile: that side lets go too
+    }
+  });
 }
 
 void Server::run_work(Exchange& e) {

@@ -130,6 +130,10 @@ class Server {
   void log_access(const Exchange& e, unsigned status, std::uint64_t bytes) {
     write_access(access_line(e, status, bytes));
   }
+  /// Withdraws an exchange its session abandoned while queued (its client left, or its queue
+  /// timeout passed), on a thread of its own: the runtime's cancel is a round trip to the
+  /// dispatcher, which an I/O thread never waits for. `e` is the withdrawal's to let go.
+  void withdraw(Exchange* e);
   /// A tenant's connection from `address` has closed.
   void connection_closed(const std::string& address);
 
@@ -192,6 +196,8 @@ class Server {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<LiveView> live_;  // after scheduler_: its sampler uses the runtime
   std::unique_ptr<Fleet> fleet_;    // after scheduler_: stopped before the runtime it scales
+  // Withdrawals of abandoned requests (withdraw()); joined before the scheduler goes.
+  boost::asio::thread_pool withdrawals_{1};
   std::uint16_t port_ = 0;
   std::uint16_t admin_port_ = 0;
 

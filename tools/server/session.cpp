@@ -1,5 +1,7 @@
 #include "session.hpp"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <exception>
 #include <limits>
@@ -66,7 +68,8 @@ Session::Session(asio::ip::tcp::socket socket, Server& server, bool admin)
       server_(server),
       admin_(admin),
       wake_(stream_.get_executor()),
-      queue_timer_(stream_.get_executor()) {
+      queue_timer_(stream_.get_executor()),
+      hangup_check_(stream_.get_executor()) {
   server_.connections_open.fetch_add(1, std::memory_order_relaxed);  // a gauge
   beast::error_code ec;
   const auto peer = stream_.socket().remote_endpoint(ec);
@@ -319,7 +322,10 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
       const std::string line =
           server_.access_line(*e, res ? res->result_int() : 499, res ? res->body().size() : 0);
       if (e->leave_queue(Exchange::Phase::abandoned)) {
-        (void)e.release();  // the runtime's hand-out (or hand-back) frees it
+        // Withdrawn from the queue off this thread; the session, its buffers and its descriptor
+        // go now, whatever the withdrawal's outcome.
+        e->session.reset();
+        server_.withdraw(e.release());
         queue_timer_.cancel();
         co_await stop_watching();
         server_.write_access(line);
@@ -368,8 +374,11 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
 }
 
 void Session::watch() {
-  if (buffer_.size() >= buffer_.max_size()) return;  // full: a departure shows at the next read
   watching_ = true;
+  if (buffer_.size() >= buffer_.max_size()) {
+    watch_for_hangup();
+    return;
+  }
   stream_.socket().async_wait(asio::ip::tcp::socket::wait_read,
                               [self = shared_from_this(), turn = turn_](beast::error_code ec) {
                                 self->on_readable(ec, turn);
@@ -401,11 +410,32 @@ void Session::on_readable(beast::error_code ec, std::uint64_t turn) {
   if (!watching_) on_event(Event::watch_ended);
 }
 
+void Session::watch_for_hangup() {
+  pollfd p{};
+  p.fd = stream_.socket().native_handle();
+  p.events = POLLRDHUP;
+  if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+    watching_ = false;
+    on_event(Event::departed | Event::watch_ended);
+    return;
+  }
+  hangup_check_.expires_after(std::chrono::milliseconds(100));
+  hangup_check_.async_wait([self = shared_from_this(), turn = turn_](beast::error_code ec) {
+    if (ec || turn != self->turn_ || !self->watching_) {
+      self->watching_ = false;
+      self->on_event(Event::watch_ended);
+      return;
+    }
+    self->watch_for_hangup();
+  });
+}
+
 asio::awaitable<void> Session::stop_watching() {
   if (!watching_) co_return;
   watching_ = false;
   beast::error_code ignored;
   stream_.socket().cancel(ignored);
+  hangup_check_.cancel();
   unsigned others = 0;  // what came meanwhile is kept for the caller's next look
   for (;;) {
     const unsigned ev = co_await next_event();

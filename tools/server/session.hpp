@@ -55,8 +55,16 @@ struct Exchange : Pending {
                                          std::memory_order_acquire);
   }
   [[nodiscard]] const RequestHead& head() const { return parser->get(); }
+  /// Lets go of an abandoned exchange: its withdrawal (Server::withdraw) and the runtime's side
+  /// (hand-out or hand-back) each hold it, and the last to let go frees it. The acq_rel
+  /// decrement pairs with the other holder's: whatever one wrote is seen by the one that frees.
+  static void let_go(Exchange* e) noexcept {
+    if (e->holders.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
+  }
 
   std::atomic<Phase> phase{Phase::queued};
+  /// Once abandoned: its withdrawal and the runtime's side (see let_go).
+  std::atomic<int> holders{2};
   std::shared_ptr<Session> session;
   /// The request's head, and (proxy mode) its body still to be read from the client.
   std::optional<http::request_parser<http::buffer_body>> parser;
@@ -118,6 +126,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void close();
   void on_event(unsigned events);
   void watch();
+  /// The watch while the read-ahead is full: no byte can be taken, and a readable socket would
+  /// wake an ordinary watch at once and for ever; a hang-up is looked for every 100 ms instead.
+  void watch_for_hangup();
   void on_readable(boost::beast::error_code ec, std::uint64_t turn);
   [[nodiscard]] char* scratch(std::size_t& size);
 
@@ -128,6 +139,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string address_;
   boost::asio::steady_timer wake_;
   boost::asio::steady_timer queue_timer_;
+  boost::asio::steady_timer hangup_check_;
   unsigned events_ = 0;
   bool watching_ = false;
   /// Counts exchanges, so that a timer or watch of an earlier one cannot speak for this one.
