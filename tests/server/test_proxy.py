@@ -382,8 +382,12 @@ class ProxyFraming(unittest.TestCase):
         self.assertEqual(c.exactly(int(c.line(), 16)), b"data: second\n\n")
         c.close()
 
-    def test_a_request_body_larger_than_body_bytes_streams_through(self):
+    def test_an_unbuffered_body_larger_than_body_bytes_streams_through(self):
         body = os.urandom(3 * 1024 * 1024)  # limits.body_bytes is 1 KiB here
+        self.server.stop()
+        self.server = Server(proxy_config(self.backend, proxy={
+            "backend": f"127.0.0.1:{self.backend.port}", "timeout_ms": 3000,
+            "request_buffering": False}))
         c = Client(self.server.port)
         c.send(request("PUT", "/big", body=body))
         status, _, reply, _ = c.response()
@@ -430,6 +434,89 @@ class ProxyFraming(unittest.TestCase):
             c.close()
         self.assertIsNone(self.server.proc.poll())
         self.assertNotIn("/bounded", self.backend.recorder.paths())
+
+
+class SlowBodies(unittest.TestCase):
+    """A body is read whole before its request is queued: a client that trickles it holds its
+    connection, never a slot."""
+
+    def setUp(self):
+        self.backend = Backend()
+
+    def tearDown(self):
+        self.backend.close()
+
+    def test_bodies_trickled_by_one_tenant_do_not_hold_the_room(self):
+        config = proxy_config(self.backend, slots=2)
+        config["proxy"]["timeout_ms"] = 30000
+        config["limits"].update(read_timeout_ms=30000, body_timeout_ms=30000)
+        server = Server(config)
+        try:
+            trickling = [Client(server.port) for _ in range(2)]
+            for i, c in enumerate(trickling):
+                c.send(request("POST", f"/slow{i}", key=BOB, headers=[
+                    ("Transfer-Encoding", "chunked"), ("Expect", "100-continue")]))
+                # The interim answer says the head was taken and its body is awaited.
+                self.assertEqual(c.head()[0], 100)
+                c.send(b"1\r\na\r\n")
+            fast = Client(server.port, timeout=5)  # fails on a wait for the trickled bodies
+            fast.send(request("GET", "/fast", key=ALICE))
+            status, _, _, _ = fast.response()
+            self.assertEqual(status, 200)
+            for c in trickling:  # nothing answered yet: their bodies are still arriving
+                self.assertEqual(select.select([c.sock], [], [], 0)[0], [])
+            for c in trickling:
+                c.send(b"1\r\nb\r\n0\r\n\r\n")
+                status, _, body, _ = c.response()
+                self.assertEqual(status, 200, body)
+                c.close()
+            fast.close()
+            self.assertEqual(self.backend.recorder.paths()[0], "/fast")
+            for i in range(2):
+                seen = self.backend.recorder.find(f"/slow{i}")
+                self.assertEqual((seen["body_len"], seen["framing"]), (2, "length"))
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_a_stalled_or_endless_body_is_cut_off_before_it_is_queued(self):
+        config = proxy_config(self.backend)
+        config["limits"].update(read_timeout_ms=1500, body_timeout_ms=300)
+        server = Server(config)
+        try:
+            # Stalled: no byte within the body timeout; closed without an answer, as nginx does.
+            stalled = Client(server.port, timeout=3)
+            stalled.send(request("POST", "/stalled", headers=[("Content-Length", "10")]) + b"ab")
+            self.assertRaises(EOFError, stalled.response)
+            stalled.close()
+            # Trickled within the body timeout, but past the whole request's deadline.
+            slow = Client(server.port, timeout=3)
+            slow.send(request("POST", "/endless", headers=[("Content-Length", "1000")]))
+            sent = 0
+            began = time.monotonic()
+            with self.assertRaises((EOFError, BrokenPipeError, ConnectionResetError)):
+                while sent < 1000:
+                    slow.send(b"x")
+                    sent += 1
+                    if select.select([slow.sock], [], [], 0.1)[0]:
+                        slow._fill()
+            self.assertLess(time.monotonic() - began, 3)
+            self.assertLess(sent, 1000)
+            slow.close()
+            # Too large: refused from its length before a byte is read, or once it passes.
+            big = Client(server.port)
+            big.send(request("POST", "/big", headers=[("Content-Length", "2048")]))
+            self.assertEqual(big.response()[0], 413)
+            big.close()
+            chunked = Client(server.port)
+            chunked.send(request("POST", "/big-chunked", headers=[
+                ("Transfer-Encoding", "chunked")]) + b"800\r\n" + b"y" * 2048 + b"\r\n0\r\n\r\n")
+            self.assertEqual(chunked.response()[0], 413)
+            chunked.close()
+            self.assertEqual(self.backend.recorder.paths(), [])
+            res, _ = server.request(ALICE, "/after")
+            self.assertEqual(res.status, 200)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
 
 
 class ProxyPool(unittest.TestCase):

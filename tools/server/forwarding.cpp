@@ -120,7 +120,9 @@ void backend_head(const http::request_header<>& client, const Forwarded& added,
   out.version(11);
   const bool lists = client.find(http::field::connection) != client.end();
   std::string forwarded_for;
+  std::size_t index = 0;
   for (const auto& f : client) {
+    if (index++ == added.header_fields) break;
     const std::string_view name(f.name_string().data(), f.name_string().size());
     if (hop_by_hop(f.name()) || (lists && named_by_connection(client, name))) continue;
     switch (f.name()) {

@@ -159,7 +159,8 @@ asio::awaitable<void> Session::serve() {
     head.header_limit(limits.header_bytes);
     // The body's limits are checked once the head is authenticated (read_body, proxy.hpp).
     head.body_limit(std::numeric_limits<std::uint64_t>::max());
-    stream_.expires_after(limits.read_timeout);
+    request_deadline_ = Clock::now() + limits.read_timeout;
+    stream_.expires_at(request_deadline_);
     co_await http::async_read_header(stream_, buffer_, head, redirect(ec));
     if (ec) {
       co_await refuse_head(ec);
@@ -228,7 +229,14 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
     server_.log_access(*e, refusal->result_int(), refusal->body().size());
     co_return more;
   }
-  if (server_.mode() == ServeMode::work && !co_await read_body(*e)) co_return false;
+  // The body is read before the request is queued: a client that trickles it holds its
+  // connection, never a slot (nginx: proxy_request_buffering).
+  const bool proxied = server_.mode() == ServeMode::proxy;
+  if (!proxied || server_.directory()->config->proxy.request_buffering) {
+    // Not in the condition: GCC 12 fails on a co_await in a short-circuit expression.
+    const bool read = co_await read_body(*e, proxied);
+    if (!read) co_return false;
+  }
   if (std::optional<Response> refusal = server_.submit(*e)) {
     const bool more = co_await write(*refusal, !e->parser->is_done());
     server_.log_access(*e, refusal->result_int(), refusal->body().size());
@@ -264,9 +272,12 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
   co_return true;
 }
 
-asio::awaitable<bool> Session::read_body(Exchange& e) {
+asio::awaitable<bool> Session::read_body(Exchange& e, bool keep) {
   auto& parser = *e.parser;
+  e.body_buffered = keep;
   if (parser.is_done()) co_return true;
+  const auto& fields = parser.get();
+  e.header_fields = static_cast<std::size_t>(std::distance(fields.begin(), fields.end()));
   const Limits& limits = server_.directory()->config->limits;
   parser.body_limit(limits.body_bytes);
   beast::error_code ec;
@@ -277,17 +288,22 @@ asio::awaitable<bool> Session::read_body(Exchange& e) {
     co_await asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
                                redirect(ec));
   }
+  if (!ec && keep && parser.content_length()) e.body.reserve(*parser.content_length());
   std::size_t size = 0;
   char* buffer = scratch(size);
   while (!ec && !parser.is_done()) {
     parser.get().body().data = buffer;
     parser.get().body().size = size;
-    stream_.expires_after(limits.read_timeout);
-    co_await http::async_read(stream_, buffer_, parser, redirect(ec));
+    // Each read within the body timeout, all of them within the request's deadline.
+    stream_.expires_at(std::min(Clock::now() + limits.body_timeout, request_deadline_));
+    co_await http::async_read_some(stream_, buffer_, parser, redirect(ec));
     if (ec == http::error::need_buffer) ec = {};
+    if (keep) e.body.append(buffer, size - parser.get().body().size);
   }
   if (!ec) co_return true;
   if (gone(ec)) {
+    // Too slow or gone: closed without an answer, as nginx ends a client_body_timeout.
+    server_.log_access(e, ec == beast::error::timeout ? 408 : 499, 0);
     close();
     co_return false;
   }

@@ -74,6 +74,11 @@ struct Exchange : Pending {
   double wait_ms = 0;  // work mode: modelled device wait
   /// The tenant's queue timeout when it arrived (0: none).
   std::chrono::milliseconds queue_timeout{0};
+  /// Proxy mode with request buffering: the whole body, read before the request was queued.
+  std::string body;
+  bool body_buffered = false;
+  /// The head's fields; the parser appends a chunked body's trailers after them.
+  std::size_t header_fields = static_cast<std::size_t>(-1);
   /// The answer to write: work mode's, or the 503 of a request handed back.
   Response answer;
   /// The cost charged, once it was (Server::finish).
@@ -106,9 +111,11 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::awaitable<void> serve();
   boost::asio::awaitable<bool> serve_admin(http::request_parser<http::empty_body>& head);
   boost::asio::awaitable<bool> serve_tenant(http::request_parser<http::empty_body>& head);
-  /// Reads and drops a work-mode body within limits.body_bytes; answers and returns false when
-  /// it is too large or malformed.
-  boost::asio::awaitable<bool> read_body(Exchange& e);
+  /// Reads a body within limits.body_bytes, the body timeout and the request's deadline: kept in
+  /// `e.body` when `keep` (proxy mode), else dropped (work mode). Answers and returns false when
+  /// it is too large or malformed; closes and returns false when the client left or was too
+  /// slow.
+  boost::asio::awaitable<bool> read_body(Exchange& e, bool keep);
   /// Waits until `e` is started; nothing then. Otherwise (its client left, its queue timeout
   /// passed, it was handed back) answers what there is to answer and returns whether the
   /// connection goes on.
@@ -144,6 +151,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool watching_ = false;
   /// Counts exchanges, so that a timer or watch of an earlier one cannot speak for this one.
   std::uint64_t turn_ = 0;
+  /// When the request being read must be whole (limits.read_timeout from its first byte).
+  Clock::time_point request_deadline_;
   std::unique_ptr<char[]> scratch_;  // allocated for a body, freed when the connection idles
   std::size_t scratch_size_ = 0;
 };
