@@ -41,6 +41,12 @@ struct Tenant {
   /// Of those, the ones whose client left and whose withdrawal is under way: they count in no
   /// limit.
   std::atomic<std::int64_t> leaving{0};
+  /// When the tenant's next credit lands (Clock's nanoseconds; 0: one is there, or unknown), as
+  /// last looked up off the I/O threads: a refusal's Retry-After reads it without a round trip
+  /// to the dispatcher (Server::retry_after_for). Relaxed: a hint, read and written alone.
+  std::atomic<std::int64_t> next_credit_at_ns{0};
+  /// A look-up is under way; at most one per tenant is.
+  std::atomic<bool> next_credit_looking{false};
   /// Responses served, per class the request went out under (index k, unmetered, holds every
   /// request in FIFO mode).
   std::array<std::atomic<std::uint64_t>, kMaxClasses + 1> served{};

@@ -1,6 +1,8 @@
 #include "server.hpp"
 
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -95,6 +97,7 @@ Server::Server(ServerOptions options)
   if (auto* why = std::get_if<tools::Refusal>(&loaded)) throw std::runtime_error(why->message);
   auto config = std::make_shared<const ServerConfig>(std::get<ServerConfig>(std::move(loaded)));
   mode_ = config->mode;
+  if (const char* gate = std::getenv("CREDITLOOP_SERVER_TEST_DISPATCH_GATE")) dispatch_gate_ = gate;
   if (config->access_log) access_log_ = std::make_unique<AccessLog>(config->access_log->path);
   auto start = [this](Pending& p) { start_request(p); };
   scheduler_ = options_.fifo ? make_fifo_scheduler(*config, start)
@@ -111,7 +114,7 @@ Server::Server(ServerOptions options)
 }
 
 Server::~Server() {
-  withdrawals_.join();
+  round_trips_.join();
   if (stopper_.joinable()) stopper_.join();
   if (fleet_) fleet_->stop();
   if (workers_) workers_->join();
@@ -267,13 +270,26 @@ Response refusal(const RequestHead& head, http::status status, const std::string
   return res;
 }
 
-long retry_after(std::optional<std::chrono::nanoseconds> next) {
-  return next ? std::max<long>(
-                    1, static_cast<long>(std::ceil(std::chrono::duration<double>(*next).count())))
-              : 1;
+std::int64_t clock_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 }  // namespace
+
+long Server::retry_after_for(const std::shared_ptr<Tenant>& t) {
+  // Relaxed: the flag only keeps look-ups to one at a time; nothing is published through it.
+  if (!t->next_credit_looking.exchange(true, std::memory_order_relaxed)) {
+    asio::post(round_trips_, [this, t] {
+      const std::optional<std::chrono::nanoseconds> next = scheduler_->next_credit(*t);
+      t->next_credit_at_ns.store(next ? clock_ns(Clock::now() + *next) : 0,
+                                 std::memory_order_relaxed);  // a hint; see Tenant
+      t->next_credit_looking.store(false, std::memory_order_relaxed);
+    });
+  }
+  const std::int64_t left =
+      t->next_credit_at_ns.load(std::memory_order_relaxed) - clock_ns(Clock::now());
+  return std::max<long>(1, static_cast<long>((left + 999'999'999) / 1'000'000'000));
+}
 
 std::optional<Response> Server::admit(Exchange& e) {
   const RequestHead& head = e.head();
@@ -339,7 +355,7 @@ std::optional<Response> Server::admit(Exchange& e) {
                                tenant.leaving.load(std::memory_order_relaxed);
   if (entry.queue_limit > 0 && waiting >= entry.queue_limit) {
     return refusal(head, http::status::too_many_requests, "queue limit reached\n",
-                   retry_after(scheduler_->next_credit(tenant)));
+                   retry_after_for(e.tenant));
   }
   return std::nullopt;
 }
@@ -354,7 +370,7 @@ std::optional<Response> Server::submit(Exchange& e) {
 
 Response Server::queue_timeout_answer(const Exchange& e) {
   return refusal(e.head(), http::status::service_unavailable, "queue timeout passed\n",
-                 retry_after(scheduler_->next_credit(*e.tenant)));
+                 retry_after_for(e.tenant));
 }
 
 void Server::start_request(Pending& p) {
@@ -365,6 +381,13 @@ void Server::start_request(Pending& p) {
     scheduler_->complete(e, 0);
     asio::post(io_, [&e] { Exchange::let_go(&e); });
     return;
+  }
+  if (!dispatch_gate_.empty() && e.request_id == "test-hold-dispatcher") {
+    const int fd = ::open(dispatch_gate_.c_str(), O_RDWR | O_CLOEXEC);  // RDWR: never EOF
+    log("test: dispatcher held");
+    char byte = 0;
+    if (fd >= 0 && ::read(fd, &byte, 1) < 0) log("test: dispatch gate unreadable");
+    if (fd >= 0) ::close(fd);
   }
   // Work mode tells the session once the work is done (Session::answered); proxy mode now.
   if (workers_) {
@@ -387,7 +410,7 @@ void Server::hand_back(Pending* p, const char* why) {
 void Server::withdraw(Exchange* e) {
   Tenant& tenant = *e->tenant;
   tenant.leaving.fetch_add(1, std::memory_order_relaxed);  // a gauge; see admit()
-  asio::post(withdrawals_, [this, e, &tenant] {
+  asio::post(round_trips_, [this, e, &tenant] {
     const bool withdrawn = scheduler_->cancel(tenant, *e);
     tenant.leaving.fetch_sub(1, std::memory_order_relaxed);
     if (withdrawn) {
