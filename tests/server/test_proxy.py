@@ -519,6 +519,60 @@ class SlowBodies(unittest.TestCase):
             self.assertEqual(server.stop(), 0, server.log())
 
 
+class ReviewItems(unittest.TestCase):
+    """Corner cases compared with Debian's nginx 1.22 (docs/server.md)."""
+
+    def setUp(self):
+        self.backend = Backend()
+        self.server = Server(proxy_config(self.backend))
+
+    def tearDown(self):
+        try:
+            self.assertEqual(self.server.stop(), 0, self.server.log())
+        finally:
+            self.backend.close()
+
+    def answer_then_close(self, raw):
+        c = Client(self.server.port)
+        c.send(raw)
+        status, _, _, _ = c.response()
+        c.sock.settimeout(1)  # shorter than limits.idle_timeout_ms: the close is the answer's
+        with self.assertRaises((EOFError, ConnectionResetError)):
+            c._fill()
+        c.close()
+        return status
+
+    def test_an_http_version_other_than_1_0_and_1_1_gets_505(self):
+        # nginx 1.22 answers HTTP/2.0 with 505 and serves HTTP/1.9 as 1.1; the parser here takes
+        # only 1.0 and 1.1, so every other well-formed version is 505, and a malformed one 400.
+        for version, status in (("HTTP/2.0", 505), ("HTTP/1.9", 505), ("HTTP/x.1", 400)):
+            self.assertEqual(self.answer_then_close(request("GET", "/v", version=version)),
+                             status, version)
+        self.assertEqual(self.backend.recorder.paths(), [])
+
+    def test_header_names_with_an_underscore_are_dropped(self):
+        c = Client(self.server.port)
+        c.send(request("GET", "/underscore", headers=[("X_Secret", "1"), ("X-Kept", "2")]))
+        self.assertEqual(c.response()[0], 200)
+        c.close()
+        seen = names(self.backend.recorder.find("/underscore")["headers"])
+        self.assertNotIn("x_secret", seen)  # nginx: underscores_in_headers off
+        self.assertIn("x-kept", seen)
+
+    def test_a_401_closes_the_connection(self):
+        self.assertEqual(self.answer_then_close(request("GET", "/who", key="not-a-key-0000")), 401)
+
+    def test_an_absolute_form_authority_passes_the_host_check(self):
+        for authority in ("a\\b", "a@b", "a:b:c", "", "a b"):
+            raw = request("GET", f"http://{authority}/abs").replace(b"GET http", b"GET http", 1)
+            self.assertEqual(self.answer_then_close(raw), 400, authority)
+        c = Client(self.server.port)
+        c.send(request("GET", "http://good.example:8080/abs"))
+        self.assertEqual(c.response()[0], 200)
+        c.close()
+        self.assertEqual(self.backend.recorder.paths(), ["/abs"])
+
+
 class ProxyPool(unittest.TestCase):
     def test_a_connection_the_backend_closed_while_idle_is_not_reused(self):
         backend = Backend(idle_close_s=0.2)

@@ -321,8 +321,12 @@ std::optional<Response> Server::admit(Exchange& e) {
   if (found == dir->by_key.end()) {
     // relaxed: a statistic; pairs with the relaxed load in metrics_text(), nothing else.
     unauthorized_tenants.fetch_add(1, std::memory_order_relaxed);
-    return refusal(head, http::status::unauthorized,
-                   key ? "unknown key\n" : "Authorization: Bearer KEY required\n");
+    Response res = refusal(head, http::status::unauthorized,
+                           key ? "unknown key\n" : "Authorization: Bearer KEY required\n");
+    // Closed: a client guessing keys opens a connection per guess, which the per-address
+    // connection limit sees, instead of guessing at will on one.
+    res.keep_alive(false);
+    return res;
   }
   const TenantEntry& entry = found->second;
   e.tenant = entry.tenant;

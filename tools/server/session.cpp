@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cctype>
 #include <exception>
 #include <limits>
 
@@ -44,6 +45,18 @@ bool gone(const beast::error_code& ec) {
   return ec == http::error::end_of_stream || ec == beast::error::timeout ||
          ec == asio::error::eof || ec == asio::error::connection_reset ||
          ec == asio::error::operation_aborted || ec == http::error::partial_message;
+}
+
+// Whether the request line read so far is `METHOD TARGET HTTP/D.D`, refused by the parser for
+// its version's number rather than its form.
+bool well_formed_version(const beast::flat_buffer& buffer) {
+  const std::string_view seen(static_cast<const char*>(buffer.data().data()), buffer.size());
+  const std::string_view line = seen.substr(0, seen.find("\r\n"));
+  if (line.size() < 9 || line.size() == seen.size()) return false;
+  const std::string_view v = line.substr(line.size() - 8);
+  return std::count(line.begin(), line.end(), ' ') == 2 && v.substr(0, 5) == "HTTP/" &&
+         std::isdigit(static_cast<unsigned char>(v[5])) && v[6] == '.' &&
+         std::isdigit(static_cast<unsigned char>(v[7])) && line[line.size() - 9] == ' ';
 }
 
 }  // namespace
@@ -189,6 +202,9 @@ asio::awaitable<void> Session::refuse_head(beast::error_code ec) {
   if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
     status = http::status::request_header_fields_too_large;
     why = "request header too large\n";
+  } else if (ec == http::error::bad_version && well_formed_version(buffer_)) {
+    status = http::status::http_version_not_supported;  // nginx: 505 for HTTP/2.0
+    why = "HTTP version not supported: 1.0 and 1.1 are\n";
   }
   Response res = make_response(blank, status, why);
   co_await write(res, true);
