@@ -28,6 +28,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "last_holder.hpp"
 #include "scheduler.hpp"
 
 namespace creditloop::server {
@@ -56,15 +57,14 @@ struct Exchange : Pending {
   }
   [[nodiscard]] const RequestHead& head() const { return parser->get(); }
   /// Lets go of an abandoned exchange: its withdrawal (Server::withdraw) and the runtime's side
-  /// (hand-out or hand-back) each hold it, and the last to let go frees it. The acq_rel
-  /// decrement pairs with the other holder's: whatever one wrote is seen by the one that frees.
+  /// (hand-out or hand-back) each hold it, and the last to let go frees it (last_holder.hpp).
   static void let_go(Exchange* e) noexcept {
-    if (e->holders.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
+    if (e->holders.let_go()) delete e;
   }
 
   std::atomic<Phase> phase{Phase::queued};
   /// Once abandoned: its withdrawal and the runtime's side (see let_go).
-  std::atomic<int> holders{2};
+  LastHolder<> holders;
   std::shared_ptr<Session> session;
   /// The request's head, and (proxy mode) its body still to be read from the client.
   std::optional<http::request_parser<http::buffer_body>> parser;
