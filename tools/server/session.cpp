@@ -305,16 +305,24 @@ asio::awaitable<bool> Session::read_body(Exchange& e, bool keep) {
                                redirect(ec));
   }
   if (!ec && keep && parser.content_length()) e.body.reserve(*parser.content_length());
-  std::size_t size = 0;
-  char* buffer = scratch(size);
+  // A kept body is read straight into its string, a piece at a time: a connection whose body
+  // barely moves (or never gets past a chunk header) holds a piece, not the relay buffer.
+  constexpr std::size_t kPiece = 16 * 1024;
+  std::size_t size = kPiece;
+  char* buffer = keep ? nullptr : scratch(size);
   while (!ec && !parser.is_done()) {
+    const std::size_t had = e.body.size();
+    if (keep) {
+      e.body.resize(had + kPiece);
+      buffer = e.body.data() + had;
+    }
     parser.get().body().data = buffer;
     parser.get().body().size = size;
     // Each read within the body timeout, all of them within the request's deadline.
     stream_.expires_at(std::min(Clock::now() + limits.body_timeout, request_deadline_));
     co_await http::async_read_some(stream_, buffer_, parser, redirect(ec));
     if (ec == http::error::need_buffer) ec = {};
-    if (keep) e.body.append(buffer, size - parser.get().body().size);
+    if (keep) e.body.resize(had + (size - parser.get().body().size));
   }
   if (!ec) co_return true;
   if (gone(ec)) {
