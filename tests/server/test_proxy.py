@@ -734,6 +734,26 @@ class QueuedRequests(unittest.TestCase):
         d.cleanup()
 
 
+class AccessLogRotation(unittest.TestCase):
+    def test_sigusr1_reopens_the_access_log_after_a_rotation(self):
+        d = test_server.tempfile.TemporaryDirectory()
+        path = os.path.join(d.name, "access.jsonl")
+        server = Server(base_config(access_log={"path": path}))
+        try:
+            self.assertEqual(server.request(ALICE, "/work?cpu_ms=1")[0].status, 200)
+            os.rename(path, path + ".1")  # as logrotate does, then it signals, as for nginx
+            server.proc.send_signal(signal.SIGUSR1)
+            wait_for("the log reopened", lambda: "access log reopened" in server.log())
+            self.assertEqual(server.request(ALICE, "/work?cpu_ms=2")[0].status, 200)
+            with open(path + ".1") as f:
+                self.assertEqual([json.loads(l)["target"] for l in f], ["/work?cpu_ms=1"])
+            with open(path) as f:
+                self.assertEqual([json.loads(l)["target"] for l in f], ["/work?cpu_ms=2"])
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+            d.cleanup()
+
+
 class Connections(unittest.TestCase):
     def test_connections_beyond_the_limit_are_refused_and_room_comes_back(self):
         config = base_config()

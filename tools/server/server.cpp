@@ -98,6 +98,7 @@ Server::Server(ServerOptions options)
   auto config = std::make_shared<const ServerConfig>(std::get<ServerConfig>(std::move(loaded)));
   mode_ = config->mode;
   if (const char* gate = std::getenv("CREDITLOOP_SERVER_TEST_DISPATCH_GATE")) dispatch_gate_ = gate;
+  signals_.add(SIGUSR1);
   if (config->access_log) access_log_ = std::make_unique<AccessLog>(config->access_log->path);
   auto start = [this](Pending& p) { start_request(p); };
   scheduler_ = options_.fifo ? make_fifo_scheduler(*config, start)
@@ -616,6 +617,12 @@ void Server::accept(tcp::acceptor& acceptor, bool admin) {
 void Server::wait_for_signal() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
+    if (sig == SIGUSR1) {
+      if (access_log_)
+        log(access_log_->reopen() ? "access log reopened" : "access log: cannot reopen");
+      wait_for_signal();
+      return;
+    }
     if (sig == SIGHUP) {
       // A reload takes round trips to the dispatcher: off the I/O threads.
       if (reloader_.joinable()) reloader_.join();

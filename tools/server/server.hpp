@@ -163,7 +163,8 @@ class Server {
   void listen();
   void join_fleet();
   void accept(boost::asio::ip::tcp::acceptor& acceptor, bool admin);
-  // SIGHUP reloads and waits again; SIGTERM or SIGINT stops.
+  // SIGHUP reloads and waits again; SIGUSR1 reopens the access log (after a rotation, as nginx
+  // does) and waits again; SIGTERM or SIGINT stops.
   void wait_for_signal();
   /// Registers new tenants and re-plans changed ones; the removed ones are the caller's to take
   /// out once the new directory is in force.
