@@ -589,6 +589,32 @@ class ProxyPool(unittest.TestCase):
             self.assertEqual(server.stop(), 0, server.log())
             backend.close()
 
+    def test_a_connection_the_backend_closed_while_idle_is_closed_at_once(self):
+        backend = Backend(idle_close_s=0.3)
+        config = proxy_config(backend)
+        config["proxy"]["idle_timeout_ms"] = 60000  # the pool's own reaping plays no part
+        config["limits"]["idle_timeout_ms"] = 60000  # nor the client's idle timeout
+        server = Server(config)
+
+        def descriptors():
+            return len(os.listdir(f"/proc/{server.proc.pid}/fd"))
+
+        try:
+            c = Client(server.port)  # kept open: the client's side holds its descriptor still
+            c.send(request("GET", "/first"))
+            self.assertEqual(c.response()[0], 200)
+            pooled = descriptors()
+            wait_for("the backend to close its idle connection",
+                     lambda: backend.recorder.closed >= 1)
+            # No CLOSE_WAIT until the next lease: nginx watches idle pooled connections too.
+            wait_for("the pooled descriptor closed", lambda: descriptors() == pooled - 1)
+            c.send(request("POST", "/after-gap", body=b"x"))
+            self.assertEqual(c.response()[0], 200)
+            c.close()
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+            backend.close()
+
 
 def metric(server, name):
     res, body = server.admin("/metrics")
