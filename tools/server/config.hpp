@@ -113,8 +113,8 @@ struct Limits {
   /// Each write to a client must make progress within this, or the connection is closed: a
   /// client that stops reading a stream holds its slot no longer.
   std::chrono::milliseconds send_timeout{30'000};
-  /// Client connections open at once, both listeners together; beyond it a new one is answered
-  /// 503 and closed.
+  /// The tenants' listener's connections open at once (the admin listener has none, so that an
+  /// operator can look at a full server); beyond it a new one is answered 503 and closed.
   std::uint32_t max_connections = 10'000;
   /// The same from one client address (0: no limit of its own).
   std::uint32_t max_connections_per_address = 0;
