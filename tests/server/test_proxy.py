@@ -765,16 +765,20 @@ class AccessLogRotation(unittest.TestCase):
         d = test_server.tempfile.TemporaryDirectory()
         path = os.path.join(d.name, "access.jsonl")
         server = Server(base_config(access_log={"path": path}))
+        def targets(p):
+            with open(p) as f:
+                return [json.loads(line)["target"] for line in f]
+
         try:
             self.assertEqual(server.request(ALICE, "/work?cpu_ms=1")[0].status, 200)
+            # The line is written once the answer is: waited for, not assumed.
+            wait_for("the first line", lambda: targets(path) == ["/work?cpu_ms=1"])
             os.rename(path, path + ".1")  # as logrotate does, then it signals, as for nginx
             server.proc.send_signal(signal.SIGUSR1)
             wait_for("the log reopened", lambda: "access log reopened" in server.log())
             self.assertEqual(server.request(ALICE, "/work?cpu_ms=2")[0].status, 200)
-            with open(path + ".1") as f:
-                self.assertEqual([json.loads(l)["target"] for l in f], ["/work?cpu_ms=1"])
-            with open(path) as f:
-                self.assertEqual([json.loads(l)["target"] for l in f], ["/work?cpu_ms=2"])
+            wait_for("the second line", lambda: targets(path) == ["/work?cpu_ms=2"])
+            self.assertEqual(targets(path + ".1"), ["/work?cpu_ms=1"])
         finally:
             self.assertEqual(server.stop(), 0, server.log())
             d.cleanup()
