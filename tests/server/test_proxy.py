@@ -704,7 +704,7 @@ class QueuedRequests(unittest.TestCase):
                 c.close()
             wait_for("the flooders' descriptors closed",
                      lambda: metric(server, "creditloop_server_connections") == 2)
-            self.assertEqual(server.tenant("bob")["queued"], 0)
+            wait_for("the flood withdrawn", lambda: server.tenant("bob")["queued"] == 0)
             self.backend.recorder.gate("hold").set()
             self.assertEqual(hold.get()[0], 200)
             self.assertNotIn("/flood", self.backend.recorder.paths())
