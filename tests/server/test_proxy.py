@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -381,8 +382,12 @@ class ProxyFraming(unittest.TestCase):
         self.assertEqual(c.exactly(int(c.line(), 16)), b"data: second\n\n")
         c.close()
 
-    def test_a_request_body_larger_than_body_bytes_streams_through(self):
+    def test_an_unbuffered_body_larger_than_body_bytes_streams_through(self):
         body = os.urandom(3 * 1024 * 1024)  # limits.body_bytes is 1 KiB here
+        self.server.stop()
+        self.server = Server(proxy_config(self.backend, proxy={
+            "backend": f"127.0.0.1:{self.backend.port}", "timeout_ms": 3000,
+            "request_buffering": False}))
         c = Client(self.server.port)
         c.send(request("PUT", "/big", body=body))
         status, _, reply, _ = c.response()
@@ -431,6 +436,143 @@ class ProxyFraming(unittest.TestCase):
         self.assertNotIn("/bounded", self.backend.recorder.paths())
 
 
+class SlowBodies(unittest.TestCase):
+    """A body is read whole before its request is queued: a client that trickles it holds its
+    connection, never a slot."""
+
+    def setUp(self):
+        self.backend = Backend()
+
+    def tearDown(self):
+        self.backend.close()
+
+    def test_bodies_trickled_by_one_tenant_do_not_hold_the_room(self):
+        config = proxy_config(self.backend, slots=2)
+        config["proxy"]["timeout_ms"] = 30000
+        config["limits"].update(read_timeout_ms=30000, body_timeout_ms=30000)
+        server = Server(config)
+        try:
+            trickling = [Client(server.port) for _ in range(2)]
+            for i, c in enumerate(trickling):
+                c.send(request("POST", f"/slow{i}", key=BOB, headers=[
+                    ("Transfer-Encoding", "chunked"), ("Expect", "100-continue")]))
+                # The interim answer says the head was taken and its body is awaited.
+                self.assertEqual(c.head()[0], 100)
+                c.send(b"1\r\na\r\n")
+            fast = Client(server.port, timeout=5)  # fails on a wait for the trickled bodies
+            fast.send(request("GET", "/fast", key=ALICE))
+            status, _, _, _ = fast.response()
+            self.assertEqual(status, 200)
+            for c in trickling:  # nothing answered yet: their bodies are still arriving
+                self.assertEqual(select.select([c.sock], [], [], 0)[0], [])
+            for c in trickling:
+                c.send(b"1\r\nb\r\n0\r\n\r\n")
+                status, _, body, _ = c.response()
+                self.assertEqual(status, 200, body)
+                c.close()
+            fast.close()
+            self.assertEqual(self.backend.recorder.paths()[0], "/fast")
+            for i in range(2):
+                seen = self.backend.recorder.find(f"/slow{i}")
+                self.assertEqual((seen["body_len"], seen["framing"]), (2, "length"))
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_a_stalled_or_endless_body_is_cut_off_before_it_is_queued(self):
+        config = proxy_config(self.backend)
+        config["limits"].update(read_timeout_ms=1500, body_timeout_ms=300)
+        server = Server(config)
+        try:
+            # Stalled: no byte within the body timeout; closed without an answer, as nginx does.
+            stalled = Client(server.port, timeout=3)
+            stalled.send(request("POST", "/stalled", headers=[("Content-Length", "10")]) + b"ab")
+            self.assertRaises(EOFError, stalled.response)
+            stalled.close()
+            # Trickled within the body timeout, but past the whole request's deadline.
+            slow = Client(server.port, timeout=3)
+            slow.send(request("POST", "/endless", headers=[("Content-Length", "1000")]))
+            sent = 0
+            began = time.monotonic()
+            with self.assertRaises((EOFError, BrokenPipeError, ConnectionResetError)):
+                while sent < 1000:
+                    slow.send(b"x")
+                    sent += 1
+                    if select.select([slow.sock], [], [], 0.1)[0]:
+                        slow._fill()
+            self.assertLess(time.monotonic() - began, 3)
+            self.assertLess(sent, 1000)
+            slow.close()
+            # Too large: refused from its length before a byte is read, or once it passes.
+            big = Client(server.port)
+            big.send(request("POST", "/big", headers=[("Content-Length", "2048")]))
+            self.assertEqual(big.response()[0], 413)
+            big.close()
+            chunked = Client(server.port)
+            chunked.send(request("POST", "/big-chunked", headers=[
+                ("Transfer-Encoding", "chunked")]) + b"800\r\n" + b"y" * 2048 + b"\r\n0\r\n\r\n")
+            self.assertEqual(chunked.response()[0], 413)
+            chunked.close()
+            self.assertEqual(self.backend.recorder.paths(), [])
+            res, _ = server.request(ALICE, "/after")
+            self.assertEqual(res.status, 200)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+
+class ReviewItems(unittest.TestCase):
+    """Corner cases compared with Debian's nginx 1.22 (docs/server.md)."""
+
+    def setUp(self):
+        self.backend = Backend()
+        self.server = Server(proxy_config(self.backend))
+
+    def tearDown(self):
+        try:
+            self.assertEqual(self.server.stop(), 0, self.server.log())
+        finally:
+            self.backend.close()
+
+    def answer_then_close(self, raw):
+        c = Client(self.server.port)
+        c.send(raw)
+        status, _, _, _ = c.response()
+        c.sock.settimeout(1)  # shorter than limits.idle_timeout_ms: the close is the answer's
+        with self.assertRaises((EOFError, ConnectionResetError)):
+            c._fill()
+        c.close()
+        return status
+
+    def test_an_http_version_other_than_1_0_and_1_1_gets_505(self):
+        # nginx 1.22 answers HTTP/2.0 with 505 and serves HTTP/1.9 as 1.1; the parser here takes
+        # only 1.0 and 1.1, so every other well-formed version is 505, and a malformed one 400.
+        for version, status in (("HTTP/2.0", 505), ("HTTP/1.9", 505), ("HTTP/x.1", 400)):
+            self.assertEqual(self.answer_then_close(request("GET", "/v", version=version)),
+                             status, version)
+        self.assertEqual(self.backend.recorder.paths(), [])
+
+    def test_header_names_with_an_underscore_are_dropped(self):
+        c = Client(self.server.port)
+        c.send(request("GET", "/underscore", headers=[("X_Secret", "1"), ("X-Kept", "2")]))
+        self.assertEqual(c.response()[0], 200)
+        c.close()
+        seen = names(self.backend.recorder.find("/underscore")["headers"])
+        self.assertNotIn("x_secret", seen)  # nginx: underscores_in_headers off
+        self.assertIn("x-kept", seen)
+
+    def test_a_401_closes_the_connection(self):
+        self.assertEqual(self.answer_then_close(request("GET", "/who", key="not-a-key-0000")), 401)
+
+    def test_an_absolute_form_authority_passes_the_host_check(self):
+        for authority in ("a\\b", "a@b", "a:b:c", "", "a b"):
+            raw = request("GET", f"http://{authority}/abs").replace(b"GET http", b"GET http", 1)
+            self.assertEqual(self.answer_then_close(raw), 400, authority)
+        c = Client(self.server.port)
+        c.send(request("GET", "http://good.example:8080/abs"))
+        self.assertEqual(c.response()[0], 200)
+        c.close()
+        self.assertEqual(self.backend.recorder.paths(), ["/abs"])
+
+
 class ProxyPool(unittest.TestCase):
     def test_a_connection_the_backend_closed_while_idle_is_not_reused(self):
         backend = Backend(idle_close_s=0.2)
@@ -443,6 +585,32 @@ class ProxyPool(unittest.TestCase):
             # Not idempotent: no retry would save it. The pool must not hand out the dead one.
             res, body = server.request(ALICE, "/after-gap", method="POST")
             self.assertEqual(res.status, 200, body)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+            backend.close()
+
+    def test_a_connection_the_backend_closed_while_idle_is_closed_at_once(self):
+        backend = Backend(idle_close_s=0.3)
+        config = proxy_config(backend)
+        config["proxy"]["idle_timeout_ms"] = 60000  # the pool's own reaping plays no part
+        config["limits"]["idle_timeout_ms"] = 60000  # nor the client's idle timeout
+        server = Server(config)
+
+        def descriptors():
+            return len(os.listdir(f"/proc/{server.proc.pid}/fd"))
+
+        try:
+            c = Client(server.port)  # kept open: the client's side holds its descriptor still
+            c.send(request("GET", "/first"))
+            self.assertEqual(c.response()[0], 200)
+            pooled = descriptors()
+            wait_for("the backend to close its idle connection",
+                     lambda: backend.recorder.closed >= 1)
+            # No CLOSE_WAIT until the next lease: nginx watches idle pooled connections too.
+            wait_for("the pooled descriptor closed", lambda: descriptors() == pooled - 1)
+            c.send(request("POST", "/after-gap", body=b"x"))
+            self.assertEqual(c.response()[0], 200)
+            c.close()
         finally:
             self.assertEqual(server.stop(), 0, server.log())
             backend.close()
@@ -480,6 +648,68 @@ class QueuedRequests(unittest.TestCase):
             self.assertEqual(res.status, 200)
             self.assertNotIn("/abandoned", self.backend.recorder.paths())
         finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_clients_that_left_count_in_no_limit_and_hold_nothing(self):
+        config = proxy_config(self.backend, slots=1)
+        config["proxy"]["timeout_ms"] = 30000  # alice holds the room until the test is done
+        config["tenants"][1]["queue_limit"] = 2
+        server = Server(config)
+        try:
+            hold = test_server.Async(server, ALICE, "/hold")
+            wait_for("alice in flight", lambda: server.participants()["loop"]["in_flight"] == 1)
+            left = [Client(server.port) for _ in range(2)]
+            for i, c in enumerate(left):
+                c.send(request("GET", f"/left{i}", key=BOB))
+            wait_for("bob's two queued", lambda: server.tenant("bob")["queued"] == 2)
+            for c in left:
+                c.close()
+            wait_for("both departures seen",
+                     lambda: metric(server, "creditloop_server_requests_cancelled_total") == 2)
+            # Withdrawn, not merely marked: out of the queue and its limit, and each connection
+            # gone with its session (the gauge counts alice's and the admin one reading it).
+            third = Client(server.port)
+            third.send(request("GET", "/third", key=BOB))
+            wait_for("the third queued, not refused",
+                     lambda: server.tenant("bob")["queued"] == 1 or
+                     select.select([third.sock], [], [], 0)[0])
+            if server.tenant("bob")["queued"] != 1:
+                self.fail(third.sock.recv(200))
+            wait_for("the departed connections closed",
+                     lambda: metric(server, "creditloop_server_connections") == 3)
+            self.backend.recorder.gate("hold").set()
+            self.assertEqual(hold.get()[0], 200)
+            status, _, _, _ = third.response()
+            self.assertEqual(status, 200)
+            third.close()
+            self.assertEqual(self.backend.recorder.paths(), ["/hold", "/third"])
+        finally:
+            self.backend.recorder.gate("hold").set()
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_a_departure_is_seen_when_the_read_ahead_is_full(self):
+        config = proxy_config(self.backend, slots=1)
+        config["proxy"]["timeout_ms"] = 30000  # alice holds the room until the test is done
+        server = Server(config)
+        try:
+            hold = test_server.Async(server, ALICE, "/hold")
+            wait_for("alice in flight", lambda: server.participants()["loop"]["in_flight"] == 1)
+            flooders = [Client(server.port) for _ in range(3)]
+            for c in flooders:
+                # A request, then pipelined bytes well past the read-ahead's bound
+                # (header_bytes + 16 KiB), then gone.
+                c.send(request("GET", "/flood", key=BOB) + b"x" * (64 * 1024))
+            wait_for("bob's three queued", lambda: server.tenant("bob")["queued"] == 3)
+            for c in flooders:
+                c.close()
+            wait_for("the flooders' descriptors closed",
+                     lambda: metric(server, "creditloop_server_connections") == 2)
+            wait_for("the flood withdrawn", lambda: server.tenant("bob")["queued"] == 0)
+            self.backend.recorder.gate("hold").set()
+            self.assertEqual(hold.get()[0], 200)
+            self.assertNotIn("/flood", self.backend.recorder.paths())
+        finally:
+            self.backend.recorder.gate("hold").set()
             self.assertEqual(server.stop(), 0, server.log())
 
     def test_queue_timeout_answers_503_with_retry_after(self):
@@ -528,6 +758,30 @@ class QueuedRequests(unittest.TestCase):
         for field in ("wait_ms", "cost", "bytes", "request_id"):
             self.assertIn(field, done)
         d.cleanup()
+
+
+class AccessLogRotation(unittest.TestCase):
+    def test_sigusr1_reopens_the_access_log_after_a_rotation(self):
+        d = test_server.tempfile.TemporaryDirectory()
+        path = os.path.join(d.name, "access.jsonl")
+        server = Server(base_config(access_log={"path": path}))
+        def targets(p):
+            with open(p) as f:
+                return [json.loads(line)["target"] for line in f]
+
+        try:
+            self.assertEqual(server.request(ALICE, "/work?cpu_ms=1")[0].status, 200)
+            # The line is written once the answer is: waited for, not assumed.
+            wait_for("the first line", lambda: targets(path) == ["/work?cpu_ms=1"])
+            os.rename(path, path + ".1")  # as logrotate does, then it signals, as for nginx
+            server.proc.send_signal(signal.SIGUSR1)
+            wait_for("the log reopened", lambda: "access log reopened" in server.log())
+            self.assertEqual(server.request(ALICE, "/work?cpu_ms=2")[0].status, 200)
+            wait_for("the second line", lambda: targets(path) == ["/work?cpu_ms=2"])
+            self.assertEqual(targets(path + ".1"), ["/work?cpu_ms=1"])
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+            d.cleanup()
 
 
 class Connections(unittest.TestCase):

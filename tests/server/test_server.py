@@ -346,6 +346,45 @@ class WorkMode(unittest.TestCase):
         self.assertEqual(hold.get()[0], 200)
         self.assertEqual(queued.get()[0], 200)
 
+    def test_refusals_never_wait_for_the_dispatcher(self):
+        self.server.stop()
+        gate = os.path.join(tempfile.mkdtemp(), "dispatch-gate")
+        os.mkfifo(gate)
+        config = base_config(slots=1)
+        config["tenants"][1].update(queue_limit=1, queue_timeout_ms=300)
+        self.server = Server(config, env={"CREDITLOOP_SERVER_TEST_DISPATCH_GATE": gate})
+        try:
+            # The dispatcher blocks in starting alice's request until the gate gets a byte: any
+            # round trip to it (a snapshot, a next-credit look-up) waits as long.
+            held = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+            held.sendall(b"GET /work HTTP/1.1\r\nHost: x\r\nX-Request-Id: test-hold-dispatcher\r\n"
+                         b"Authorization: Bearer alice-key-0001\r\n\r\n")
+            wait_for("the dispatcher held", lambda: "test: dispatcher held" in self.server.log())
+            # Bob's requests queue behind it (and time out) or are refused at his queue limit:
+            # each is answered while the dispatcher is still held.
+            bobs = [socket.create_connection(("127.0.0.1", self.server.port), timeout=3)
+                    for _ in range(3)]
+            for b in bobs:
+                b.sendall(b"GET /work HTTP/1.1\r\nHost: x\r\n"
+                          b"Authorization: Bearer bob-key-00001\r\n\r\n")
+            statuses = []
+            for b in bobs:
+                raw = b.recv(4096)  # a timeout here is a refusal waiting for the dispatcher
+                statuses.append(status_of(raw))
+                self.assertIn(b"Retry-After: ", raw)
+                b.close()
+            self.assertIn(503, statuses)  # the first queued: its queue timeout passed
+            self.assertLessEqual(set(statuses), {429, 503})
+        finally:
+            try:  # the dispatcher goes on: the gate's reader is the server
+                fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
+                os.write(fd, b"x")
+                os.close(fd)
+            except OSError:
+                pass
+        self.assertEqual(status_of(held.recv(4096)), 200)
+        held.close()
+
     def test_fifo_flag_serves_in_arrival_order_without_classes(self):
         self.server.stop()
         self.server = Server(base_config(), "--fifo")

@@ -11,7 +11,7 @@
 namespace creditloop::server {
 
 AccessLog::AccessLog(const std::string& path)
-    : fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) {
+    : path_(path), fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) {
   if (fd_ < 0) {
     throw std::runtime_error("access_log.path: cannot open \"" + path +
                              "\": " + std::strerror(errno));
@@ -19,6 +19,16 @@ AccessLog::AccessLog(const std::string& path)
 }
 
 AccessLog::~AccessLog() { ::close(fd_); }
+
+bool AccessLog::reopen() noexcept {
+  const int fresh = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fresh < 0) return false;
+  // dup3 swaps the file under fd_ in one step: a concurrent writev holds the old file until it
+  // returns, and no write sees a closed descriptor.
+  const bool swapped = ::dup3(fresh, fd_, O_CLOEXEC) == fd_;
+  ::close(fresh);
+  return swapped;
+}
 
 void AccessLog::write(std::string_view line) noexcept {
   char newline = '\n';

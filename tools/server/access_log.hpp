@@ -21,11 +21,16 @@ class AccessLog {
   AccessLog(const AccessLog&) = delete;
   AccessLog& operator=(const AccessLog&) = delete;
 
+  /// Opens the path again (after a rotation renamed the file) and writes there from now on; a
+  /// write under way finishes in the old file. False, with the old file kept, when it cannot be
+  /// opened. Any thread.
+  bool reopen() noexcept;
   /// Appends `line` and a newline. Any thread. A failed write is counted, never thrown.
   void write(std::string_view line) noexcept;
   [[nodiscard]] std::uint64_t errors() const noexcept;
 
  private:
+  std::string path_;
   int fd_ = -1;
   std::atomic<std::uint64_t> errors_{0};
 };

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <stdexcept>
 
@@ -93,7 +94,31 @@ void Backend::give_back(std::unique_ptr<Connection> c) {
   c->idle_since = std::chrono::steady_clock::now();
   c->reused = true;
   std::lock_guard lock(mutex_);
+  const std::uint64_t stay = ++c->stays;
+  // Readable while idle means closed or unasked bytes: either way it must not carry a request.
+  // The handler never touches `*raw` unless it finds it still in the pool in the same stay; a
+  // lease leaves the wait pending, and it then completes with the response as a no-op.
+  const Connection* raw = c.get();
+  c->stream.socket().async_wait(tcp::socket::wait_read,
+                                [this, raw, stay](const boost::system::error_code& ec) {
+                                  if (ec != asio::error::operation_aborted) drop_idle(raw, stay);
+                                });
   idle_.push_back(std::move(c));
+}
+
+void Backend::drop_idle(const Connection* c, std::uint64_t stay) {
+  std::unique_ptr<Connection> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it =
+        std::find_if(idle_.begin(), idle_.end(),
+                     [&](const std::unique_ptr<Connection>& p) { return p.get() == c; });
+    if (it == idle_.end() || (*it)->stays != stay) return;
+    dropped = std::move(*it);
+    idle_.erase(it);
+  }
+  boost::system::error_code ignored;
+  dropped->stream.socket().close(ignored);
 }
 
 }  // namespace creditloop::server

@@ -15,6 +15,7 @@
 #include <utility>  // before Asio's awaitable.hpp, which uses std::exchange without it
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,6 +45,9 @@ class Backend {
     boost::beast::flat_buffer buffer{kHeaderBytes + 16 * 1024};
     std::chrono::steady_clock::time_point idle_since;
     bool reused = false;  // has carried a request before: the backend may have closed it since
+    /// Counts its stays in the pool (under the pool's mutex), so that the watch of an earlier
+    /// stay cannot speak for this one.
+    std::uint64_t stays = 0;
   };
 
   /// Throws std::runtime_error when the backend's address cannot be resolved.
@@ -63,6 +67,9 @@ class Backend {
 
  private:
   [[nodiscard]] std::unique_ptr<Connection> take_sound();
+  /// An idle connection the backend closed or sent bytes on (its watch fired): out of the pool
+  /// and closed at once, as nginx does, rather than left in CLOSE_WAIT until a lease finds it.
+  void drop_idle(const Connection* c, std::uint64_t stay);
 
   boost::asio::io_context& io_;
   std::vector<boost::asio::ip::tcp::endpoint> endpoints_;

@@ -121,6 +121,10 @@ ProxyConfig proxy(const json& body) {
   p.timeout = millis(f, "timeout_ms", p.timeout);
   p.idle_timeout = millis(f, "idle_timeout_ms", p.idle_timeout, 0);
   p.host = f.text("host", "");
+  if (const json* b = f.find("request_buffering")) {
+    if (!b->is_boolean()) refuse(f.path("request_buffering"), "must be true or false");
+    p.request_buffering = b->get<bool>();
+  }
   if (p.host.find_first_of(" \t\r\n") != std::string::npos) {
     refuse(f.path("host"), "must not contain white space");
   }
@@ -135,6 +139,7 @@ Limits limits(const json& body) {
       static_cast<std::uint32_t>(f.integer("header_bytes", l.header_bytes, 256, 1 << 20));
   l.body_bytes = f.integer("body_bytes", l.body_bytes, 0, 1ull << 30);
   l.read_timeout = millis(f, "read_timeout_ms", l.read_timeout);
+  l.body_timeout = millis(f, "body_timeout_ms", l.body_timeout);
   l.idle_timeout = millis(f, "idle_timeout_ms", l.idle_timeout);
   l.send_timeout = millis(f, "send_timeout_ms", l.send_timeout);
   l.max_connections =

@@ -73,6 +73,10 @@ struct ProxyConfig {
   std::chrono::milliseconds idle_timeout{1'000};
   /// The Host the backend gets; empty: the client's.
   std::string host;
+  /// A request's body is read whole before the request is queued (nginx's
+  /// `proxy_request_buffering on`), so that a slow client never holds a slot; false: it streams
+  /// to the backend once dispatched, and its slot is charged for the time it holds.
+  bool request_buffering = true;
 };
 
 /// Fleet mode (docs/fleet.md): each tenant's plan holds across every server sharing one Redis.
@@ -96,17 +100,21 @@ struct FleetConfig {
 
 struct Limits {
   std::uint32_t header_bytes = 8 * 1024;
+  /// The largest request body (nginx's client_max_body_size); read into memory before the
+  /// request is queued. Proxy mode without request buffering: the buffer a body streams through.
   std::uint64_t body_bytes = 1024 * 1024;
   /// The whole request (headers and body) must arrive within this, or the connection is closed:
   /// a client that trickles bytes holds a connection no longer than this.
   std::chrono::milliseconds read_timeout{10'000};
+  /// The longest pause between two reads of a body (nginx's client_body_timeout).
+  std::chrono::milliseconds body_timeout{10'000};
   /// A kept-alive connection with no request in progress is closed after this.
   std::chrono::milliseconds idle_timeout{30'000};
   /// Each write to a client must make progress within this, or the connection is closed: a
   /// client that stops reading a stream holds its slot no longer.
   std::chrono::milliseconds send_timeout{30'000};
-  /// Client connections open at once, both listeners together; beyond it a new one is answered
-  /// 503 and closed.
+  /// The tenants' listener's connections open at once (the admin listener has none, so that an
+  /// operator can look at a full server); beyond it a new one is answered 503 and closed.
   std::uint32_t max_connections = 10'000;
   /// The same from one client address (0: no limit of its own).
   std::uint32_t max_connections_per_address = 0;

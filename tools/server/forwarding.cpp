@@ -1,10 +1,13 @@
 #include "forwarding.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include <boost/beast/http/rfc7230.hpp>
 
@@ -93,6 +96,49 @@ void copy_end_to_end(const http::fields& from, http::fields& to, std::size_t cou
   }
 }
 
+namespace {
+
+// The authority of an absolute-form target (RFC 9112 section 3.2.2), and the origin form left
+// after it; nothing for any other form.
+std::optional<std::pair<std::string_view, std::string_view>> absolute_form(
+    std::string_view target) {
+  for (const std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() > scheme.size() && same_token(target.substr(0, scheme.size()), scheme)) {
+      const std::string_view rest = target.substr(scheme.size());
+      const auto slash = rest.find_first_of("/?");
+      return std::pair{rest.substr(0, slash), slash == std::string_view::npos
+                                                  ? std::string_view("/")
+                                                  : rest.substr(slash)};
+    }
+  }
+  return std::nullopt;
+}
+
+// host[:port], with a host of name characters or a bracketed IPv6 address: what nginx takes.
+bool usable_authority(std::string_view a) {
+  const auto colon = a.front() == '[' ? a.find(':', a.find(']')) : a.rfind(':');
+  std::string_view host = a.substr(0, colon);
+  if (colon != std::string_view::npos) {
+    const std::string_view port = a.substr(colon + 1);
+    if (port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+  }
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+    return std::all_of(host.begin(), host.end(), [](char c) {
+      return std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.';
+    });
+  }
+  return !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' ||
+           c == '~' || c == '%';
+  });
+}
+
+}  // namespace
+
 void backend_head(const http::request_header<>& client, const Forwarded& added,
                   http::request_header<>& out) {
   if (client.method() == http::verb::unknown) {
@@ -104,14 +150,7 @@ void backend_head(const http::request_header<>& client, const Forwarded& added,
   // any Host header; the backend gets the origin form.
   std::string_view target(client.target().data(), client.target().size());
   std::string_view target_host;
-  for (const std::string_view scheme : {"http://", "https://"}) {
-    if (target.size() > scheme.size() && same_token(target.substr(0, scheme.size()), scheme)) {
-      const std::string_view rest = target.substr(scheme.size());
-      const auto slash = rest.find_first_of("/?");
-      target_host = rest.substr(0, slash);
-      target = slash == std::string_view::npos ? std::string_view("/") : rest.substr(slash);
-    }
-  }
+  if (const auto absolute = absolute_form(target)) std::tie(target_host, target) = *absolute;
   if (!target.empty() && target.front() == '?') {
     out.target(text("/" + std::string(target)));
   } else {
@@ -120,7 +159,9 @@ void backend_head(const http::request_header<>& client, const Forwarded& added,
   out.version(11);
   const bool lists = client.find(http::field::connection) != client.end();
   std::string forwarded_for;
+  std::size_t index = 0;
   for (const auto& f : client) {
+    if (index++ == added.header_fields) break;
     const std::string_view name(f.name_string().data(), f.name_string().size());
     if (hop_by_hop(f.name()) || (lists && named_by_connection(client, name))) continue;
     switch (f.name()) {
@@ -131,6 +172,9 @@ void backend_head(const http::request_header<>& client, const Forwarded& added,
         break;
     }
     if (same_token(name, "X-Forwarded-Proto")) continue;
+    // nginx's default (underscores_in_headers off): CGI and WSGI backends read `_` and `-` as
+    // one, so such a name could pose as one the proxy sets or removes.
+    if (name.find('_') != std::string_view::npos) continue;
     if (same_token(name, "X-Forwarded-For")) {
       if (!forwarded_for.empty()) forwarded_for += ", ";
       forwarded_for.append(f.value().data(), f.value().size());
@@ -157,6 +201,11 @@ void backend_head(const http::request_header<>& client, const Forwarded& added,
 }
 
 std::optional<std::string> bad_host(const http::request_header<>& req) {
+  // An absolute-form target's authority becomes the backend's Host: it passes the same check.
+  if (const auto absolute = absolute_form({req.target().data(), req.target().size()});
+      absolute && (absolute->first.empty() || !usable_authority(absolute->first))) {
+    return std::string("a malformed authority in the request target");
+  }
   const auto first = req.find(http::field::host);
   if (first == req.end()) {
     if (req.version() >= 11) return std::string("an HTTP/1.1 request needs a Host header");

@@ -47,6 +47,8 @@ struct Forwarded {
   std::string_view host;             // the Host to send; empty: the client's
   std::string_view backend_address;  // the Host when the client sent none (HTTP/1.0)
   std::string_view request_id;
+  /// The client's header fields; what follows them are a read body's trailers, never passed.
+  std::size_t header_fields = static_cast<std::size_t>(-1);
 };
 
 /// The request head the backend gets: method, target, HTTP/1.1, and the headers above. Framing

@@ -137,13 +137,17 @@ asio::awaitable<ProxyOutcome> Exchanger::run() {
 // retry must see the whole attempt (what was sent, on which connection), and each step suspends.
 asio::awaitable<bool> Exchanger::send_request() {
   const RequestHead& req = e_.head();
-  const bool body = client_body_pending();
+  // A buffered body goes in one write with its length; a pending one streams as it arrives.
+  const bool buffered = e_.body_buffered;
+  const bool body = buffered ? !e_.body.empty() : client_body_pending();
   http::request<http::buffer_body> forward;
   backend_head(req,
                Forwarded{e_.tenant->name, e_.client_address, config_.proxy.host, backend_.address(),
-                         e_.request_id},
+                         e_.request_id, e_.header_fields},
                forward.base());
-  if (const auto length = e_.parser->content_length()) {
+  if (buffered) {
+    if (e_.parser->content_length() || e_.parser->chunked()) forward.content_length(e_.body.size());
+  } else if (const auto length = e_.parser->content_length()) {
     forward.content_length(*length);
   } else if (body) {
     forward.chunked(true);
@@ -158,9 +162,9 @@ asio::awaitable<bool> Exchanger::send_request() {
     }
     const bool retry = conn_->reused && attempt == 0 && repeatable(req, body);
     http::request_serializer<http::buffer_body> sr{forward};
-    forward.body().data = nullptr;
-    forward.body().size = 0;
-    forward.body().more = body;
+    forward.body().data = buffered && body ? e_.body.data() : nullptr;
+    forward.body().size = buffered ? e_.body.size() : 0;
+    forward.body().more = body && !buffered;
     conn_->stream.expires_after(backend_.timeout());
     co_await http::async_write(conn_->stream, sr, redirect(ec));
     if (ec == http::error::need_buffer) ec = {};

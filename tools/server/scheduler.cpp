@@ -92,6 +92,12 @@ class CreditloopScheduler final : public Scheduler {
     return s;
   }
 
+  bool cancel(Tenant& t, Pending& p) override {
+    if (!runtime_->cancel(t.participant, p)) return false;
+    t.queued.fetch_sub(1, std::memory_order_relaxed);  // a gauge: no ordering needed
+    return true;
+  }
+
   void complete(Pending& p, double cost) override {
     const Status s = runtime_->complete(p.ticket, std::clamp(cost, 0.0, kMaxCost));
     if (!s) {
@@ -184,6 +190,22 @@ class FifoScheduler final : public Scheduler {
     }
     begin(p);
     return {};
+  }
+
+  bool cancel(Tenant& t, Pending& p) override {
+    std::lock_guard lock(mutex_);
+    RequestList kept;
+    bool found = false;
+    while (RequestHook* r = queue_.pop_front()) {
+      if (r == &p) {
+        found = true;
+      } else {
+        kept.push_back(*r);
+      }
+    }
+    queue_ = std::move(kept);
+    if (found) t.queued.fetch_sub(1, std::memory_order_relaxed);
+    return found;
   }
 
   void complete(Pending& /*p*/, double /*cost*/) override {

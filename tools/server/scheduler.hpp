@@ -38,6 +38,15 @@ struct Tenant {
   std::atomic<bool> removed{false};
   /// Requests accepted and not yet started (the queue limit's measure).
   std::atomic<std::int64_t> queued{0};
+  /// Of those, the ones whose client left and whose withdrawal is under way: they count in no
+  /// limit.
+  std::atomic<std::int64_t> leaving{0};
+  /// When the tenant's next credit lands (Clock's nanoseconds; 0: one is there, or unknown), as
+  /// last looked up off the I/O threads: a refusal's Retry-After reads it without a round trip
+  /// to the dispatcher (Server::retry_after_for). Relaxed: a hint, read and written alone.
+  std::atomic<std::int64_t> next_credit_at_ns{0};
+  /// A look-up is under way; at most one per tenant is.
+  std::atomic<bool> next_credit_looking{false};
   /// Responses served, per class the request went out under (index k, unmetered, holds every
   /// request in FIFO mode).
   std::array<std::atomic<std::uint64_t>, kMaxClasses + 1> served{};
@@ -73,6 +82,10 @@ class Scheduler {
 
   /// Errors: unknown_participant (the tenant was removed), shut_down.
   virtual Status submit(Tenant& t, Pending& p) = 0;
+  /// Withdraws `p`, queued for `t` and not yet started: it takes no credit and is the caller's
+  /// again. False when it was not queued any more (started, or handed back). May block for a
+  /// round trip to the dispatcher: never on an I/O thread.
+  virtual bool cancel(Tenant& t, Pending& p) = 0;
   /// Reports the cost in credits of a started request. Afterwards `p` is the server's alone.
   virtual void complete(Pending& p, double cost) = 0;
 

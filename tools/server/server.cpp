@@ -1,6 +1,8 @@
 #include "server.hpp"
 
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -95,6 +97,8 @@ Server::Server(ServerOptions options)
   if (auto* why = std::get_if<tools::Refusal>(&loaded)) throw std::runtime_error(why->message);
   auto config = std::make_shared<const ServerConfig>(std::get<ServerConfig>(std::move(loaded)));
   mode_ = config->mode;
+  if (const char* gate = std::getenv("CREDITLOOP_SERVER_TEST_DISPATCH_GATE")) dispatch_gate_ = gate;
+  signals_.add(SIGUSR1);
   if (config->access_log) access_log_ = std::make_unique<AccessLog>(config->access_log->path);
   auto start = [this](Pending& p) { start_request(p); };
   scheduler_ = options_.fifo ? make_fifo_scheduler(*config, start)
@@ -111,6 +115,7 @@ Server::Server(ServerOptions options)
 }
 
 Server::~Server() {
+  round_trips_.join();
   if (stopper_.joinable()) stopper_.join();
   if (fleet_) fleet_->stop();
   if (workers_) workers_->join();
@@ -266,13 +271,26 @@ Response refusal(const RequestHead& head, http::status status, const std::string
   return res;
 }
 
-long retry_after(std::optional<std::chrono::nanoseconds> next) {
-  return next ? std::max<long>(
-                    1, static_cast<long>(std::ceil(std::chrono::duration<double>(*next).count())))
-              : 1;
+std::int64_t clock_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 }  // namespace
+
+long Server::retry_after_for(const std::shared_ptr<Tenant>& t) {
+  // Relaxed: the flag only keeps look-ups to one at a time; nothing is published through it.
+  if (!t->next_credit_looking.exchange(true, std::memory_order_relaxed)) {
+    asio::post(round_trips_, [this, t] {
+      const std::optional<std::chrono::nanoseconds> next = scheduler_->next_credit(*t);
+      t->next_credit_at_ns.store(next ? clock_ns(Clock::now() + *next) : 0,
+                                 std::memory_order_relaxed);  // a hint; see Tenant
+      t->next_credit_looking.store(false, std::memory_order_relaxed);
+    });
+  }
+  const std::int64_t left =
+      t->next_credit_at_ns.load(std::memory_order_relaxed) - clock_ns(Clock::now());
+  return std::max<long>(1, static_cast<long>((left + 999'999'999) / 1'000'000'000));
+}
 
 std::optional<Response> Server::admit(Exchange& e) {
   const RequestHead& head = e.head();
@@ -304,8 +322,12 @@ std::optional<Response> Server::admit(Exchange& e) {
   if (found == dir->by_key.end()) {
     // relaxed: a statistic; pairs with the relaxed load in metrics_text(), nothing else.
     unauthorized_tenants.fetch_add(1, std::memory_order_relaxed);
-    return refusal(head, http::status::unauthorized,
-                   key ? "unknown key\n" : "Authorization: Bearer KEY required\n");
+    Response res = refusal(head, http::status::unauthorized,
+                           key ? "unknown key\n" : "Authorization: Bearer KEY required\n");
+    // Closed: a client guessing keys opens a connection per guess, which the per-address
+    // connection limit sees, instead of guessing at will on one.
+    res.keep_alive(false);
+    return res;
   }
   const TenantEntry& entry = found->second;
   e.tenant = entry.tenant;
@@ -332,9 +354,13 @@ std::optional<Response> Server::admit(Exchange& e) {
     return res;
   }
   Tenant& tenant = *e.tenant;
-  if (entry.queue_limit > 0 && tenant.queued.load(std::memory_order_relaxed) >= entry.queue_limit) {
+  // Relaxed: gauges; a withdrawal under way may count for a moment, never a departed request
+  // once its withdrawal has returned.
+  const std::int64_t waiting = tenant.queued.load(std::memory_order_relaxed) -
+                               tenant.leaving.load(std::memory_order_relaxed);
+  if (entry.queue_limit > 0 && waiting >= entry.queue_limit) {
     return refusal(head, http::status::too_many_requests, "queue limit reached\n",
-                   retry_after(scheduler_->next_credit(tenant)));
+                   retry_after_for(e.tenant));
   }
   return std::nullopt;
 }
@@ -349,7 +375,7 @@ std::optional<Response> Server::submit(Exchange& e) {
 
 Response Server::queue_timeout_answer(const Exchange& e) {
   return refusal(e.head(), http::status::service_unavailable, "queue timeout passed\n",
-                 retry_after(scheduler_->next_credit(*e.tenant)));
+                 retry_after_for(e.tenant));
 }
 
 void Server::start_request(Pending& p) {
@@ -358,8 +384,15 @@ void Server::start_request(Pending& p) {
     // Its session let it go while it was queued (the client left, or its queue timeout passed):
     // nothing runs, nothing is charged, and it is freed off the dispatcher's thread.
     scheduler_->complete(e, 0);
-    asio::post(io_, [&e] { delete &e; });
+    asio::post(io_, [&e] { Exchange::let_go(&e); });
     return;
+  }
+  if (!dispatch_gate_.empty() && e.request_id == "test-hold-dispatcher") {
+    const int fd = ::open(dispatch_gate_.c_str(), O_RDWR | O_CLOEXEC);  // RDWR: never EOF
+    log("test: dispatcher held");
+    char byte = 0;
+    if (fd >= 0 && ::read(fd, &byte, 1) < 0) log("test: dispatch gate unreadable");
+    if (fd >= 0) ::close(fd);
   }
   // Work mode tells the session once the work is done (Session::answered); proxy mode now.
   if (workers_) {
@@ -372,11 +405,25 @@ void Server::start_request(Pending& p) {
 void Server::hand_back(Pending* p, const char* why) {
   auto* e = static_cast<Exchange*>(p);
   if (!e->leave_queue(Exchange::Phase::handed_back)) {
-    delete e;  // abandoned by its session: nobody waits for an answer
+    Exchange::let_go(e);  // abandoned by its session: nobody waits for an answer
     return;
   }
   e->answer = refusal(e->head(), http::status::service_unavailable, why, 1);
   e->session->notify(Session::answered);
+}
+
+void Server::withdraw(Exchange* e) {
+  Tenant& tenant = *e->tenant;
+  tenant.leaving.fetch_add(1, std::memory_order_relaxed);  // a gauge; see admit()
+  asio::post(round_trips_, [this, e, &tenant] {
+    const bool withdrawn = scheduler_->cancel(tenant, *e);
+    tenant.leaving.fetch_sub(1, std::memory_order_relaxed);
+    if (withdrawn) {
+      delete e;  // the runtime let it go: its side will never see it again
+    } else {
+      Exchange::let_go(e);  // started or handed back meanwhile: that side lets go too
+    }
+  });
 }
 
 void Server::run_work(Exchange& e) {
@@ -570,6 +617,12 @@ void Server::accept(tcp::acceptor& acceptor, bool admin) {
 void Server::wait_for_signal() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
+    if (sig == SIGUSR1) {
+      if (access_log_)
+        log(access_log_->reopen() ? "access log reopened" : "access log: cannot reopen");
+      wait_for_signal();
+      return;
+    }
     if (sig == SIGHUP) {
       // A reload takes round trips to the dispatcher: off the I/O threads.
       if (reloader_.joinable()) reloader_.join();

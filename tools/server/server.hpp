@@ -130,6 +130,13 @@ class Server {
   void log_access(const Exchange& e, unsigned status, std::uint64_t bytes) {
     write_access(access_line(e, status, bytes));
   }
+  /// Withdraws an exchange its session abandoned while queued (its client left, or its queue
+  /// timeout passed), on a thread of its own: the runtime's cancel is a round trip to the
+  /// dispatcher, which an I/O thread never waits for. `e` is the withdrawal's to let go.
+  void withdraw(Exchange* e);
+  /// Seconds a refused request of `t` should wait, from what was last published (at least 1);
+  /// asks for a fresh look-up off the I/O threads. Never waits for the dispatcher.
+  [[nodiscard]] long retry_after_for(const std::shared_ptr<Tenant>& t);
   /// A tenant's connection from `address` has closed.
   void connection_closed(const std::string& address);
 
@@ -156,7 +163,8 @@ class Server {
   void listen();
   void join_fleet();
   void accept(boost::asio::ip::tcp::acceptor& acceptor, bool admin);
-  // SIGHUP reloads and waits again; SIGTERM or SIGINT stops.
+  // SIGHUP reloads and waits again; SIGUSR1 reopens the access log (after a rotation, as nginx
+  // does) and waits again; SIGTERM or SIGINT stops.
   void wait_for_signal();
   /// Registers new tenants and re-plans changed ones; the removed ones are the caller's to take
   /// out once the new directory is in force.
@@ -192,6 +200,13 @@ class Server {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<LiveView> live_;  // after scheduler_: its sampler uses the runtime
   std::unique_ptr<Fleet> fleet_;    // after scheduler_: stopped before the runtime it scales
+  // What must wait for the dispatcher, off the I/O threads: withdrawals of abandoned requests
+  // (withdraw()) and the next-credit look-ups refusals read (retry_after_for()). Joined before
+  // the scheduler goes.
+  boost::asio::thread_pool round_trips_{1};
+  // Tests only (CREDITLOOP_SERVER_TEST_DISPATCH_GATE): a FIFO the dispatcher blocks on when it
+  // starts a request with X-Request-Id `test-hold-dispatcher`, until a byte is written to it.
+  std::string dispatch_gate_;
   std::uint16_t port_ = 0;
   std::uint16_t admin_port_ = 0;
 

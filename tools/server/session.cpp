@@ -1,6 +1,9 @@
 #include "session.hpp"
 
+#include <poll.h>
+
 #include <algorithm>
+#include <cctype>
 #include <exception>
 #include <limits>
 
@@ -44,6 +47,18 @@ bool gone(const beast::error_code& ec) {
          ec == asio::error::operation_aborted || ec == http::error::partial_message;
 }
 
+// Whether the request line read so far is `METHOD TARGET HTTP/D.D`, refused by the parser for
+// its version's number rather than its form.
+bool well_formed_version(const beast::flat_buffer& buffer) {
+  const std::string_view seen(static_cast<const char*>(buffer.data().data()), buffer.size());
+  const std::string_view line = seen.substr(0, seen.find("\r\n"));
+  if (line.size() < 9 || line.size() == seen.size()) return false;
+  const std::string_view v = line.substr(line.size() - 8);
+  return std::count(line.begin(), line.end(), ' ') == 2 && v.substr(0, 5) == "HTTP/" &&
+         std::isdigit(static_cast<unsigned char>(v[5])) && v[6] == '.' &&
+         std::isdigit(static_cast<unsigned char>(v[7])) && line[line.size() - 9] == ' ';
+}
+
 }  // namespace
 
 Response make_response(const RequestHead& request, http::status status, std::string body,
@@ -66,7 +81,8 @@ Session::Session(asio::ip::tcp::socket socket, Server& server, bool admin)
       server_(server),
       admin_(admin),
       wake_(stream_.get_executor()),
-      queue_timer_(stream_.get_executor()) {
+      queue_timer_(stream_.get_executor()),
+      hangup_check_(stream_.get_executor()) {
   server_.connections_open.fetch_add(1, std::memory_order_relaxed);  // a gauge
   beast::error_code ec;
   const auto peer = stream_.socket().remote_endpoint(ec);
@@ -156,7 +172,8 @@ asio::awaitable<void> Session::serve() {
     head.header_limit(limits.header_bytes);
     // The body's limits are checked once the head is authenticated (read_body, proxy.hpp).
     head.body_limit(std::numeric_limits<std::uint64_t>::max());
-    stream_.expires_after(limits.read_timeout);
+    request_deadline_ = Clock::now() + limits.read_timeout;
+    stream_.expires_at(request_deadline_);
     co_await http::async_read_header(stream_, buffer_, head, redirect(ec));
     if (ec) {
       co_await refuse_head(ec);
@@ -185,6 +202,9 @@ asio::awaitable<void> Session::refuse_head(beast::error_code ec) {
   if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
     status = http::status::request_header_fields_too_large;
     why = "request header too large\n";
+  } else if (ec == http::error::bad_version && well_formed_version(buffer_)) {
+    status = http::status::http_version_not_supported;  // nginx: 505 for HTTP/2.0
+    why = "HTTP version not supported: 1.0 and 1.1 are\n";
   }
   Response res = make_response(blank, status, why);
   co_await write(res, true);
@@ -225,7 +245,14 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
     server_.log_access(*e, refusal->result_int(), refusal->body().size());
     co_return more;
   }
-  if (server_.mode() == ServeMode::work && !co_await read_body(*e)) co_return false;
+  // The body is read before the request is queued: a client that trickles it holds its
+  // connection, never a slot (nginx: proxy_request_buffering).
+  const bool proxied = server_.mode() == ServeMode::proxy;
+  if (!proxied || server_.directory()->config->proxy.request_buffering) {
+    // Not in the condition: GCC 12 fails on a co_await in a short-circuit expression.
+    const bool read = co_await read_body(*e, proxied);
+    if (!read) co_return false;
+  }
   if (std::optional<Response> refusal = server_.submit(*e)) {
     const bool more = co_await write(*refusal, !e->parser->is_done());
     server_.log_access(*e, refusal->result_int(), refusal->body().size());
@@ -261,9 +288,12 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
   co_return true;
 }
 
-asio::awaitable<bool> Session::read_body(Exchange& e) {
+asio::awaitable<bool> Session::read_body(Exchange& e, bool keep) {
   auto& parser = *e.parser;
+  e.body_buffered = keep;
   if (parser.is_done()) co_return true;
+  const auto& fields = parser.get();
+  e.header_fields = static_cast<std::size_t>(std::distance(fields.begin(), fields.end()));
   const Limits& limits = server_.directory()->config->limits;
   parser.body_limit(limits.body_bytes);
   beast::error_code ec;
@@ -274,17 +304,30 @@ asio::awaitable<bool> Session::read_body(Exchange& e) {
     co_await asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
                                redirect(ec));
   }
-  std::size_t size = 0;
-  char* buffer = scratch(size);
+  if (!ec && keep && parser.content_length()) e.body.reserve(*parser.content_length());
+  // A kept body is read straight into its string, a piece at a time: a connection whose body
+  // barely moves (or never gets past a chunk header) holds a piece, not the relay buffer.
+  constexpr std::size_t kPiece = 16 * 1024;
+  std::size_t size = kPiece;
+  char* buffer = keep ? nullptr : scratch(size);
   while (!ec && !parser.is_done()) {
+    const std::size_t had = e.body.size();
+    if (keep) {
+      e.body.resize(had + kPiece);
+      buffer = e.body.data() + had;
+    }
     parser.get().body().data = buffer;
     parser.get().body().size = size;
-    stream_.expires_after(limits.read_timeout);
-    co_await http::async_read(stream_, buffer_, parser, redirect(ec));
+    // Each read within the body timeout, all of them within the request's deadline.
+    stream_.expires_at(std::min(Clock::now() + limits.body_timeout, request_deadline_));
+    co_await http::async_read_some(stream_, buffer_, parser, redirect(ec));
     if (ec == http::error::need_buffer) ec = {};
+    if (keep) e.body.resize(had + (size - parser.get().body().size));
   }
   if (!ec) co_return true;
   if (gone(ec)) {
+    // Too slow or gone: closed without an answer, as nginx ends a client_body_timeout.
+    server_.log_access(e, ec == beast::error::timeout ? 408 : 499, 0);
     close();
     co_return false;
   }
@@ -319,7 +362,10 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
       const std::string line =
           server_.access_line(*e, res ? res->result_int() : 499, res ? res->body().size() : 0);
       if (e->leave_queue(Exchange::Phase::abandoned)) {
-        (void)e.release();  // the runtime's hand-out (or hand-back) frees it
+        // Withdrawn from the queue off this thread; the session, its buffers and its descriptor
+        // go now, whatever the withdrawal's outcome.
+        e->session.reset();
+        server_.withdraw(e.release());
         queue_timer_.cancel();
         co_await stop_watching();
         server_.write_access(line);
@@ -368,8 +414,11 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
 }
 
 void Session::watch() {
-  if (buffer_.size() >= buffer_.max_size()) return;  // full: a departure shows at the next read
   watching_ = true;
+  if (buffer_.size() >= buffer_.max_size()) {
+    watch_for_hangup();
+    return;
+  }
   stream_.socket().async_wait(asio::ip::tcp::socket::wait_read,
                               [self = shared_from_this(), turn = turn_](beast::error_code ec) {
                                 self->on_readable(ec, turn);
@@ -401,11 +450,32 @@ void Session::on_readable(beast::error_code ec, std::uint64_t turn) {
   if (!watching_) on_event(Event::watch_ended);
 }
 
+void Session::watch_for_hangup() {
+  pollfd p{};
+  p.fd = stream_.socket().native_handle();
+  p.events = POLLRDHUP;
+  if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+    watching_ = false;
+    on_event(Event::departed | Event::watch_ended);
+    return;
+  }
+  hangup_check_.expires_after(std::chrono::milliseconds(100));
+  hangup_check_.async_wait([self = shared_from_this(), turn = turn_](beast::error_code ec) {
+    if (ec || turn != self->turn_ || !self->watching_) {
+      self->watching_ = false;
+      self->on_event(Event::watch_ended);
+      return;
+    }
+    self->watch_for_hangup();
+  });
+}
+
 asio::awaitable<void> Session::stop_watching() {
   if (!watching_) co_return;
   watching_ = false;
   beast::error_code ignored;
   stream_.socket().cancel(ignored);
+  hangup_check_.cancel();
   unsigned others = 0;  // what came meanwhile is kept for the caller's next look
   for (;;) {
     const unsigned ev = co_await next_event();

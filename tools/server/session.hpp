@@ -28,6 +28,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "last_holder.hpp"
 #include "scheduler.hpp"
 
 namespace creditloop::server {
@@ -55,8 +56,15 @@ struct Exchange : Pending {
                                          std::memory_order_acquire);
   }
   [[nodiscard]] const RequestHead& head() const { return parser->get(); }
+  /// Lets go of an abandoned exchange: its withdrawal (Server::withdraw) and the runtime's side
+  /// (hand-out or hand-back) each hold it, and the last to let go frees it (last_holder.hpp).
+  static void let_go(Exchange* e) noexcept {
+    if (e->holders.let_go()) delete e;
+  }
 
   std::atomic<Phase> phase{Phase::queued};
+  /// Once abandoned: its withdrawal and the runtime's side (see let_go).
+  LastHolder<> holders;
   std::shared_ptr<Session> session;
   /// The request's head, and (proxy mode) its body still to be read from the client.
   std::optional<http::request_parser<http::buffer_body>> parser;
@@ -66,6 +74,11 @@ struct Exchange : Pending {
   double wait_ms = 0;  // work mode: modelled device wait
   /// The tenant's queue timeout when it arrived (0: none).
   std::chrono::milliseconds queue_timeout{0};
+  /// Proxy mode with request buffering: the whole body, read before the request was queued.
+  std::string body;
+  bool body_buffered = false;
+  /// The head's fields; the parser appends a chunked body's trailers after them.
+  std::size_t header_fields = static_cast<std::size_t>(-1);
   /// The answer to write: work mode's, or the 503 of a request handed back.
   Response answer;
   /// The cost charged, once it was (Server::finish).
@@ -98,9 +111,11 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::awaitable<void> serve();
   boost::asio::awaitable<bool> serve_admin(http::request_parser<http::empty_body>& head);
   boost::asio::awaitable<bool> serve_tenant(http::request_parser<http::empty_body>& head);
-  /// Reads and drops a work-mode body within limits.body_bytes; answers and returns false when
-  /// it is too large or malformed.
-  boost::asio::awaitable<bool> read_body(Exchange& e);
+  /// Reads a body within limits.body_bytes, the body timeout and the request's deadline: kept in
+  /// `e.body` when `keep` (proxy mode), else dropped (work mode). Answers and returns false when
+  /// it is too large or malformed; closes and returns false when the client left or was too
+  /// slow.
+  boost::asio::awaitable<bool> read_body(Exchange& e, bool keep);
   /// Waits until `e` is started; nothing then. Otherwise (its client left, its queue timeout
   /// passed, it was handed back) answers what there is to answer and returns whether the
   /// connection goes on.
@@ -118,6 +133,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void close();
   void on_event(unsigned events);
   void watch();
+  /// The watch while the read-ahead is full: no byte can be taken, and a readable socket would
+  /// wake an ordinary watch at once and for ever; a hang-up is looked for every 100 ms instead.
+  void watch_for_hangup();
   void on_readable(boost::beast::error_code ec, std::uint64_t turn);
   [[nodiscard]] char* scratch(std::size_t& size);
 
@@ -128,10 +146,13 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string address_;
   boost::asio::steady_timer wake_;
   boost::asio::steady_timer queue_timer_;
+  boost::asio::steady_timer hangup_check_;
   unsigned events_ = 0;
   bool watching_ = false;
   /// Counts exchanges, so that a timer or watch of an earlier one cannot speak for this one.
   std::uint64_t turn_ = 0;
+  /// When the request being read must be whole (limits.read_timeout from its first byte).
+  Clock::time_point request_deadline_;
   std::unique_ptr<char[]> scratch_;  // allocated for a body, freed when the connection idles
   std::size_t scratch_size_ = 0;
 };
