@@ -1,60 +1,23 @@
 // runtime/internal/inbox.hpp: one participant's submission queue, many producers and the
-// dispatcher. Internal to the runtime: not installed, not part of the public API.
+// dispatcher: producers push onto a LIFO chain with one compare-and-swap on the head, and the
+// dispatcher takes the whole chain with one exchange and reverses it. docs/design.md, "The inbox",
+// gives the reasons (the tag, its wrap, pointer tags, why not an exchange). Internal to the
+// runtime: not installed, not part of the public API.
 //
-// Producers link requests onto a LIFO chain with one compare-and-swap on the head; the dispatcher
-// takes the whole chain with one exchange and reverses it, so it moves a participant's whole
-// backlog per cache-line transfer and hands it to the core oldest first. The push that finds the
-// inbox empty learns it from the same compare-and-swap, which is how the dispatcher hears of a
-// newly non-empty queue without scanning (the pusher then activates the participant).
+//   head, bits 48-63   the low 16 bits of the registration's generation
+//   head, bits 0-47    the newest request's address (a multiple of 8); 1: closed; empty: the
+//                      generation's high 16 bits shifted left by 3, with bit 1 set
+//   generation_        the open registration's whole 32-bit generation
 //
-// The head word also carries whether the inbox accepts pushes and for which registration of its
-// ring place: bits 48-63 are the low 16 bits of the registration's generation; bits 0-47 are the
-// newest request's address (a multiple of 8), 1 for closed (removed or shut down), or, for empty,
-// the generation's high 16 bits shifted left by 3 with bit 1 set (never a node's address): an
-// empty inbox's word names its registration's whole 32-bit generation. Beside the head, the inbox
-// keeps that generation, which push() reads after every load of the head. A push is refused if
-// the participant was removed, or removed and its place reused, before its compare-and-swap; a
-// request lands in a later participant's inbox only if, between one producer's last load of the
-// head and its compare-and-swap, the same place was re-registered
-//  - a multiple of 2^32 times, when the producer found the inbox empty (the generation itself
-//    wraps there, as ParticipantId's does: include/creditloop/participant.hpp gives the
-//    arithmetic, over half an hour of nothing but churn); or
-//  - a multiple of 65,536 times, when it found a request at the head, and the very request that
-//    was then the newest of the old registration is the newest of the new one at the instant of
-//    the compare-and-swap: handed back by the removal, resubmitted to the place's new tenant, and
-//    not yet taken by the dispatcher, 65,536 registrations later.
-// With only the 16-bit tag, a producer stopped while 65,536 re-registrations of its place went by
-// (well under a second of churn) queued its request for, and charged it to, the new tenant,
-// whether it had found the inbox empty or not (tests/runtime/inbox_test.cpp). A 16-byte
-// compare-and-swap would close the second case too, at the cost of every push.
-//
-// The 48-bit address is what x86-64 and AArch64 Linux give user space unless a program asks for
-// higher addresses with an mmap hint.
-//
-// A pointer may also carry a tag in its top bits, which the hardware ignores when it loads:
-// AArch64 top-byte-ignore (bits 56-63) with MTE or HWASan, x86 linear address masking (bits
-// 57-62, or 48-62). Masking such a pointer to 48 bits would hand the dispatcher a pointer whose
-// tag no longer matches its memory, which MTE and HWASan fault on at the first access. Keeping the
-// top byte would leave 8 bits of generation (a reused place could take a stale push after 256
-// re-registrations, not 65,536) and still lose LAM's bits 48-55; a double-width compare-and-swap
-// would cost every push. So push() refuses an address with any bit above 47 set (unsupported: one
-// shift and a branch, before it touches the node), and the runtime refuses at construction to run
-// where its own heap and stack pointers carry such bits (runtime.cpp, check_addresses()), naming
-// the cause.
-//
-// Why a compare-and-swap loop (lock-free) and not a wait-free exchange: the push must be refused
-// atomically when the inbox is closed or re-registered, and an exchange cannot refuse. Only the
-// producers of one participant contend on its head.
-//
-// Memory orders: push's successful CAS (release) / take's and close's exchange (acquire) publish
-// the request's contents and its link; push and take are seq_cst for the runtime's activation
-// protocol (runtime.cpp). close()'s exchange is also a release, and push reads the head with
-// acquire (its first load and a failed CAS): a producer refused by a close() sees everything the
-// dispatcher wrote before closing, so the runtime's shutdown flag, cleared before the inboxes are
-// closed, reads false for it and the refusal says shut_down (tests/relacy/shutdown_flag_model).
-// open() stores the registration's generation and then the head with release, and push reads
-// the generation after each acquire load of the head: a producer that reads a head of a later
-// registration reads that registration's generation with it and is refused.
+// Memory orders:
+//   push(), CAS          seq_cst: its release publishes the request and its link to take() and
+//                        close(); seq_cst for the activation protocol (runtime.cpp)
+//   push(), head loads   acquire: pairs with close()'s release (a refused producer sees the
+//                        shutdown flag cleared: tests/relacy/shutdown_flag_model) and open()'s
+//   take(), exchange     seq_cst: acquire pairs with every push's CAS; seq_cst as push's
+//   close(), exchange    acq_rel: acquire as take()'s; release for the pushes it refuses
+//   open()               the generation relaxed, then the head with release: a push reads the
+//                        generation after each acquire load of the head
 //
 // `Atomic` and `Link` are template parameters so that the memory-model checks (tests/relacy) run
 // this code, with the link a Relacy variable.

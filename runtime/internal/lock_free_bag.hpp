@@ -1,44 +1,20 @@
 // runtime/internal/lock_free_bag.hpp: an unordered multi-producer, single-consumer bag of
-// intrusive nodes. Internal to the runtime: not installed, not part of the public API.
-//
-// Used where order does not matter and a producer stopped anywhere must hold up nobody else: the
-// runtime's activation list (participants whose queue just became non-empty), its completion list
-// (tickets completed by completers) and the pool's list of completion blocks. Why by hand:
-// moodycamel and Boost.Lockfree queues copy values into storage of their own (and allocate, or are
-// bounded), while here the node is the caller's object and a push is one compare-and-swap.
-//
-// Push: link the node to the head last seen, then compare-and-swap the head from that to the
-// node, again until it holds (a Treiber push). A push is a single atomic step: before its CAS
-// succeeds the node is nobody's but its producer's, after it the node is whole on the list. So a
-// producer stopped anywhere in a push (preempted, throttled by a cgroup quota) hides no other
-// producer's node, and the consumer never meets a half-made one. The consumer takes the whole bag
-// with one exchange and walks it: no pop of single nodes, so the ABA problem of a Treiber stack
-// does not arise (a head that was taken and has come back as the same node is the true head, and
-// linking to it is right). Lock-free, not wait-free: a producer retries only when another push
-// or the consumer's take changed the head between its load and its CAS, that is, when someone
-// else made progress.
+// intrusive nodes: a producer pushes with one compare-and-swap (a Treiber push), the consumer
+// takes the whole bag with one exchange. It holds the activation list, the completion list and
+// the pool's list of completion blocks; docs/design.md, "The lock-free bag", says why by hand and
+// why a stopped producer hides nobody's node. Internal to the runtime: not installed.
 //
 // A push touches nothing of the bag after its CAS, and the node only before it: once the consumer
-// has taken a node it may recycle it at once, and once the runtime has reported `finished` a
-// completer still returning from its push reads no memory of the runtime (docs/design.md).
+// has taken a node it may recycle it at once.
 //
-// This replaced a push of one exchange and a link store after it, which is wait-free but leaves a
-// node half-made between the two: a producer stopped there hid every node pushed before it until
-// it ran again (tests/runtime/progress_test.cpp measured 200 ms of a stop as 200 ms of every other
-// tenant's wait). Side by side (bench/bench_bag.cpp): a push and its drain take fewer
-// instructions than before (no half-made nodes to keep aside), and with producers racing the
-// consumer the retry costs a few per cent of pushes per second (docs/design.md, "Progress").
-//
-// Memory orders, in pairs:
-//  - push's CAS (release half) / drain's exchange (acquire): the node's contents and its link,
-//    written before the CAS, are visible to the consumer. Every change of the head is a
-//    read-modify-write, so each push's release heads a release sequence that the later pushes
-//    continue: a chain taken at once is visible as a whole, links included (relaxed loads suffice).
-//  - The CAS is seq_cst because it is also the "work published" half of the runtime's parking
-//    protocol (parker.hpp): the dispatcher's seq_cst read of the head, after it announced that it
-//    will sleep, must see this push or this push's notify must see that announcement.
-//  - A failed CAS and the first load of the head are relaxed: the producer never dereferences the
-//    head it read, it only stores it as its node's link, which the successful CAS publishes.
+// Memory orders:
+//   push(), CAS             seq_cst: its release publishes the node and its link to drain()'s
+//                           exchange (each push continues the release sequence of the ones
+//                           before); seq_cst as the "work published" half of parking (parker.hpp)
+//   push(), first load and  relaxed: the head read is only stored as the node's link, which the
+//   failed CAS              successful CAS publishes
+//   drain(), exchange       acquire: pairs with every push's CAS
+//   maybe_nonempty()        seq_cst: the dispatcher's re-check after announcing sleep (parker.hpp)
 //
 // `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
 #pragma once
