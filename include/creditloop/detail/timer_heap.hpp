@@ -1,44 +1,22 @@
-// creditloop/detail/timer_heap.hpp: places keyed by the instant a bucket reaches a credit.
-// Internal to the core; not part of the public API.
+// creditloop/detail/timer_heap.hpp: places keyed by the instant a bucket reaches a credit, in a
+// radix heap with 6-bit digits. docs/design.md, "Data structures" (Timers), gives the layout's
+// reasons and the layouts it was measured against. Internal to the core; not part of the public
+// API.
 //
-// A radix heap with 6-bit digits: it relies on the core's clock never running backwards, and on
-// every filed instant being at or after the latest `now` it was asked about (a due instant is
-// computed from the present). An entry above the floor (the latest `now` at which an entry may
-// have been due) sits in the list for the highest 6-bit digit in which its key differs from the
-// floor and its key's value there; the due list holds the keys at or below the floor. Moving
-// the floor re-sorts only the lists it overtook, and each entry can only move to a lower digit,
-// so an entry moves at most 11 times over its life and in practice once or twice. Binary digits
-// were tried first: an entry then moved down about one bit per move.
-//   set (file or move), erase: O(1).  find_due: O(1) amortized.
-// Written by hand: a binary or d-ary heap pays O(log W) per expiry (it was the largest cost of
-// a decision in callgrind), and no packaged library offers a radix heap with erase by key.
-//
-// Memory. The lists are unrolled: blocks of 31 entries (key, place and id) from a pool that holds
-// only the filed entries, densely, with every block of a list full but its first. Filing appends
-// to a list's first block, erasing moves that block's last entry into the hole, and a re-sort
-// reads its lists a block at a time (prefetching the next block) and appends each entry
-// elsewhere. So they touch a few hundred KiB at ten thousand waiting participants and read
-// nobody's record. A block is 512 bytes: a re-sort follows a list's links one miss at a time, and
-// at a million waiting participants, with blocks of 7 (128 bytes), that chase was most of the
-// heap's cost; eight lines in a row also suit the hardware prefetcher. With 31 a decision there
-// cost 51 ns instead of 61 (15 measured in between, 63 the same as 31; the smaller sizes did
-// not change). Free blocks are a stack of indices rather than a list through the blocks: taking
-// one then reads no cold block for its link.
-// Two earlier layouts were measured at a million participants and lost: nodes inside the
-// records (filing wrote the list neighbour's record; a re-sort followed a list from record to
-// record, a cache and TLB miss per step), and linked nodes in a pool (a re-sort still chased one
-// node at a time). What stays with each place is a TimerHandle (its key and its timer's id), kept
-// where the caller chooses (`Handles` maps a place to it): the core keeps it in the bucket's own
-// cache line, so a visit reads a bucket's credit instant from the record it already holds. The
-// heap reads and writes a place's handle only when that place is filed or erased, when the caller
-// holds its record. An erased handle keeps its key: the core reads it as "the credit instant last
-// filed". Where each entry sits is kept apart, in a dense table indexed by the timer's id: a
-// removal or a re-sort moves other places' entries and must record their new positions, and
-// with the positions in the records every such write was a cache miss at a million waiting
-// participants (a quarter of a re-filing's samples in perf). Ids are given out when a place
-// first files and kept until forget(), so the table stays as small as the set of places that
-// wait for credits (indexed by place instead, it measured 3 ns slower per decision with ten
-// thousand of a million waiting, from the cache lines it added).
+// - It relies on the core's clock never running backwards, and on every filed instant being at
+//   or after the latest `now` it was asked about (a due instant is computed from the present).
+// - An entry above the floor (the latest `now` at which an entry may have been due) sits in the
+//   list for the highest 6-bit digit in which its key differs from the floor, and its key's value
+//   there; the due list holds the keys at or below the floor. Moving the floor re-sorts only the
+//   lists it overtook, and an entry only moves to a lower digit: at most 11 times over its life.
+// - set (file or move), erase: O(1). find_due: O(1) amortized.
+// - Lists are unrolled: blocks of 31 entries (key, place, id; 512 bytes) from a dense pool of the
+//   filed entries, every block of a list full but its first; free blocks are a stack of indices.
+// - Each place's TimerHandle (its key and its timer's id) is kept where the caller chooses
+//   (`Handles`); the heap touches it only when that place is filed or erased. An erased handle
+//   keeps its key: the core reads it as "the credit instant last filed".
+// - Where each entry sits is a dense table indexed by timer id; ids are given out when a place
+//   first files and kept until forget().
 #pragma once
 
 #include <algorithm>
