@@ -1,30 +1,15 @@
-// runtime/internal/mailbox.hpp: a participant's inbox plus how the dispatcher hears of it.
+// runtime/internal/mailbox.hpp: a participant's inbox plus how the dispatcher hears of it: one
+// per ring place, one cache line, touched by that participant's producers and the dispatcher.
+// docs/design.md, "The mailbox", says why no push is stranded, even across a re-registration.
 // Internal to the runtime: not installed, not part of the public API.
 //
-// A mailbox is one per ring place, one cache line, touched by that participant's producers and by
-// the dispatcher. A push that finds the inbox empty must put the mailbox on the runtime's
-// activation list, exactly once however many producers race: `listed` says the mailbox is on the
-// list (or about to be), and names the registration (generation) whose producer listed it; only
-// the producer that sets it from 0 pushes the mailbox. The dispatcher clears it when it takes the
-// mailbox off the list, and only then takes the inbox. So a mailbox is never on the list twice,
-// which the intrusive list needs, even across a removal and re-registration of its place.
+//   listed   0, or the generation of the registration whose producer listed the mailbox on the
+//            activation list: only the producer that sets it from 0 pushes the mailbox, and the
+//            dispatcher clears it when it takes the mailbox off the list, then takes the inbox
 //
-// Why no push is stranded: a producer whose push found the inbox empty and whose compare-and-swap
-// found `listed` already set relies on the dispatcher taking the inbox later. The dispatcher
-// clears the flag and then takes the inbox; the producer pushed and then read the flag. With all
-// four accesses seq_cst, the producer reading "set" puts its read before the clear in the single
-// order, hence its push before the take: the take sees the request. (Acquire/release is not
-// enough here: this is a store-then-load pair on two locations.)
-//
-// Across a re-registration that is not enough: a producer of the old registration stopped after
-// setting `listed` and before pushing the mailbox (a preemption) leaves it set, and the place's
-// next tenant, whose first push then finds it set, would wait until that producer ran again.
-// Such a producer finds the listing another registration's (queued_behind_stale) and raises the
-// runtime's StaleListings flag; the dispatcher, woken by it, takes the inbox of every open place
-// whose listing is another registration's (take_if_stale()). The listing stays as it is, and its
-// push, when it comes, is taken as any other (tests/relacy/relisting_model.cpp). The flag is
-// raised only in that case, which a producer meets only after a removal and re-registration of
-// its place raced a push: nothing on the common path changes.
+// Memory orders: a producer's push and its read of `listed`, the dispatcher's clear of `listed`
+// and its take of the inbox, all four seq_cst: a store-then-load pair on two locations, where
+// acquire and release are not enough.
 //
 // `Atomic` and `Link` (queue_link.hpp) are template parameters so that the memory-model checks
 // (tests/relacy) run this code.
