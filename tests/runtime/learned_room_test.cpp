@@ -162,6 +162,27 @@ TEST(LearnedRoom, TheFixedRoomOfTheSameBackendQueuesInIt) {
   EXPECT_GT(f.latency_sum / static_cast<Nanos>(f.completed), kService * 4);
 }
 
+TEST(LearnedRoom, LearnsFromTheWorkerPoolsCompletionsToo) {
+  // Each reading of the clock is a millisecond later, so that every request has a latency; the
+  // first window closes after 32 completions and 20 ms, and sets the no-queue latency.
+  std::atomic<Nanos> clock{1'000'000'000};
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.workers = 2;
+  o.handler = [](const Dispatched&) { return 0.0; };
+  o.learned_room = RoomBounds{1, 8};
+  o.clock = [&clock] {
+    return clock.fetch_add(1'000'000, std::memory_order_relaxed);  // a test clock: no pairing
+  };
+  std::deque<Req> requests(200);
+  Runtime rt(std::move(o));
+  const ParticipantId tenant = *rt.add("tenant", "pro", 1);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(tenant, r).ok());
+  ASSERT_TRUE(rt.shutdown(ShutdownMode::drain, kDeadline).finished);
+  EXPECT_EQ(rt.counters().completed, requests.size());
+  EXPECT_GT(rt.room_latency(), 0);
+}
+
 TEST(LearnedRoom, PublishesItsSlotsAndLatency) {
   Recorder recorder;
   RuntimeOptions o = options_with(recorder);
