@@ -349,7 +349,9 @@ void Runtime::Impl::idle() {
   // submission when there is room to use it. Commands always wake.
   std::uint32_t reasons = 0;
   const bool finishing = phase_ == Phase::finishing;
-  if (finishing || !has_room()) reasons |= detail::kWakeOnRoom;
+  // A learned room times each completion as it is applied: one left until the next submission
+  // would read as latency of the backend's, so a completion always wakes it.
+  if (finishing || !has_room() || learned_) reasons |= detail::kWakeOnRoom;
   if (!finishing && has_room()) reasons |= detail::kWakeOnWork;
   if (reasons == 0) return;
 

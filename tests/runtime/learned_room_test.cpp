@@ -183,6 +183,33 @@ TEST(LearnedRoom, LearnsFromTheWorkerPoolsCompletionsToo) {
   EXPECT_GT(rt.room_latency(), 0);
 }
 
+TEST(LearnedRoom, ACompletionUnderLightLoadIsTimedWhenItComes) {
+  // One request at a time, each taking 10 ms, a second apart: the dispatcher sleeps with room and
+  // nothing queued between them. Each completion must be applied as it comes, not with the next
+  // submission a second later, which would read as a backend a hundred times slower.
+  Recorder recorder;
+  std::atomic<Nanos> clock{1'000'000'000};
+  RuntimeOptions o = options_with(recorder);
+  o.learned_room = RoomBounds{2, 8};  // room to spare with one request in flight
+  o.clock = [&clock] { return clock.load(std::memory_order_acquire); };  // pairs with the stores
+  o.spin = std::chrono::nanoseconds{0};
+  std::deque<Req> requests(40);
+  Runtime rt(std::move(o));
+  const ParticipantId tenant = *rt.add("tenant", "pro", 1);
+  std::size_t sent = 0;
+  for (Req& r : requests) {
+    ASSERT_TRUE(rt.submit(tenant, r).ok());
+    ASSERT_TRUE(recorder.wait_for(++sent));
+    wait_until_asleep(rt);
+    clock.fetch_add(10'000'000, std::memory_order_release);  // read by the dispatcher's clock
+    ASSERT_TRUE(rt.complete(recorder.seen().back().ticket, 0).ok());
+    wait_until_asleep(rt);
+    clock.fetch_add(1'000'000'000, std::memory_order_release);
+  }
+  EXPECT_GE(rt.room_latency(), 10'000'000);
+  EXPECT_LT(rt.room_latency(), 20'000'000);
+}
+
 TEST(LearnedRoom, PublishesItsSlotsAndLatency) {
   Recorder recorder;
   RuntimeOptions o = options_with(recorder);
