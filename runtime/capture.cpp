@@ -147,7 +147,8 @@ std::string describe_errno(int error) { return std::strerror(error); }
 CaptureSetup capture_setup(const RuntimeOptions& options) {
   CaptureSetup s;
   s.config = options.config;
-  if (!options.room) s.slots = options.slots;
+  // A room test's or a learned room's slots are not one number: the capture says null.
+  if (!options.room && !options.learned_room) s.slots = options.slots;
   s.origin = options.clock ? options.clock() : detail::monotonic_now();
   s.origin_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::system_clock::now().time_since_epoch())

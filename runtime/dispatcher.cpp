@@ -67,7 +67,7 @@ bool Runtime::Impl::service(Nanos t) {
   return did;
 }
 
-void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t) {
+void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t, bool timed) {
   // retire_nano(): the completer gave the request back already, and it may be gone.
   const Result<Completion> applied = core_.retire_nano(record.core, record.cost, t);
   assert(applied.ok() && "the runtime completes each core ticket once, with a checked cost");
@@ -86,6 +86,7 @@ void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t) {
     guarded_observer().on_complete(Ticket{record.index, core_.issuer(), record.generation},
                                    record.cost, t);
   }
+  if (learned_ && timed) learned_->completed(record.index, t);
   record.cell.release();
   free_tickets_.push_back(record.index);  // within the capacity reserved when it was created
   ++completed_;
@@ -198,7 +199,7 @@ RequestHook* Runtime::Impl::move_to_core(RequestHook* oldest, ParticipantId id, 
 
 bool Runtime::Impl::has_room() const {
   if (tickets_left() == 0) return false;
-  return options_.room ? room_test() : in_flight() < options_.slots;
+  return options_.room ? room_test() : in_flight() < slots_now();
 }
 
 bool Runtime::Impl::dispatch_batch(Nanos t) {
@@ -216,9 +217,10 @@ std::uint32_t Runtime::Impl::dispatch_in_one_call(Nanos t) {
   // which by bench_core costs up to a quarter less per decision than a call per visit (most where
   // decisions are cheapest; the same at a million participants). Room as has_room() counts it:
   // free slots, and tickets the table can still issue.
+  // A learned room lowered below what is in flight gives none: nothing is preempted (§5c).
   const std::uint64_t used = in_flight();
-  const std::uint64_t room =
-      std::min(used < options_.slots ? options_.slots - used : 0, tickets_left());
+  const std::uint64_t slots = slots_now();
+  const std::uint64_t room = std::min(used < slots ? slots - used : 0, tickets_left());
   const std::uint64_t want = std::min<std::uint64_t>(room, options_.batch);
   std::uint32_t sent = 0;
   if (want > 0) {
@@ -272,6 +274,7 @@ std::uint32_t Runtime::Impl::acquire_ticket() {
   if (tickets_used_ == tickets_.capacity()) {  // more in flight than ever: grow (allocates)
     tickets_.grow_to(tickets_used_ + 1, detail::number_tickets);
     free_tickets_.reserve(tickets_.capacity());
+    if (learned_) learned_->reserve(tickets_.capacity());
   }
   return tickets_used_++;
 }
@@ -287,6 +290,7 @@ void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
   const Ticket ticket{record.index, core_.issuer(), record.generation};
   ++dispatched_;
   ++per_class_[d.out].dispatched;
+  if (learned_) learned_->dispatched(record.index, t, in_flight());
   // The rest of a batch decided in one call is handed out after a sink that removed the
   // participant and registered another in its place, inline: that place's counters and record are
   // the newcomer's, and this dispatch is not.
@@ -321,7 +325,8 @@ void Runtime::Impl::sink_failed(TicketRecord& record, const Dispatch& d, std::ex
   TicketRecord* claimed = nullptr;
   const Ticket ticket{record.index, core_.issuer(), record.generation};
   const bool ours = claim(ticket, 0, claimed).ok();
-  if (ours) apply_completion(*claimed, t);  // on the dispatcher: applied at once, not published
+  // On the dispatcher: applied at once, not published. Untimed: the backend never saw it.
+  if (ours) apply_completion(*claimed, t, false);
   report(CallbackKind::sink, std::move(error), ours ? d.request : nullptr, ticket, d.participant);
 }
 
@@ -344,7 +349,9 @@ void Runtime::Impl::idle() {
   // submission when there is room to use it. Commands always wake.
   std::uint32_t reasons = 0;
   const bool finishing = phase_ == Phase::finishing;
-  if (finishing || !has_room()) reasons |= detail::kWakeOnRoom;
+  // A learned room times each completion as it is applied: one left until the next submission
+  // would read as latency of the backend's, so a completion always wakes it.
+  if (finishing || !has_room() || learned_) reasons |= detail::kWakeOnRoom;
   if (!finishing && has_room()) reasons |= detail::kWakeOnWork;
   if (reasons == 0) return;
 

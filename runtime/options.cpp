@@ -36,8 +36,22 @@ Nanos thread_cpu_now() noexcept {
 }
 
 void check_options(const RuntimeOptions& o) {
-  if (o.room == nullptr && o.slots == 0) {
+  if (o.room == nullptr && !o.learned_room && o.slots == 0) {
     throw std::invalid_argument("runtime options: slots must be at least 1 without a room test");
+  }
+  if (o.learned_room) {
+    if (o.room != nullptr) {
+      throw std::invalid_argument(
+          "runtime options: a learned room and a room test exclude each other");
+    }
+    if (o.learned_room->least == 0) {
+      throw std::invalid_argument("runtime options: learned_room.least must be at least 1");
+    }
+    if (o.learned_room->least > o.learned_room->most) {
+      throw std::invalid_argument(
+          "runtime options: learned_room.least (" + std::to_string(o.learned_room->least) +
+          ") is above learned_room.most (" + std::to_string(o.learned_room->most) + ")");
+    }
   }
   if (o.workers > 0 && o.handler == nullptr) {
     throw std::invalid_argument("runtime options: workers need a handler");

@@ -39,6 +39,7 @@ Runtime::Impl::Impl(RuntimeOptions options)
   tickets_.grow_to(std::min<std::size_t>(options_.expected_in_flight, kMaxInFlight),
                    detail::number_tickets);
   free_tickets_.reserve(tickets_.capacity());
+  if (options_.learned_room) learned_.emplace(*options_.learned_room, tickets_.capacity());
   batch_jobs_.reserve(options_.batch);
   batch_dispatches_.resize(options_.batch);
   // A thread that cannot start (std::system_error) fails the constructor; the members'
@@ -514,6 +515,8 @@ std::vector<ParticipantSnapshot> Runtime::snapshot_participants() {
 }
 RuntimeSnapshot Runtime::snapshot() { return impl_->snapshot(); }
 std::uint64_t Runtime::handler_errors() const noexcept { return impl_->handler_errors(); }
+std::uint32_t Runtime::room_slots() const noexcept { return impl_->room_slots(); }
+Nanos Runtime::room_latency() const noexcept { return impl_->room_latency(); }
 bool Runtime::dispatcher_sleeping() const noexcept { return impl_->sleeping(); }
 std::optional<ParticipantCounters> Runtime::counters(ParticipantId p) const noexcept {
   return impl_->counters(p);

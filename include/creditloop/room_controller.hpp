@@ -20,6 +20,7 @@ namespace creditloop {
 struct RoomBounds {
   std::uint32_t least = 1;
   std::uint32_t most = 256;
+  friend bool operator==(const RoomBounds&, const RoomBounds&) = default;
 };
 
 class RoomController {

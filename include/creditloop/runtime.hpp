@@ -13,7 +13,8 @@
 //    ticket now in flight completes it, as its holder would), returns the room, and
 //    hands the cost to the dispatcher, which charges it to the admitting bucket before its next
 //    decision.
-//  - Room: a slot count (in-flight limit, released by completions) or your own room test.
+//  - Room: a slot count (in-flight limit, released by completions), a slot count learned from
+//    the backend's latency (room_controller.hpp), or your own room test.
 //  - Lifecycle from any thread while producers and workers run: add, remove (hands back the
 //    queued requests), replan, scale (a fraction of the plan), cancel (withdraws one queued
 //    request), shutdown (hands back or drains what is queued, then waits for everything in
@@ -61,6 +62,7 @@
 #include "creditloop/participant.hpp"
 #include "creditloop/plan.hpp"
 #include "creditloop/request.hpp"
+#include "creditloop/room_controller.hpp"
 #include "creditloop/snapshot.hpp"
 #include "creditloop/ticket.hpp"
 #include "creditloop/units.hpp"
@@ -109,8 +111,15 @@ struct RuntimeOptions {
   /// Classes and plans. Validated once by the constructor.
   Config config;
 
-  /// Room, slot model: at most this many requests in flight. Used when `room` is empty.
+  /// Room, slot model: at most this many requests in flight. Used when `room` and
+  /// `learned_room` are empty.
   std::uint32_t slots = 64;
+  /// Room, learned: a slot count between these bounds, set by a RoomController
+  /// (room_controller.hpp) from each dispatch's instant and its completion's, on the dispatcher's
+  /// clock: the backend runs near its capacity and the queue forms here (docs/contract.md §5c; a
+  /// lowered room never preempts). Replaces `slots`; excludes `room`. Read it with
+  /// Runtime::room_slots() and room_latency().
+  std::optional<RoomBounds> learned_room;
   /// Room, your own test: called on the dispatcher thread before every decision. When it says
   /// no, the dispatcher re-tests every `room_recheck`, and at once after wake().
   std::function<bool()> room;
@@ -274,6 +283,12 @@ class Runtime {
   [[nodiscard]] bool dispatcher_sleeping() const noexcept;
   /// Completions by the worker pool whose handler threw or returned a refused cost.
   [[nodiscard]] std::uint64_t handler_errors() const noexcept;
+  /// The room as a slot count: the learned room's slots now (as of the dispatcher's last
+  /// completion), `slots` otherwise, 0 with a room test. Lock-free, no round trip.
+  [[nodiscard]] std::uint32_t room_slots() const noexcept;
+  /// The learned room's estimate of the backend's latency without a queue (RoomController::
+  /// no_queue_latency()); 0 until measured, and without a learned room.
+  [[nodiscard]] Nanos room_latency() const noexcept;
 
   // ---- shutdown -----------------------------------------------------------------------------
   /// Stops accepting submissions, hands back (or first dispatches) everything queued, waits until

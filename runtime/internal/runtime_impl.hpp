@@ -36,6 +36,7 @@
 #include "internal/command_list.hpp"
 #include "internal/counter_line.hpp"
 #include "internal/futex.hpp"
+#include "internal/learned_room.hpp"
 #include "internal/lock_free_bag.hpp"
 #include "internal/mailbox.hpp"
 #include "internal/parker.hpp"
@@ -125,6 +126,13 @@ class Runtime::Impl {
   }
   [[nodiscard]] const Core& core() const noexcept { return core_; }
   [[nodiscard]] bool sleeping() const noexcept { return parker_.sleeping(); }
+  [[nodiscard]] std::uint32_t room_slots() const noexcept {
+    if (learned_) return learned_->published_slots();
+    return options_.room ? 0 : options_.slots;
+  }
+  [[nodiscard]] Nanos room_latency() const noexcept {
+    return learned_ ? learned_->published_latency() : 0;
+  }
 
  private:
   enum class Phase : std::uint8_t { running, draining, finishing };
@@ -165,7 +173,8 @@ class Runtime::Impl {
   bool service(Nanos now);
   // Runs `oldest` and the commands linked after it, and says whether there were any.
   bool run_commands(Command* oldest);
-  void apply_completion(TicketRecord& record, Nanos now);
+  // `timed`: the completion tells of the backend's latency (not a sink that refused the request).
+  void apply_completion(TicketRecord& record, Nanos now, bool timed = true);
   void apply_pool_completions(detail::PoolBlock& block, Nanos now);
   // A mailbox taken off the activation list: its inbox onto its intake.
   void take_inbox(Mailbox& mailbox);
@@ -191,6 +200,10 @@ class Runtime::Impl {
   std::uint32_t dispatch_one_by_one(Nanos now);
   void hand_out(const Dispatch& d, Nanos now);
   [[nodiscard]] bool has_room() const;
+  // The room as a slot count, when it is one: learned, or the options' slots.
+  [[nodiscard]] std::uint64_t slots_now() const noexcept {
+    return learned_ ? learned_->slots() : options_.slots;
+  }
   // Tickets issued and not yet applied: every record ever used that is not on the free list.
   [[nodiscard]] std::uint64_t in_flight() const noexcept {
     return tickets_used_ - free_tickets_.size();
@@ -309,6 +322,8 @@ class Runtime::Impl {
   // read by the dispatcher once per loop, written almost never.
   detail::StaleListings<std::atomic> stale_listings_;
   std::atomic<std::uint64_t> handler_errors_{0};
+  // With RuntimeOptions::learned_room: fed and read by the dispatcher, published to any thread.
+  std::optional<detail::LearnedRoom> learned_;
 
   // Commands: any thread posts, the dispatcher runs, taking no lock. The mutex serializes only
   // what runs once the dispatcher exits: its last commands, and those of callers whose post the

@@ -41,7 +41,7 @@ cat >"$work/server.json" <<'EOF'
   "mode": "work",
   "listen": "127.0.0.1:0",
   "admin": {"listen": "127.0.0.1:0"},
-  "io_threads": 1, "workers": 1, "slots": 2,
+  "io_threads": 1, "workers": 1, "slots": {"auto": {"min": 1, "max": 2}},
   "plans": {
     "pro":  {"P1": {"rate": 20, "burst": 40}, "P2": {"rate": 50, "burst": 100}},
     "lite": {"P2": {"rate": 50, "burst": 100}}
@@ -89,6 +89,12 @@ curl -sf --max-time 5 "http://127.0.0.1:$admin/metrics" >"$work/metrics-1.txt" |
 "$promtool" check metrics <"$work/metrics-1.txt" >"$work/promtool.log" 2>&1 ||
   fail "promtool check metrics, after requests: $(cat "$work/promtool.log")"
 echo "ok: promtool check metrics (after 5 requests)"
+# The learned room, named as the nginx module names it.
+grep -Eq '^creditloop_loop_room_slots [12]$' "$work/metrics-1.txt" ||
+  fail "no creditloop_loop_room_slots of 1 or 2 (the learned room's bounds)"
+grep -Eq '^creditloop_loop_room_latency_seconds [0-9.e+-]+$' "$work/metrics-1.txt" ||
+  fail "no creditloop_loop_room_latency_seconds"
+echo "ok: the learned room's slots and latency"
 
 # 2. A real Prometheus scrapes the admin port. Its listener needs a port number up front: one that
 # nothing answers on now, tried again with another if Prometheus still cannot bind it.
@@ -168,4 +174,4 @@ answer=$(query 'sum by (tenant) (creditloop_tenant_queue_wait_seconds_count)') |
 got=$(jq -r '.data.result[] | "\(.metric.tenant) \(.value[1])"' <<<"$answer" | sort)
 [ "$got" = "$want" ] || fail "queue wait histogram counts: got '${got//$'\n'/, }'"
 echo "ok: up is 1; the queue wait histogram counted every request"
-echo "prometheus_test: 5 passed, 0 failed"
+echo "prometheus_test: 6 passed, 0 failed"

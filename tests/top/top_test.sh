@@ -131,6 +131,7 @@ load_pid=
 cat "$tmp/once.txt"
 grep -Eq '^creditloop-top .* ok$' "$tmp/once.txt" || fail "--once: no status line"
 grep -Eq '^scheduler creditloop +tenants 2 ' "$tmp/once.txt" || fail "--once: no summary line"
+grep -Eq '^scheduler creditloop .* room 4 ' "$tmp/once.txt" || fail "--once: no room in the summary"
 grep -Eq '^NAME +PLAN +SHR +QUEUE +%P1 +%P2 +%P3 +TPUT/s' "$tmp/once.txt" ||
   fail "--once: no column headings"
 # Columns: NAME PLAN SHR QUEUE %P1 %P2 %P3 TPUT/s ...

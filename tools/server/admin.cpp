@@ -171,8 +171,10 @@ void add_tenant_metrics(Families& families, const Directory& dir,
   }
 }
 
-// The dispatcher's loop, from one runtime snapshot.
-void add_loop_metrics(Families& families, const RuntimeSnapshot& loop, int k) {
+// The dispatcher's loop, from one runtime snapshot, and its room (named as the nginx module
+// names it).
+void add_loop_metrics(Families& families, const RuntimeSnapshot& loop, int k, const Runtime& rt,
+                      bool learned) {
   MetricFamily passes = family("creditloop_loop_passes_total",
                                "Turns the dispatcher settled on each class", MetricType::Counter);
   MetricFamily dispatched = family("creditloop_loop_dispatched_total",
@@ -195,6 +197,15 @@ void add_loop_metrics(Families& families, const RuntimeSnapshot& loop, int k) {
              MetricType::Counter, to_seconds(loop.dispatcher_cpu));
   add_single(families, "creditloop_loop_in_flight", "Requests dispatched and not yet completed",
              MetricType::Gauge, static_cast<double>(loop.in_flight));
+  add_single(families, "creditloop_loop_room_slots",
+             "The room: requests in flight at most (slots); a learned room's slots now",
+             MetricType::Gauge, static_cast<double>(rt.room_slots()));
+  if (learned) {
+    add_single(families, "creditloop_loop_room_latency_seconds",
+               "A learned room's latency without a queue in the backend (\"slots\": \"auto\"); 0 "
+               "until measured",
+               MetricType::Gauge, to_seconds(rt.room_latency()));
+  }
 }
 
 // The server's own counters: connections, refusals, withdrawals.
@@ -252,7 +263,10 @@ std::string metrics_text(Server& server) {
   const RuntimeSnapshot loop = fifo ? RuntimeSnapshot{} : server.scheduler().runtime()->snapshot();
   Families families;
   add_tenant_metrics(families, *dir, snapshots_by_name(server), loop, fifo);
-  if (!fifo) add_loop_metrics(families, loop, dir->config->plans.classes);
+  if (!fifo) {
+    add_loop_metrics(families, loop, dir->config->plans.classes, *server.scheduler().runtime(),
+                     dir->config->learned_room.has_value());
+  }
   add_server_metrics(families, server);
   if (const Fleet* fleet = server.fleet()) add_fleet_metrics(families, *fleet);
   if (const std::optional<CaptureStats> c = server.scheduler().capture_stats()) {
@@ -294,7 +308,9 @@ std::string participants_json(Server& server) {
                    {"wakeups", loop.wakeups},
                    {"dispatcher_cpu_s", to_seconds(loop.dispatcher_cpu)},
                    {"passes", passes},
-                   {"dispatched_by_class", dispatched}};
+                   {"dispatched_by_class", dispatched},
+                   {"room_slots", rt->room_slots()}};
+    if (dir->config->learned_room) out["loop"]["room_latency_s"] = to_seconds(rt->room_latency());
   }
   json tenants = json::array();
   for (const auto& [name, entry] : dir->by_name) {

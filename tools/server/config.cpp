@@ -150,6 +150,43 @@ Limits limits(const json& body) {
   return l;
 }
 
+// `slots`: a number, "auto" (a room learned between RoomBounds' defaults), or
+// {"auto": {"min": N, "max": N}}.
+void room(Fields& top, ServerConfig& s) {
+  constexpr std::uint64_t kMost = 1'000'000;
+  const json* v = top.find("slots");
+  if (v == nullptr || v->is_number()) {
+    s.slots = static_cast<std::uint32_t>(top.integer("slots", s.slots, 1, kMost));
+    return;
+  }
+  const char* const forms =
+      R"(must be a number of slots, "auto", or {"auto": {"min": N, "max": N}})";
+  if (v->is_string()) {
+    if (v->get_ref<const std::string&>() != "auto") {
+      refuse("slots", std::string(forms) + ", got \"" + v->get_ref<const std::string&>() + "\"");
+    }
+    s.learned_room = RoomBounds{};
+    return;
+  }
+  if (!v->is_object()) refuse("slots", forms);
+  Fields f(*v, "slots");
+  const json* bounds = f.find("auto");
+  if (bounds == nullptr)
+    refuse("slots.auto", "is required in an object (the learned room's bounds)");
+  if (!bounds->is_object()) refuse("slots.auto", R"(must be an object: {"min": N, "max": N})");
+  Fields b(*bounds, "slots.auto");
+  RoomBounds r;
+  r.least = static_cast<std::uint32_t>(b.integer("min", r.least, 1, kMost));
+  r.most = static_cast<std::uint32_t>(b.integer("max", std::max(r.most, r.least), 1, kMost));
+  b.finish();
+  f.finish();
+  if (r.least > r.most) {
+    refuse("slots.auto.min", "must be at most slots.auto.max (" + std::to_string(r.most) +
+                                 "), got " + std::to_string(r.least));
+  }
+  s.learned_room = r;
+}
+
 ServerConfig parse(const json& root, const std::string& base_dir) {
   Fields top(root, "");
   ServerConfig s;
@@ -175,7 +212,7 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
   if (admin_key) s.admin_key = admin_key->digest;
   s.io_threads = static_cast<unsigned>(top.integer("io_threads", s.io_threads, 1, 256));
   s.workers = static_cast<unsigned>(top.integer("workers", s.workers, 1, 1024));
-  s.slots = static_cast<std::uint32_t>(top.integer("slots", s.slots, 1, 1'000'000));
+  room(top, s);
   s.cost_unit_ms = top.number("cost_unit_ms", s.cost_unit_ms, 1e-6, 1e9);
   if (s.cost_unit_ms <= 0) refuse("cost_unit_ms", "must be above 0");
   s.shutdown_deadline = millis(top, "shutdown_deadline_ms", s.shutdown_deadline, 0);
@@ -328,7 +365,9 @@ std::optional<std::string> reload_problem(const ServerConfig& current, const Ser
   }
   if (next.io_threads != current.io_threads) return "io_threads: changes only at restart";
   if (next.workers != current.workers) return "workers: changes only at restart";
-  if (next.slots != current.slots) return "slots: changes only at restart";
+  if (next.slots != current.slots || next.learned_room != current.learned_room) {
+    return "slots: changes only at restart";
+  }
   if (next.plans.classes != current.plans.classes) return "classes: changes only at restart";
   if (next.plans.plans.size() != current.plans.plans.size()) {
     return "plans: plans are added or removed only at restart";

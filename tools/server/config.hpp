@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <creditloop/plan.hpp>
+#include <creditloop/room_controller.hpp>
 
 #include "common/refusal.hpp"
 #include "key_digest.hpp"
@@ -148,6 +149,9 @@ struct ServerConfig {
   /// Room: requests in flight at once (work: on the workers; proxy: the backend's concurrency
   /// limit, and the size of the kept-alive connection pool).
   std::uint32_t slots = 8;
+  /// `"slots": "auto"` or `{"auto": {"min": N, "max": N}}`: a room learned from the latency of
+  /// what is in flight, between these bounds (RuntimeOptions::learned_room); `slots` is unused.
+  std::optional<RoomBounds> learned_room;
   /// One credit is this many milliseconds of a request's CPU (work), of a modelled wait, or of
   /// the backend's response time (proxy, when the backend names no cost).
   double cost_unit_ms = 1;

@@ -215,7 +215,7 @@ std::string LiveView::hello_event() const {
       {"scheduler", server_.scheduler().name()},
       {"classes", classes},
       {"k", k},
-      {"slots", config.slots},
+      {"slots", config.learned_room ? json("auto") : json(config.slots)},
       {"plans", plans},
       {"window_us", std::chrono::duration_cast<std::chrono::microseconds>(kWindow).count()},
       {"tick_us", std::chrono::duration_cast<std::chrono::microseconds>(kTick).count()},
@@ -336,11 +336,14 @@ std::shared_ptr<const std::string> LiveView::tick_event(std::int64_t now,
     r["k"].push_back(d.cls);
     r["cost"].push_back(six_places(d.cost));
   }
-  const json tick = {{"t", now},
-                     {"passes", passes},
-                     {"tenants", tenants},
-                     {"requests", requests},
-                     {"dropped", dropped}};
+  json tick = {{"t", now},
+               {"passes", passes},
+               {"tenants", tenants},
+               {"requests", requests},
+               {"dropped", dropped}};
+  if (rt != nullptr && dir->config->learned_room) {
+    tick["room"] = {{"slots", rt->room_slots()}, {"latency_us", rt->room_latency() / 1000}};
+  }
   return bytes(sse("tick", tick.dump(-1, ' ', false, json::error_handler_t::replace)));
 }
 

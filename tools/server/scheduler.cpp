@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <deque>
 #include <limits>
+#include <stdexcept>
 #include <thread>
 
 #include <creditloop/capture.hpp>
@@ -26,6 +27,7 @@ class CreditloopScheduler final : public Scheduler {
     RuntimeOptions o;
     o.config = config.plans;
     o.slots = config.slots;
+    o.learned_room = config.learned_room;
     o.thread_name = "cl-dispatch";
     // The runtime spins before it sleeps only when a CPU is spare beyond its own threads; the
     // server's I/O threads (and work mode's workers) are busy on the same CPUs, and a spin that
@@ -34,7 +36,7 @@ class CreditloopScheduler final : public Scheduler {
         config.io_threads + 1 + (config.mode == ServeMode::work ? config.workers : 0);
     if (std::thread::hardware_concurrency() <= busy) o.spin = std::chrono::nanoseconds(0);
     o.expected_participants = std::max<std::size_t>(64, config.tenants.size() * 2);
-    o.expected_in_flight = config.slots;
+    o.expected_in_flight = config.learned_room ? config.learned_room->most : config.slots;
     o.sink = [this](const Dispatched& d) {
       auto& p = static_cast<Pending&>(*d.request);
       p.ticket = d.ticket;
@@ -147,13 +149,19 @@ class CreditloopScheduler final : public Scheduler {
 };
 
 // The baseline: one queue in arrival order, the same room. A mutex is what a server without a
-// scheduler would use; it is held only to link or unlink.
+// scheduler would use; it is held only to link or unlink. It stands for a server without
+// creditloop, whose room is a number an operator sets: a learned room is refused.
 class FifoScheduler final : public Scheduler {
  public:
   FifoScheduler(const ServerConfig& config, Start start)
       : start_(std::move(start)),
         slots_(config.slots),
-        unmetered_(static_cast<ClassId>(config.plans.classes)) {}
+        unmetered_(static_cast<ClassId>(config.plans.classes)) {
+    if (config.learned_room) {
+      throw std::invalid_argument(
+          R"(slots: "auto" needs creditloop's scheduler; --fifo takes a number of slots)");
+    }
+  }
 
   Result<ParticipantId> add(const TenantConfig& /*t*/) override { return ParticipantId{}; }
 

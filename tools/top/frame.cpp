@@ -233,6 +233,13 @@ Line header_summary(const Frame& frame) {
   }
   line.push_back({"   in flight " + std::to_string(s.loop->in_flight), Tone::plain, 0});
   line.push_back({"   waiting " + std::to_string(s.loop->waiting), Tone::plain, 0});
+  if (s.loop->room_slots) {
+    std::string room = "   room " + std::to_string(*s.loop->room_slots);
+    if (s.loop->room_latency_s) {
+      room += " (learned, no queue " + format_number(*s.loop->room_latency_s * 1e3) + " ms)";
+    }
+    line.push_back({std::move(room), Tone::plain, 0});
+  }
   line.push_back({"   dispatches/s " + value(frame.dispatches_per_s), Tone::plain, 0});
   line.push_back({"   settling on ", Tone::plain, 0});
   if (frame.settling_class && *frame.settling_class < s.class_names.size()) {
