@@ -44,7 +44,9 @@ const CONFIG = {
   admin: { listen: '127.0.0.1:0', key: ADMIN_KEY },
   io_threads: 2,
   workers: 2,
-  slots: 4,
+  // A learned room held at 4 (min = max): the flood's room is the same, and the page draws the
+  // room the stream's ticks carry.
+  slots: { auto: { min: 4, max: 4 } },
   cost_unit_ms: 20,
   classes: 2,
   plans: {
@@ -188,6 +190,7 @@ test('a flood and a light tenant, live: lanes, the light tenant served, the floo
     await page.goto(`${origin}ui`);
     const stats = () => page.evaluate(() => window.creditloopView.stats());
     await until('the page to draw both tenants', async () => { const s = await stats(); return s.live.connected && s.lanes === 2 && s.firstFrameMs !== null; });
+    await until('the learned room drawn from the ticks', async () => { const s = await stats(); return Boolean(s.room) && s.room.last === 4 && s.drawn.room > 0; });
 
     // The flood passed over at P1 for want of a P1 bucket, while the light tenant is served.
     const ignoredAt = await until('a P1 pass ignoring the flood', () => page.evaluate(() => {
