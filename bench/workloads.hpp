@@ -129,12 +129,14 @@ enum class Api { batch, single };
 template <Api api>
 class DecisionLoop {
  public:
-  explicit DecisionLoop(Fleet& fleet) : fleet_(fleet), batch_(kBatch) { previous_.reserve(kBatch); }
+  explicit DecisionLoop(Fleet& fleet)
+      : fleet_(fleet), batches_{std::vector<Dispatch>(kBatch), std::vector<Dispatch>(kBatch)} {}
 
   /// kBatch decisions; returns how many were made.
   int decide() {
     Core& core = fleet_.core;
     Nanos now = fleet_.now;
+    std::vector<Dispatch>& batch = batches_[current_];
     int n = 0;
     if constexpr (api == Api::batch) {
       // The clock advances between decisions: a batch of one decision at a time would not
@@ -142,7 +144,7 @@ class DecisionLoop {
       // a dispatcher that reads the clock once per batch would see them.
       while (n < kBatch) {
         const std::size_t got = core.dispatch(
-            now, std::span<Dispatch>(batch_).subspan(static_cast<std::size_t>(n), kPerCall));
+            now, std::span<Dispatch>(batch).subspan(static_cast<std::size_t>(n), kPerCall));
         if (got == 0) break;
         n += static_cast<int>(got);
         now += fleet_.step * static_cast<Nanos>(got);
@@ -151,7 +153,7 @@ class DecisionLoop {
       while (n < kBatch) {
         if (!core.in_turn() && !core.begin_turn(now)) break;
         if (auto d = core.visit(now)) {
-          batch_[static_cast<std::size_t>(n++)] = *d;
+          batch[static_cast<std::size_t>(n++)] = *d;
           now += fleet_.step;
         }
       }
@@ -162,28 +164,33 @@ class DecisionLoop {
 
   /// The upkeep after decide() returned n: the requests dispatched one batch earlier complete
   /// and go back into their queues (a request is the core's until its completion); those just
-  /// dispatched wait for the next upkeep. Counts the batch's dispatches per class into
-  /// `per_class`.
+  /// dispatched wait for the next upkeep, in the batch kept for it (two batches, taken in turn,
+  /// so that no dispatch is copied). Counts the batch's dispatches per class into `per_class`.
+  /// Costs are in nano-credits, as a runtime's dispatcher completes them: the double is
+  /// converted where it enters, on the completing thread.
   void upkeep(int n, std::uint64_t* per_class) {
     Core& core = fleet_.core;
-    for (const Dispatch& d : previous_) {
-      (void)core.complete(d.ticket, kCosts[cost_index_++ % 3], fleet_.now);
+    const std::vector<Dispatch>& previous = batches_[current_ ^ 1];
+    for (std::size_t i = 0; i < previous_count_; ++i) {
+      const Dispatch& d = previous[i];
+      (void)core.complete_nano(d.ticket, kCosts[cost_index_], fleet_.now);
+      cost_index_ = cost_index_ == 2 ? 0 : cost_index_ + 1;
       auto* r = static_cast<Request*>(d.request);
       (void)core.submit(r->owner, *r, fleet_.now);
     }
-    previous_.clear();
-    for (int i = 0; i < n; ++i) {
-      const Dispatch& d = batch_[static_cast<std::size_t>(i)];
-      ++per_class[d.out];
-      previous_.push_back(d);
-    }
+    const std::vector<Dispatch>& current = batches_[current_];
+    for (int i = 0; i < n; ++i) ++per_class[current[static_cast<std::size_t>(i)].out];
+    previous_count_ = static_cast<std::size_t>(n);
+    current_ ^= 1;
   }
 
  private:
-  static constexpr double kCosts[3] = {0.0, 0.5, 2.0};
+  // 0, 0.5 and 2 credits.
+  static constexpr std::int64_t kCosts[3] = {0, kNanoPerCredit / 2, 2 * kNanoPerCredit};
   Fleet& fleet_;
-  std::vector<Dispatch> batch_;
-  std::vector<Dispatch> previous_;
+  std::array<std::vector<Dispatch>, 2> batches_;
+  std::size_t current_ = 0;         // the batch decide() fills
+  std::size_t previous_count_ = 0;  // dispatches in the other one, completed at the next upkeep
   std::size_t cost_index_ = 0;
 };
 
@@ -224,7 +231,8 @@ class ShallowLoop {
       if (auto d = core_.visit(now_)) current_.push_back(*d);
     }
     for (const Dispatch& d : previous_) {
-      (void)core_.complete(d.ticket, kCosts[cost_index_++ % 3], now_);
+      (void)core_.complete_nano(d.ticket, kCosts[cost_index_], now_);
+      cost_index_ = cost_index_ == 2 ? 0 : cost_index_ + 1;
     }
     for (const Dispatch& d : current_) ++per_class_[d.out];
     const std::size_t handled = current_.size();
@@ -238,7 +246,8 @@ class ShallowLoop {
   [[nodiscard]] std::uint64_t dispatched(ClassId c) const noexcept { return per_class_[c]; }
 
  private:
-  static constexpr double kCosts[3] = {0.0, 0.5, 2.0};
+  // 0, 0.5 and 2 credits, in nano-credits as a runtime's dispatcher completes them.
+  static constexpr std::int64_t kCosts[3] = {0, kNanoPerCredit / 2, 2 * kNanoPerCredit};
   Core core_;
   std::vector<ParticipantId> ids_;
   std::vector<Request> requests_;

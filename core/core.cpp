@@ -145,8 +145,7 @@ Result<ParticipantId> Core::add(std::string_view name, PlanId plan, std::uint32_
   for (int c = 0; c < k_; ++c) {
     BucketRec& b = bucket(place, static_cast<ClassId>(c));
     set_terms(place, static_cast<ClassId>(c));
-    b.balance = static_cast<Balance>(b.cap);
-    b.remainder = 0;
+    b.value = b.cap_atto();
     b.dispatched = 0;
     ++b.incarnation;
   }
@@ -196,13 +195,9 @@ Status Core::replan(ParticipantId p, PlanId plan, std::uint32_t shares, Nanos no
     BucketRec& b = bucket(p.place, c);
     set_terms(p.place, c);
     if (has && had) {
-      if (b.balance >= static_cast<Balance>(b.cap)) {
-        b.balance = static_cast<Balance>(b.cap);
-        b.remainder = 0;
-      }
+      if (b.value > b.cap_atto()) b.value = b.cap_atto();
     } else if (has) {
-      b.balance = static_cast<Balance>(b.cap);
-      b.remainder = 0;
+      b.value = b.cap_atto();
       ++b.incarnation;
     } else if (had) {
       ++b.incarnation;
@@ -225,10 +220,7 @@ Status Core::scale(ParticipantId p, std::uint32_t millionths, Nanos now) noexcep
     const auto c = static_cast<ClassId>(std::countr_zero(held));
     BucketRec& b = bucket(p.place, c);
     set_terms(p.place, c);
-    if (b.balance >= static_cast<Balance>(b.cap)) {
-      b.balance = static_cast<Balance>(b.cap);
-      b.remainder = 0;
-    }
+    if (b.value > b.cap_atto()) b.value = b.cap_atto();
   }
   if (header.queued != 0) refile_held(p.place, header);
   return {};
@@ -291,7 +283,7 @@ Result<Balance> Core::balance(ParticipantId p, ClassId c, Nanos now) noexcept {
   if (!live(p)) return Errc::unknown_participant;
   if (!holds(p, c)) return Errc::unknown_class;
   bring_to(p.place, advance_clock(now));
-  return bucket(p.place, c).balance;
+  return nano_of(bucket(p.place, c).value);
 }
 
 std::optional<Nanos> Core::next_credit(ParticipantId p, ClassId c, Nanos now) noexcept {
@@ -302,7 +294,7 @@ std::optional<Nanos> Core::next_credit(ParticipantId p, ClassId c, Nanos now) no
   if (!b.cap_reaches_a_credit()) return std::nullopt;  // scaled below one credit: never has one
   // The same exact arithmetic that files the bucket's timer: at the instant minus 1 ns the
   // refilled balance is still short of a credit.
-  return credit_instant(BucketState{b.balance, b.remainder}, b.rate, now);
+  return credit_instant(b.value, b.rate, now);
 }
 
 bool Core::qualifies(ParticipantId p, ClassId c, Nanos now) noexcept {

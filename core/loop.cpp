@@ -17,16 +17,21 @@ namespace {
 constexpr std::uint32_t kPrefetchFrom = 8192;
 
 // The gap since a participant's last refill past which a visit that fills a bucket moves the
-// refill instant (when nothing else needs refilling): past it, at 10,000 credits per second,
-// the gap's product no longer fits 64 bits and take_behind() splits it.
+// refill instant to the present (when nothing else needs refilling). Taken at the cap, the
+// stored value is the cap less the refill over the gap, which sinks as the gap grows until it
+// lacks the credit the bucket has and the visit takes the slow path; a shorter gap would check
+// the other buckets on most visits.
 constexpr std::uint64_t kCatchUpGap = 1'000'000;
 
 }  // namespace
 
-bool Core::live(ParticipantId p) const noexcept {
-  if (p.place >= ring_size_) return false;
+bool Core::live(ParticipantId p) const noexcept { return live_header(p) != nullptr; }
+
+const Core::Header* Core::live_header(ParticipantId p) const noexcept {
+  if (p.place >= ring_size_) return nullptr;
   const Header& header = header_at(p.place);
-  return header.live && header.generation == p.generation && p.issuer == issuer_;
+  return header.live && header.generation == p.generation && p.issuer == issuer_ ? &header
+                                                                                 : nullptr;
 }
 
 // ---- buckets and filing ---------------------------------------------------------------------
@@ -41,10 +46,7 @@ void Core::bring_to(Header& header, Nanos now) noexcept {
   BucketRec* buckets = buckets_of(header);
   for (std::uint8_t held = header.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
     BucketRec& b = buckets[std::countr_zero(held)];
-    BucketState state{b.balance, b.remainder};
-    refill(state, dt, b.rate, static_cast<Balance>(b.cap));
-    b.balance = state.balance;
-    b.remainder = static_cast<std::uint32_t>(state.remainder);
+    refill(b.value, dt, b.rate, b.cap_atto());
   }
 }
 
@@ -58,8 +60,7 @@ void Core::refile(std::uint32_t place, Header& header, ClassId c) noexcept {
     Nanos due = 0;
     // A bucket just debited had a credit, so file_spent() needs no such test: only one scaled
     // below a capacity of one credit reaches this branch without ever having had one.
-    if (b.cap_reaches_a_credit() &&
-        credit_instant(BucketState{b.balance, b.remainder}, b.rate, header.refilled_at, due)) {
+    if (b.cap_reaches_a_credit() && credit_instant(b.value, b.rate, header.refilled_at, due)) {
       timers_[c].set(place, due);
     } else {
       // Its credit lies beyond the clock, or never comes at these terms: nothing to wait for.
@@ -73,7 +74,7 @@ void Core::file_spent(std::uint32_t place, Header& header, ClassId c) noexcept {
   BucketRec& b = buckets_of(header)[c];
   ready_[c].clear(place);
   Nanos due = 0;
-  if (credit_instant(BucketState{b.balance, b.remainder}, b.rate, header.refilled_at, due)) {
+  if (credit_instant(b.value, b.rate, header.refilled_at, due)) {
     timers_[c].file(place, due);
   } else {
     b.timer.set_instant(std::numeric_limits<Nanos>::max());
@@ -85,7 +86,7 @@ bool Core::others_full(const Header& header, ClassId c) noexcept {
   for (auto others = static_cast<std::uint8_t>(header.held & ~(1u << c)); others != 0;
        others &= static_cast<std::uint8_t>(others - 1)) {
     const BucketRec& b = buckets[std::countr_zero(others)];
-    if (b.balance < static_cast<Balance>(b.cap)) return false;
+    if (b.value < b.cap_atto()) return false;
   }
   return true;
 }
@@ -112,7 +113,7 @@ void Core::file_charged(std::uint32_t place, Header& header, ClassId c, bool cre
     // A credit at `now` but not as of the last refill: the handle must hold the exact instant it
     // came (settle_credit_from reads it), at or before `now`.
     Nanos due = 0;
-    (void)credit_instant(BucketState{b.balance, b.remainder}, b.rate, header.refilled_at, due);
+    (void)credit_instant(b.value, b.rate, header.refilled_at, due);
     timers_[c].erase(place);
     b.timer.set_instant(due);
     ready_[c].set(place);
@@ -194,7 +195,8 @@ void Core::expire_due_timers(ClassId c, Nanos now) noexcept {
 // ---- requests -------------------------------------------------------------------------------
 
 Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
-  if (!live(p)) return Errc::unknown_participant;
+  Header* const found = live_header(p);
+  if (found == nullptr) return Errc::unknown_participant;
   // relaxed: the core runs on one thread; a runtime's producer marked the request kInbox before
   // the inbox's hand-off, which orders that store before this load.
   const std::uint8_t state = request.held.load(std::memory_order_relaxed);
@@ -209,7 +211,7 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
   request.held.store(RequestHook::kQueued, std::memory_order_release);
   now = advance_clock(now);
   request.queued_at = now;
-  Header& header = header_at(p.place);
+  Header& header = *found;
   request.next_in_queue = nullptr;
   request.prev_in_queue = header.tail;
   if (header.tail == nullptr) {
@@ -218,11 +220,14 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
     header.tail->next_in_queue = &request;
   }
   header.tail = &request;
-  if (++header.queued == 1) {
-    bring_to(p.place, now);
-    enter_waiting(p.place);
-  }
+  if (++header.queued == 1) start_waiting(header, p.place, now);
   return {};
+}
+
+// Out of line: inlined, its loops over the buckets made every submit save six registers.
+void Core::start_waiting(Header& header, std::uint32_t place, Nanos now) noexcept {
+  bring_to(header, now);
+  enter_waiting(place);
 }
 
 Status Core::cancel(RequestHook& request) noexcept {
@@ -501,26 +506,30 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
       // (bucket.hpp, take_behind), so that neither its other buckets nor its refill instant are
       // touched. It keeps the credit's place in the ready set when it has another.
       BucketRec& b = buckets[c];
-      BucketState state{b.balance, b.remainder};
-      Balance at_now = 0;
+      Atto value = b.value;
+      Atto at_now = 0;
       const Taken taken = above == 0 || !credit_at(header, above, now)
-                              ? take_behind(state, since_refill(header, now), b.rate,
-                                            static_cast<Balance>(b.cap), kNanoPerCredit, at_now)
+                              ? take_behind(value, since_refill(header, now), b.rate, b.cap_atto(),
+                                            kAttoPerCredit, at_now)
                               : Taken::refused;
-      // A long gap since the last refill makes the next one's arithmetic wider (bucket.hpp):
-      // when nothing else needs refilling, the refill instant moves to `now` too.
+      // A bucket taken from at its cap stores its value less the refill since the last one, which
+      // sinks as that gap grows, until the stored value lacks the credit the bucket has: when
+      // nothing else needs refilling, the refill instant moves to `now` too.
       const bool caught_up = taken == Taken::at_cap && since_refill(header, now) > kCatchUpGap &&
                              others_full(header, c);
-      if (caught_up) state = BucketState{at_now, 0};
-      if (taken != Taken::refused && at_now >= 0 && (at_now < kNanoPerCredit || has_credit(state)))
+      if (caught_up) value = at_now;
+      // It goes out this way when the stored value keeps a credit (and so at `now` too, which is
+      // that plus a refill), or when it had the credit now and has spent it: both filings then
+      // agree with the stored value. The stored value lacking a credit it has now is the slow way.
+      const bool keeps_credit = has_credit(value);
+      if (taken != Taken::refused && (keeps_credit || (at_now >= 0 && at_now < kAttoPerCredit)))
           [[likely]] {
         if (caught_up) header.refilled_at = now;
-        b.balance = state.balance;
-        b.remainder = static_cast<std::uint32_t>(state.remainder);
+        b.value = value;
         take_oldest(place, header, c, c, d);
         if (header.queued == 0) {
           leave_waiting(place);
-        } else if (at_now >= kNanoPerCredit) {
+        } else if (keeps_credit) {
           header.credit_from = std::numeric_limits<Nanos>::min();
         } else {
           file_spent(place, header, c);
@@ -530,41 +539,50 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
       }
     }
     // Refilled first: a credit above c, a charge-back that took c's credit since it was filed,
-    // a gap too long for 64-bit arithmetic, or a credit at `now` that the stored value (as of
-    // the last refill) lacks, whose exact instant a refill saves computing.
-    bring_to(header, now);
-    if (!buckets[c].has_credit()) [[unlikely]] {
-      refile(place, header, c);  // a charge-back landed since it was filed
-      settle_credit_from(header);
-      continue;
-    }
-    ClassId out = c;
-    if (above != 0) [[unlikely]] {
-      const ClassId h = highest_credit(header, above);
-      if (h != kNoClass) out = h;
-    }
-    buckets[out].balance -= kNanoPerCredit;
-    take_oldest(place, header, out, c, d);
-    if (out == c) {
-      // From the ready set, so its c timer is not filed: an empty queue leaves it exact, and
-      // a spent credit files it without the heap looking for it first.
-      if (header.queued == 0) {
-        leave_waiting(place);
-        return true;
-      }
-      if (buckets[c].has_credit()) {
-        // What settle_credit_from would find: a held bucket with a credit makes it "now".
-        header.credit_from = std::numeric_limits<Nanos>::min();
-        return true;
-      }
-      file_spent(place, header, c);
-      settle_credit_from(header);
+    // a gap too long for take_behind(), or a credit at `now` that the stored value (as of the
+    // last refill) lacks, whose exact instant a refill saves computing.
+    if (visit_refilled(place, header, c, now, d)) return true;
+  }
+}
+
+// Out of line, so that the usual visit's registers are allocated for it alone: inlined, this
+// path's values kept a 168-byte frame live and spilled the usual path's.
+bool Core::visit_refilled(std::uint32_t place, Header& header, ClassId c, Nanos now,
+                          Dispatch& d) noexcept {
+  BucketRec* buckets = buckets_of(header);
+  const auto above = static_cast<std::uint8_t>(header.held & ((1u << c) - 1u));
+  bring_to(header, now);
+  if (!buckets[c].has_credit()) [[unlikely]] {
+    refile(place, header, c);  // a charge-back landed since it was filed
+    settle_credit_from(header);
+    return false;
+  }
+  ClassId out = c;
+  if (above != 0) [[unlikely]] {
+    const ClassId h = highest_credit(header, above);
+    if (h != kNoClass) out = h;
+  }
+  buckets[out].value -= kAttoPerCredit;
+  take_oldest(place, header, out, c, d);
+  if (out == c) {
+    // From the ready set, so its c timer is not filed: an empty queue leaves it exact, and
+    // a spent credit files it without the heap looking for it first.
+    if (header.queued == 0) {
+      leave_waiting(place);
       return true;
     }
-    // Went out above the turn's class (rule 4): that bucket is re-filed.
-    file_after_debit(place, header, out, true);
+    if (buckets[c].has_credit()) {
+      // What settle_credit_from would find: a held bucket with a credit makes it "now".
+      header.credit_from = std::numeric_limits<Nanos>::min();
+      return true;
+    }
+    file_spent(place, header, c);
+    settle_credit_from(header);
     return true;
   }
+  // Went out above the turn's class (rule 4): that bucket is re-filed.
+  file_after_debit(place, header, out, true);
+  return true;
 }
 
 [[gnu::always_inline]] inline bool Core::visit_unmetered(Nanos now, Dispatch& d) noexcept {
@@ -594,7 +612,7 @@ void Core::visit_unmetered_with_credit(std::uint32_t place, Header& header, Nano
   bring_to(header, now);
   const ClassId h = highest_credit(header, header.held);
   const ClassId out = h == kNoClass ? unmetered() : h;
-  if (out != unmetered()) buckets_of(header)[out].balance -= kNanoPerCredit;
+  if (out != unmetered()) buckets_of(header)[out].value -= kAttoPerCredit;
   take_oldest(place, header, out, unmetered(), d);
   file_after_debit(place, header, out, out != unmetered());
 }
@@ -614,16 +632,8 @@ void Core::visit_unmetered_with_credit(std::uint32_t place, Header& header, Nano
 
 // ---- completions ----------------------------------------------------------------------------
 
-Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
-  return complete_nano(t, cost_nano, now, true);
-}
-
-Result<Completion> Core::retire_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
-  return complete_nano(t, cost_nano, now, false);
-}
-
-Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos now,
-                                       bool give_back_request) noexcept {
+Result<Completion> Core::complete_ticket(Ticket t, std::int64_t cost_nano, Nanos now,
+                                         bool give_back_request) noexcept {
   if (cost_nano < 0 || cost_nano > kMaxCostNano) return Errc::bad_cost;
   if (t.issuer != issuer_ || t.index >= tickets_ || (t.generation & 1u) == 0) {
     return Errc::unknown_ticket;
@@ -642,14 +652,15 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
 
   const ParticipantId p{f.place, f.participant_generation, issuer_};
   Completion done{p, f.bucket, false};
-  if (!live(p)) return done;
-  Header& header = header_at(f.place);
+  Header* const found = live_header(p);
+  if (found == nullptr) return done;
+  Header& header = *found;
   Cold& st = cold_[f.place];
   ++st.completed;
   const ClassId c = f.bucket;
   // Reached through the header: the chunked store's lookup is not repeated for each use.
-  if (c == unmetered() || ((header.held >> c) & 1u) == 0 ||
-      buckets_of(header)[c].incarnation != f.incarnation) {
+  // A bucket the plan no longer holds was dropped by a re-plan, which moved its incarnation on.
+  if (c == unmetered() || buckets_of(header)[c].incarnation != f.incarnation) {
     st.cost_uncharged += cost_nano;
     return done;
   }
@@ -663,27 +674,31 @@ Result<Completion> Core::complete_nano(Ticket t, std::int64_t cost_nano, Nanos n
   // alone. A charge to a bucket that sat full is still not absorbed by its cap (that would
   // forgive debt): the stored value is the charged one less the refill still to come.
   BucketRec& b = buckets_of(header)[c];
-  BucketState state{b.balance, b.remainder};
-  Balance at_now = 0;
-  const Taken taken = take_behind(state, since_refill(header, now), b.rate,
-                                  static_cast<Balance>(b.cap), cost_nano, at_now);
+  const Atto cost = to_atto_unsigned(static_cast<std::uint64_t>(cost_nano));  // checked above: >= 0
+  Atto value = b.value;
+  Atto at_now = 0;
+  const Taken taken =
+      take_behind(value, since_refill(header, now), b.rate, b.cap_atto(), cost, at_now);
   if (taken == Taken::refused) [[unlikely]] {
     bring_to(header, now);
-    state = BucketState{b.balance, b.remainder};
-    (void)take_behind(state, 0, b.rate, static_cast<Balance>(b.cap), cost_nano, at_now);
+    value = b.value;
+    (void)take_behind(value, 0, b.rate, b.cap_atto(), cost, at_now);
   } else if (taken == Taken::at_cap && others_full(header, c)) {
     header.refilled_at = now;
-    state = BucketState{at_now, 0};
+    value = at_now;
   }
-  b.balance = state.balance;
-  b.remainder = static_cast<std::uint32_t>(state.remainder);
+  if (value < kDeepestDebt) [[unlikely]] {
+    at_now += kDeepestDebt - value;
+    value = kDeepestDebt;
+  }
+  b.value = value;
   if (header.queued != 0) {
     // The common completion changes no class: the bucket keeps a credit, as of its last refill
     // too, and so its place in the ready set.
-    if (at_now >= kNanoPerCredit && b.has_credit() && ready_[c].test(f.place)) [[likely]] {
+    if (at_now >= kAttoPerCredit && b.has_credit() && ready_[c].test(f.place)) [[likely]] {
       header.credit_from = std::numeric_limits<Nanos>::min();
     } else {
-      file_charged(f.place, header, c, at_now >= kNanoPerCredit);
+      file_charged(f.place, header, c, at_now >= kAttoPerCredit);
     }
   } else {
     timers_[c].erase(f.place);  // its instant moved; enter_waiting files it again

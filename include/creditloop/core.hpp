@@ -64,6 +64,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "creditloop/bucket.hpp"
@@ -252,14 +253,18 @@ class Core {
   Result<Completion> complete(Ticket t, double cost, Nanos now) noexcept {
     const std::optional<std::int64_t> nano = to_nano_credits(cost, kMaxCost);
     if (!nano) return Errc::bad_cost;
-    return complete_nano(t, *nano, now, true);
+    return complete_ticket(t, *nano, now, true);
   }
   /// The same with a cost already in nano-credits (0 .. kMaxCost * 1e9).
-  Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept;
+  Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
+    return complete_ticket(t, cost_nano, now, true);
+  }
   /// complete_nano() for an embedder that gives each request back to its owner itself, before
   /// the core hears of its completion (the runtime's completers do): the request's hook is not
   /// touched, since by then it may be queued again elsewhere or gone.
-  Result<Completion> retire_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept;
+  Result<Completion> retire_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
+    return complete_ticket(t, cost_nano, now, false);
+  }
   /// Dispatched and not yet completed.
   [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
 
@@ -317,17 +322,19 @@ class Core {
     bool live = false;
   };
   struct alignas(64) BucketRec {    // one cache line per bucket, right after its Header
-    Balance balance = 0;            // nano-credits, the exact value rounded down
+    Atto value = 0;                 // the exact value as of the header's refilled_at (bucket.hpp)
     std::uint64_t rate = 0;         // nano-credits per second: plan rate x shares x scale
     std::uint64_t cap = 0;          // nano-credits: plan burst x shares x scale
     std::uint64_t dispatched = 0;   // kept across re-plans: counts every dispatch in this class
-    std::uint32_t remainder = 0;    // the refill fraction carried forward, < 1e9
     std::uint32_t incarnation = 0;  // bumped when a re-plan creates or drops this bucket
     // Its entry in the class's timer heap. While its participant waits, the key is the exact
-    // instant its balance (as last filed) reaches a credit, or the clock's end if never.
+    // instant its value (as last filed) reaches a credit, or the clock's end if never.
     detail::TimerHandle timer;
-    [[nodiscard]] bool has_credit() const noexcept { return balance >= kNanoPerCredit; }
-    // Whether its capacity reaches one credit (has_credit() asks it of the balance). Only a plan
+    [[nodiscard]] bool has_credit() const noexcept { return creditloop::has_credit(value); }
+    // The capacity as an exact value: a multiply by a constant, cheaper than a second 16-byte
+    // field, which would not fit the line.
+    [[nodiscard]] Atto cap_atto() const noexcept { return to_atto_unsigned(cap); }
+    // Whether its capacity reaches one credit (has_credit() asks it of the value). Only a plan
     // scaled down has less, and then no refill brings a credit (credit_instant() ignores the cap).
     [[nodiscard]] bool cap_reaches_a_credit() const noexcept {
       return cap >= static_cast<std::uint64_t>(kNanoPerCredit);
@@ -396,6 +403,11 @@ class Core {
     return [this](std::uint32_t place) -> std::string_view { return names_[place]; };
   }
   [[nodiscard]] bool live(ParticipantId p) const noexcept;
+  // p's header when p is registered here, else null: the check and the lookup in one.
+  [[nodiscard]] const Header* live_header(ParticipantId p) const noexcept;
+  Header* live_header(ParticipantId p) noexcept {
+    return const_cast<Header*>(std::as_const(*this).live_header(p));
+  }
   void set_terms(std::uint32_t place, ClassId c) noexcept;
   static BucketRec* buckets_of(Header& header) noexcept { return Places::buckets_after(header); }
   static const BucketRec* buckets_of(const Header& header) noexcept {
@@ -429,6 +441,8 @@ class Core {
   // plan.
   void refile_held(std::uint32_t place, Header& header) noexcept;
   void enter_waiting(std::uint32_t place) noexcept;
+  // A queue that was empty has its first request: refilled to `now`, it enters the waiting set.
+  [[gnu::noinline]] void start_waiting(Header& header, std::uint32_t place, Nanos now) noexcept;
   // Whether any held bucket of waiting `s` may have a credit at `now`. False proves none has one
   // (filing is exact); reads only the header line.
   [[nodiscard]] static bool credit_possible(const Header& header, Nanos now) noexcept {
@@ -454,6 +468,11 @@ class Core {
   // dispatch in `d`, false when the turn is over.
   bool visit_metered(ClassId c, Nanos now, Dispatch& d) noexcept;
   bool visit_unmetered(Nanos now, Dispatch& d) noexcept;
+  // The visit of `place` after refilling its buckets, when the usual visit (taken behind the
+  // refill) does not apply: true with the dispatch in `d`, false when a charge-back took its
+  // credit since it was filed (it is then re-filed, and the turn moves on).
+  [[gnu::noinline]] bool visit_refilled(std::uint32_t place, Header& header, ClassId c, Nanos now,
+                                        Dispatch& d) noexcept;
   [[gnu::noinline]] void visit_unmetered_with_credit(std::uint32_t place, Header& header, Nanos now,
                                                      Dispatch& d) noexcept;
   [[gnu::noinline]] void prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
@@ -483,8 +502,9 @@ class Core {
   void grow_places(std::uint32_t places);
   Ticket issue(std::uint32_t place, std::uint32_t generation, ClassId out,
                std::uint32_t incarnation, RequestHook& request);
-  Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now,
-                                   bool give_back_request) noexcept;
+  // complete_nano() and retire_nano() in one: `give_back_request` says which.
+  Result<Completion> complete_ticket(Ticket t, std::int64_t cost_nano, Nanos now,
+                                     bool give_back_request) noexcept;
   // Out of line and cold, so that issue() (once per dispatch) saves no registers for it.
   [[gnu::cold, gnu::noinline]] void grow_tickets();
 

@@ -18,9 +18,9 @@
 //   requests in flight            kMaxInFlight            16,777,216 at once
 // clang-format on
 // So a bucket's capacity (burst x shares) is at most 1e10 credits and its refill (rate x shares)
-// at most 1e10 credits/s: both fit 64 bits in nano-credits, which keeps a visit's refill
-// arithmetic in 64-bit registers. Balances are 128-bit so that debt from charge-back can grow for
-// the life of any real process without wrapping.
+// at most 1e10 credits/s: both fit 64 bits in nano-credits, and a rate times any gap of the clock
+// fits the 128 bits of a bucket's exact value (bucket.hpp), whose debt is held at 1.6e20 credits
+// (kDeepestDebt), beyond the reach of any refill within the clock.
 #pragma once
 
 #include <cstdint>

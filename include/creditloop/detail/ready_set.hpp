@@ -78,17 +78,29 @@ class ReadySet {
   /// The first place at or after `from`, or npos.
   [[nodiscard]] std::uint32_t find_next(std::uint32_t from) const noexcept {
     if (from >= places_) return npos;
-    std::uint64_t idx = from;
-    int level = 0;
+    // The usual answer lies in from's own word, which exists since from < places_.
+    const std::uint64_t bits = levels_[0][from >> 6] & (~std::uint64_t{0} << (from & 63));
+    if (bits != 0) {
+      return (from & ~std::uint32_t{63}) | static_cast<std::uint32_t>(std::countr_zero(bits));
+    }
+    return find_after_word(from >> 6);
+  }
+
+ private:
+  // The first place in a level-0 word after `word`, or npos: up the levels to the first word
+  // with a bit, then down.
+  [[nodiscard]] std::uint32_t find_after_word(std::uint64_t word) const noexcept {
+    std::uint64_t idx = word + 1;  // the next word of level 0 is the next bit of level 1
+    int level = 1;
     for (; level < kLevels; ++level) {
-      const std::uint64_t word = idx >> 6;
-      if (word >= levels_[level].size()) return npos;
-      const std::uint64_t bits = levels_[level][word] & (~std::uint64_t{0} << (idx & 63));
+      const std::uint64_t above = idx >> 6;
+      if (above >= levels_[level].size()) return npos;
+      const std::uint64_t bits = levels_[level][above] & (~std::uint64_t{0} << (idx & 63));
       if (bits != 0) {
-        idx = (word << 6) | static_cast<std::uint64_t>(std::countr_zero(bits));
+        idx = (above << 6) | static_cast<std::uint64_t>(std::countr_zero(bits));
         break;
       }
-      idx = word + 1;  // the next word of this level is the next bit of the level above
+      idx = above + 1;
     }
     if (level == kLevels) return npos;
     while (level > 0) {
@@ -98,7 +110,6 @@ class ReadySet {
     return static_cast<std::uint32_t>(idx);
   }
 
- private:
   std::vector<std::uint64_t> levels_[kLevels];
   std::uint32_t places_ = 0;
   std::size_t count_ = 0;
