@@ -498,7 +498,11 @@ class Core {
   // buckets must be refilled already.
   [[nodiscard]] static ClassId highest_credit(const Header& header, std::uint8_t among) noexcept;
   [[nodiscard]] std::uint32_t next_in_turn(const detail::ReadySet& set) noexcept;
-  Nanos advance_clock(Nanos now) noexcept { return now > now_ ? (now_ = now) : now_; }
+  // Stores unconditionally: a select and a store, where a conditional store took a branch.
+  Nanos advance_clock(Nanos now) noexcept {
+    now_ = now > now_ ? now : now_;
+    return now_;
+  }
   void grow_places(std::uint32_t places);
   Ticket issue(std::uint32_t place, std::uint32_t generation, ClassId out,
                std::uint32_t incarnation, RequestHook& request);
