@@ -34,6 +34,7 @@ auto redirect(beast::error_code& ec) { return asio::redirect_error(asio::use_awa
 
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 constexpr std::size_t kReadAhead = 16 * 1024;
+constexpr std::size_t kLingerBytes = 4 * 1024;
 
 bool expects_continue(const RequestHead& req) {
   const auto it = req.find(http::field::expect);
@@ -505,12 +506,16 @@ asio::awaitable<bool> Session::write(Response& res, bool close_after) {
 asio::awaitable<void> Session::linger_close() {
   beast::error_code ec;
   stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
-  std::size_t size = 0;
-  char* buffer = scratch(size);
+  // Bytes read only to be dropped need no more room than nginx gives them (its lingering
+  // buffer, 4 KiB): the relay buffer goes, and the read-ahead, whose bytes are dropped too, is
+  // kept only if it is no larger.
+  scratch_.reset();
+  buffer_.clear();
+  if (buffer_.capacity() > kLingerBytes) buffer_.shrink_to_fit();
   std::size_t drained = 0;
   stream_.expires_after(std::chrono::seconds(2));
   while (!ec && drained < (std::size_t{1} << 20)) {
-    drained += co_await stream_.async_read_some(asio::buffer(buffer, size), redirect(ec));
+    drained += co_await stream_.async_read_some(buffer_.prepare(kLingerBytes), redirect(ec));
   }
   stream_.socket().close(ec);
 }

@@ -6,7 +6,8 @@
 // Every buffer that holds the client's bytes is bounded: the head by `limits.header_bytes`; what
 // is read ahead of the parser (a chunk header, a trailer, a pipelined request) by the session's
 // buffer, `header_bytes` + 16 KiB; a work-mode body by `limits.body_bytes`; a proxied body passes
-// through one scratch buffer of `limits.body_bytes` (at least 16 KiB, at most 64 KiB).
+// through one scratch buffer of `limits.body_bytes` (at least 16 KiB, at most 64 KiB); what a
+// closing connection still receives is dropped through 4 KiB.
 #pragma once
 
 #include <utility>  // before Asio's awaitable.hpp, which uses std::exchange without it
@@ -129,6 +130,7 @@ class Session : public std::enable_shared_from_this<Session> {
   /// Closes after the client had a chance to read the answer: shuts down sending, then reads
   /// and drops what the client still sends (a body never asked for), for a bounded time and
   /// size, so that closing with unread bytes does not reset the connection under the answer.
+  /// Meanwhile the connection holds a 4 KiB buffer, nothing larger.
   boost::asio::awaitable<void> linger_close();
   void close();
   void on_event(unsigned events);
