@@ -573,6 +573,40 @@ class ReviewItems(unittest.TestCase):
         self.assertEqual(self.backend.recorder.paths(), ["/abs"])
 
 
+class LongConnectionLists(unittest.TestCase):
+    def test_hundreds_of_fields_named_by_a_long_connection_list(self):
+        """Every field the Connection header names is dropped and every other one forwarded,
+        with hundreds of each (the proxy reads the list once, not once per field)."""
+        backend = Backend()
+        config = proxy_config(backend)
+        config["limits"]["header_bytes"] = 32 * 1024
+        server = Server(config)
+        try:
+            hops, kept = 300, 50  # the backend, Python's http.server, takes 100 fields at most
+            listed = ["keep-alive"] + [f"X-Hop-{i}" for i in range(hops)]
+            headers = [("Connection", ", ".join(listed[:150])),
+                       ("Connection", ", ".join(listed[150:]).upper())]
+            for i in range(max(hops, kept)):
+                if i < hops:
+                    headers.append((f"x-hop-{i}", "hop"))
+                if i < kept:
+                    headers.append((f"X-Kept-{i}", f"k{i}"))
+            c = Client(server.port)
+            c.send(request("GET", "/listed", headers=headers))
+            status, _, body, _ = c.response()
+            self.assertEqual(status, 200, body)
+            c.send(request("GET", "/after"))  # kept alive: the list's keep-alive was read too
+            self.assertEqual(c.response()[0], 200)
+            c.close()
+            seen = names(backend.recorder.find("/listed")["headers"])
+            self.assertEqual([n for n in seen if n.startswith("x-hop-")], [])
+            self.assertEqual([n for n in seen if n.startswith("x-kept-")],
+                             [f"x-kept-{i}" for i in range(kept)])
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+            backend.close()
+
+
 class ProxyPool(unittest.TestCase):
     def test_a_connection_the_backend_closed_while_idle_is_not_reused(self):
         backend = Backend(idle_close_s=0.2)
