@@ -763,6 +763,32 @@ class QueuedRequests(unittest.TestCase):
             self.backend.recorder.gate("hold").set()
             self.assertEqual(server.stop(), 0, server.log())
 
+    def test_a_fault_while_queued_withdraws_the_request(self):
+        """A throw in the session while its request waits for its turn (a test hook here; a
+        failed allocation in life) ends that connection alone, and withdraws its request: the
+        runtime is never left holding an exchange the session has freed."""
+        server = Server(proxy_config(self.backend, slots=1),
+                        env={"CREDITLOOP_SERVER_TEST_FAULT_IN_TURN": "1"})
+        try:
+            hold = test_server.Async(server, ALICE, "/hold")
+            wait_for("alice in flight", lambda: server.participants()["loop"]["in_flight"] == 1)
+            c = Client(server.port)
+            c.send(request("GET", "/faulty", key=BOB, headers=[("X-Request-Id",
+                                                                "test-fault-in-turn")]))
+            wait_for("the fault", lambda: "a fault while queued" in server.log())
+            wait_for("the faulty request withdrawn", lambda: server.tenant("bob")["queued"] == 0)
+            with self.assertRaises((EOFError, ConnectionResetError)):
+                c._fill()  # its connection ended with it
+            c.close()
+            self.backend.recorder.gate("hold").set()
+            self.assertEqual(hold.get()[0], 200)
+            res, _ = server.request(BOB, "/later")
+            self.assertEqual(res.status, 200)
+            self.assertNotIn("/faulty", self.backend.recorder.paths())
+        finally:
+            self.backend.recorder.gate("hold").set()
+            self.assertEqual(server.stop(), 0, server.log())
+
     def test_queue_timeout_answers_503_with_retry_after(self):
         config = proxy_config(self.backend, slots=1)
         config["tenants"][1]["queue_timeout_ms"] = 200

@@ -137,6 +137,9 @@ class Server {
   /// Seconds a refused request of `t` should wait, from what was last published (at least 1);
   /// asks for a fresh look-up off the I/O threads. Never waits for the dispatcher.
   [[nodiscard]] long retry_after_for(const std::shared_ptr<Tenant>& t);
+  /// Tests only (CREDITLOOP_SERVER_TEST_FAULT_IN_TURN): whether the request `e`, with X-Request-Id
+  /// `test-fault-in-turn`, is to throw while it waits for its turn, as a failed allocation might.
+  [[nodiscard]] bool faults_in_turn(const Exchange& e) const;
   /// A tenant's connection from `address` has closed.
   void connection_closed(const std::string& address);
 
@@ -207,6 +210,7 @@ class Server {
   // Tests only (CREDITLOOP_SERVER_TEST_DISPATCH_GATE): a FIFO the dispatcher blocks on when it
   // starts a request with X-Request-Id `test-hold-dispatcher`, until a byte is written to it.
   std::string dispatch_gate_;
+  bool fault_in_turn_ = false;  // CREDITLOOP_SERVER_TEST_FAULT_IN_TURN; see faults_in_turn()
   std::uint16_t port_ = 0;
   std::uint16_t admin_port_ = 0;
 

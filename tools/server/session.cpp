@@ -6,6 +6,7 @@
 #include <cctype>
 #include <exception>
 #include <limits>
+#include <stdexcept>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -129,6 +130,7 @@ asio::awaitable<unsigned> Session::next_event() {
     beast::error_code ec;
     co_await wake_.async_wait(redirect(ec));
   }
+  turn_events_ |= events_;
   co_return std::exchange(events_, 0u);
 }
 
@@ -238,6 +240,7 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
   e->client_address = address_;
   e->parser.emplace(std::move(head));
   ++turn_;
+  turn_events_ = 0;
   // From here until this coroutine leaves the exchange, a shutdown waits for its answer.
   const Server::Outstanding outstanding(server_);
   if (std::optional<Response> refusal = server_.admit(*e)) {
@@ -259,12 +262,26 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
     server_.log_access(*e, refusal->result_int(), refusal->body().size());
     co_return more;
   }
-  // Queued: the runtime holds `*e` until it hands it out or back.
-  if (const std::optional<bool> more = co_await wait_turn(e)) co_return *more;
+  // Queued: the runtime holds `*e` until it hands it out or back, and then, work mode's worker
+  // until the work is done. A fault meanwhile must not free it under them.
+  std::optional<bool> ended;
+  std::exception_ptr fault;
+  try {
+    ended = co_await wait_turn(e);
+    if (!ended && server_.mode() == ServeMode::work) {
+      while ((co_await next_event() & Event::answered) == 0) {
+      }
+    }
+  } catch (...) {
+    fault = std::current_exception();  // no co_await in a handler: given back below
+  }
+  if (fault) {
+    co_await give_back(e);
+    std::rethrow_exception(fault);
+  }
+  if (ended) co_return *ended;
 
   if (server_.mode() == ServeMode::work) {
-    while ((co_await next_event() & Event::answered) == 0) {
-    }
     const bool more = co_await write(e->answer, false);
     server_.log_access(*e, e->answer.result_int(), e->answer.body().size());
     co_return more;
@@ -351,6 +368,7 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
       if (!ec && turn == self->turn_) self->on_event(Event::timed_out);
     });
   }
+  if (server_.faults_in_turn(*e)) throw std::runtime_error("test: a fault while queued");
   bool left = false;  // the client is gone, but the exchange was out of the queue already
   for (;;) {
     const unsigned ev = co_await next_event();
@@ -412,6 +430,24 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
     co_return std::optional<bool>(false);
   }
   co_return std::nullopt;
+}
+
+asio::awaitable<void> Session::give_back(std::unique_ptr<Exchange>& e) {
+  queue_timer_.cancel();
+  close();            // the fault ends the connection; the watch ends with it
+  if (!e) co_return;  // withdrawn already
+  if (e->leave_queue(Exchange::Phase::abandoned)) {
+    e->session.reset();
+    server_.withdraw(e.release());
+    co_return;
+  }
+  // Out of the queue: the dispatcher (proxy mode), the worker (work mode) or a hand-back still
+  // uses the exchange until the event it sends last.
+  const bool started = e->phase.load(std::memory_order_acquire) == Exchange::Phase::started;
+  const unsigned last =
+      started && server_.mode() == ServeMode::proxy ? Event::dispatched : Event::answered;
+  while ((turn_events_ & last) == 0) co_await next_event();
+  if (started) server_.finish(*e, 0);  // its slot back, unless the work's cost settled it
 }
 
 void Session::watch() {
