@@ -117,6 +117,7 @@ Server::Server(ServerOptions options)
 
 Server::~Server() {
   round_trips_.join();
+  reports_.join();
   if (stopper_.joinable()) stopper_.join();
   if (fleet_) fleet_->stop();
   if (workers_) workers_->join();

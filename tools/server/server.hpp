@@ -100,6 +100,10 @@ class Server {
   [[nodiscard]] ServeMode mode() const noexcept { return mode_; }
   /// Proxy mode's connection pool.
   [[nodiscard]] Backend& backend() noexcept { return *backend_; }
+  /// Where the admin reports are made: they wait for the dispatcher's snapshots.
+  [[nodiscard]] boost::asio::thread_pool::executor_type reports() noexcept {
+    return reports_.get_executor();
+  }
 
   /// Counts an exchange a shutdown must wait for, from its head to the end of its answer.
   struct Outstanding {
@@ -207,6 +211,9 @@ class Server {
   // (withdraw()) and the next-credit look-ups refusals read (retry_after_for()). Joined before
   // the scheduler goes.
   boost::asio::thread_pool round_trips_{1};
+  // The admin reports (admin.hpp), on a thread apart from round_trips_: a scrape waiting for a
+  // held dispatcher delays the next scrape, never a withdrawal. Joined before the scheduler goes.
+  boost::asio::thread_pool reports_{1};
   // Tests only (CREDITLOOP_SERVER_TEST_DISPATCH_GATE): a FIFO the dispatcher blocks on when it
   // starts a request with X-Request-Id `test-hold-dispatcher`, until a byte is written to it.
   std::string dispatch_gate_;

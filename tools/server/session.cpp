@@ -230,7 +230,16 @@ asio::awaitable<bool> Session::serve_admin(http::request_parser<http::empty_body
     server_.live().attach(stream_.release_socket(), request);
     co_return false;
   }
-  Response res = admin_response(server_, request);
+  Response res;
+  if (is_report(request)) {
+    // It waits for the dispatcher's snapshots: on the reports' thread, while this one serves.
+    res = co_await asio::co_spawn(
+        server_.reports(),
+        [&]() -> asio::awaitable<Response> { co_return admin_response(server_, request); },
+        asio::use_awaitable);
+  } else {
+    res = admin_response(server_, request);
+  }
   co_return co_await write(res, !res.keep_alive());
 }
 
