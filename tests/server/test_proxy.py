@@ -789,6 +789,26 @@ class QueuedRequests(unittest.TestCase):
             self.backend.recorder.gate("hold").set()
             self.assertEqual(server.stop(), 0, server.log())
 
+    def test_a_fault_as_its_turn_comes_gives_its_slot_back(self):
+        """A throw in the session once the dispatcher has started its request (a test hook
+        again) ends that connection alone and gives the slot back: the next request is served."""
+        server = Server(proxy_config(self.backend, slots=1),
+                        env={"CREDITLOOP_SERVER_TEST_FAULT_IN_TURN": "1"})
+        try:
+            c = Client(server.port)
+            c.send(request("GET", "/faulty", headers=[("X-Request-Id", "test-fault-at-turn")]))
+            wait_for("the fault", lambda: "a fault as its turn came" in server.log())
+            wait_for("the slot given back",
+                     lambda: server.participants()["loop"]["in_flight"] == 0)
+            with self.assertRaises((EOFError, ConnectionResetError)):
+                c._fill()  # its connection ended with it
+            c.close()
+            res, _ = server.request(BOB, "/next", timeout=10)
+            self.assertEqual(res.status, 200)
+            self.assertNotIn("/faulty", self.backend.recorder.paths())
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
     def test_queue_timeout_answers_503_with_retry_after(self):
         config = proxy_config(self.backend, slots=1)
         config["tenants"][1]["queue_timeout_ms"] = 200

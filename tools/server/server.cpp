@@ -404,8 +404,8 @@ void Server::start_request(Pending& p) {
   }
 }
 
-bool Server::faults_in_turn(const Exchange& e) const {
-  return fault_in_turn_ && e.request_id == "test-fault-in-turn";
+bool Server::faults_in_turn(const Exchange& e, bool started) const {
+  return fault_in_turn_ && e.request_id == (started ? "test-fault-at-turn" : "test-fault-in-turn");
 }
 
 void Server::hand_back(Pending* p, const char* why) {

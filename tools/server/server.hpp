@@ -141,9 +141,10 @@ class Server {
   /// Seconds a refused request of `t` should wait, from what was last published (at least 1);
   /// asks for a fresh look-up off the I/O threads. Never waits for the dispatcher.
   [[nodiscard]] long retry_after_for(const std::shared_ptr<Tenant>& t);
-  /// Tests only (CREDITLOOP_SERVER_TEST_FAULT_IN_TURN): whether the request `e`, with X-Request-Id
-  /// `test-fault-in-turn`, is to throw while it waits for its turn, as a failed allocation might.
-  [[nodiscard]] bool faults_in_turn(const Exchange& e) const;
+  /// Tests only (CREDITLOOP_SERVER_TEST_FAULT_IN_TURN): whether the request `e` is to throw, as a
+  /// failed allocation might, while queued (X-Request-Id `test-fault-in-turn`) or once its turn
+  /// has come (`test-fault-at-turn`; `started`).
+  [[nodiscard]] bool faults_in_turn(const Exchange& e, bool started) const;
   /// A tenant's connection from `address` has closed.
   void connection_closed(const std::string& address);
 

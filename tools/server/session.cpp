@@ -377,7 +377,7 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
       if (!ec && turn == self->turn_) self->on_event(Event::timed_out);
     });
   }
-  if (server_.faults_in_turn(*e)) throw std::runtime_error("test: a fault while queued");
+  if (server_.faults_in_turn(*e, false)) throw std::runtime_error("test: a fault while queued");
   bool left = false;  // the client is gone, but the exchange was out of the queue already
   for (;;) {
     const unsigned ev = co_await next_event();
@@ -422,6 +422,7 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
       co_return std::optional<bool>(more);
     }
   }
+  if (server_.faults_in_turn(*e, true)) throw std::runtime_error("test: a fault as its turn came");
   queue_timer_.cancel();
   co_await stop_watching();
   if (left) {
