@@ -3,8 +3,8 @@
 // snapshot round trips to the dispatcher (the loop's, and the participants' in O(tenants)),
 // however many tenants: cheap enough to scrape every second under full load. They are made on a
 // thread of the server's (Server::reports), never an I/O thread, which would wait for the
-// dispatcher with every connection it serves. The live page, /ui,
-// is served here too; its event stream, /ui/events, by live.hpp.
+// dispatcher with every connection it serves. The live page, /ui, is served here too; its event
+// stream, /ui/events, by live.hpp.
 #pragma once
 
 #include <optional>
