@@ -385,6 +385,47 @@ class WorkMode(unittest.TestCase):
         self.assertEqual(status_of(held.recv(4096)), 200)
         held.close()
 
+    def test_a_scrape_waiting_for_the_dispatcher_holds_no_io_thread(self):
+        """/metrics and /debug/participants wait for the dispatcher (its snapshots); they do it
+        off the I/O threads, so that with one I/O thread a tenant is still answered while a
+        scrape waits."""
+        self.server.stop()
+        gate = os.path.join(tempfile.mkdtemp(), "dispatch-gate")
+        os.mkfifo(gate)
+        self.server = Server(base_config(io_threads=1),
+                             env={"CREDITLOOP_SERVER_TEST_DISPATCH_GATE": gate})
+        scrapes = []
+        try:
+            held = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+            held.sendall(b"GET /work HTTP/1.1\r\nHost: x\r\nX-Request-Id: test-hold-dispatcher\r\n"
+                         b"Authorization: Bearer alice-key-0001\r\n\r\n")
+            wait_for("the dispatcher held", lambda: "test: dispatcher held" in self.server.log())
+            for path in ("/metrics", "/debug/participants"):
+                scrape = socket.create_connection(("127.0.0.1", self.server.admin_port),
+                                                  timeout=10)
+                scrape.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+                scrapes.append(scrape)
+            # Answered by the one I/O thread while both scrapes wait for the dispatcher: a
+            # refusal (an unknown path) and the admin listener's health check.
+            raw = raw_exchange(self.server.port, b"GET /elsewhere HTTP/1.1\r\nHost: x\r\n"
+                               b"Authorization: Bearer bob-key-00001\r\nConnection: close\r\n\r\n")
+            self.assertEqual(status_of(raw), 404, raw)
+            raw = raw_exchange(self.server.admin_port, b"GET /health HTTP/1.1\r\n"
+                               b"Host: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            self.assertEqual(status_of(raw), 200, raw)
+        finally:
+            try:  # the dispatcher goes on: the gate's reader is the server
+                fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
+                os.write(fd, b"x")
+                os.close(fd)
+            except OSError:
+                pass
+        self.assertEqual(status_of(held.recv(4096)), 200)
+        held.close()
+        for scrape in scrapes:
+            self.assertEqual(status_of(scrape.recv(4096)), 200)
+            scrape.close()
+
     def test_fifo_flag_serves_in_arrival_order_without_classes(self):
         self.server.stop()
         self.server = Server(base_config(), "--fifo")

@@ -398,6 +398,12 @@ bool admin_admitted(const Server& server, const Request& request) {
          key_admitted(*dir->config, request);
 }
 
+bool is_report(const Request& request) {
+  const std::string_view target(request.target().data(), request.target().size());
+  const std::string_view path = target.substr(0, target.find('?'));
+  return path == "/metrics" || path == "/debug/participants";
+}
+
 Response admin_response(Server& server, const Request& request) {
   const std::string_view target(request.target().data(), request.target().size());
   const std::string_view path = target.substr(0, target.find('?'));

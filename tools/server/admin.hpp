@@ -1,8 +1,10 @@
 // The admin listener's endpoints: /metrics (Prometheus text format), /debug/participants (JSON),
 // /health. Both reports read the server's per-tenant counters without locks and take two
 // snapshot round trips to the dispatcher (the loop's, and the participants' in O(tenants)),
-// however many tenants: cheap enough to scrape every second under full load. The live page, /ui,
-// is served here too; its event stream, /ui/events, by live.hpp.
+// however many tenants: cheap enough to scrape every second under full load. They are made on a
+// thread of the server's (Server::reports), never an I/O thread, which would wait for the
+// dispatcher with every connection it serves. The live page, /ui, is served here too; its event
+// stream, /ui/events, by live.hpp.
 #pragma once
 
 #include <optional>
@@ -34,6 +36,8 @@ class Server;
 [[nodiscard]] bool admin_admitted(const Server& server, const Request& request);
 
 [[nodiscard]] Response admin_response(Server& server, const Request& request);
+/// Whether admin_response() may wait for the dispatcher to answer the request (the reports).
+[[nodiscard]] bool is_report(const Request& request);
 
 [[nodiscard]] std::string metrics_text(Server& server);
 [[nodiscard]] std::string participants_json(Server& server);

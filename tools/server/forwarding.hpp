@@ -13,6 +13,7 @@
 //   made.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +40,10 @@ inline constexpr std::string_view kTenantHeader = "X-Creditloop-Tenant";
 /// nginx, the proxy drops trailers rather than let a trailer pass as a header.
 void copy_end_to_end(const http::fields& from, http::fields& to,
                      std::size_t count = static_cast<std::size_t>(-1));
+
+/// Tests only: how many times this thread has compared a field's name with a name a Connection
+/// header lists, so that a test can see the comparisons grow with the head, not its square.
+[[nodiscard]] std::uint64_t connection_name_comparisons() noexcept;
 
 /// What the proxy adds to a request it forwards.
 struct Forwarded {

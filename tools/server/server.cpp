@@ -98,6 +98,7 @@ Server::Server(ServerOptions options)
   auto config = std::make_shared<const ServerConfig>(std::get<ServerConfig>(std::move(loaded)));
   mode_ = config->mode;
   if (const char* gate = std::getenv("CREDITLOOP_SERVER_TEST_DISPATCH_GATE")) dispatch_gate_ = gate;
+  fault_in_turn_ = std::getenv("CREDITLOOP_SERVER_TEST_FAULT_IN_TURN") != nullptr;
   signals_.add(SIGUSR1);
   if (config->access_log) access_log_ = std::make_unique<AccessLog>(config->access_log->path);
   auto start = [this](Pending& p) { start_request(p); };
@@ -116,6 +117,7 @@ Server::Server(ServerOptions options)
 
 Server::~Server() {
   round_trips_.join();
+  reports_.join();
   if (stopper_.joinable()) stopper_.join();
   if (fleet_) fleet_->stop();
   if (workers_) workers_->join();
@@ -400,6 +402,10 @@ void Server::start_request(Pending& p) {
   } else {
     e.session->notify(Session::dispatched);
   }
+}
+
+bool Server::faults_in_turn(const Exchange& e, bool started) const {
+  return fault_in_turn_ && e.request_id == (started ? "test-fault-at-turn" : "test-fault-in-turn");
 }
 
 void Server::hand_back(Pending* p, const char* why) {

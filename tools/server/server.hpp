@@ -100,6 +100,10 @@ class Server {
   [[nodiscard]] ServeMode mode() const noexcept { return mode_; }
   /// Proxy mode's connection pool.
   [[nodiscard]] Backend& backend() noexcept { return *backend_; }
+  /// Where the admin reports are made: they wait for the dispatcher's snapshots.
+  [[nodiscard]] boost::asio::thread_pool::executor_type reports() noexcept {
+    return reports_.get_executor();
+  }
 
   /// Counts an exchange a shutdown must wait for, from its head to the end of its answer.
   struct Outstanding {
@@ -137,6 +141,10 @@ class Server {
   /// Seconds a refused request of `t` should wait, from what was last published (at least 1);
   /// asks for a fresh look-up off the I/O threads. Never waits for the dispatcher.
   [[nodiscard]] long retry_after_for(const std::shared_ptr<Tenant>& t);
+  /// Tests only (CREDITLOOP_SERVER_TEST_FAULT_IN_TURN): whether the request `e` is to throw, as a
+  /// failed allocation might, while queued (X-Request-Id `test-fault-in-turn`) or once its turn
+  /// has come (`test-fault-at-turn`; `started`).
+  [[nodiscard]] bool faults_in_turn(const Exchange& e, bool started) const;
   /// A tenant's connection from `address` has closed.
   void connection_closed(const std::string& address);
 
@@ -204,9 +212,13 @@ class Server {
   // (withdraw()) and the next-credit look-ups refusals read (retry_after_for()). Joined before
   // the scheduler goes.
   boost::asio::thread_pool round_trips_{1};
+  // The admin reports (admin.hpp), on a thread apart from round_trips_: a scrape waiting for a
+  // held dispatcher delays the next scrape, never a withdrawal. Joined before the scheduler goes.
+  boost::asio::thread_pool reports_{1};
   // Tests only (CREDITLOOP_SERVER_TEST_DISPATCH_GATE): a FIFO the dispatcher blocks on when it
   // starts a request with X-Request-Id `test-hold-dispatcher`, until a byte is written to it.
   std::string dispatch_gate_;
+  bool fault_in_turn_ = false;  // CREDITLOOP_SERVER_TEST_FAULT_IN_TURN; see faults_in_turn()
   std::uint16_t port_ = 0;
   std::uint16_t admin_port_ = 0;
 

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <exception>
 #include <limits>
+#include <stdexcept>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -34,6 +35,7 @@ auto redirect(beast::error_code& ec) { return asio::redirect_error(asio::use_awa
 
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 constexpr std::size_t kReadAhead = 16 * 1024;
+constexpr std::size_t kLingerBytes = 4 * 1024;
 
 bool expects_continue(const RequestHead& req) {
   const auto it = req.find(http::field::expect);
@@ -128,6 +130,7 @@ asio::awaitable<unsigned> Session::next_event() {
     beast::error_code ec;
     co_await wake_.async_wait(redirect(ec));
   }
+  turn_events_ |= events_;
   co_return std::exchange(events_, 0u);
 }
 
@@ -227,7 +230,16 @@ asio::awaitable<bool> Session::serve_admin(http::request_parser<http::empty_body
     server_.live().attach(stream_.release_socket(), request);
     co_return false;
   }
-  Response res = admin_response(server_, request);
+  Response res;
+  if (is_report(request)) {
+    // It waits for the dispatcher's snapshots: on the reports' thread, while this one serves.
+    res = co_await asio::co_spawn(
+        server_.reports(),
+        [&]() -> asio::awaitable<Response> { co_return admin_response(server_, request); },
+        asio::use_awaitable);
+  } else {
+    res = admin_response(server_, request);
+  }
   co_return co_await write(res, !res.keep_alive());
 }
 
@@ -237,6 +249,7 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
   e->client_address = address_;
   e->parser.emplace(std::move(head));
   ++turn_;
+  turn_events_ = 0;
   // From here until this coroutine leaves the exchange, a shutdown waits for its answer.
   const Server::Outstanding outstanding(server_);
   if (std::optional<Response> refusal = server_.admit(*e)) {
@@ -258,12 +271,26 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
     server_.log_access(*e, refusal->result_int(), refusal->body().size());
     co_return more;
   }
-  // Queued: the runtime holds `*e` until it hands it out or back.
-  if (const std::optional<bool> more = co_await wait_turn(e)) co_return *more;
+  // Queued: the runtime holds `*e` until it hands it out or back, and then, work mode's worker
+  // until the work is done. A fault meanwhile must not free it under them.
+  std::optional<bool> ended;
+  std::exception_ptr fault;
+  try {
+    ended = co_await wait_turn(e);
+    if (!ended && server_.mode() == ServeMode::work) {
+      while ((co_await next_event() & Event::answered) == 0) {
+      }
+    }
+  } catch (...) {
+    fault = std::current_exception();  // no co_await in a handler: given back below
+  }
+  if (fault) {
+    co_await give_back(e);
+    std::rethrow_exception(fault);
+  }
+  if (ended) co_return *ended;
 
   if (server_.mode() == ServeMode::work) {
-    while ((co_await next_event() & Event::answered) == 0) {
-    }
     const bool more = co_await write(e->answer, false);
     server_.log_access(*e, e->answer.result_int(), e->answer.body().size());
     co_return more;
@@ -350,6 +377,7 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
       if (!ec && turn == self->turn_) self->on_event(Event::timed_out);
     });
   }
+  if (server_.faults_in_turn(*e, false)) throw std::runtime_error("test: a fault while queued");
   bool left = false;  // the client is gone, but the exchange was out of the queue already
   for (;;) {
     const unsigned ev = co_await next_event();
@@ -394,6 +422,7 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
       co_return std::optional<bool>(more);
     }
   }
+  if (server_.faults_in_turn(*e, true)) throw std::runtime_error("test: a fault as its turn came");
   queue_timer_.cancel();
   co_await stop_watching();
   if (left) {
@@ -411,6 +440,24 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
     co_return std::optional<bool>(false);
   }
   co_return std::nullopt;
+}
+
+asio::awaitable<void> Session::give_back(std::unique_ptr<Exchange>& e) {
+  queue_timer_.cancel();
+  close();            // the fault ends the connection; the watch ends with it
+  if (!e) co_return;  // withdrawn already
+  if (e->leave_queue(Exchange::Phase::abandoned)) {
+    e->session.reset();
+    server_.withdraw(e.release());
+    co_return;
+  }
+  // Out of the queue: the dispatcher (proxy mode), the worker (work mode) or a hand-back still
+  // uses the exchange until the event it sends last.
+  const bool started = e->phase.load(std::memory_order_acquire) == Exchange::Phase::started;
+  const unsigned last =
+      started && server_.mode() == ServeMode::proxy ? Event::dispatched : Event::answered;
+  while ((turn_events_ & last) == 0) co_await next_event();
+  if (started) server_.finish(*e, 0);  // its slot back, unless the work's cost settled it
 }
 
 void Session::watch() {
@@ -505,12 +552,16 @@ asio::awaitable<bool> Session::write(Response& res, bool close_after) {
 asio::awaitable<void> Session::linger_close() {
   beast::error_code ec;
   stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
-  std::size_t size = 0;
-  char* buffer = scratch(size);
+  // Bytes read only to be dropped need no more room than nginx gives them (its lingering
+  // buffer, 4 KiB): the relay buffer goes, and the read-ahead, whose bytes are dropped too, is
+  // kept only if it is no larger.
+  scratch_.reset();
+  buffer_.clear();
+  if (buffer_.capacity() > kLingerBytes) buffer_.shrink_to_fit();
   std::size_t drained = 0;
   stream_.expires_after(std::chrono::seconds(2));
   while (!ec && drained < (std::size_t{1} << 20)) {
-    drained += co_await stream_.async_read_some(asio::buffer(buffer, size), redirect(ec));
+    drained += co_await stream_.async_read_some(buffer_.prepare(kLingerBytes), redirect(ec));
   }
   stream_.socket().close(ec);
 }

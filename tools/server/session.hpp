@@ -6,7 +6,8 @@
 // Every buffer that holds the client's bytes is bounded: the head by `limits.header_bytes`; what
 // is read ahead of the parser (a chunk header, a trailer, a pipelined request) by the session's
 // buffer, `header_bytes` + 16 KiB; a work-mode body by `limits.body_bytes`; a proxied body passes
-// through one scratch buffer of `limits.body_bytes` (at least 16 KiB, at most 64 KiB).
+// through one scratch buffer of `limits.body_bytes` (at least 16 KiB, at most 64 KiB); what a
+// closing connection still receives is dropped through 4 KiB.
 #pragma once
 
 #include <utility>  // before Asio's awaitable.hpp, which uses std::exchange without it
@@ -120,6 +121,11 @@ class Session : public std::enable_shared_from_this<Session> {
   /// passed, it was handed back) answers what there is to answer and returns whether the
   /// connection goes on.
   boost::asio::awaitable<std::optional<bool>> wait_turn(std::unique_ptr<Exchange>& e);
+  /// After a fault between the submission of `e` and the end of its turn: closes the
+  /// connection, and withdraws `e` if it is still queued, or else waits until the side that took
+  /// it out of the queue is done with it (and, started, gives its slot back). Then `e` is the
+  /// caller's to free.
+  boost::asio::awaitable<void> give_back(std::unique_ptr<Exchange>& e);
   /// Writes `res`; returns whether the connection goes on. `close` forces its end.
   boost::asio::awaitable<bool> write(Response& res, bool close);
   /// Answers a malformed or oversized head, then closes.
@@ -129,6 +135,7 @@ class Session : public std::enable_shared_from_this<Session> {
   /// Closes after the client had a chance to read the answer: shuts down sending, then reads
   /// and drops what the client still sends (a body never asked for), for a bounded time and
   /// size, so that closing with unread bytes does not reset the connection under the answer.
+  /// Meanwhile the connection holds a 4 KiB buffer, nothing larger.
   boost::asio::awaitable<void> linger_close();
   void close();
   void on_event(unsigned events);
@@ -148,6 +155,8 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::steady_timer queue_timer_;
   boost::asio::steady_timer hangup_check_;
   unsigned events_ = 0;
+  /// Every event the current exchange has had (see give_back).
+  unsigned turn_events_ = 0;
   bool watching_ = false;
   /// Counts exchanges, so that a timer or watch of an earlier one cannot speak for this one.
   std::uint64_t turn_ = 0;
