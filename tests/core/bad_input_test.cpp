@@ -354,5 +354,11 @@ TEST(BadInput, ARequestInFlightIsRefusedUntilCompletedAndAHandedBackOneIsTheCall
   ASSERT_TRUE(rig.core.submit(b, r, 0).ok());
 }
 
+TEST(Errors, EveryErrcIsDescribed) {
+  for (int e = 0; e <= static_cast<int>(Errc::unsupported_address); ++e) {
+    EXPECT_FALSE(describe(static_cast<Errc>(e)).empty()) << e;
+  }
+}
+
 }  // namespace
 }  // namespace creditloop::test

@@ -138,5 +138,17 @@ TEST(Config, ProblemInAnyPlanIsFound) {
   EXPECT_NE(problem->message.find("P1"), std::string::npos) << problem->message;
 }
 
+TEST(Classes, NamesAndParsing) {
+  EXPECT_EQ(class_name(0), "P1");
+  EXPECT_EQ(class_name(2), "P3");
+  EXPECT_EQ(class_name(7), "P8");
+  EXPECT_EQ(parse_class_name("P1", 2), std::optional<ClassId>(0));
+  EXPECT_EQ(parse_class_name("P3", 2), std::optional<ClassId>(2));
+  EXPECT_EQ(parse_class_name("P4", 2), std::nullopt);
+  EXPECT_EQ(parse_class_name("P0", 2), std::nullopt);
+  EXPECT_EQ(parse_class_name("", 2), std::nullopt);
+  EXPECT_EQ(parse_class_name("P8", 7), std::optional<ClassId>(7));
+}
+
 }  // namespace
 }  // namespace creditloop::test
