@@ -18,39 +18,11 @@
 // run() does exactly this with a small handler; prefer it. dispatch() does it for a known room
 // (a slot count), storing a batch of decisions in a span: the cheapest way per decision.
 //
-// Data and cost (N participants registered, W waiting, k metered classes):
-//  - Each participant's state is one record per ring place (a 64-byte header, then one 64-byte
-//    line per metered bucket), in ring order, so that a turn walks memory forwards.
-//  - Each metered class c has a ready set (a 64-ary hierarchical bitmap over ring places) of
-//    the waiting participants with a credit in c, and a timer structure (a radix heap) of the
-//    waiting participants without one, keyed by the exact nanosecond their c bucket reaches a
-//    credit. A waiting participant is in exactly one of the two for each class it holds (in
-//    neither if its credit lies beyond the clock's end). An idle one is in no ready set, and its
-//    timers stay filed while they are exact (whatever changes a bucket takes its timer out), so
-//    that a queue going empty and back, the usual life of one a request deep, costs no timer
-//    work; a timer of an idle participant that falls due is dropped. Nobody waiting for a
-//    credit is touched until that instant comes, or a charge-back or re-plan moves it; when it
-//    comes, the participant joins the ready set without its record being read.
-//  - The unmetered class's ready set is the set of waiting participants.
-//  - begin_turn: moves every timer that has come due into its ready set, then checks the ready
-//    sets highest class first. O(k) plus O(1) amortized per timer come due (each was paid for by
-//    the dispatch, charge or submission that filed it).
-//  - visit: next set bit after the cursor, O(log64 N) (at most four word reads up and four
-//    down at 16M places); one debit, taken behind the refill (the refill of the participant's
-//    buckets, O(k), only when a class above the turn's has a credit or the gap is too wide);
-//    re-filing one class, O(1).
-//  - submit: O(1); O(k) when the queue becomes non-empty. complete: O(1) (one re-file).
-//  - add: amortized O(k); remove, replan and scale: O(k).
-//  Nothing on submit, visit or complete allocates once capacity is reserved (reserve()).
-//
-// Charge-back and threads: complete() subtracts the cost from the admitting bucket as of `now`
-// (taken behind the refill, docs/contract.md §4), if the bucket is still the one that admitted
-// the request (a re-plan that dropped it, or the participant's removal, sends the cost nowhere).
-// The core holds no atomics: the runtime (runtime.hpp) claims tickets on other threads and hands
-// each cost to its dispatcher, which calls complete_nano() before its next decision. Completers do
-// not add to a per-bucket atomic instead: a charge that arrived after the bucket was dropped and
-// created again, or after its place was reused, would land on the successor, and checking for that
-// needs a second operation.
+// Data structures, the cost of each call, and how a charge-back is taken: docs/design.md, "The
+// core". In short: O(log64 N) per visit, O(1) per submission and completion, nothing allocated
+// on either once capacity is reserved (reserve()). The core holds no atomics but a request's
+// hand-back state: a runtime (runtime.hpp) hands each completion's cost to its dispatcher, which
+// calls complete_nano() before its next decision.
 #pragma once
 
 #include <array>
