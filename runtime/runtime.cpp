@@ -33,12 +33,22 @@ Runtime::Impl::Impl(RuntimeOptions options)
       core_(options_.config),
       spin_(options_.spin ? *options_.spin
                           : detail::default_spin(detail::usable_cpus(), options_.workers)) {
-  core_.reserve(options_.expected_participants, options_.expected_in_flight);
+  // The room's bound is reserved here, where a failure is the constructor's: the dispatcher then
+  // never allocates for a ticket, whose growth would fail inside a decision. A room test bounds
+  // nothing, so the tables grow between decisions instead (grow_tickets()).
+  if (!options_.room) {
+    room_bound_ = std::min<std::size_t>(
+        options_.learned_room ? options_.learned_room->most : options_.slots, kMaxInFlight);
+  }
+  const std::size_t reserved = std::min<std::size_t>(
+      std::max(options_.expected_in_flight, options_.room ? std::size_t{0} : room_bound_),
+      kMaxInFlight);
+  core_.reserve(options_.expected_participants, reserved);
   ensure_places(static_cast<std::uint32_t>(
       std::min<std::size_t>(options_.expected_participants, kMaxParticipants)));
-  tickets_.grow_to(std::min<std::size_t>(options_.expected_in_flight, kMaxInFlight),
-                   detail::number_tickets);
+  tickets_.grow_to(reserved, detail::number_tickets);
   free_tickets_.reserve(tickets_.capacity());
+  ticket_capacity_ = std::min(tickets_.capacity(), core_.in_flight_capacity());
   if (options_.learned_room) learned_.emplace(*options_.learned_room, tickets_.capacity());
   batch_jobs_.reserve(options_.batch);
   batch_dispatches_.resize(options_.batch);
@@ -447,6 +457,7 @@ RuntimeSnapshot Runtime::Impl::snapshot() {
     s.parks = parks_;
     s.wakeups = wakeups_;
     s.retry_waits = retry_backoff_.waits();
+    s.ticket_growth_failures = ticket_growth_failures_;
     s.dispatcher_cpu =
         dispatcher_exited_cpu_ >= 0 ? dispatcher_exited_cpu_ : detail::thread_cpu_now();
     s.classes = core_.classes();

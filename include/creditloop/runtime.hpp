@@ -144,6 +144,16 @@ struct RuntimeOptions {
   int cpu = -1;
 
   /// Capacity reserved up front so that steady state allocates nothing.
+  ///  - The records of requests in flight are reserved for at least the room's bound (`slots`,
+  ///    or `learned_room`'s most; at most kMaxInFlight), so that the dispatcher never allocates
+  ///    for a dispatch: an allocation that fails there would have to fail a decision. About
+  ///    110 bytes per slot of the bound.
+  ///  - A room test bounds nothing. Past `expected_in_flight` the dispatcher grows the records a
+  ///    chunk of 4,096 at a time, between decisions, before a batch needs them. While that
+  ///    allocation fails the room is full beyond the records there are: nothing is lost or
+  ///    refused, completions free records for more dispatches, and the growth is tried again
+  ///    after a timed sleep (16 µs doubling to 1 ms) or a wake(). RuntimeSnapshot::
+  ///    ticket_growth_failures counts the failures.
   std::size_t expected_participants = 1024;
   std::size_t expected_in_flight = 1024;
 

@@ -209,9 +209,17 @@ class Runtime::Impl {
     return tickets_used_ - free_tickets_.size();
   }
   std::uint32_t acquire_ticket();
-  // Tickets the table can still issue: free records, and records never used.
+  // Tickets the tables can issue without allocating: free records, and records never used.
   [[nodiscard]] std::uint64_t tickets_left() const noexcept {
-    return free_tickets_.size() + (kMaxInFlight - tickets_used_);
+    return free_tickets_.size() + (ticket_capacity_ - tickets_used_);
+  }
+  // One more chunk of records in the core's table and the runtime's, between decisions; false,
+  // counted, when an allocation failed (the tables keep what they had).
+  bool grow_tickets() noexcept;
+  // A growth failed and every record is in use: the room is full until a completion frees one,
+  // and the loop retries the growth after a timed sleep (no waker says when memory is back).
+  [[nodiscard]] bool growth_retry_pending() const noexcept {
+    return growth_failed_ && tickets_left() == 0;
   }
   void idle();
   [[nodiscard]] bool work_visible(std::uint32_t reasons) const;
@@ -340,6 +348,14 @@ class Runtime::Impl {
   std::uint32_t places_ = 0;
   std::vector<std::uint32_t> free_tickets_;
   std::uint32_t tickets_used_ = 0;
+  // Records both tables hold (the core's and the runtime's, with the free list and the learned
+  // room's instants sized for them): what may be in flight without an allocation. They hold the
+  // room's bound from construction (slots, learned_room's most); only a room test, which bounds
+  // nothing, makes the dispatcher grow them, up to kMaxInFlight (room_bound_).
+  std::size_t ticket_capacity_ = 0;
+  std::size_t room_bound_ = kMaxInFlight;
+  bool growth_failed_ = false;  // the last growth failed (see growth_retry_pending())
+  std::uint64_t ticket_growth_failures_ = 0;
   // The clock read at the top of the current loop iteration. Commands use it too (a snapshot's
   // balances, an add's start): every core call of an iteration then has the same `now`, and an
   // observer's replay makes exactly the same calls.
