@@ -64,6 +64,7 @@ bool Runtime::Impl::service(Nanos t) {
     did = true;
   }
   did |= take_in(t);
+  if (commands != nullptr) CREDITLOOP_TEST_HOOK(commands_taken);
   did |= run_commands(commands);
   return did;
 }

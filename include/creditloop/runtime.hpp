@@ -190,16 +190,23 @@ struct ShutdownReport {
   /// clock), a worker of the pool (a handler), or a thread whose CompletionBatch holds
   /// completions of this runtime not yet flushed, where waiting would deadlock; nothing was done.
   Status status;
-  /// The requests handed back, oldest first per participant: by the first call in hand_back mode,
-  /// which is also the one that escalates a drain that has not finished (it hands back what the
-  /// drain had not dispatched yet).
+  /// The requests handed back, oldest first per participant, to the first call in hand_back mode
+  /// that the dispatcher answers: the call that hands them back (the first in hand_back mode,
+  /// which also escalates a drain that has not finished: it hands back what the drain had not
+  /// dispatched yet), or, if that call returned unanswered, the next one answered.
   RequestList handed_back;
   /// True when everything queued was dispatched (drain) and every request in flight completed
   /// before the deadline: the runtime's threads are joined.
   bool finished = false;
+  /// True when the dispatcher ran this call's command before the deadline. False when it could
+  /// not (a callback held it, or the deadline was shorter than a round trip, as 0 is): what the
+  /// call asked for still happens when the dispatcher gets to it, and what it hands back goes to
+  /// the next call in hand_back mode that is answered.
+  bool answered = false;
   /// When not finished: the tickets still in flight as the deadline passed (pool tickets
-  /// included), and the requests still queued (drain mode). The runtime goes on accepting their
-  /// completions; call shutdown() again to wait for them.
+  /// included), and the requests still queued (drain mode; counters().queued), both read without
+  /// the dispatcher. The runtime goes on accepting their completions; call shutdown() again to
+  /// wait for them.
   std::vector<Ticket> in_flight;
   std::uint64_t still_queued = 0;
 };
@@ -307,7 +314,12 @@ class Runtime {
   /// the deadline it reports what is still in flight; a later call waits again (with its own
   /// deadline) and reports anew. Only the first call in hand_back mode hands back; after a drain
   /// that did not finish, it hands back what is still queued and waits only for what is in
-  /// flight. Once it reports finished (or the destructor returns), no complete() or
+  /// flight.
+  ///  - The deadline bounds every wait, the round trip to the dispatcher included: a call whose
+  ///    command the dispatcher has not run by then returns with `answered` false (see there).
+  ///  - Calls from several threads wait for none of each other's: a hand_back escalates a drain
+  ///    that another thread waits for, whether or not the dispatcher has answered the drain yet.
+  /// Once it reports finished (or the destructor returns), no complete() or
   /// CompletionBatch::flush() is still touching the runtime, even one whose thread has not
   /// returned from it yet: the runtime may be destroyed at once. (A submit() must have returned
   /// before the destructor starts, as for any member call.) A submit that races shutdown is

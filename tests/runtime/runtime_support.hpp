@@ -82,6 +82,19 @@ inline RuntimeOptions options_with_room_flag(Recorder& recorder, std::atomic<boo
   return o;
 }
 
+// Returns once every command posted before it has run on the dispatcher: a round trip of its
+// own, which runs after them.
+inline void after_posted_commands(Runtime& rt) { (void)rt.find(""); }
+
+// shutdown(mode) without waiting for what is in flight, returning once the shutdown has begun on
+// the dispatcher: a call with a deadline of 0 may return before the dispatcher answered it
+// (ShutdownReport::answered), and what it hands back then goes to a later call.
+inline ShutdownReport shutdown_begun(Runtime& rt, ShutdownMode mode) {
+  ShutdownReport report = rt.shutdown(mode, std::chrono::nanoseconds{0});
+  after_posted_commands(rt);
+  return report;
+}
+
 // A sink that completes every request at once with `cost`, from the dispatcher thread.
 struct CompletingSink {
   Runtime* runtime = nullptr;
