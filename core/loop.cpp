@@ -468,12 +468,20 @@ std::optional<Dispatch> Core::visit(Nanos now) noexcept {
 std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
   now = advance_clock(now);
   std::size_t n = 0;
+  // The records free for this call's dispatches, counted once: each dispatch takes one, so the
+  // table is looked at again only when the n taken reach them (a compare of two registers per
+  // visit instead of record_ready()'s loads: 1.5 instructions less per decision, by
+  // tools/instruction-budget's decision/batch cases).
+  std::size_t records = in_flight_records_.capacity() - in_flight_;
   while (n < out.size()) {
     if (!turn_.active && !begin_turn(now)) break;
-    if (!record_ready()) [[unlikely]] {
-      turn_.active = false;
-      ++record_shortages_;
-      break;
+    if (n == records) [[unlikely]] {
+      if (!grow_records()) {
+        turn_.active = false;
+        ++record_shortages_;
+        break;
+      }
+      records = n + (in_flight_records_.capacity() - in_flight_);
     }
     // Inlined here, each visit's outcome is stored straight into `out`. Returned by value from
     // visit(), the caller copies it with wider loads than the stores that built it: a
