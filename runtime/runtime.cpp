@@ -71,7 +71,9 @@ Runtime::Impl::Impl(RuntimeOptions options)
   }
 }
 
-Runtime::Impl::~Impl() { (void)shutdown(ShutdownMode::hand_back, std::nullopt); }
+Runtime::Impl::~Impl() {
+  (void)shutdown(ShutdownMode::hand_back, std::nullopt, ShutdownWait::finished);
+}
 
 void Runtime::Impl::ensure_places(std::uint32_t places) {
   if (places <= places_) return;
@@ -325,7 +327,8 @@ std::vector<Ticket> Runtime::Impl::tickets_in_flight() const {
 }
 
 ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
-                                       std::optional<std::chrono::nanoseconds> deadline) {
+                                       std::optional<std::chrono::nanoseconds> deadline,
+                                       ShutdownWait wait) {
   ShutdownReport report;
   // Checked before anything waits: the dispatcher or a worker waiting for the runtime to finish
   // would wait for itself, and so would a thread whose batch holds completions it has not
@@ -364,9 +367,15 @@ ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
   // escalates a drain that waits here (tests/runtime/dispatcher_path_test.cpp).
   bool exited = false;
   if (answered) {
-    std::unique_lock wait(exit_mutex_);
-    exited = deadline ? exited_.wait_until(wait, until, [&] { return dispatcher_exited_; })
-                      : (exited_.wait(wait, [&] { return dispatcher_exited_; }), true);
+    std::unique_lock lock(exit_mutex_);
+    if (wait == ShutdownWait::answered) {
+      exited = dispatcher_exited_;
+    } else if (deadline) {
+      exited = exited_.wait_until(lock, until, [&] { return dispatcher_exited_; });
+    } else {
+      exited_.wait(lock, [&] { return dispatcher_exited_; });
+      exited = true;
+    }
   }
   if (!exited) {
     // Without a round trip: the dispatcher may be the reason the deadline passed.
@@ -558,11 +567,12 @@ std::optional<ParticipantCounters> Runtime::counters(ParticipantId p) const noex
 RuntimeCounters Runtime::counters() const noexcept { return impl_->counters(); }
 
 ShutdownReport Runtime::shutdown(ShutdownMode mode,
-                                 std::optional<std::chrono::nanoseconds> deadline) {
-  return impl_->shutdown(mode, deadline);
+                                 std::optional<std::chrono::nanoseconds> deadline,
+                                 ShutdownWait wait) {
+  return impl_->shutdown(mode, deadline, wait);
 }
 RequestList Runtime::shutdown(ShutdownMode mode) {
-  return std::move(impl_->shutdown(mode, std::nullopt).handed_back);
+  return std::move(impl_->shutdown(mode, std::nullopt, ShutdownWait::finished).handed_back);
 }
 
 }  // namespace creditloop

@@ -184,7 +184,13 @@ enum class ShutdownMode : std::uint8_t {
   drain,      // refuse new submissions; dispatch everything queued first
 };
 
-/// What shutdown(mode, deadline) did.
+/// What shutdown(mode, deadline, wait) waits for, up to its deadline.
+enum class ShutdownWait : std::uint8_t {
+  finished,  // everything in flight to complete, then the joins of the runtime's threads
+  answered,  // the dispatcher's answer alone: the hand-back and the report, not what is in flight
+};
+
+/// What shutdown(mode, deadline, wait) did.
 struct ShutdownReport {
   /// wrong_thread: called from the dispatcher thread (a sink, an observer, a room test, the
   /// clock), a worker of the pool (a handler), or a thread whose CompletionBatch holds
@@ -317,6 +323,9 @@ class Runtime {
   /// flight.
   ///  - The deadline bounds every wait, the round trip to the dispatcher included: a call whose
   ///    command the dispatcher has not run by then returns with `answered` false (see there).
+  ///    To hand back at once without waiting for what is in flight, pass ShutdownWait::answered
+  ///    with a deadline for the round trip: a deadline of 0 usually returns before the
+  ///    dispatcher could answer.
   ///  - Calls from several threads wait for none of each other's: a hand_back escalates a drain
   ///    that another thread waits for, whether or not the dispatcher has answered the drain yet.
   /// Once it reports finished (or the destructor returns), no complete() or
@@ -325,7 +334,8 @@ class Runtime {
   /// before the destructor starts, as for any member call.) A submit that races shutdown is
   /// refused with shut_down. From the dispatcher thread or a pool worker it does nothing and
   /// reports wrong_thread. Any other thread; blocks up to the deadline; allocates.
-  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline);
+  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline,
+                          ShutdownWait wait = ShutdownWait::finished);
   /// The same without a deadline, returning only the handed-back requests (empty when called
   /// from the dispatcher thread or a pool worker: use the form above to see that error).
   RequestList shutdown(ShutdownMode mode = ShutdownMode::hand_back);

@@ -108,7 +108,8 @@ class Runtime::Impl {
   static constexpr std::uint32_t kSnapshotChunk = 256;
   std::vector<ParticipantSnapshot> snapshot_participants();
   RuntimeSnapshot snapshot();
-  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline);
+  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline,
+                          ShutdownWait wait);
   [[nodiscard]] std::uint64_t handler_errors() const noexcept {
     return handler_errors_.load(std::memory_order_relaxed);  // a statistic: no pairing
   }

@@ -86,12 +86,11 @@ inline RuntimeOptions options_with_room_flag(Recorder& recorder, std::atomic<boo
 // own, which runs after them.
 inline void after_posted_commands(Runtime& rt) { (void)rt.find(""); }
 
-// shutdown(mode) without waiting for what is in flight, returning once the shutdown has begun on
-// the dispatcher: a call with a deadline of 0 may return before the dispatcher answered it
-// (ShutdownReport::answered), and what it hands back then goes to a later call.
+// shutdown(mode) without waiting for what is in flight, returning once the dispatcher has begun
+// it: what it handed back, and what is in flight then.
 inline ShutdownReport shutdown_begun(Runtime& rt, ShutdownMode mode) {
-  ShutdownReport report = rt.shutdown(mode, std::chrono::nanoseconds{0});
-  after_posted_commands(rt);
+  ShutdownReport report = rt.shutdown(mode, kDeadline, ShutdownWait::answered);
+  EXPECT_TRUE(report.answered);
   return report;
 }
 

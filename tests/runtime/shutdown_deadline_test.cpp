@@ -95,5 +95,25 @@ TEST(ShutdownDeadline, AHandBackFromAnotherThreadEscalatesADrainTheDispatcherHas
   EXPECT_EQ(run.recorder.count(), 1u) << "the drain dispatched b after the hand_back";
 }
 
+// The way to hand back at once without waiting for what is in flight, now that a deadline of 0
+// leaves no time for the round trip: wait for the answer alone.
+TEST(ShutdownDeadline, AHandBackThatWaitsForTheAnswerAloneLeavesWhatIsInFlight) {
+  OneInFlightOneQueued run;
+  ShutdownReport report = run.rt.shutdown(ShutdownMode::hand_back, kDeadline,
+                                          ShutdownWait::answered);  // `a` never completes here
+  EXPECT_TRUE(report.answered);
+  EXPECT_FALSE(report.finished);
+  ASSERT_EQ(report.handed_back.size(), 1u);
+  EXPECT_EQ(report.handed_back.front(), &run.b);
+  ASSERT_EQ(report.in_flight.size(), 1u);
+  EXPECT_EQ(report.in_flight[0], run.a_ticket());
+  EXPECT_EQ(report.still_queued, 0u);
+  ASSERT_TRUE(run.rt.complete(run.a_ticket(), 0).ok());
+  const ShutdownReport last = run.rt.shutdown(ShutdownMode::hand_back, kDeadline);
+  EXPECT_TRUE(last.finished);
+  EXPECT_TRUE(last.handed_back.empty());
+  EXPECT_EQ(run.recorder.count(), 1u);
+}
+
 }  // namespace
 }  // namespace creditloop::runtime_tests
