@@ -85,6 +85,10 @@ void Core::reserve(std::size_t participants, std::size_t in_flight) {
   grow_places(places);
   name_index_.reserve(participants);
   free_places_.reserve(participants);
+  reserve_in_flight(in_flight);
+}
+
+void Core::reserve_in_flight(std::size_t in_flight) {
   in_flight_records_.grow_to(in_flight < kMaxInFlight ? in_flight : std::size_t{kMaxInFlight});
   free_tickets_.reserve(in_flight_records_.capacity());
 }

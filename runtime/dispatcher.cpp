@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <span>
 #include <thread>
@@ -63,6 +64,7 @@ bool Runtime::Impl::service(Nanos t) {
     did = true;
   }
   did |= take_in(t);
+  if (commands != nullptr) CREDITLOOP_TEST_HOOK(commands_taken);
   did |= run_commands(commands);
   return did;
 }
@@ -205,6 +207,13 @@ bool Runtime::Impl::has_room() const {
 bool Runtime::Impl::dispatch_batch(Nanos t) {
   if (!batch_jobs_.empty()) [[unlikely]]
     return false;  // nothing more is decided until the pool has taken the last batch
+  // Below the room's bound (a room test's), the tables grow here, before a batch could find
+  // no record; after a growth that failed, only once every record is in use, each loop that
+  // finds them so being a retry.
+  if (ticket_capacity_ < room_bound_ &&
+      tickets_left() < (growth_failed_ ? 1 : std::uint64_t{options_.batch})) [[unlikely]] {
+    (void)grow_tickets();
+  }
   const std::uint32_t sent =
       decides_in_one_call_ ? dispatch_in_one_call(t) : dispatch_one_by_one(t);
   // One semaphore signal, at most one wake-up; if the queue cannot take them, the loop tries again.
@@ -271,12 +280,28 @@ std::uint32_t Runtime::Impl::acquire_ticket() {
     free_tickets_.pop_back();
     return index;
   }
-  if (tickets_used_ == tickets_.capacity()) {  // more in flight than ever: grow (allocates)
-    tickets_.grow_to(tickets_used_ + 1, detail::number_tickets);
+  assert(tickets_used_ < ticket_capacity_ && "a decision is made only with a record left");
+  return tickets_used_++;
+}
+
+bool Runtime::Impl::grow_tickets() noexcept {
+  const std::size_t want =
+      std::min(ticket_capacity_ + detail::ChunkedTable<TicketRecord>::kChunk, room_bound_);
+  try {
+    // Each step keeps what it grew if a later one fails; the capacity counts only what all of
+    // them hold, so a record is never issued that a free list or the core could not take back.
+    core_.reserve_in_flight(want);
+    tickets_.grow_to(want, detail::number_tickets);
     free_tickets_.reserve(tickets_.capacity());
     if (learned_) learned_->reserve(tickets_.capacity());
+  } catch (const std::bad_alloc&) {
+    growth_failed_ = true;
+    ++ticket_growth_failures_;
+    return false;
   }
-  return tickets_used_++;
+  growth_failed_ = false;
+  ticket_capacity_ = std::min(tickets_.capacity(), core_.in_flight_capacity());
+  return true;
 }
 
 void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
@@ -364,11 +389,14 @@ void Runtime::Impl::idle() {
 
     bool work_visible() const { return rt.work_visible(reasons); }
     bool room_polled() const { return room_poll; }
-    bool room_ready() const { return room_poll && rt.room_test(); }
+    // has_room(), not the test alone: with every record in use the room is full whatever the
+    // test says, and a yes would only spin the loop.
+    bool room_ready() const { return room_poll && rt.has_room(); }
     std::int64_t room_recheck_ns() const { return rt.options_.room_recheck.count(); }
-    // A batch the pool's queue could not take: no waker will say when it can, so the sleep has
-    // a timeout, and the loop tries the hand-over again after it.
-    bool retry_pending() const { return !rt.batch_jobs_.empty(); }
+    // A batch the pool's queue could not take, or a growth of the ticket tables that failed with
+    // every record in use: no waker will say when memory is back, so the sleep has a timeout,
+    // and the loop tries again after it.
+    bool retry_pending() const { return !rt.batch_jobs_.empty() || rt.growth_retry_pending(); }
     // Without a spin (no CPU to spare) the clock is not read at all.
     bool start_spin() {
       if (rt.spin_.count() <= 0) return false;

@@ -33,12 +33,22 @@ Runtime::Impl::Impl(RuntimeOptions options)
       core_(options_.config),
       spin_(options_.spin ? *options_.spin
                           : detail::default_spin(detail::usable_cpus(), options_.workers)) {
-  core_.reserve(options_.expected_participants, options_.expected_in_flight);
+  // The room's bound is reserved here, where a failure is the constructor's: the dispatcher then
+  // never allocates for a ticket, whose growth would fail inside a decision. A room test bounds
+  // nothing, so the tables grow between decisions instead (grow_tickets()).
+  if (!options_.room) {
+    room_bound_ = std::min<std::size_t>(
+        options_.learned_room ? options_.learned_room->most : options_.slots, kMaxInFlight);
+  }
+  const std::size_t reserved = std::min<std::size_t>(
+      std::max(options_.expected_in_flight, options_.room ? std::size_t{0} : room_bound_),
+      kMaxInFlight);
+  core_.reserve(options_.expected_participants, reserved);
   ensure_places(static_cast<std::uint32_t>(
       std::min<std::size_t>(options_.expected_participants, kMaxParticipants)));
-  tickets_.grow_to(std::min<std::size_t>(options_.expected_in_flight, kMaxInFlight),
-                   detail::number_tickets);
+  tickets_.grow_to(reserved, detail::number_tickets);
   free_tickets_.reserve(tickets_.capacity());
+  ticket_capacity_ = std::min(tickets_.capacity(), core_.in_flight_capacity());
   if (options_.learned_room) learned_.emplace(*options_.learned_room, tickets_.capacity());
   batch_jobs_.reserve(options_.batch);
   batch_dispatches_.resize(options_.batch);
@@ -61,7 +71,9 @@ Runtime::Impl::Impl(RuntimeOptions options)
   }
 }
 
-Runtime::Impl::~Impl() { (void)shutdown(ShutdownMode::hand_back, std::nullopt); }
+Runtime::Impl::~Impl() {
+  (void)shutdown(ShutdownMode::hand_back, std::nullopt, ShutdownWait::finished);
+}
 
 void Runtime::Impl::ensure_places(std::uint32_t places) {
   if (places <= places_) return;
@@ -95,11 +107,35 @@ void Runtime::Impl::run_on_dispatcher(Command& command) {
   if (command.error) std::rethrow_exception(command.error);
 }
 
+bool Runtime::Impl::run_on_dispatcher_until(Command& command,
+                                            std::chrono::steady_clock::time_point until) {
+  if (!commands_.post(command)) {  // the dispatcher has exited: the core is quiescent
+    const std::shared_ptr<void> owner = std::move(command.keep_alive);  // run here, and done
+    std::lock_guard lock(exit_mutex_);
+    command.work();
+    return true;
+  }
+  CREDITLOOP_TEST_HOOK(command_posted);
+  // The post's seq_cst CAS is the work the dispatcher re-checks after Parker::prepare().
+  parker_.notify(detail::kWakeOnWork | detail::kWakeOnRoom);
+  // Both pair with the release in run_commands(): the result is visible.
+  if (until == std::chrono::steady_clock::time_point::max()) {
+    command.done.acquire();
+  } else if (!command.done.try_acquire_until(until)) {
+    return false;
+  }
+  if (command.error) std::rethrow_exception(command.error);
+  return true;
+}
+
 bool Runtime::Impl::run_commands(Command* oldest) {
   const bool any = oldest != nullptr;
   while (oldest != nullptr) {
     // Read before the release: from then on the command is its poster's, and may be gone.
     Command* const next = oldest->next_posted.load(std::memory_order_relaxed);  // the take's
+    // A poster that stopped waiting left the command to itself: this keeps it alive through the
+    // release below, and frees it at the end of the iteration if the poster has gone.
+    const std::shared_ptr<void> owner = std::move(oldest->keep_alive);
     try {
       oldest->work();
     } catch (...) {
@@ -265,7 +301,8 @@ void Runtime::Impl::hand_back_queued() {
     if (core_.at(place)) CounterWrite(counters_[place]).set(CounterLine::kQueued, 0);
   }
   CounterWrite(totals_).set(CounterLine::kQueued, 0);
-  handed_back_ = core_.take_all_queued();
+  // Appended: a list a late caller left here is kept for the next call.
+  handed_back_.splice_back(core_.take_all_queued());
   if (observer_ != nullptr) guarded_observer().on_take_all();
   phase_ = Phase::finishing;
 }
@@ -277,17 +314,21 @@ bool Runtime::Impl::on_runtime_thread() const noexcept {
 }
 
 std::vector<Ticket> Runtime::Impl::tickets_in_flight() const {
-  std::vector<bool> free(tickets_used_, false);
-  for (const std::uint32_t index : free_tickets_) free[index] = true;
   std::vector<Ticket> out;
-  for (std::uint32_t i = 0; i < tickets_used_; ++i) {
-    if (!free[i]) out.push_back(Ticket{i, core_.issuer(), tickets_[i].generation});
+  // find(): the table may grow meanwhile, and its chunks are found from any thread.
+  for (std::size_t i = 0;; ++i) {
+    const TicketRecord* const record = tickets_.find(i);
+    if (record == nullptr) break;
+    if (const std::uint64_t generation = record->cell.outstanding(); generation != 0) {
+      out.push_back(Ticket{record->index, core_.issuer(), generation});
+    }
   }
   return out;
 }
 
 ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
-                                       std::optional<std::chrono::nanoseconds> deadline) {
+                                       std::optional<std::chrono::nanoseconds> deadline,
+                                       ShutdownWait wait) {
   ShutdownReport report;
   // Checked before anything waits: the dispatcher or a worker waiting for the runtime to finish
   // would wait for itself, and so would a thread whose batch holds completions it has not
@@ -298,50 +339,51 @@ ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
   }
   const auto until = deadline ? std::chrono::steady_clock::now() + *deadline
                               : std::chrono::steady_clock::time_point::max();
-  std::unique_lock lock(shutdown_mutex_);
-  if (joined_) {
-    report.finished = true;
-    return report;
-  }
-  if (!shutdown_begun_) {
-    shutdown_begun_ = true;
-    handed_back_ever_ = mode == ShutdownMode::hand_back;
-    Command c;
-    c.work = [&] {
+  // The command decides by the phase it finds, on the dispatcher, so concurrent calls need no
+  // lock to agree: the first begins the shutdown; a hand_back after a drain that has not
+  // finished escalates it (what is still queued is handed back, once). It owns its state: a
+  // dispatcher held by a callback may run it after this call has returned at its deadline.
+  auto owned = std::make_shared<ShutdownStep>();
+  ShutdownStep& step = *owned;
+  step.command.keep_alive = owned;  // and this call keeps its own reference
+  step.command.work = [this, mode, &step] {
+    if (phase_ == Phase::running) {
       begin_shutdown(mode, loop_now_);
-      report.handed_back = std::move(handed_back_);
-    };
-    run_on_dispatcher(c);
-  } else if (mode == ShutdownMode::hand_back && !handed_back_ever_) {
-    // A drain that has not finished, escalated: what it has not dispatched yet is handed back
-    // (once), and the wait below is only for what is in flight.
-    handed_back_ever_ = true;
-    Command c;
-    c.work = [&] {
-      if (phase_ == Phase::draining) hand_back_queued();
-      report.handed_back = std::move(handed_back_);
-    };
-    run_on_dispatcher(c);
+    } else if (mode == ShutdownMode::hand_back && phase_ == Phase::draining) {
+      hand_back_queued();
+    }
+    if (mode == ShutdownMode::hand_back && step.answer()) {
+      step.handed_back = std::move(handed_back_);
+    }
+  };
+  bool answered = run_on_dispatcher_until(step.command, until);
+  if (!answered && !step.abandon()) {  // the dispatcher is answering it now: a matter of moments
+    step.command.done.acquire();       // pairs with the release in run_commands()
+    answered = true;
   }
-  // The wait is made without the shutdown mutex: another thread's hand_back escalates a drain
-  // that waits here (tests/runtime/dispatcher_path_test.cpp).
-  lock.unlock();
+  report.answered = answered;
+  report.handed_back = std::move(step.handed_back);
+  // The wait for the dispatcher's exit is made without a lock: another thread's hand_back
+  // escalates a drain that waits here (tests/runtime/dispatcher_path_test.cpp).
   bool exited = false;
-  {
-    std::unique_lock wait(exit_mutex_);
-    exited = deadline ? exited_.wait_until(wait, until, [&] { return dispatcher_exited_; })
-                      : (exited_.wait(wait, [&] { return dispatcher_exited_; }), true);
+  if (answered) {
+    std::unique_lock lock(exit_mutex_);
+    if (wait == ShutdownWait::answered) {
+      exited = dispatcher_exited_;
+    } else if (deadline) {
+      exited = exited_.wait_until(lock, until, [&] { return dispatcher_exited_; });
+    } else {
+      exited_.wait(lock, [&] { return dispatcher_exited_; });
+      exited = true;
+    }
   }
   if (!exited) {
-    Command c;
-    c.work = [&] {
-      report.in_flight = tickets_in_flight();
-      report.still_queued = counters().queued;
-    };
-    run_on_dispatcher(c);
+    // Without a round trip: the dispatcher may be the reason the deadline passed.
+    report.in_flight = tickets_in_flight();
+    report.still_queued = counters().queued;
     return report;
   }
-  lock.lock();
+  std::lock_guard lock(shutdown_mutex_);
   if (!joined_) {  // the first of the threads that saw the exit joins
     dispatcher_.join();
     stop_pool();
@@ -447,6 +489,7 @@ RuntimeSnapshot Runtime::Impl::snapshot() {
     s.parks = parks_;
     s.wakeups = wakeups_;
     s.retry_waits = retry_backoff_.waits();
+    s.ticket_growth_failures = ticket_growth_failures_;
     s.dispatcher_cpu =
         dispatcher_exited_cpu_ >= 0 ? dispatcher_exited_cpu_ : detail::thread_cpu_now();
     s.classes = core_.classes();
@@ -524,11 +567,12 @@ std::optional<ParticipantCounters> Runtime::counters(ParticipantId p) const noex
 RuntimeCounters Runtime::counters() const noexcept { return impl_->counters(); }
 
 ShutdownReport Runtime::shutdown(ShutdownMode mode,
-                                 std::optional<std::chrono::nanoseconds> deadline) {
-  return impl_->shutdown(mode, deadline);
+                                 std::optional<std::chrono::nanoseconds> deadline,
+                                 ShutdownWait wait) {
+  return impl_->shutdown(mode, deadline, wait);
 }
 RequestList Runtime::shutdown(ShutdownMode mode) {
-  return std::move(impl_->shutdown(mode, std::nullopt).handed_back);
+  return std::move(impl_->shutdown(mode, std::nullopt, ShutdownWait::finished).handed_back);
 }
 
 }  // namespace creditloop

@@ -32,6 +32,16 @@ std::atomic<long> g_allocations{0};
 std::atomic<bool> g_counting{false};
 // Set on a thread, makes that thread's allocations through the plain operator new fail.
 thread_local bool t_refusing = false;
+// Marks the dispatcher thread (its room test sets it), whose allocations fail while
+// g_refusing_dispatcher is raised: the test switches the dispatcher's memory off and on from its
+// own thread.
+thread_local bool t_on_dispatcher = false;
+std::atomic<bool> g_refusing_dispatcher{false};
+bool refusing() {
+  // relaxed: a switch, pairing with nothing; the test learns what the dispatcher did under it
+  // through the sink's counter and the snapshot's round trip, which order it themselves.
+  return t_refusing || (t_on_dispatcher && g_refusing_dispatcher.load(std::memory_order_relaxed));
+}
 }  // namespace
 
 // GCC inlines these into callers and then sees malloc'd memory freed by a replaced operator
@@ -42,7 +52,7 @@ void* operator new(std::size_t n) {
   if (g_counting.load(std::memory_order_relaxed)) {
     g_allocations.fetch_add(1, std::memory_order_relaxed);
   }
-  if (t_refusing) throw std::bad_alloc();
+  if (refusing()) throw std::bad_alloc();
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
@@ -60,6 +70,7 @@ void* operator new(std::size_t n, std::align_val_t align) {
   if (g_counting.load(std::memory_order_relaxed)) {
     g_allocations.fetch_add(1, std::memory_order_relaxed);
   }
+  if (refusing()) throw std::bad_alloc();
   const auto a = static_cast<std::size_t>(align);
   // aligned_alloc wants a size that is a multiple of the alignment.
   if (void* p = std::aligned_alloc(a, (n + a - 1) / a * a)) return p;
@@ -332,6 +343,103 @@ TEST(Allocation, AFailedAllocationInACommandIsThrownToItsCallerNotFatal) {
                    "a second dispatch");
   EXPECT_TRUE(rt.add(long_name, "pro", 1).ok()) << "a later add succeeds";
   EXPECT_TRUE(rt.shutdown(ShutdownMode::drain).empty());
+}
+
+// The core's table of requests in flight grows past its reservation a chunk of records at a time,
+// on the visit that needs one. A growth that cannot allocate must not end the process from inside
+// noexcept dispatch(): nothing is dispatched, the turn ends as if the server had no room, and the
+// shortage is counted. A completion frees a record without memory, and once memory is back the
+// table grows and the queue goes out.
+TEST(Allocation, ACoreThatCannotGrowItsInFlightRecordsDispatchesNothingMoreUntilItCan) {
+  constexpr std::size_t kChunk = 4096;  // the smallest reservation: one chunk of records
+  Core core{reference_config()};
+  core.reserve(1, 1);
+  const ParticipantId alice = *core.add("alice", "pro", 1, 0);
+  std::vector<Job> jobs(kChunk + 3);
+  for (Job& j : jobs) ASSERT_TRUE(core.submit(alice, j, 0).ok());
+  std::vector<Dispatch> out(jobs.size());
+  const std::span<Dispatch> all(out);
+  std::size_t sent = 0;
+  while (sent < kChunk) {
+    const std::size_t n = core.dispatch(0, all.subspan(sent, kChunk - sent));
+    ASSERT_GT(n, 0u);
+    sent += n;
+  }
+  t_refusing = true;
+  EXPECT_EQ(core.dispatch(0, all.subspan(sent, 1)), 0u) << "dispatched without a record";
+  EXPECT_FALSE(core.in_turn()) << "no record ends the turn, as no room does";
+  EXPECT_EQ(core.record_shortages(), 1u);
+  ASSERT_TRUE(core.begin_turn(0).has_value());
+  EXPECT_FALSE(core.visit(0).has_value()) << "visited without a record";
+  EXPECT_FALSE(core.in_turn());
+  EXPECT_EQ(core.record_shortages(), 2u);
+  EXPECT_EQ(core.queued(alice), 3u) << "nothing was taken off the queue";
+  ASSERT_TRUE(core.complete(out[0].ticket, 0, 0).ok());  // frees a record, allocating nothing
+  ASSERT_EQ(core.dispatch(0, all.subspan(sent, 1)), 1u) << "the freed record went unused";
+  ++sent;
+  EXPECT_EQ(core.dispatch(0, all.subspan(sent, 1)), 0u);
+  t_refusing = false;
+  while (sent < out.size()) {
+    const std::size_t n = core.dispatch(0, all.subspan(sent));
+    ASSERT_GT(n, 0u) << "memory is back, and the table did not grow";
+    sent += n;
+  }
+  EXPECT_EQ(core.queued(alice), 0u);
+  EXPECT_EQ(core.record_shortages(), 3u);
+  for (std::size_t i = 1; i < out.size(); ++i) ASSERT_TRUE(core.complete(out[i].ticket, 0, 0).ok());
+}
+
+// The runtime under a room test of the embedder's, which bounds nothing: past its reservation the
+// dispatcher grows the ticket tables itself, between decisions. While that growth cannot allocate,
+// the room counts as full: the process goes on, nothing queued is lost or dispatched twice, a
+// completion frees a record for one more dispatch, and once memory is back the rest go out.
+TEST(Allocation, ARuntimeThatCannotGrowItsTicketTablesWaitsForRoomInsteadOfEnding) {
+  constexpr std::size_t kChunk = 4096;  // what expected_in_flight = 1 reserves
+  constexpr std::size_t kTotal = kChunk + 100;
+  std::vector<Dispatched> seen(kTotal);  // the sink's, read by the test after its count
+  std::atomic<std::size_t> count{0};
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.expected_participants = 4;
+  o.expected_in_flight = 1;
+  o.room = [] {
+    t_on_dispatcher = true;
+    return true;
+  };
+  o.sink = [&](const Dispatched& d) {
+    const std::size_t n = count.load(std::memory_order_relaxed);  // the sink's own
+    if (n < seen.size()) seen[n] = d;
+    // release: pairs with the test's acquire loads; publishes the entry just written.
+    count.store(n + 1, std::memory_order_release);
+  };
+  Runtime rt(std::move(o));
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  auto dispatched = [&] { return count.load(std::memory_order_acquire); };
+  auto failures = [&] { return rt.snapshot().ticket_growth_failures; };
+  // relaxed: see refusing().
+  g_refusing_dispatcher.store(true, std::memory_order_relaxed);
+  std::vector<Job> jobs(kTotal);
+  for (Job& j : jobs) ASSERT_TRUE(rt.submit(alice, j).ok());
+  test::spin_until([&] { return failures() >= 2; }, "two growths to fail");
+  EXPECT_EQ(dispatched(), kChunk) << "the records the tables have are all used, and no more";
+  ASSERT_TRUE(rt.complete(seen[0].ticket, 0).ok());
+  test::spin_until([&] { return dispatched() == kChunk + 1; }, "the freed record's dispatch");
+  g_refusing_dispatcher.store(false, std::memory_order_relaxed);  // relaxed: see refusing()
+  test::spin_until([&] { return dispatched() == kTotal; }, "the rest, once memory is back");
+  std::vector<const RequestHook*> requests;
+  for (std::size_t i = 0; i < kTotal; ++i) {
+    requests.push_back(seen[i].request);
+    if (i > 0) {
+      ASSERT_TRUE(rt.complete(seen[i].ticket, 0).ok());
+    }
+  }
+  std::sort(requests.begin(), requests.end());
+  EXPECT_EQ(std::adjacent_find(requests.begin(), requests.end()), requests.end())
+      << "a request went out twice";
+  const ShutdownReport report = rt.shutdown(ShutdownMode::drain, std::chrono::seconds(60));
+  EXPECT_TRUE(report.finished);
+  EXPECT_TRUE(report.handed_back.empty());
+  EXPECT_EQ(dispatched(), kTotal);
 }
 
 // The worker pool in steady state: the test submits, the dispatcher hands batches to the pool's

@@ -20,9 +20,11 @@
 //
 // Data structures, the cost of each call, and how a charge-back is taken: docs/design.md, "The
 // core". In short: O(log64 N) per visit, O(1) per submission and completion, nothing allocated
-// on either once capacity is reserved (reserve()). The core holds no atomics but a request's
-// hand-back state: a runtime (runtime.hpp) hands each completion's cost to its dispatcher, which
-// calls complete_nano() before its next decision.
+// on either once capacity is reserved (reserve()); past the reservation a visit grows the
+// in-flight records a chunk at a time, and dispatches nothing if that fails: the loop never
+// throws. The core holds no atomics but a request's hand-back state: a runtime (runtime.hpp)
+// hands each completion's cost to its dispatcher, which calls complete_nano() before its next
+// decision.
 #pragma once
 
 #include <array>
@@ -97,6 +99,13 @@ class Core {
   /// Reserves room so that up to `participants` registrations and `in_flight` outstanding
   /// dispatches allocate nothing more. May allocate.
   void reserve(std::size_t participants, std::size_t in_flight);
+  /// The in-flight half of reserve(): records for up to `in_flight` outstanding dispatches (at
+  /// most kMaxInFlight). May allocate; if that fails it throws std::bad_alloc and nothing changed.
+  void reserve_in_flight(std::size_t in_flight);
+  /// Outstanding dispatches the records reserved so far hold without allocating.
+  [[nodiscard]] std::size_t in_flight_capacity() const noexcept {
+    return in_flight_records_.capacity();
+  }
 
   // ---- participants (may allocate; dispatcher thread only) --------------------------------
   /// Registers a participant at the end of the ring, or in the place of a removed one. Its
@@ -176,19 +185,28 @@ class Core {
   /// Step 3-4: the next visit of the current turn, or nothing when the cursor has been once round
   /// the ring (the turn is then over). Call only while the server has room. A participant
   /// registered during a turn is not visited by it: it joins the ring for the next turn.
+  ///  - Every dispatch holds an in-flight record until its completion. When all are in use and
+  ///    the table cannot grow (the allocation failed, or kMaxInFlight are in flight), the visit
+  ///    does nothing, ends the turn as a full room would, returns nothing and counts one in
+  ///    record_shortages(): a loop should stop there until a completion frees a record (run()
+  ///    does). reserve() up front for a bound that never needs to grow.
   std::optional<Dispatch> visit(Nanos now) noexcept;
 
   /// Steps 2-4 for up to out.size() dispatches at `now`: begins turns as they end, visits, and
   /// stores each dispatch in `out`, in order; stops early when every queue is empty. The same
   /// decisions as the loop of begin_turn and visit, at less cost per decision (no call and no
   /// copy of the outcome per visit): for a dispatcher that knows its room. It does not end the
-  /// turn it stops in: call end_turn() when the server has no room left.
+  /// turn it stops in: call end_turn() when the server has no room left. It stops early too, the
+  /// turn ended, when no in-flight record is left and none can be grown, as visit() does.
   std::size_t dispatch(Nanos now, std::span<Dispatch> out) noexcept;
 
   /// The server has no room: the current turn ends here.
   void end_turn() noexcept { turn_.active = false; }
 
   [[nodiscard]] bool in_turn() const noexcept { return turn_.active; }
+  /// Visits (and dispatch() calls) that found every in-flight record in use and could not grow
+  /// the table, so dispatched nothing and ended the turn (see visit()).
+  [[nodiscard]] std::uint64_t record_shortages() const noexcept { return record_shortages_; }
   /// Turns begun on class c (the unmetered class included) since construction: how a caller of
   /// dispatch(), which begins turns unseen, counts passes.
   [[nodiscard]] std::uint64_t passes(ClassId c) const noexcept { return passes_[c]; }
@@ -196,9 +214,10 @@ class Core {
     return turn_.active ? std::optional<ClassId>(turn_.cls) : std::nullopt;
   }
 
-  /// Runs the loop at `now` while `handler.room()` is true and work is queued. Calls
-  /// `handler.on_pass(ClassId)` when a turn settles its class and `handler.on_dispatch(const
-  /// Dispatch&)` for each dispatch (the handler takes the room there). Returns the dispatch count.
+  /// Runs the loop at `now` while `handler.room()` is true, work is queued and an in-flight record
+  /// can be had (see visit()). Calls `handler.on_pass(ClassId)` when a turn settles its class and
+  /// `handler.on_dispatch(const Dispatch&)` for each dispatch (the handler takes the room there).
+  /// Returns the dispatch count.
   template <class Handler>
   std::size_t run(Nanos now, Handler&& handler) {
     std::size_t dispatched = 0;
@@ -208,9 +227,12 @@ class Core {
         if (!c) return dispatched;
         handler.on_pass(*c);
       }
+      const std::uint64_t shortages = record_shortages_;
       if (const std::optional<Dispatch> d = visit(now)) {
         ++dispatched;
         handler.on_dispatch(*d);
+      } else if (record_shortages_ != shortages) {
+        return dispatched;  // no record for a ticket: the turn has ended, as without room
       }
     }
     end_turn();
@@ -477,12 +499,18 @@ class Core {
   }
   void grow_places(std::uint32_t places);
   Ticket issue(std::uint32_t place, std::uint32_t generation, ClassId out,
-               std::uint32_t incarnation, RequestHook& request);
+               std::uint32_t incarnation, RequestHook& request) noexcept;
   // complete_nano() and retire_nano() in one: `give_back_request` says which.
   Result<Completion> complete_ticket(Ticket t, std::int64_t cost_nano, Nanos now,
                                      bool give_back_request) noexcept;
-  // Out of line and cold, so that issue() (once per dispatch) saves no registers for it.
-  [[gnu::cold, gnu::noinline]] void grow_tickets();
+  // Whether the next visit has a record for its ticket: one is free, or the table grew by a chunk.
+  // Checked before the visit changes anything, so that a growth that fails leaves all as it was.
+  [[nodiscard]] bool record_ready() noexcept {
+    return in_flight_ < in_flight_records_.capacity() || grow_records();
+  }
+  // Out of line and cold, so that a visit saves no registers for it. False when the allocation
+  // failed or kMaxInFlight records exist: the caller dispatches nothing (see visit()).
+  [[gnu::cold, gnu::noinline]] bool grow_records() noexcept;
 
   Config config_;
   std::uint32_t issuer_;
@@ -513,6 +541,7 @@ class Core {
   std::vector<std::uint32_t> free_tickets_;
   std::uint32_t tickets_ = 0;  // records ever used
   std::size_t in_flight_ = 0;
+  std::uint64_t record_shortages_ = 0;
 
   // The latest time seen: time never runs backwards inside the core.
   Nanos now_ = std::numeric_limits<Nanos>::min();

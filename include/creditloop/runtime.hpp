@@ -144,6 +144,16 @@ struct RuntimeOptions {
   int cpu = -1;
 
   /// Capacity reserved up front so that steady state allocates nothing.
+  ///  - The records of requests in flight are reserved for at least the room's bound (`slots`,
+  ///    or `learned_room`'s most; at most kMaxInFlight), so that the dispatcher never allocates
+  ///    for a dispatch: an allocation that fails there would have to fail a decision. About
+  ///    110 bytes per slot of the bound.
+  ///  - A room test bounds nothing. Past `expected_in_flight` the dispatcher grows the records a
+  ///    chunk of 4,096 at a time, between decisions, before a batch needs them. While that
+  ///    allocation fails the room is full beyond the records there are: nothing is lost or
+  ///    refused, completions free records for more dispatches, and the growth is tried again
+  ///    after a timed sleep (16 µs doubling to 1 ms) or a wake(). RuntimeSnapshot::
+  ///    ticket_growth_failures counts the failures.
   std::size_t expected_participants = 1024;
   std::size_t expected_in_flight = 1024;
 
@@ -174,22 +184,35 @@ enum class ShutdownMode : std::uint8_t {
   drain,      // refuse new submissions; dispatch everything queued first
 };
 
-/// What shutdown(mode, deadline) did.
+/// What shutdown(mode, deadline, wait) waits for, up to its deadline.
+enum class ShutdownWait : std::uint8_t {
+  finished,  // everything in flight to complete, then the joins of the runtime's threads
+  answered,  // the dispatcher's answer alone: the hand-back and the report, not what is in flight
+};
+
+/// What shutdown(mode, deadline, wait) did.
 struct ShutdownReport {
   /// wrong_thread: called from the dispatcher thread (a sink, an observer, a room test, the
   /// clock), a worker of the pool (a handler), or a thread whose CompletionBatch holds
   /// completions of this runtime not yet flushed, where waiting would deadlock; nothing was done.
   Status status;
-  /// The requests handed back, oldest first per participant: by the first call in hand_back mode,
-  /// which is also the one that escalates a drain that has not finished (it hands back what the
-  /// drain had not dispatched yet).
+  /// The requests handed back, oldest first per participant, to the first call in hand_back mode
+  /// that the dispatcher answers: the call that hands them back (the first in hand_back mode,
+  /// which also escalates a drain that has not finished: it hands back what the drain had not
+  /// dispatched yet), or, if that call returned unanswered, the next one answered.
   RequestList handed_back;
   /// True when everything queued was dispatched (drain) and every request in flight completed
   /// before the deadline: the runtime's threads are joined.
   bool finished = false;
+  /// True when the dispatcher ran this call's command before the deadline. False when it could
+  /// not (a callback held it, or the deadline was shorter than a round trip, as 0 is): what the
+  /// call asked for still happens when the dispatcher gets to it, and what it hands back goes to
+  /// the next call in hand_back mode that is answered.
+  bool answered = false;
   /// When not finished: the tickets still in flight as the deadline passed (pool tickets
-  /// included), and the requests still queued (drain mode). The runtime goes on accepting their
-  /// completions; call shutdown() again to wait for them.
+  /// included), and the requests still queued (drain mode; counters().queued), both read without
+  /// the dispatcher. The runtime goes on accepting their completions; call shutdown() again to
+  /// wait for them.
   std::vector<Ticket> in_flight;
   std::uint64_t still_queued = 0;
 };
@@ -297,13 +320,22 @@ class Runtime {
   /// the deadline it reports what is still in flight; a later call waits again (with its own
   /// deadline) and reports anew. Only the first call in hand_back mode hands back; after a drain
   /// that did not finish, it hands back what is still queued and waits only for what is in
-  /// flight. Once it reports finished (or the destructor returns), no complete() or
+  /// flight.
+  ///  - The deadline bounds every wait, the round trip to the dispatcher included: a call whose
+  ///    command the dispatcher has not run by then returns with `answered` false (see there).
+  ///    To hand back at once without waiting for what is in flight, pass ShutdownWait::answered
+  ///    with a deadline for the round trip: a deadline of 0 usually returns before the
+  ///    dispatcher could answer.
+  ///  - Calls from several threads wait for none of each other's: a hand_back escalates a drain
+  ///    that another thread waits for, whether or not the dispatcher has answered the drain yet.
+  /// Once it reports finished (or the destructor returns), no complete() or
   /// CompletionBatch::flush() is still touching the runtime, even one whose thread has not
   /// returned from it yet: the runtime may be destroyed at once. (A submit() must have returned
   /// before the destructor starts, as for any member call.) A submit that races shutdown is
   /// refused with shut_down. From the dispatcher thread or a pool worker it does nothing and
   /// reports wrong_thread. Any other thread; blocks up to the deadline; allocates.
-  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline);
+  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline,
+                          ShutdownWait wait = ShutdownWait::finished);
   /// The same without a deadline, returning only the handed-back requests (empty when called
   /// from the dispatcher thread or a pool worker: use the form above to see that error).
   RequestList shutdown(ShutdownMode mode = ShutdownMode::hand_back);

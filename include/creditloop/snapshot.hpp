@@ -87,6 +87,9 @@ struct RuntimeSnapshot {
   // Times it slept with a timeout because it had something to retry that no other thread would
   // announce (a batch the worker pool's queue could not take) and nothing else was to be done.
   std::uint64_t retry_waits = 0;
+  // Times the dispatcher could not grow its tables of requests in flight past their reservation
+  // (an allocation failed): the room counted as full meanwhile (runtime.hpp, expected_in_flight).
+  std::uint64_t ticket_growth_failures = 0;
   // CPU time the dispatcher thread has used since it started (its final figure once it has
   // exited): divided by `dispatched`, the serial cost per request that bounds throughput.
   Nanos dispatcher_cpu = 0;

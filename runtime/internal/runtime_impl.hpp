@@ -108,7 +108,8 @@ class Runtime::Impl {
   static constexpr std::uint32_t kSnapshotChunk = 256;
   std::vector<ParticipantSnapshot> snapshot_participants();
   RuntimeSnapshot snapshot();
-  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline);
+  ShutdownReport shutdown(ShutdownMode mode, std::optional<std::chrono::nanoseconds> deadline,
+                          ShutdownWait wait);
   [[nodiscard]] std::uint64_t handler_errors() const noexcept {
     return handler_errors_.load(std::memory_order_relaxed);  // a statistic: no pairing
   }
@@ -163,6 +164,32 @@ class Runtime::Impl {
     // What work() threw on the dispatcher (an allocation that failed): rethrown to the poster,
     // so that the call fails instead of the process (published by `done`).
     std::exception_ptr error;
+    // Set by a poster that may stop waiting (shutdown, at its deadline): the command then owns
+    // itself and what its work touches, and the dispatcher drops this reference only after its
+    // release of `done`, so whichever of the two finishes last frees it.
+    std::shared_ptr<void> keep_alive;
+  };
+  // A shutdown call's command, which outlives a caller that returned at its deadline. What the
+  // command hands back is the caller's only if the caller still waits when the dispatcher gets
+  // there; otherwise it stays in handed_back_ for the next call. `waiter` decides that once.
+  struct ShutdownStep {
+    Command command;
+    std::atomic<std::uint8_t> waiter{kWaiting};
+    RequestList handed_back;  // the dispatcher's until `done`, then the caller's
+
+    // Dispatcher: whether the caller still waits (and takes what is handed back).
+    bool answer() noexcept { return settle(kAnswered); }
+    // Caller, at its deadline: whether it leaves before the dispatcher answered.
+    bool abandon() noexcept { return settle(kGone); }
+
+   private:
+    static constexpr std::uint8_t kWaiting = 0, kAnswered = 1, kGone = 2;
+    bool settle(std::uint8_t outcome) noexcept {
+      std::uint8_t expected = kWaiting;
+      // relaxed: the word's modification order alone says which side won; what the dispatcher
+      // hands over is published by the command's `done` (release in run_commands()).
+      return waiter.compare_exchange_strong(expected, outcome, std::memory_order_relaxed);
+    }
   };
   using Job = Dispatched;  // a null request: the worker stops
   struct DispatcherDone {};
@@ -209,9 +236,17 @@ class Runtime::Impl {
     return tickets_used_ - free_tickets_.size();
   }
   std::uint32_t acquire_ticket();
-  // Tickets the table can still issue: free records, and records never used.
+  // Tickets the tables can issue without allocating: free records, and records never used.
   [[nodiscard]] std::uint64_t tickets_left() const noexcept {
-    return free_tickets_.size() + (kMaxInFlight - tickets_used_);
+    return free_tickets_.size() + (ticket_capacity_ - tickets_used_);
+  }
+  // One more chunk of records in the core's table and the runtime's, between decisions; false,
+  // counted, when an allocation failed (the tables keep what they had).
+  bool grow_tickets() noexcept;
+  // A growth failed and every record is in use: the room is full until a completion frees one,
+  // and the loop retries the growth after a timed sleep (no waker says when memory is back).
+  [[nodiscard]] bool growth_retry_pending() const noexcept {
+    return growth_failed_ && tickets_left() == 0;
   }
   void idle();
   [[nodiscard]] bool work_visible(std::uint32_t reasons) const;
@@ -224,6 +259,10 @@ class Runtime::Impl {
   // ---- any thread
   // ---------------------------------------------------------------------------------
   void run_on_dispatcher(Command& command);
+  // The same, waiting only until `until` (steady clock; max(): no limit). False: not answered by
+  // then; the command still runs when the dispatcher gets to it, so it must own what it touches
+  // (Command::keep_alive). Not from the dispatcher thread.
+  bool run_on_dispatcher_until(Command& command, std::chrono::steady_clock::time_point until);
   // The embedder's clock; if it throws, the last instant read (time stands still) and a report.
   Nanos now() {
     if (!clock_) return detail::monotonic_now();
@@ -340,6 +379,14 @@ class Runtime::Impl {
   std::uint32_t places_ = 0;
   std::vector<std::uint32_t> free_tickets_;
   std::uint32_t tickets_used_ = 0;
+  // Records both tables hold (the core's and the runtime's, with the free list and the learned
+  // room's instants sized for them): what may be in flight without an allocation. They hold the
+  // room's bound from construction (slots, learned_room's most); only a room test, which bounds
+  // nothing, makes the dispatcher grow them, up to kMaxInFlight (room_bound_).
+  std::size_t ticket_capacity_ = 0;
+  std::size_t room_bound_ = kMaxInFlight;
+  bool growth_failed_ = false;  // the last growth failed (see growth_retry_pending())
+  std::uint64_t ticket_growth_failures_ = 0;
   // The clock read at the top of the current loop iteration. Commands use it too (a snapshot's
   // balances, an add's start): every core call of an iteration then has the same `now`, and an
   // observer's replay makes exactly the same calls.
@@ -384,12 +431,12 @@ class Runtime::Impl {
   // The pool's threads, recorded before any of them can run a handler: shutdown() refuses them.
   std::vector<std::thread::id> worker_ids_;
   std::condition_variable exited_;  // dispatcher_exited_ became true (exit_mutex_)
+  // Serializes only the joins: a shutdown call begins, escalates and waits without it.
   std::mutex shutdown_mutex_;
-  bool shutdown_begun_ = false;    // guarded by shutdown_mutex_
-  bool handed_back_ever_ = false;  // guarded by shutdown_mutex_: a hand_back call has run
-  bool joined_ = false;            // guarded by shutdown_mutex_
+  bool joined_ = false;  // guarded by shutdown_mutex_
   [[nodiscard]] bool on_runtime_thread() const noexcept;
-  // Dispatcher only: every ticket issued and not yet applied.
+  // Any thread: every ticket issued and not yet applied, read from the ticket cells, so that a
+  // shutdown reports them without a round trip to a dispatcher that may be held.
   [[nodiscard]] std::vector<Ticket> tickets_in_flight() const;
 };
 

@@ -35,6 +35,9 @@ inline std::atomic<void (*)()> inbox_pushing{nullptr};
 /// pool's blocks), after it read the list's head and before its compare-and-swap: a preemption,
 /// or a cgroup's quota, stops a thread anywhere, and this is where a stop could hide the most.
 inline std::atomic<void (*)()> list_pushing{nullptr};
+/// The dispatcher after it took the commands posted so far and before it runs them: a dispatcher
+/// held up there, as by a slow sink or a preemption, answers no round trip until it goes on.
+inline std::atomic<void (*)()> commands_taken{nullptr};
 /// The caller of Runtime::snapshot_participants() between two of its chunks: the dispatcher is
 /// free to decide until the next chunk's command.
 inline std::atomic<void (*)()> snapshot_between_chunks{nullptr};

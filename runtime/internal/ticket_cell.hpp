@@ -79,6 +79,14 @@ class TicketCell {
     state_.store(pack(generation_of(state), kFree), std::memory_order_relaxed);
   }
 
+  /// Any thread: the generation of the use in progress (issued, claimed or not, and not yet
+  /// released by the dispatcher), or 0 when the cell is free. For a report of the moment.
+  [[nodiscard]] std::uint64_t outstanding() const noexcept {
+    // relaxed: only this word is read, and it guards nothing the reader then touches.
+    const std::uint64_t state = state_.load(std::memory_order_relaxed);
+    return phase_of(state) == kFree ? 0 : generation_of(state);
+  }
+
   /// Whether the cell is in flight now (monitoring and tests only).
   [[nodiscard]] bool in_flight() const noexcept {
     return phase_of(state_.load(std::memory_order_acquire)) == kInFlight;

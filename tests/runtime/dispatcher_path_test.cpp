@@ -157,7 +157,7 @@ TEST(DispatcherPath, AFloodOfOneTenantIsTakenInASliceAtATimeBetweenDecisions) {
   // Shutdown first: the slots the completions free would otherwise send more of the flood out
   // before the shutdown's command runs, and nobody completes those. Once shutdown has begun
   // nothing more is dispatched, so what went out is all the recorder saw.
-  EXPECT_FALSE(rt.shutdown(ShutdownMode::hand_back, std::chrono::nanoseconds(0)).finished);
+  EXPECT_FALSE(shutdown_begun(rt, ShutdownMode::hand_back).finished);
   for (const Dispatched& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 0).ok());
   const ShutdownReport report = rt.shutdown(ShutdownMode::hand_back, std::nullopt);
   EXPECT_TRUE(report.finished);
@@ -314,6 +314,8 @@ TEST(DispatcherPath, AHandBackGoesAheadWhileAnotherThreadWaitsForADrain) {
   });
   const bool returned = escalation.wait_for(kDeadline) == std::future_status::ready;
   EXPECT_TRUE(returned) << "the hand_back waited for the drain";
+  // Its command may still be on its way (a deadline of 0): a's room must not send b out first.
+  if (returned) after_posted_commands(rt);
   ASSERT_TRUE(rt.complete(recorder.seen()[0].ticket, 0).ok());
   if (!returned) {  // the drain went on and sent b: let it finish
     ASSERT_TRUE(recorder.wait_for(2));
@@ -321,10 +323,16 @@ TEST(DispatcherPath, AHandBackGoesAheadWhileAnotherThreadWaitsForADrain) {
   }
   const ShutdownReport report = escalation.get();
   drainer.join();
+  // Answered or not by its deadline of 0, the hand_back took effect: b was handed back, to it or
+  // to the next call, and never dispatched.
+  const ShutdownReport last = rt.shutdown(ShutdownMode::hand_back, std::nullopt);
+  EXPECT_TRUE(last.finished);
   if (returned) {
-    EXPECT_EQ(report.handed_back.size(), 1u);
+    EXPECT_EQ(report.handed_back.size() + last.handed_back.size(), 1u);
+    EXPECT_EQ(report.handed_back.size(), report.answered ? 1u : 0u);
     EXPECT_FALSE(report.finished);
     EXPECT_EQ(report.in_flight.size(), 1u);
+    EXPECT_EQ(recorder.count(), 1u);
   }
 }
 

@@ -126,7 +126,7 @@ Figures run_against_backend(RuntimeOptions o) {
     });
   }
   // Nothing more goes out; what is in flight completes, so that the runtime can finish.
-  (void)rt.shutdown(ShutdownMode::hand_back, std::chrono::nanoseconds{0});
+  (void)shutdown_begun(rt, ShutdownMode::hand_back);
   const std::vector<Dispatched> dispatched = recorder.seen();
   for (; seen < dispatched.size(); ++seen) backend.arrive(dispatched[seen]);
   backend.finish(std::numeric_limits<Nanos>::max(),

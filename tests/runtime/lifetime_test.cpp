@@ -95,23 +95,33 @@ TEST(Runtime, ShutdownWithADeadlineReturnsAndReportsWhatIsStillInFlight) {
   ShutdownReport first = rt.shutdown(ShutdownMode::hand_back, std::chrono::milliseconds(20));
   ASSERT_TRUE(first.status.ok());
   EXPECT_FALSE(first.finished);
-  ASSERT_EQ(first.handed_back.size(), 1u);
-  EXPECT_EQ(first.handed_back.pop_front(), &requests[2]);  // the caller's again
   ASSERT_EQ(first.in_flight.size(), 2u);
   EXPECT_TRUE((first.in_flight[0] == seen[0].ticket && first.in_flight[1] == seen[1].ticket) ||
               (first.in_flight[0] == seen[1].ticket && first.in_flight[1] == seen[0].ticket));
-  EXPECT_EQ(rt.submit(alice, requests[2]).error(), Errc::shut_down);
+  // The deadline bounds the round trip too: on a loaded machine the dispatcher may answer after
+  // it, and the request it hands back then goes to the next call that is answered.
+  after_posted_commands(rt);
+  if (first.answered) {
+    ASSERT_EQ(first.handed_back.size(), 1u);
+    EXPECT_EQ(first.handed_back.pop_front(), &requests[2]);  // the caller's again
+    EXPECT_EQ(rt.submit(alice, requests[2]).error(), Errc::shut_down);
+  } else {
+    EXPECT_EQ(rt.submit(alice, requests[2]).error(), Errc::already_queued) << "still the runtime's";
+  }
   ASSERT_TRUE(rt.complete(seen[0].ticket, 0).ok());
   ShutdownReport second = rt.shutdown(ShutdownMode::hand_back, std::chrono::milliseconds(0));
   EXPECT_FALSE(second.finished);
-  EXPECT_TRUE(second.handed_back.empty());  // only the first call hands back
   // The completion may still be on its way to the dispatcher: one or both tickets remain.
   ASSERT_FALSE(second.in_flight.empty());
   EXPECT_EQ(second.in_flight.back(), seen[1].ticket);
   ASSERT_TRUE(rt.complete(seen[1].ticket, 0).ok());
-  const ShutdownReport last = rt.shutdown(ShutdownMode::hand_back, std::nullopt);
+  ShutdownReport last = rt.shutdown(ShutdownMode::hand_back, std::nullopt);
   EXPECT_TRUE(last.finished);
+  EXPECT_TRUE(last.answered);
   EXPECT_TRUE(last.in_flight.empty());
+  EXPECT_EQ(first.handed_back.size() + second.handed_back.size() + last.handed_back.size(),
+            first.answered ? 0u : 1u)
+      << "the request is handed back once";
   EXPECT_TRUE(rt.shutdown(ShutdownMode::hand_back, std::chrono::milliseconds(0)).finished);
   EXPECT_EQ(rt.snapshot().completed, 2u);
 }
@@ -352,16 +362,23 @@ TEST(Runtime, AHandBackAfterADrainThatTimedOutHandsBackWhatIsStillQueued) {
   ASSERT_TRUE(recorder.wait_for(1));
   const ShutdownReport drained = rt.shutdown(ShutdownMode::drain, 1ms);
   EXPECT_FALSE(drained.finished);
-  EXPECT_EQ(drained.still_queued, 2u);
+  if (drained.answered) {
+    EXPECT_EQ(drained.still_queued, 2u);
+  }
   const ShutdownReport handed = rt.shutdown(ShutdownMode::hand_back, 1ms);
   EXPECT_FALSE(handed.finished);
-  EXPECT_EQ(handed.handed_back.size(), 2u);
-  EXPECT_EQ(handed.still_queued, 0u);
   EXPECT_EQ(handed.in_flight.size(), 1u);
+  if (handed.answered) {
+    EXPECT_EQ(handed.handed_back.size(), 2u);
+    EXPECT_EQ(handed.still_queued, 0u);
+  }
+  // Answered by its deadline or not, the hand-back has run once a later command has.
+  after_posted_commands(rt);
   ASSERT_TRUE(rt.complete(recorder.seen()[0].ticket, 0).ok());
   const ShutdownReport last = rt.shutdown(ShutdownMode::hand_back, kDeadline);
   EXPECT_TRUE(last.finished);
-  EXPECT_TRUE(last.handed_back.empty()) << "each request is handed back once";
+  EXPECT_EQ(handed.handed_back.size() + last.handed_back.size(), 2u)
+      << "each request is handed back once";
   EXPECT_EQ(recorder.count(), 1u) << "nothing queued was dispatched after the hand-back";
 }
 

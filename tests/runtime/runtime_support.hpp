@@ -82,6 +82,18 @@ inline RuntimeOptions options_with_room_flag(Recorder& recorder, std::atomic<boo
   return o;
 }
 
+// Returns once every command posted before it has run on the dispatcher: a round trip of its
+// own, which runs after them.
+inline void after_posted_commands(Runtime& rt) { (void)rt.find(""); }
+
+// shutdown(mode) without waiting for what is in flight, returning once the dispatcher has begun
+// it: what it handed back, and what is in flight then.
+inline ShutdownReport shutdown_begun(Runtime& rt, ShutdownMode mode) {
+  ShutdownReport report = rt.shutdown(mode, kDeadline, ShutdownWait::answered);
+  EXPECT_TRUE(report.answered);
+  return report;
+}
+
 // A sink that completes every request at once with `cost`, from the dispatcher thread.
 struct CompletingSink {
   Runtime* runtime = nullptr;

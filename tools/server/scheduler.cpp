@@ -123,12 +123,23 @@ class CreditloopScheduler final : public Scheduler {
   }
 
   std::vector<Pending*> stop(std::chrono::milliseconds deadline) override {
-    ShutdownReport r = runtime_->shutdown(ShutdownMode::hand_back, deadline);
-    return to_vector(std::move(r.handed_back));
+    // The hand-back itself is waited for, however short `deadline` (0 for "the queue at once"):
+    // the sink never holds the dispatcher, so its answer comes in moments. Only what is in
+    // flight is waited for up to the deadline, by a second call.
+    ShutdownReport r =
+        runtime_->shutdown(ShutdownMode::hand_back, std::nullopt, ShutdownWait::answered);
+    RequestList back = std::move(r.handed_back);
+    if (!r.finished && deadline.count() > 0) {
+      r = runtime_->shutdown(ShutdownMode::hand_back, deadline);
+      back.splice_back(std::move(r.handed_back));
+    }
+    return to_vector(std::move(back));
   }
 
   void abort() override {
-    ShutdownReport r = runtime_->shutdown(ShutdownMode::hand_back, std::chrono::nanoseconds(0));
+    // Answered first, so that nothing more goes out and every ticket in flight is listed.
+    ShutdownReport r = runtime_->shutdown(ShutdownMode::hand_back, std::chrono::seconds(1),
+                                          ShutdownWait::answered);
     for (const Ticket& t : r.in_flight) (void)runtime_->complete(t, 0);
     r = runtime_->shutdown(ShutdownMode::hand_back, std::chrono::seconds(1));
     if (r.finished && capture_) capture_->close();
