@@ -14,10 +14,12 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -1005,6 +1007,266 @@ class Connections(unittest.TestCase):
             wait_for("serving again", lambda: server.request(ALICE, "/work")[0].status == 200)
         finally:
             self.assertEqual(server.stop(), 0, server.log())
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def unread_on(pid, port):
+    """The sockets on `port` the server holds, and the bytes they have left unread."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    held, unread = 0, 0
+    with open(f"/proc/{pid}/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if int(fields[1].split(":")[1], 16) == port and fields[3] != "0A" and \
+                    fields[9] in inodes:
+                held += 1
+                unread += int(fields[4].split(":")[1], 16)
+    return held, unread
+
+
+def files_open_in(pid, directory):
+    """The server's descriptors on files in `directory`: a file with no name shows there as
+    `DIR/#INODE (deleted)` (O_TMPFILE) or `DIR/NAME (deleted)`."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(directory + "/"):
+            count += 1
+    return count
+
+
+class SpilledBodies(unittest.TestCase):
+    """A buffered body stays in memory up to `limits.body_buffer_bytes`; a longer one goes to a
+    temporary file with no name in `proxy.body_temp_dir`, gone when its exchange ends, whichever
+    way it ends (nginx's client_body_buffer_size and client_body_temp_path)."""
+
+    BODY = 900 * 1024
+
+    def setUp(self):
+        self.backend = Backend()
+        self.temp = tempfile.mkdtemp(prefix="creditloop-spill-")
+
+    def tearDown(self):
+        self.backend.close()
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+    def config(self, **limits):
+        config = proxy_config(self.backend)
+        config["proxy"]["body_temp_dir"] = self.temp
+        config["limits"].update(body_bytes=1 << 20, body_buffer_bytes=16 * 1024,
+                                read_timeout_ms=30000, body_timeout_ms=30000)
+        config["limits"].update(limits)
+        return config
+
+    def no_file_left(self, server, what):
+        wait_for(f"no temporary file open after {what}",
+                 lambda: files_open_in(server.proc.pid, self.temp) == 0)
+        self.assertEqual(os.listdir(self.temp), [], what)
+
+    def post(self, server, path, body, chunked=False):
+        c = Client(server.port)
+        try:
+            if chunked:
+                pieces = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 100_000]),
+                                                     body[i:i + 100_000])
+                                  for i in range(0, len(body), 100_000))
+                c.send(request("POST", path, headers=[("Transfer-Encoding", "chunked")]) +
+                       pieces + b"0\r\n\r\n")
+            else:
+                c.send(request("POST", path, body=body))
+            return c.response()
+        finally:
+            c.close()
+
+    def test_a_body_past_the_memory_bound_reaches_the_backend_whole(self):
+        server = Server(self.config())
+        try:
+            for path, size, chunked in (("/small", 1000, False), ("/large", self.BODY, False),
+                                        ("/large-chunked", self.BODY, True),
+                                        ("/at-the-cap", 1 << 20, False)):
+                body = os.urandom(size)
+                status, _, answer, _ = self.post(server, path, body, chunked)
+                self.assertEqual(status, 200, answer)
+                seen = self.backend.recorder.find(path)
+                self.assertEqual((seen["body_len"], seen["framing"]), (size, "length"), path)
+                self.assertEqual(seen["body_sha"], hashlib.sha256(body).hexdigest(), path)
+            self.no_file_left(server, "bodies forwarded")
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    @unittest.skipIf(os.environ.get("CREDITLOOP_SANITIZE"),
+                     "a sanitizer's shadow memory and quarantine count in the resident size too")
+    def test_slow_uploads_hold_the_memory_bound_not_their_bodies(self):
+        """Clients that stop near the end of their 900 KiB bodies: each connection holds its
+        memory bound and a piece, not its body."""
+        server = Server(self.config())
+        pid, count, held_back = server.proc.pid, 16, 20 * 1024
+        clients = []
+        try:
+            self.assertEqual(self.post(server, "/warm", os.urandom(self.BODY))[0], 200)
+            before = rss_kib(pid)
+            bodies = [os.urandom(self.BODY) for _ in range(count)]
+            clients = [Client(server.port) for _ in range(count)]
+            for i, (c, body) in enumerate(zip(clients, bodies)):
+                c.send(request("POST", f"/slow{i}", body=body)[:-held_back])
+            wait_for("the bodies so far read",
+                     lambda: unread_on(pid, server.port) == (count, 0))
+            self.assertEqual(files_open_in(pid, self.temp), count)
+            grown = rss_kib(pid) - before
+            # A connection's own state (session, read-ahead, coroutine frames) and a 16 KiB
+            # piece; each body held in memory would add its 880 KiB.
+            self.assertLess(grown / count, 128, f"{grown} KiB for {count} uploads")
+            for c, body in zip(clients, bodies):
+                c.send(body[-held_back:])
+            for i, (c, body) in enumerate(zip(clients, bodies)):
+                self.assertEqual(c.response()[0], 200)
+                seen = self.backend.recorder.find(f"/slow{i}")
+                self.assertEqual(seen["body_sha"], hashlib.sha256(body).hexdigest())
+            self.no_file_left(server, "slow uploads")
+        finally:
+            for c in clients:
+                c.close()
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_no_temporary_file_outlives_its_exchange(self):
+        server = Server(self.config(body_timeout_ms=500))
+        pid = server.proc.pid
+        try:
+            # A client that leaves mid-body.
+            leaving = Client(server.port)
+            leaving.send(request("POST", "/leaving", headers=[("Content-Length", str(self.BODY))])
+                         + b"x" * 100_000)
+            wait_for("its body in a file", lambda: files_open_in(pid, self.temp) == 1)
+            leaving.close()
+            self.no_file_left(server, "a client that left")
+            # A client that stalls mid-body: closed at its body timeout.
+            stalling = Client(server.port)
+            stalling.send(request("POST", "/stalling",
+                                  headers=[("Content-Length", str(self.BODY))]) + b"x" * 100_000)
+            wait_for("its body in a file", lambda: files_open_in(pid, self.temp) == 1)
+            self.assertRaises(EOFError, stalling.response)
+            stalling.close()
+            self.no_file_left(server, "a body timeout")
+            # A body of unknown length that passes the cap once it is in the file: 413.
+            large = Client(server.port)
+            large.send(request("POST", "/too-large", headers=[("Transfer-Encoding", "chunked")])
+                       + b"%x\r\n" % 600_000 + b"y" * 600_000 + b"\r\n")
+            wait_for("its body in a file", lambda: files_open_in(pid, self.temp) == 1)
+            try:
+                large.send(b"%x\r\n" % 600_000 + b"y" * 600_000 + b"\r\n0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # answered and closed while it was still sending
+            self.assertEqual(large.response()[0], 413)
+            self.no_file_left(server, "a 413")
+            large.close()
+            self.assertEqual(self.backend.recorder.paths(), [])
+            # A client that leaves while its request, body read, waits for a slot.
+            holding = [Client(server.port) for _ in range(2)]
+            for c in holding:
+                c.send(request("GET", "/hold"))
+            wait_for("both slots held", lambda: len(self.backend.recorder.paths()) == 2)
+            queued = Client(server.port)
+            queued.send(request("POST", "/queued", body=os.urandom(self.BODY)))
+            wait_for("it queued", lambda: server.tenant("alice")["queued"] == 1)
+            self.assertEqual(files_open_in(pid, self.temp), 1)
+            queued.close()
+            wait_for("the departure counted",
+                     lambda: metric(server, "creditloop_server_requests_cancelled_total") == 1)
+            self.no_file_left(server, "a client that left while queued")
+            self.backend.recorder.gate("hold").set()
+            for c in holding:
+                self.assertEqual(c.response()[0], 200)
+                c.close()
+            self.assertEqual(self.post(server, "/after", os.urandom(self.BODY))[0], 200)
+            self.no_file_left(server, "a forwarded body")
+            self.assertNotIn("/queued", self.backend.recorder.paths())
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_a_disk_error_answers_500_and_the_server_goes_on(self):
+        server = Server(self.config())
+        try:
+            # The process may write no file past 64 KiB: the temporary file's write fails (EFBIG),
+            # as it would on a full disk (ENOSPC).
+            subprocess.run(["prlimit", f"--pid={server.proc.pid}", "--fsize=65536:unlimited"],
+                           check=True)
+            status, _, answer, _ = self.post(server, "/disk-full", os.urandom(self.BODY))
+            self.assertEqual(status, 500, answer)
+            self.assertIn("cannot buffer a request body", server.log())
+            self.no_file_left(server, "a disk error")
+            self.assertEqual(self.post(server, "/in-memory", b"z" * 1000)[0], 200)
+            subprocess.run(["prlimit", f"--pid={server.proc.pid}", "--fsize=unlimited"],
+                           check=True)
+            self.assertEqual(self.post(server, "/disk-back", os.urandom(self.BODY))[0], 200)
+            self.assertEqual(self.backend.recorder.paths(), ["/in-memory", "/disk-back"])
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_a_bound_or_a_directory_that_cannot_serve_is_refused_at_start(self):
+        def refusal(config):
+            status, stderr = test_server.check_config(config)
+            self.assertEqual(status, 3, stderr)
+            return stderr
+
+        config = self.config()
+        config["limits"]["body_buffer_bytes"] = 2 << 20
+        self.assertIn("limits.body_buffer_bytes: must be at most limits.body_bytes (1048576), "
+                      "got 2097152", refusal(config))
+        missing = os.path.join(self.temp, "missing")
+        config = self.config()
+        config["proxy"]["body_temp_dir"] = missing
+        self.assertIn(f'proxy.body_temp_dir: "{missing}" does not exist', refusal(config))
+        a_file = os.path.join(self.temp, "a-file")
+        open(a_file, "w").close()
+        config["proxy"]["body_temp_dir"] = a_file
+        self.assertIn(f'proxy.body_temp_dir: "{a_file}" is not a directory', refusal(config))
+        os.unlink(a_file)
+        # Unwritable: by its mode, or (for root, whom a mode does not stop) by being immutable.
+        locked = os.path.join(self.temp, "locked")
+        os.mkdir(locked)
+        if os.geteuid() == 0:
+            if subprocess.run(["chattr", "+i", locked], capture_output=True).returncode != 0:
+                self.skipTest("root here cannot make a directory immutable (chattr +i)")
+        else:
+            os.chmod(locked, 0o555)
+        try:
+            config["proxy"]["body_temp_dir"] = locked
+            self.assertIn(f'proxy.body_temp_dir: cannot make a file in "{locked}"',
+                          refusal(config))
+            # The server itself refuses to start, with the same line.
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "c.json")
+                with open(path, "w") as f:
+                    json.dump(config, f)
+                r = subprocess.run([test_server.SERVER, "-c", path], capture_output=True,
+                                   text=True, timeout=20)
+            self.assertEqual(r.returncode, 3, r.stderr)
+            self.assertIn(f'proxy.body_temp_dir: cannot make a file in "{locked}"', r.stderr)
+        finally:
+            if os.geteuid() == 0:
+                subprocess.run(["chattr", "-i", locked], check=True)
+            else:
+                os.chmod(locked, 0o755)
+        # Streamed bodies need no directory: none is checked.
+        config["proxy"].update(request_buffering=False, body_temp_dir=missing)
+        self.assertEqual(test_server.check_config(config)[0], 0)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "given_key.hpp"
+#include "temp_file.hpp"
 #include "tenant_file.hpp"
 
 namespace creditloop::server {
@@ -128,6 +129,10 @@ ProxyConfig proxy(const json& body) {
   if (p.host.find_first_of(" \t\r\n") != std::string::npos) {
     refuse(f.path("host"), "must not contain white space");
   }
+  if (f.find("body_temp_dir") != nullptr) {
+    p.body_temp_dir = f.text("body_temp_dir", "");
+    if (p.body_temp_dir.empty()) refuse(f.path("body_temp_dir"), "must not be empty");
+  }
   f.finish();
   return p;
 }
@@ -138,6 +143,14 @@ Limits limits(const json& body) {
   l.header_bytes =
       static_cast<std::uint32_t>(f.integer("header_bytes", l.header_bytes, 256, 1 << 20));
   l.body_bytes = f.integer("body_bytes", l.body_bytes, 0, 1ull << 30);
+  // Not given, it shrinks to a smaller cap; given, a bound above the cap is a mistake to show.
+  l.body_buffer_bytes =
+      f.integer("body_buffer_bytes", std::min(l.body_buffer_bytes, l.body_bytes), 0, 1ull << 30);
+  if (l.body_buffer_bytes > l.body_bytes) {
+    refuse(f.path("body_buffer_bytes"), "must be at most limits.body_bytes (" +
+                                            std::to_string(l.body_bytes) + "), got " +
+                                            std::to_string(l.body_buffer_bytes));
+  }
   l.read_timeout = millis(f, "read_timeout_ms", l.read_timeout);
   l.body_timeout = millis(f, "body_timeout_ms", l.body_timeout);
   l.idle_timeout = millis(f, "idle_timeout_ms", l.idle_timeout);
@@ -148,6 +161,34 @@ Limits limits(const json& body) {
       f.integer("max_connections_per_address", l.max_connections_per_address, 0, 10'000'000));
   f.finish();
   return l;
+}
+
+// Where buffered bodies past their memory bound go: the directory given (relative: from the
+// configuration's), or the system's; refused unless a file can be made there now, so that a
+// mistake shows at start rather than as a 500 on the first large body.
+std::string body_temp_dir(const std::string& given, const std::string& base_dir) {
+  namespace fs = std::filesystem;
+  const char* const field = "proxy.body_temp_dir";
+  std::error_code ec;
+  fs::path dir = given;
+  if (given.empty()) {
+    dir = fs::temp_directory_path(ec);
+    if (ec) {
+      const std::string system = "the system's temporary directory ($TMPDIR, else /tmp)";
+      refuse(field, "not given, and " + system + " cannot be used: " + ec.message());
+    }
+  } else if (dir.is_relative() && !base_dir.empty()) {
+    dir = fs::path(base_dir) / dir;
+  }
+  const std::string quoted = "\"" + dir.string() + "\"";
+  const fs::file_status status = fs::status(dir, ec);
+  if (!fs::exists(status)) refuse(field, quoted + " does not exist");
+  if (!fs::is_directory(status)) refuse(field, quoted + " is not a directory");
+  auto probe = unlinked_temp_file(dir.string());
+  if (const auto* why = std::get_if<std::error_code>(&probe)) {
+    refuse(field, "cannot make a file in " + quoted + ": " + why->message());
+  }
+  return dir.string();
 }
 
 // `slots`: a number, "auto" (a room learned between RoomBounds' defaults), or
@@ -236,6 +277,9 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
     refuse("proxy", "is required in proxy mode");
   }
   if (const json* l = top.find("limits")) s.limits = limits(*l);
+  if (s.mode == ServeMode::proxy && s.proxy.request_buffering) {
+    s.proxy.body_temp_dir = body_temp_dir(s.proxy.body_temp_dir, base_dir);
+  }
   if (const json* c = top.find("capture")) {
     Fields f(*c, "capture");
     CaptureConfig capture;

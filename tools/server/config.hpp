@@ -78,6 +78,10 @@ struct ProxyConfig {
   /// `proxy_request_buffering on`), so that a slow client never holds a slot; false: it streams
   /// to the backend once dispatched, and its slot is charged for the time it holds.
   bool request_buffering = true;
+  /// Where a buffered body longer than `limits.body_buffer_bytes` goes, in a file with no name
+  /// (nginx's client_body_temp_path). Given relative: from the configuration's directory; not
+  /// given: the system's temporary directory ($TMPDIR, else /tmp).
+  std::string body_temp_dir;
 };
 
 /// Fleet mode (docs/fleet.md): each tenant's plan holds across every server sharing one Redis.
@@ -101,9 +105,13 @@ struct FleetConfig {
 
 struct Limits {
   std::uint32_t header_bytes = 8 * 1024;
-  /// The largest request body (nginx's client_max_body_size); read into memory before the
-  /// request is queued. Proxy mode without request buffering: the buffer a body streams through.
+  /// The largest request body (nginx's client_max_body_size), read before the request is queued.
+  /// Proxy mode without request buffering: the buffer a body streams through.
   std::uint64_t body_bytes = 1024 * 1024;
+  /// Proxy mode with request buffering: the most of a body kept in memory (nginx's
+  /// client_body_buffer_size); a longer one goes to a file in `proxy.body_temp_dir`. At most
+  /// `body_bytes`; not given, 16 KiB or `body_bytes` when that is less.
+  std::uint64_t body_buffer_bytes = 16 * 1024;
   /// The whole request (headers and body) must arrive within this, or the connection is closed:
   /// a client that trickles bytes holds a connection no longer than this.
   std::chrono::milliseconds read_timeout{10'000};

@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A file-size limit (RLIMIT_FSIZE) reached by a buffered body's temporary file must fail that
+  // write (EFBIG, answered 500), not end the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     creditloop::server::Server server(std::move(options));
     return server.run();

@@ -3,10 +3,12 @@
 #include <sys/ioctl.h>
 
 #include <cmath>
+#include <cstdio>
 #include <iterator>
 #include <limits>
 #include <optional>
 #include <string>
+#include <system_error>
 
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -137,9 +139,11 @@ asio::awaitable<ProxyOutcome> Exchanger::run() {
 // retry must see the whole attempt (what was sent, on which connection), and each step suspends.
 asio::awaitable<bool> Exchanger::send_request() {
   const RequestHead& req = e_.head();
-  // A buffered body goes in one write with its length; a pending one streams as it arrives.
+  // A buffered body goes with its length: in one write from memory, or a scratch buffer at a
+  // time from its file; a pending one streams as it arrives.
   const bool buffered = e_.body_buffered;
   const bool body = buffered ? !e_.body.empty() : client_body_pending();
+  const bool from_file = buffered && e_.body.in_file();
   http::request<http::buffer_body> forward;
   backend_head(req,
                Forwarded{e_.tenant->name, e_.client_address, config_.proxy.host, backend_.address(),
@@ -162,12 +166,32 @@ asio::awaitable<bool> Exchanger::send_request() {
     }
     const bool retry = conn_->reused && attempt == 0 && repeatable(req, body);
     http::request_serializer<http::buffer_body> sr{forward};
-    forward.body().data = buffered && body ? e_.body.data() : nullptr;
-    forward.body().size = buffered ? e_.body.size() : 0;
-    forward.body().more = body && !buffered;
+    const bool in_memory = buffered && body && !from_file;
+    forward.body().data = in_memory ? e_.body.memory().data() : nullptr;
+    forward.body().size = in_memory ? e_.body.memory().size() : 0;
+    forward.body().more = body && (!buffered || from_file);
     conn_->stream.expires_after(backend_.timeout());
     co_await http::async_write(conn_->stream, sr, redirect(ec));
     if (ec == http::error::need_buffer) ec = {};
+    for (std::uint64_t sent = 0; !ec && from_file && sent < e_.body.size();) {
+      std::size_t got = 0;
+      if (const std::error_code disk =
+              e_.body.read_at(sent, {client_.scratch, client_.scratch_size}, got)) {
+        // The backend has part of a request it will never see whole: its connection goes.
+        drop_connection();
+        std::fprintf(stderr, "creditloop-server: cannot read a buffered request body back: %s\n",
+                     disk.message().c_str());
+        co_await answer_error(500, "cannot read the buffered request body");
+        co_return false;
+      }
+      sent += got;
+      forward.body().data = client_.scratch;
+      forward.body().size = got;
+      forward.body().more = sent < e_.body.size();
+      conn_->stream.expires_after(backend_.timeout());
+      co_await http::async_write(conn_->stream, sr, redirect(ec));
+      if (ec == http::error::need_buffer) ec = {};
+    }
     while (!ec && body && !e_.parser->is_done()) {
       auto& in = e_.parser->get().body();
       in.data = client_.scratch;
@@ -201,7 +225,8 @@ asio::awaitable<bool> Exchanger::send_request() {
       if (ec == http::error::need_buffer) ec = {};
     }
     if (!ec) {
-      ec = {};
+      // Sent whole: its memory and its file are not needed for the response, however long.
+      if (buffered) e_.body.release();
       response_.emplace();
       response_->header_limit(static_cast<std::uint32_t>(Backend::kHeaderBytes));
       response_->body_limit(std::numeric_limits<std::uint64_t>::max());
@@ -373,7 +398,7 @@ asio::awaitable<void> Exchanger::answer_error(unsigned status, const std::string
   settle();
   const bool body_pending = client_body_pending();
   Response res = make_response(e_.head(), static_cast<http::status>(status),
-                               (status >= 500 ? "backend: " : "") + why + "\n");
+                               (status >= 502 ? "backend: " : "") + why + "\n");
   server_.decorate(res, e_);
   // A body the client is still sending would be read as its next request: close instead.
   if (body_pending) res.keep_alive(false);

@@ -3,9 +3,11 @@
 // In order, on the client connection's strand:
 // 1. `Expect: 100-continue` is answered by the proxy once the request is dispatched (never
 //    before: a queued request's body would only wait in buffers), and not passed on.
-// 2. The request head goes to the backend (forwarding.hpp), then its body, streamed through one
-//    buffer of the session's as it arrives, re-framed chunked when the client's length was not
-//    known: `limits.body_bytes` bounds what is held, not what may pass.
+// 2. The request head goes to the backend (forwarding.hpp), then its body: a buffered one with its
+//    length, from memory or read back from its temporary file through one buffer of the
+//    session's (buffered_body.hpp), which then goes; else streamed through that buffer as it
+//    arrives, re-framed chunked when the client's length was not known: `limits.body_bytes`
+//    bounds what is held, not what may pass.
 // 3. Interim responses (100, 102, 103) are read and dropped, as nginx 1.22 drops them; 101 is
 //    refused (the proxy forwards no Upgrade). HEAD, 204 and 304 responses have no body, whatever
 //    their Content-Length says.

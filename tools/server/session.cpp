@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <exception>
 #include <limits>
+#include <span>
 #include <stdexcept>
+#include <system_error>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -321,7 +324,9 @@ asio::awaitable<bool> Session::read_body(Exchange& e, bool keep) {
   if (parser.is_done()) co_return true;
   const auto& fields = parser.get();
   e.header_fields = static_cast<std::size_t>(std::distance(fields.begin(), fields.end()));
-  const Limits& limits = server_.directory()->config->limits;
+  // Held for the whole read: a reload meanwhile must not free the limits being applied.
+  const std::shared_ptr<const Directory> dir = server_.directory();
+  const Limits& limits = dir->config->limits;
   parser.body_limit(limits.body_bytes);
   beast::error_code ec;
   if (parser.content_length() && *parser.content_length() > limits.body_bytes) {
@@ -331,27 +336,39 @@ asio::awaitable<bool> Session::read_body(Exchange& e, bool keep) {
     co_await asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
                                redirect(ec));
   }
-  if (!ec && keep && parser.content_length()) e.body.reserve(*parser.content_length());
-  // A kept body is read straight into its string, a piece at a time: a connection whose body
+  std::error_code disk;
+  if (!ec && keep) {
+    const auto length = parser.content_length();
+    disk = e.body.begin(limits.body_buffer_bytes, dir->config->proxy.body_temp_dir,
+                        length ? std::optional<std::uint64_t>(*length) : std::nullopt);
+  }
+  // A kept body is read straight into its place, a piece at a time: a connection whose body
   // barely moves (or never gets past a chunk header) holds a piece, not the relay buffer.
-  constexpr std::size_t kPiece = 16 * 1024;
-  std::size_t size = kPiece;
-  char* buffer = keep ? nullptr : scratch(size);
-  while (!ec && !parser.is_done()) {
-    const std::size_t had = e.body.size();
-    if (keep) {
-      e.body.resize(had + kPiece);
-      buffer = e.body.data() + had;
-    }
-    parser.get().body().data = buffer;
-    parser.get().body().size = size;
+  std::size_t scratch_size = 0;
+  char* const dropped = keep ? nullptr : scratch(scratch_size);
+  while (!ec && !disk && !parser.is_done()) {
+    const std::span<char> into = keep ? e.body.room() : std::span<char>(dropped, scratch_size);
+    parser.get().body().data = into.data();
+    parser.get().body().size = into.size();
     // Each read within the body timeout, all of them within the request's deadline.
     stream_.expires_at(std::min(Clock::now() + limits.body_timeout, request_deadline_));
     co_await http::async_read_some(stream_, buffer_, parser, redirect(ec));
     if (ec == http::error::need_buffer) ec = {};
-    if (keep) e.body.resize(had + (size - parser.get().body().size));
+    if (keep) disk = e.body.commit(into.size() - parser.get().body().size);
+  }
+  if (disk) {
+    // As nginx answers a temporary file it cannot write: the request ends, the server goes on.
+    std::fprintf(stderr, "creditloop-server: cannot buffer a request body in \"%s\": %s\n",
+                 dir->config->proxy.body_temp_dir.c_str(), disk.message().c_str());
+    e.body.release();
+    Response res = make_response(e.head(), http::status::internal_server_error,
+                                 "cannot buffer the request body\n");
+    co_await write(res, true);
+    server_.log_access(e, res.result_int(), res.body().size());
+    co_return false;
   }
   if (!ec) co_return true;
+  e.body.release();
   if (gone(ec)) {
     // Too slow or gone: closed without an answer, as nginx ends a client_body_timeout.
     server_.log_access(e, ec == beast::error::timeout ? 408 : 499, 0);
@@ -390,8 +407,9 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
       const std::string line =
           server_.access_line(*e, res ? res->result_int() : 499, res ? res->body().size() : 0);
       if (e->leave_queue(Exchange::Phase::abandoned)) {
-        // Withdrawn from the queue off this thread; the session, its buffers and its descriptor
-        // go now, whatever the withdrawal's outcome.
+        // Withdrawn from the queue off this thread; the session, its buffers and its descriptors
+        // (its body's file among them) go now, whatever the withdrawal's outcome.
+        e->body.release();
         e->session.reset();
         server_.withdraw(e.release());
         queue_timer_.cancel();
@@ -447,6 +465,7 @@ asio::awaitable<void> Session::give_back(std::unique_ptr<Exchange>& e) {
   close();            // the fault ends the connection; the watch ends with it
   if (!e) co_return;  // withdrawn already
   if (e->leave_queue(Exchange::Phase::abandoned)) {
+    e->body.release();
     e->session.reset();
     server_.withdraw(e.release());
     co_return;

@@ -5,9 +5,11 @@
 //
 // Every buffer that holds the client's bytes is bounded: the head by `limits.header_bytes`; what
 // is read ahead of the parser (a chunk header, a trailer, a pipelined request) by the session's
-// buffer, `header_bytes` + 16 KiB; a work-mode body by `limits.body_bytes`; a proxied body passes
-// through one scratch buffer of `limits.body_bytes` (at least 16 KiB, at most 64 KiB); what a
-// closing connection still receives is dropped through 4 KiB.
+// buffer, `header_bytes` + 16 KiB; a work-mode body by `limits.body_bytes`; a buffered proxied
+// body by `limits.body_buffer_bytes` and a 16 KiB piece, the rest going to a temporary file
+// (buffered_body.hpp); a streamed one passes through one scratch buffer of `limits.body_bytes`
+// (at least 16 KiB, at most 64 KiB); what a closing connection still receives is dropped through
+// 4 KiB.
 #pragma once
 
 #include <utility>  // before Asio's awaitable.hpp, which uses std::exchange without it
@@ -29,6 +31,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "buffered_body.hpp"
 #include "last_holder.hpp"
 #include "scheduler.hpp"
 
@@ -75,8 +78,9 @@ struct Exchange : Pending {
   double wait_ms = 0;  // work mode: modelled device wait
   /// The tenant's queue timeout when it arrived (0: none).
   std::chrono::milliseconds queue_timeout{0};
-  /// Proxy mode with request buffering: the whole body, read before the request was queued.
-  std::string body;
+  /// Proxy mode with request buffering: the whole body, read before the request was queued, in
+  /// memory or in a temporary file that goes with the exchange.
+  BufferedBody body;
   bool body_buffered = false;
   /// The head's fields; the parser appends a chunked body's trailers after them.
   std::size_t header_fields = static_cast<std::size_t>(-1);
@@ -114,8 +118,8 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::awaitable<bool> serve_tenant(http::request_parser<http::empty_body>& head);
   /// Reads a body within limits.body_bytes, the body timeout and the request's deadline: kept in
   /// `e.body` when `keep` (proxy mode), else dropped (work mode). Answers and returns false when
-  /// it is too large or malformed; closes and returns false when the client left or was too
-  /// slow.
+  /// it is too large or malformed, or could not be kept (a disk error: 500); closes and returns
+  /// false when the client left or was too slow.
   boost::asio::awaitable<bool> read_body(Exchange& e, bool keep);
   /// Waits until `e` is started; nothing then. Otherwise (its client left, its queue timeout
   /// passed, it was handed back) answers what there is to answer and returns whether the
