@@ -636,14 +636,7 @@ class ProxyPool(unittest.TestCase):
             """The server's descriptors that are TCP sockets to the backend's port. Counted by
             socket, not by descriptor: other descriptors (a thread's, the sanitizers') come and
             go."""
-            inodes = set()
-            for fd in os.listdir(f"/proc/{server.proc.pid}/fd"):
-                try:
-                    target = os.readlink(f"/proc/{server.proc.pid}/fd/{fd}")
-                except OSError:
-                    continue  # closed meanwhile
-                if target.startswith("socket:["):
-                    inodes.add(target[len("socket:["):-1])
+            inodes = socket_inodes(server.proc.pid)
             count = 0
             with open(f"/proc/{server.proc.pid}/net/tcp") as f:
                 for line in f.readlines()[1:]:
@@ -923,25 +916,7 @@ class Connections(unittest.TestCase):
         count, sent = 128, 60 * 1024
 
         def lingering():
-            """The server's sockets on its tenants' port it still holds, and the bytes they
-            have left unread."""
-            inodes = set()
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                try:
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                except OSError:
-                    continue  # closed meanwhile
-                if target.startswith("socket:["):
-                    inodes.add(target[len("socket:["):-1])
-            held, unread = 0, 0
-            with open(f"/proc/{pid}/net/tcp") as f:
-                for line in f.readlines()[1:]:
-                    fields = line.split()
-                    if int(fields[1].split(":")[1], 16) == server.port and \
-                            fields[3] != "0A" and fields[9] in inodes:
-                        held += 1
-                        unread += int(fields[4].split(":")[1], 16)
-            return held, unread
+            return unread_on(pid, server.port)
 
         def rss_kib():
             with open(f"/proc/{pid}/status") as f:
@@ -1017,8 +992,8 @@ def rss_kib(pid):
     raise AssertionError("no VmRSS")
 
 
-def unread_on(pid, port):
-    """The sockets on `port` the server holds, and the bytes they have left unread."""
+def socket_inodes(pid):
+    """The inodes of the sockets process `pid` holds descriptors to (/proc/PID/net/tcp's)."""
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -1027,6 +1002,12 @@ def unread_on(pid, port):
             continue  # closed meanwhile
         if target.startswith("socket:["):
             inodes.add(target[len("socket:["):-1])
+    return inodes
+
+
+def unread_on(pid, port):
+    """The sockets on `port` the server holds, and the bytes they have left unread."""
+    inodes = socket_inodes(pid)
     held, unread = 0, 0
     with open(f"/proc/{pid}/net/tcp") as f:
         for line in f.readlines()[1:]:

@@ -196,6 +196,17 @@ def raw_exchange_to(address, port, payload, timeout=5.0):
         return b"".join(chunks)
 
 
+def open_gate(gate):
+    """Lets a dispatcher held by CREDITLOOP_SERVER_TEST_DISPATCH_GATE go on: the server is the
+    FIFO's reader."""
+    try:
+        fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(fd, b"x")
+        os.close(fd)
+    except OSError:
+        pass
+
+
 def status_of(raw):
     first = raw.split(b"\r\n", 1)[0].split()
     return int(first[1]) if len(first) >= 2 else None
@@ -376,12 +387,7 @@ class WorkMode(unittest.TestCase):
             self.assertIn(503, statuses)  # the first queued: its queue timeout passed
             self.assertLessEqual(set(statuses), {429, 503})
         finally:
-            try:  # the dispatcher goes on: the gate's reader is the server
-                fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
-                os.write(fd, b"x")
-                os.close(fd)
-            except OSError:
-                pass
+            open_gate(gate)
         self.assertEqual(status_of(held.recv(4096)), 200)
         held.close()
 
@@ -414,12 +420,7 @@ class WorkMode(unittest.TestCase):
                                b"Host: 127.0.0.1\r\nConnection: close\r\n\r\n")
             self.assertEqual(status_of(raw), 200, raw)
         finally:
-            try:  # the dispatcher goes on: the gate's reader is the server
-                fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
-                os.write(fd, b"x")
-                os.close(fd)
-            except OSError:
-                pass
+            open_gate(gate)
         self.assertEqual(status_of(held.recv(4096)), 200)
         held.close()
         for scrape in scrapes:
