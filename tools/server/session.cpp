@@ -471,7 +471,8 @@ asio::awaitable<void> Session::give_back(std::unique_ptr<Exchange>& e) {
     co_return;
   }
   // Out of the queue: the dispatcher (proxy mode), the worker (work mode) or a hand-back still
-  // uses the exchange until the event it sends last.
+  // uses the exchange until the event it sends last. acquire: pairs with the winning acq_rel CAS
+  // in leave_queue(), whose side's writes to the exchange this then reads.
   const bool started = e->phase.load(std::memory_order_acquire) == Exchange::Phase::started;
   const unsigned last =
       started && server_.mode() == ServeMode::proxy ? Event::dispatched : Event::answered;
