@@ -13,6 +13,10 @@ struct CoreTestAccess {
     auto& record = core.in_flight_records_[index];
     record.generation = static_cast<decltype(record.generation)>(generation);
   }
+  // Puts a bucket where 1.6e14 charges of the largest cost would take it.
+  static void set_value(Core& core, ParticipantId p, ClassId c, Atto value) {
+    core.bucket(p.place, c).value = value;
+  }
 };
 }  // namespace detail
 
@@ -260,6 +264,23 @@ TEST(Completion, CompleteNanoChargesExactUnits) {
   ASSERT_TRUE(rig.core.complete_nano(rig.log[0].ticket, 1, 0).ok());
   EXPECT_EQ(rig.bals(a, 0, 0), "8999999999");
   EXPECT_EQ(str(rig.core.stats(a).cost_charged), "1");
+}
+
+// Debt is held at kDeepestDebt (bucket.hpp): a charge that would take a bucket deeper leaves it
+// there, and from there no refill reaches a credit within the clock.
+TEST(Completion, DebtStopsAtTheDeepestDebt) {
+  Rig rig(plans());
+  const ParticipantId a = rig.add("A", "one");
+  rig.submit(a, 3);
+  EXPECT_EQ(rig.drain(0, 2), "P1: A | P2: A");  // both buckets spent
+  detail::CoreTestAccess::set_value(rig.core, a, 0, kDeepestDebt + kAttoPerCredit);
+  ASSERT_TRUE(rig.core.complete(rig.log[0].ticket, 5, 0).ok());
+  EXPECT_EQ(rig.bals(a, 0, 0), str(nano_of(kDeepestDebt)));
+  EXPECT_EQ(rig.core.next_credit(a, 0, 0), std::nullopt);
+  // Nothing is lost to the floor but the debt below it: the other bucket, its P2 credit in 1 s,
+  // and the request still queued are as they were.
+  EXPECT_EQ(rig.core.next_credit(a, 1, 0), std::optional<Nanos>(kSec));
+  EXPECT_EQ(rig.drain(kSec, 1), "P2: A");
 }
 
 }  // namespace
