@@ -197,6 +197,10 @@ void add_loop_metrics(Families& families, const RuntimeSnapshot& loop, int k, co
              MetricType::Counter, to_seconds(loop.dispatcher_cpu));
   add_single(families, "creditloop_loop_in_flight", "Requests dispatched and not yet completed",
              MetricType::Gauge, static_cast<double>(loop.in_flight));
+  add_single(families, "creditloop_loop_ticket_growth_failures_total",
+             "Times the dispatcher could not grow its in-flight records for want of memory (the "
+             "room then counted as full)",
+             MetricType::Counter, static_cast<double>(loop.ticket_growth_failures));
   add_single(families, "creditloop_loop_room_slots",
              "The room: requests in flight at most (slots); a learned room's slots now",
              MetricType::Gauge, static_cast<double>(rt.room_slots()));
