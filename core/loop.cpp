@@ -207,7 +207,7 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
   // relaxed: published by the release store of `held` just after (request.hpp).
   request.queued_by.store(issuer_, std::memory_order_relaxed);
   request.queued_place.store(p.place, std::memory_order_relaxed);
-  // release: pairs with the acquire load in cancel(), which another runtime's dispatcher may run
+  // release: pairs with the acquire load in withdraw(), which another runtime's dispatcher may run
   // on this request (it must then read this core's issuer, and refuse it).
   request.held.store(RequestHook::kQueued, std::memory_order_release);
   now = advance_clock(now);
@@ -231,7 +231,7 @@ void Core::start_waiting(Header& header, std::uint32_t place, Nanos now) noexcep
   enter_waiting(place);
 }
 
-Status Core::cancel(RequestHook& request) noexcept {
+Status Core::withdraw(RequestHook& request) noexcept {
   // acquire: pairs with the release stores of kQueued in submit() and kInFlight in dispatch,
   // which may be another core's, on another thread: its issuer is then read, not ours.
   const std::uint8_t state = request.held.load(std::memory_order_acquire);
@@ -431,8 +431,8 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
   if (header.head == nullptr) header.tail = nullptr;
   request->next_in_queue = nullptr;
   // A completer that clears it hears of the dispatch through the embedder's own hand-off (or the
-  // runtime's job queue), which orders this store first. release: pairs with cancel()'s acquire
-  // load, for another core's cancel (see submit()).
+  // runtime's job queue), which orders this store first. release: pairs with withdraw()'s acquire
+  // load, for another core's withdrawal (see submit()).
   request->held.store(RequestHook::kInFlight, std::memory_order_release);
   --header.queued;
   cursor_[turn] = place;

@@ -59,9 +59,9 @@ struct RequestHook {
   [[nodiscard]] bool idle() const noexcept { return held.load(std::memory_order_relaxed) == kIdle; }
 
   RequestHook* next_in_queue = nullptr;
-  /// The one before it in its core's queue, so that Core::cancel unlinks it in O(1). Kept exact
+  /// The one before it in its core's queue, so that Core::withdraw unlinks it in O(1). Kept exact
   /// for every request but a queue's head: dispatching the head would otherwise write to the next
-  /// request's line too, a second cache line per dispatch, and cancel finds the head from the
+  /// request's line too, a second cache line per dispatch, and withdraw finds the head from the
   /// queue instead.
   RequestHook* prev_in_queue = nullptr;
   /// The instant the core queued it (Core::submit's `now`; in the runtime, the dispatcher's clock
@@ -69,10 +69,10 @@ struct RequestHook {
   /// age in a snapshot is measured from.
   Nanos queued_at = 0;
   /// While queued: the issuer of the core it is queued in and its ring place there, which is how
-  /// Core::cancel finds its queue (and refuses a request queued in another core). Atomic, relaxed:
-  /// another runtime's dispatcher may read them while this one writes them (a cancel through the
-  /// wrong runtime); the release store of `held` that follows orders them for a reader that
-  /// acquires `held`.
+  /// Core::withdraw finds its queue (and refuses a request queued in another core). Atomic,
+  /// relaxed: another runtime's dispatcher may read them while this one writes them (a
+  /// withdrawal through the wrong runtime); the release store of `held` that follows orders them
+  /// for a reader that acquires `held`.
   std::atomic<std::uint32_t> queued_by{0};
   std::atomic<std::uint32_t> queued_place{0};
   std::atomic<std::uint8_t> held{kIdle};

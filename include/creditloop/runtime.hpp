@@ -16,7 +16,7 @@
 //  - Room: a slot count (in-flight limit, released by completions), a slot count learned from
 //    the backend's latency (room_controller.hpp), or your own room test.
 //  - Lifecycle from any thread while producers and workers run: add, remove (hands back the
-//    queued requests), replan, scale (a fraction of the plan), cancel (withdraws one queued
+//    queued requests), replan, scale (a fraction of the plan), withdraw (one queued
 //    request), shutdown (hands back or drains what is queued, then waits for everything in
 //    flight). Destruction without shutdown is safe: it
 //    shuts down handing back.
@@ -41,7 +41,7 @@
 //  - the dispatcher: per decision, the core's O(log64 N) visit; per activation O(1) plus the
 //    requests moved; per completion O(1). It sleeps when it has nothing to do (no CPU when idle)
 //    and when it has no room, and is woken by the submission or completion that changes that.
-//  - add, remove, replan, scale, cancel, snapshots: a round trip to the dispatcher
+//  - add, remove, replan, scale, withdraw, snapshots: a round trip to the dispatcher
 //    (microseconds); add may allocate.
 #pragma once
 
@@ -255,14 +255,17 @@ class Runtime {
   Status scale(ParticipantId p, std::uint32_t millionths);
   [[nodiscard]] std::optional<ParticipantId> find(std::string_view name);
 
-  /// Withdraws `request`, submitted for `p` and not yet dispatched (Core::cancel): it leaves the
+  /// Withdraws `request`, submitted for `p` and not yet dispatched (Core::withdraw): it leaves the
   /// queue, takes no credit, `p` keeps its place in the cursor, and the request is the caller's
   /// again when this returns. A request whose submit() has returned is found wherever it waits,
   /// in the core's queue or still in `p`'s inbox. Any thread; blocks for the round trip (a sink
   /// runs it inline); allocates nothing. Errors: unknown_participant; not_queued (not waiting for
   /// `p`: never submitted, handed back, completed, or submitted for another participant);
   /// in_flight (dispatched: complete it as usual); shut_down.
-  Status cancel(ParticipantId p, RequestHook& request);
+  Status withdraw(ParticipantId p, RequestHook& request);
+  [[deprecated("use withdraw")]] Status cancel(ParticipantId p, RequestHook& request) {
+    return withdraw(p, request);
+  }
 
   // ---- requests: any thread, no allocation --------------------------------------------------
   /// Queues `request` for `p`. On error the request is not linked and stays the caller's:

@@ -160,7 +160,7 @@ TEST(Remove, ARequestIsTheCallersOnlyOnceTheWalkOfItsListHasPassedIt) {
   ASSERT_TRUE(back.ok());
   EXPECT_FALSE(second.idle());
   EXPECT_EQ(rig.core.submit(b, second, 0).error(), Errc::already_queued);
-  EXPECT_EQ(rig.core.cancel(second).error(), Errc::not_queued);
+  EXPECT_EQ(rig.core.withdraw(second).error(), Errc::not_queued);
   EXPECT_EQ(rig.core.queued(b), 0u);
   EXPECT_EQ(back->pop_front(), &first);
   EXPECT_TRUE(first.idle());

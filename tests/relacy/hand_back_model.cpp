@@ -1,5 +1,5 @@
 // A request's hand-back to its caller (creditloop/detail/hand_back.hpp, run by a RequestList's
-// walk and its destructor after a removal or a shutdown, the runtime's cancel(), completions, the
+// walk and its destructor after a removal or a shutdown, the runtime's withdraw(), completions, the
 // worker pool and a refused submit). The dispatcher links two requests into a chain (the writes a
 // removal's splice makes) and gives back the chain as a dropped list does; two threads race to
 // submit them

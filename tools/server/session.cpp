@@ -398,7 +398,7 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
         co_await stop_watching();
         server_.write_access(line);
         if (client_left) {
-          server_.cancelled.fetch_add(1, std::memory_order_relaxed);  // a statistic
+          server_.departed.fetch_add(1, std::memory_order_relaxed);  // a statistic
           close();
           co_return std::optional<bool>(false);
         }

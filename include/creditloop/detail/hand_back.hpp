@@ -60,7 +60,7 @@ void give_back_chain(Node* first) noexcept {
 }
 
 /// The core, handing the chain that starts at `first` back in a RequestList: its requests stay
-/// the library's (kInList, refused by a submit or a cancel) until the list gives each back.
+/// the library's (kInList, refused by a submit or a withdrawal) until the list gives each back.
 template <class Link, class Node>
 void keep_for_list(Node* first) noexcept {
   for (Node* r = first; r != nullptr; r = Link::get(*r)) {
