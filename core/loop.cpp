@@ -256,7 +256,7 @@ Status Core::withdraw(RequestHook& request) noexcept {
   }
   request.next_in_queue = nullptr;
   request.prev_in_queue = nullptr;
-  detail::give_back(request.held);  // the last access: it may be submitted again at once
+  detail::hand_back(request.held);  // the last access: it may be submitted again at once
   // No credit was taken at submission and none is given back: the buckets, their timers and the
   // cursors are as they were. A queue left empty leaves the waiting and ready sets, as after the
   // dispatch of its last request; its timers stay filed (leave_waiting()).
@@ -280,7 +280,7 @@ RequestList Core::take_all_queued() noexcept {
        place = waiting_.find_next(place + 1)) {
     Header& header = header_at(place);
     leave_waiting(place);
-    detail::keep_for_list<detail::HookLink>(header.head);  // the list gives each back
+    detail::keep_for_list<detail::HookLink>(header.head);  // the list hands each back
     all.splice_back(RequestList(header.head, header.tail, header.queued));
     header.head = header.tail = nullptr;
     header.queued = 0;
@@ -660,7 +660,7 @@ void Core::visit_unmetered_with_credit(std::uint32_t place, Header& header, Nano
 // ---- completions ----------------------------------------------------------------------------
 
 Result<Completion> Core::complete_ticket(Ticket t, std::int64_t cost_nano, Nanos now,
-                                         bool give_back_request) noexcept {
+                                         bool hand_back_request) noexcept {
   if (cost_nano < 0 || cost_nano > kMaxCostNano) return Errc::bad_cost;
   if (t.issuer != issuer_ || t.index >= tickets_ || (t.generation & 1u) == 0) {
     return Errc::unknown_ticket;
@@ -673,8 +673,8 @@ Result<Completion> Core::complete_ticket(Ticket t, std::int64_t cost_nano, Nanos
   ++f.generation;                    // even: retired; a repeat of this ticket is now stale
   free_tickets_.push_back(t.index);  // never allocates: capacity covers every record
   --in_flight_;
-  if (give_back_request) {
-    detail::give_back(f.request->held);
+  if (hand_back_request) {
+    detail::hand_back(f.request->held);
   }
 
   const ParticipantId p{f.place, f.participant_generation, issuer_};

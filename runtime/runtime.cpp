@@ -186,7 +186,7 @@ Result<RequestList> Runtime::Impl::remove(ParticipantId p) {
     }
     // The requests still in its inbox go into the core first (they are newer than every one it
     // holds), so that the core hands them all back in one list, oldest first, each the library's
-    // until the caller's walk of the list gives it back (request.hpp).
+    // until the caller's walk of the list hands it back (request.hpp).
     take_into_core(p.place, mailboxes_[p.place].inbox.close(), loop_now_);
     result = core_.remove(p);
     if (!result) return;

@@ -88,7 +88,7 @@ enum class CallbackKind : std::uint8_t { sink, room, clock, observer, handler };
 
 /// A callback threw. What became of the request in question, per callback:
 ///  - sink: the sink did not take the request. The runtime completes it at cost 0 (the credit
-///    taken at dispatch stays spent) and gives it back here in `request`, the caller's again (to
+///    taken at dispatch stays spent) and hands it back here in `request`, the caller's again (to
 ///    submit again, or drop). If the sink completed it before throwing, `request` is null: the
 ///    completion stands and the request is the caller's already.
 ///  - handler: the request is completed at cost 0 and counted in handler_errors(); `request` is
@@ -243,7 +243,7 @@ class Runtime {
   /// Errors: those of Core::add, and shut_down.
   Result<ParticipantId> add(std::string_view name, std::string_view plan, std::uint32_t shares);
   /// Unregisters `p` and hands back everything it had queued, oldest first; each request is the
-  /// caller's once the list gives it back (its pop_front(), or the list's end), so that a thread
+  /// caller's once the list hands it back (its pop_front(), or the list's end), so that a thread
   /// may submit it again at once while the list is still walked. Its in-flight requests stay
   /// completable; their costs are charged nowhere. Errors: unknown_participant, shut_down.
   Result<RequestList> remove(ParticipantId p);
@@ -269,7 +269,7 @@ class Runtime {
 
   // ---- requests: any thread, no allocation --------------------------------------------------
   /// Queues `request` for `p`. On error the request is not linked and stays the caller's:
-  /// already_queued (submitted before and not yet completed or given back by its handed-back
+  /// already_queued (submitted before and not yet completed or handed back by its handed-back
   /// list, or, with the worker pool, not yet given to the handler: it is the library's, and stays
   /// where it is),
   /// unknown_participant (never registered, or removed), shut_down, or unsupported_address (its

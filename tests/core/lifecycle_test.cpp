@@ -170,7 +170,7 @@ TEST(Remove, ARequestIsTheCallersOnlyOnceTheWalkOfItsListHasPassedIt) {
   EXPECT_TRUE(third.idle());
 }
 
-// Whatever a list still holds when it is dropped is given back, as take_all_queued's is.
+// Whatever a list still holds when it is dropped is handed back, as take_all_queued's is.
 TEST(Remove, AListDroppedBeforeItsWalkGivesEveryRequestBack) {
   Rig rig(plans());
   const ParticipantId a = rig.add("A", "pro");
