@@ -78,7 +78,7 @@ using CasBag = creditloop::detail::LockFreeBag<Node, std::atomic, &Node::next>;
 
 constexpr std::size_t kNodesEach = 256;
 
-void give_back(Node& node) {
+void return_to_producer(Node& node) {
   // release: pairs with the producer's acquire load; the consumer is done with the node.
   node.lent.store(false, std::memory_order_release);
 }
@@ -99,7 +99,7 @@ double pushes_per_second(int producers, std::chrono::milliseconds length) {
       // relaxed: a stop flag; nothing is read after it.
       while (!stop.load(std::memory_order_relaxed)) {
         Node& node = own[i];
-        // acquire: pairs with give_back()'s release store.
+        // acquire: pairs with return_to_producer()'s release store.
         if (node.lent.load(std::memory_order_acquire)) continue;  // not back yet
         node.lent.store(true, std::memory_order_relaxed);         // published by the push
         bag.push(node);
@@ -112,7 +112,7 @@ double pushes_per_second(int producers, std::chrono::milliseconds length) {
   const auto start = std::chrono::steady_clock::now();
   const auto until = start + length;
   while (std::chrono::steady_clock::now() < until) {
-    for (int i = 0; i < 64; ++i) (void)bag.drain(give_back);
+    for (int i = 0; i < 64; ++i) (void)bag.drain(return_to_producer);
   }
   stop.store(true, std::memory_order_relaxed);
   for (std::thread& t : threads) t.join();

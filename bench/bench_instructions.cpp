@@ -38,7 +38,7 @@ enum class Kind {
   cycle,     // decision, submission and completion with cost, queues kept at their depth
   request,   // one deep: submission, decision, completion with cost
   add,       // registration into fresh cores, nothing reserved (`registered` adds per core)
-  cancel,    // withdrawal of a queued request anywhere in its queue (Core::cancel)
+  withdraw,  // withdrawal of a queued request anywhere in its queue (Core::withdraw)
   room,      // the learned room's work per completion: completed(), and the dispatched() that
              // refills the room (`registered`: the backend's capacity)
 };
@@ -97,7 +97,7 @@ std::vector<Case> all_cases() {
   cases.push_back({"decision/visit/high-rate/1k-all", Kind::decision, 1000, 1000, Api::single,
                    Credit::high_rate, 4});
   cases.push_back(
-      {"cancel/16-deep/1024", Kind::cancel, 1024, 1024, Api::single, Credit::plentiful, 16});
+      {"withdraw/16-deep/1024", Kind::withdraw, 1024, 1024, Api::single, Credit::plentiful, 16});
   for (const std::size_t capacity : {8u, 64u}) {
     cases.push_back({"room/completion/capacity-" + std::to_string(capacity), Kind::room, capacity,
                      0, Api::single, Credit::plentiful, 0});
@@ -173,9 +173,9 @@ std::uint64_t run_adds(const Case& c) {
   return cores.add_all();
 }
 
-// Cancels spread over every queue and position (head, middle and tail alike); each withdrawn
+// Withdrawals spread over every queue and position (head, middle and tail alike); each withdrawn
 // request is submitted again uncounted, so that the queues keep their depth.
-std::uint64_t run_cancels(const Case& c) {
+std::uint64_t run_withdrawals(const Case& c) {
   creditloop::Core core(creditloop::reference_config());
   core.reserve(c.registered, 0);
   std::vector<creditloop::ParticipantId> ids;
@@ -193,7 +193,7 @@ std::uint64_t run_cancels(const Case& c) {
     const std::size_t r = (i * 7919) % requests.size();
     {
       const Counted counted;
-      if (core.cancel(requests[r]).ok()) ++ops;
+      if (core.withdraw(requests[r]).ok()) ++ops;
     }
     (void)core.submit(ids[r % c.registered], requests[r], 0);
   }
@@ -276,8 +276,8 @@ int main(int argc, char** argv) {
       ops = run_adds(c);
     } else if (c.kind == Kind::room) {
       ops = run_room(c);
-    } else if (c.kind == Kind::cancel) {
-      ops = run_cancels(c);
+    } else if (c.kind == Kind::withdraw) {
+      ops = run_withdrawals(c);
     } else if (c.kind == Kind::request) {
       ops = run_requests(c);
     } else if (c.api == Api::batch) {

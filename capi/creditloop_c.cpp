@@ -487,7 +487,7 @@ creditloop_status creditloop_submit(creditloop_core* core, creditloop_participan
 
 creditloop_status creditloop_withdraw(creditloop_core* core, creditloop_request* request) {
   if (core == nullptr || request == nullptr) return CREDITLOOP_BAD_ARGUMENT;
-  return to_c(core->core.cancel(*hook_of(request)));
+  return to_c(core->core.withdraw(*hook_of(request)));
 }
 
 creditloop_status creditloop_dispatch(creditloop_core* core, int64_t now, creditloop_decision* out,

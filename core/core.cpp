@@ -168,7 +168,7 @@ Result<RequestList> Core::remove(ParticipantId p) {
   Header& header = header_at(p.place);
   if (header.queued != 0) leave_waiting(p.place);
   forget_timers(p.place, header.held);
-  detail::keep_for_list<detail::HookLink>(header.head);  // the list gives each back (request.hpp)
+  detail::keep_for_list<detail::HookLink>(header.head);  // the list hands each back (request.hpp)
   RequestList handed_back(header.head, header.tail, header.queued);
   header.head = header.tail = nullptr;
   header.queued = 0;

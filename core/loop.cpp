@@ -207,7 +207,7 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
   // relaxed: published by the release store of `held` just after (request.hpp).
   request.queued_by.store(issuer_, std::memory_order_relaxed);
   request.queued_place.store(p.place, std::memory_order_relaxed);
-  // release: pairs with the acquire load in cancel(), which another runtime's dispatcher may run
+  // release: pairs with the acquire load in withdraw(), which another runtime's dispatcher may run
   // on this request (it must then read this core's issuer, and refuse it).
   request.held.store(RequestHook::kQueued, std::memory_order_release);
   now = advance_clock(now);
@@ -231,7 +231,7 @@ void Core::start_waiting(Header& header, std::uint32_t place, Nanos now) noexcep
   enter_waiting(place);
 }
 
-Status Core::cancel(RequestHook& request) noexcept {
+Status Core::withdraw(RequestHook& request) noexcept {
   // acquire: pairs with the release stores of kQueued in submit() and kInFlight in dispatch,
   // which may be another core's, on another thread: its issuer is then read, not ours.
   const std::uint8_t state = request.held.load(std::memory_order_acquire);
@@ -256,7 +256,7 @@ Status Core::cancel(RequestHook& request) noexcept {
   }
   request.next_in_queue = nullptr;
   request.prev_in_queue = nullptr;
-  detail::give_back(request.held);  // the last access: it may be submitted again at once
+  detail::hand_back(request.held);  // the last access: it may be submitted again at once
   // No credit was taken at submission and none is given back: the buckets, their timers and the
   // cursors are as they were. A queue left empty leaves the waiting and ready sets, as after the
   // dispatch of its last request; its timers stay filed (leave_waiting()).
@@ -280,7 +280,7 @@ RequestList Core::take_all_queued() noexcept {
        place = waiting_.find_next(place + 1)) {
     Header& header = header_at(place);
     leave_waiting(place);
-    detail::keep_for_list<detail::HookLink>(header.head);  // the list gives each back
+    detail::keep_for_list<detail::HookLink>(header.head);  // the list hands each back
     all.splice_back(RequestList(header.head, header.tail, header.queued));
     header.head = header.tail = nullptr;
     header.queued = 0;
@@ -431,8 +431,8 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
   if (header.head == nullptr) header.tail = nullptr;
   request->next_in_queue = nullptr;
   // A completer that clears it hears of the dispatch through the embedder's own hand-off (or the
-  // runtime's job queue), which orders this store first. release: pairs with cancel()'s acquire
-  // load, for another core's cancel (see submit()).
+  // runtime's job queue), which orders this store first. release: pairs with withdraw()'s acquire
+  // load, for another core's withdrawal (see submit()).
   request->held.store(RequestHook::kInFlight, std::memory_order_release);
   --header.queued;
   cursor_[turn] = place;
@@ -660,7 +660,7 @@ void Core::visit_unmetered_with_credit(std::uint32_t place, Header& header, Nano
 // ---- completions ----------------------------------------------------------------------------
 
 Result<Completion> Core::complete_ticket(Ticket t, std::int64_t cost_nano, Nanos now,
-                                         bool give_back_request) noexcept {
+                                         bool hand_back_request) noexcept {
   if (cost_nano < 0 || cost_nano > kMaxCostNano) return Errc::bad_cost;
   if (t.issuer != issuer_ || t.index >= tickets_ || (t.generation & 1u) == 0) {
     return Errc::unknown_ticket;
@@ -673,8 +673,8 @@ Result<Completion> Core::complete_ticket(Ticket t, std::int64_t cost_nano, Nanos
   ++f.generation;                    // even: retired; a repeat of this ticket is now stale
   free_tickets_.push_back(t.index);  // never allocates: capacity covers every record
   --in_flight_;
-  if (give_back_request) {
-    detail::give_back(f.request->held);
+  if (hand_back_request) {
+    detail::hand_back(f.request->held);
   }
 
   const ParticipantId p{f.place, f.participant_generation, issuer_};

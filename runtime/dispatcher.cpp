@@ -103,7 +103,7 @@ void Runtime::Impl::apply_pool_completions(detail::PoolBlock& block, Nanos t) {
     record.cost = done.cost;
     apply_completion(record, t);
   }
-  block.give_back();
+  block.return_to_worker();
 }
 
 void Runtime::Impl::take_inbox(Mailbox& mailbox) {
@@ -344,7 +344,7 @@ void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
 void Runtime::Impl::sink_failed(TicketRecord& record, const Dispatch& d, std::exception_ptr error,
                                 Nanos t) {
   // The sink did not take the request: the runtime completes it at cost 0 (the credit taken at
-  // dispatch stays spent, as for any dispatch) and gives it back to its caller in the report.
+  // dispatch stays spent, as for any dispatch) and hands it back to its caller in the report.
   // If the sink completed it before throwing, the claim fails and the request is the caller's
   // already.
   TicketRecord* claimed = nullptr;

@@ -186,7 +186,7 @@ Result<RequestList> Runtime::Impl::remove(ParticipantId p) {
     }
     // The requests still in its inbox go into the core first (they are newer than every one it
     // holds), so that the core hands them all back in one list, oldest first, each the library's
-    // until the caller's walk of the list gives it back (request.hpp).
+    // until the caller's walk of the list hands it back (request.hpp).
     take_into_core(p.place, mailboxes_[p.place].inbox.close(), loop_now_);
     result = core_.remove(p);
     if (!result) return;
@@ -234,7 +234,7 @@ Status Runtime::Impl::scale(ParticipantId p, std::uint32_t millionths) {
   return result;
 }
 
-Status Runtime::Impl::cancel(ParticipantId p, RequestHook& request) {
+Status Runtime::Impl::withdraw(ParticipantId p, RequestHook& request) {
   Status result = Errc::shut_down;
   Command c;
   c.work = [&] {
@@ -248,20 +248,20 @@ Status Runtime::Impl::cancel(ParticipantId p, RequestHook& request) {
     // finds only what came since; a submit that finds the inbox empty lists it anew.
     const Local& local = locals_[p.place];
     take_into_core(p.place, mailboxes_[p.place].take_unlisted(local.generation), loop_now_);
-    // Core::cancel finds the request's queue from its hook: one queued for another participant
+    // Core::withdraw finds the request's queue from its hook: one queued for another participant
     // must not be withdrawn and counted against p. acquire: the request may be queued by another
     // runtime's dispatcher, whose release store of `held` orders its queue place before it
-    // (request.hpp); Core::cancel refuses such a request by its issuer.
+    // (request.hpp); Core::withdraw refuses such a request by its issuer.
     if (request.held.load(std::memory_order_acquire) == RequestHook::kQueued &&
         request.queued_place.load(std::memory_order_relaxed) != p.place) {
       result = Errc::not_queued;
       return;
     }
-    result = core_.cancel(request);  // its release store makes the request the caller's
+    result = core_.withdraw(request);  // its release store makes the request the caller's
     if (!result) return;
     CounterWrite(counters_[p.place]).add(CounterLine::kQueued, ~std::uint64_t{0});
     CounterWrite(totals_).add(CounterLine::kQueued, ~std::uint64_t{0});
-    if (observer_ != nullptr) guarded_observer().on_cancel(p, request);
+    if (observer_ != nullptr) guarded_observer().on_withdraw(p, request);
   };
   run_on_dispatcher(c);
   return result;
@@ -548,7 +548,9 @@ Status Runtime::scale(ParticipantId p, std::uint32_t millionths) {
   return impl_->scale(p, millionths);
 }
 std::optional<ParticipantId> Runtime::find(std::string_view name) { return impl_->find(name); }
-Status Runtime::cancel(ParticipantId p, RequestHook& request) { return impl_->cancel(p, request); }
+Status Runtime::withdraw(ParticipantId p, RequestHook& request) {
+  return impl_->withdraw(p, request);
+}
 
 void Runtime::wake() noexcept { impl_->wake(); }
 

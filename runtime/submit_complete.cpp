@@ -24,7 +24,7 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
   if (outcome == Mailbox::Submit::refused) {
     // A push that retried before it was refused wrote the request's link; the next submit, which
     // may be another thread's (a racing second submit, refused until now), writes it too.
-    detail::give_back(request.held);
+    detail::hand_back(request.held);
     // relaxed: an inbox refused because shutdown closed it was read by an acquire load that
     // synchronizes with close()'s release exchange, which begin_shutdown() makes after clearing
     // the flag: the flag reads false here, on any machine (tests/relacy/shutdown_flag_model).
@@ -60,7 +60,7 @@ Status Runtime::Impl::claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*
   }
   r->cost = cost_nano;  // the record is this thread's until published
   // The request is its caller's from here on; the dispatcher will not touch it (retire_nano()).
-  detail::give_back(r->request->held);
+  detail::hand_back(r->request->held);
   CREDITLOOP_PROBE3(complete, ticket.index, ticket.generation, cost_nano);
   record = r;
   return {};

@@ -106,7 +106,7 @@ void Runtime::Impl::worker_main(std::size_t index) {
     if (job.request == nullptr) return;  // a stop: one is queued for each worker
     // The request is the handler's from here on (runtime.hpp): the pool keeps only its ticket,
     // and the dispatcher never touches it again (retire_nano()).
-    detail::give_back(job.request->held);
+    detail::hand_back(job.request->held);
     double cost = 0;
     bool ok = true;
     try {

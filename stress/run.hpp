@@ -17,7 +17,7 @@
 
 namespace creditloop::stress {
 
-/// One producer: its requests, and the stack through which others give them back.
+/// One producer: its requests, and the stack through which others hand them back.
 struct Producer {
   enum State : int { running, out_of_requests, done };
 
@@ -136,7 +136,7 @@ double handle(Run& run, creditloop::RequestHook& request, ParticipantId p);
 void sink(Run& run, const creditloop::Dispatched& d);
 
 /// Returns a request to its producer's pool. Any thread.
-void give_back(Run& run, Req& r) noexcept;
+void hand_back(Run& run, Req& r) noexcept;
 
 /// Checks and records the hand-back of one list (by remove() of `from`, or by shutdown() when
 /// `from` is empty). Returns the requests' ids in the list's order.

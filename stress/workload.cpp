@@ -105,7 +105,7 @@ Req* take_free(Run& run, Producer& me) {
       me.free.pop_back();
       return r;
     }
-    // acquire: pairs with the release push in give_back(); the request's fields are ours again.
+    // acquire: pairs with the release push in hand_back(); the request's fields are ours again.
     for (Req* r = me.returned.exchange(nullptr, std::memory_order_acquire); r != nullptr;) {
       Req* const next = r->next_free;
       if (r != &me.wake) me.free.push_back(r);
@@ -123,7 +123,7 @@ Req* take_free(Run& run, Producer& me) {
 
 // ---- requests going back to their producer ------------------------------------------------------
 
-void give_back(Run& run, Req& r) noexcept {
+void hand_back(Run& run, Req& r) noexcept {
   r.state.store(ReqState::free, kRelaxed);  // published by the push
   Producer& p = *run.producers[r.producer];
   Req* head = p.returned.load(kRelaxed);
@@ -189,7 +189,7 @@ std::vector<std::uint64_t> take_handed_back(Run& run, creditloop::RequestList li
       fail("check 1 (fate)", subject + " handed back " + what + " while " + state_str(seen));
     }
     ids.push_back(r.id);
-    give_back(run, r);
+    hand_back(run, r);
   }
   if (n != size) {
     fail("check 1 (fate)", subject + " handed back a list of " + std::to_string(size) +
@@ -280,7 +280,7 @@ double handle(Run& run, creditloop::RequestHook& request, ParticipantId p) {
   if (c.refused || c.throws) run.handler_refusals.fetch_add(1, kRelaxed);
   if (c.throws) run.handler_throws.fetch_add(1, kRelaxed);
   serve(run.o.service_us);
-  give_back(run, r);  // the runtime no longer touches it
+  hand_back(run, r);  // the runtime no longer touches it
   if (c.throws) throw std::runtime_error("a handler failure the stress run asked for");
   return c.credits;
 }
@@ -304,7 +304,7 @@ void completer_main(Run& run, std::uint32_t index) {
   struct Held {
     Ticket ticket;
     double credits;
-    Req* request;  // given back once completed: until then it is the runtime's
+    Req* request;  // handed back once completed: until then it is the runtime's
   };
   std::vector<Held> held;
   held.reserve(8);
@@ -321,7 +321,7 @@ void completer_main(Run& run, std::uint32_t index) {
       const Held h = held.back();
       held.pop_back();
       complete_ok(rt.complete(h.ticket, h.credits), h.ticket, "complete() (held back)");
-      give_back(run, *h.request);
+      hand_back(run, *h.request);
     }
   };
   auto settle = [&] {
@@ -389,7 +389,7 @@ void completer_main(Run& run, std::uint32_t index) {
                   "CompletionBatch::add()");
       in_batch = true;
     }
-    give_back(run, r);     // completed (claimed): the request is its producer's again
+    hand_back(run, r);     // completed (claimed): the request is its producer's again
     if (rng.one_in(40)) {  // again: claimed already (published or not), so stale
       expect_refused(rt.complete(t, 0.25), Errc::stale_ticket, kCompletionErrors,
                      std::string("a second completion of ticket ") + str(t) +

@@ -116,7 +116,7 @@ class Core {
   Result<ParticipantId> add(std::string_view name, PlanId plan, std::uint32_t shares, Nanos now);
 
   /// Unregisters `p` and hands back its queued requests, oldest first; each is the caller's once
-  /// the list gives it back (request.hpp, RequestList). Its in-flight requests
+  /// the list hands it back (request.hpp, RequestList). Its in-flight requests
   /// stay completable; their costs are counted nowhere but in the core totals. Errors:
   /// unknown_participant.
   Result<RequestList> remove(ParticipantId p);
@@ -158,7 +158,7 @@ class Core {
   /// Appends `request` to `p`'s queue. On error the request is not linked and nothing changes:
   /// unknown_participant; already_queued (it is queued, or dispatched and not yet completed, or
   /// in a handed-back RequestList not yet walked past it: a request is the caller's again once
-  /// completed, or once its list gives it back). O(1), or O(k) when the queue was empty.
+  /// completed, or once its list hands it back). O(1), or O(k) when the queue was empty.
   Status submit(ParticipantId p, RequestHook& request, Nanos now) noexcept;
 
   /// Withdraws a queued request (its client went away): it leaves its participant's queue, takes
@@ -167,7 +167,10 @@ class Core {
   /// not_queued (not queued in this core: the caller's already, handed back, or queued in another
   /// core or still in a runtime's inbox); in_flight (dispatched: complete it as usual). On error
   /// nothing changes. O(1); no allocation.
-  Status cancel(RequestHook& request) noexcept;
+  Status withdraw(RequestHook& request) noexcept;
+  [[deprecated("use withdraw")]] Status cancel(RequestHook& request) noexcept {
+    return withdraw(request);
+  }
 
   /// Queued requests of `p` (0 for an unknown participant).
   [[nodiscard]] std::size_t queued(ParticipantId p) const noexcept;
@@ -253,7 +256,7 @@ class Core {
   Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
     return complete_ticket(t, cost_nano, now, true);
   }
-  /// complete_nano() for an embedder that gives each request back to its owner itself, before
+  /// complete_nano() for an embedder that hands each request back to its owner itself, before
   /// the core hears of its completion (the runtime's completers do): the request's hook is not
   /// touched, since by then it may be queued again elsewhere or gone.
   Result<Completion> retire_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
@@ -290,7 +293,7 @@ class Core {
   /// Hands back every queued request of every participant (shutdown), oldest first per
   /// participant and participants in ring order; ends any turn. Participants stay registered.
   /// O(requests handed back): each is marked as the list's, and is the caller's again once the
-  /// list gives it back (request.hpp, RequestList).
+  /// list hands it back (request.hpp, RequestList).
   RequestList take_all_queued() noexcept;
 
  private:
@@ -359,7 +362,7 @@ class Core {
     std::uint32_t participant_generation = 0;
     std::uint32_t incarnation = 0;
     ClassId bucket = 0;
-    RequestHook* request = nullptr;  // given back to its caller at completion
+    RequestHook* request = nullptr;  // handed back to its caller at completion
   };
   struct PlanTerms {
     std::array<std::uint64_t, kMaxClasses> rate{};  // nano-credits per second per share
@@ -500,9 +503,9 @@ class Core {
   void grow_places(std::uint32_t places);
   Ticket issue(std::uint32_t place, std::uint32_t generation, ClassId out,
                std::uint32_t incarnation, RequestHook& request) noexcept;
-  // complete_nano() and retire_nano() in one: `give_back_request` says which.
+  // complete_nano() and retire_nano() in one: `hand_back_request` says which.
   Result<Completion> complete_ticket(Ticket t, std::int64_t cost_nano, Nanos now,
-                                     bool give_back_request) noexcept;
+                                     bool hand_back_request) noexcept;
   // Whether the next visit has a record for its ticket: one is free, or the table grew by a chunk.
   // Checked before the visit changes anything, so that a growth that fails leaves all as it was.
   [[nodiscard]] bool record_ready() noexcept {

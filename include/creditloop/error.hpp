@@ -29,8 +29,8 @@ enum class Errc : unsigned char {
   already_queued,         // the request is queued or in flight already: submitted twice
   wrong_thread,           // called from a thread the call would deadlock (the dispatcher's own)
   bad_scale,              // a fraction of a plan above kWholePlan millionths
-  not_queued,             // cancel: the request is not queued here (idle, or queued elsewhere)
-  in_flight,              // cancel: the request was dispatched already; complete it instead
+  not_queued,             // withdraw: the request is not queued here (idle, or queued elsewhere)
+  in_flight,              // withdraw: the request was dispatched already; complete it instead
 };
 
 /// A short English description of the error, for logs and messages.

@@ -11,12 +11,12 @@
 // the library's from submit until its completion or its hand-back. A second submit in between is
 // refused with Errc::already_queued. The state is an atomic byte on the hook's own line, which
 // the submitter writes anyway: one uncontended compare-and-swap for the runtime's submit, a plain
-// load and store for the core's. How the library takes and gives back a request across threads,
-// and why giving it back is its last access to it: creditloop/detail/hand_back.hpp.
+// load and store for the core's. How the library takes and hands back a request across threads,
+// and why handing it back is its last access to it: creditloop/detail/hand_back.hpp.
 //
 // A RequestList is linked through the same links, so a request in it stays the library's until
 // the list's walk has read its link and passed it (pop_front()), or the list is dropped: a request
-// given back earlier could be submitted again at once, from any thread, and that submit rewrites
+// handed back earlier could be submitted again at once, from any thread, and that submit rewrites
 // the very link the walk would read next.
 #pragma once
 
@@ -32,10 +32,10 @@ namespace detail {
 // creditloop/detail/hand_back.hpp, included at the end of this file: every hand-back goes
 // through it, and it needs RequestHook's states.
 template <class Held>
-void give_back(Held& held) noexcept;
+void hand_back(Held& held) noexcept;
 struct HookLink;
 template <class Link, class Node>
-void give_back_chain(Node* first) noexcept;
+void hand_back_chain(Node* first) noexcept;
 }  // namespace detail
 
 struct RequestHook {
@@ -59,9 +59,9 @@ struct RequestHook {
   [[nodiscard]] bool idle() const noexcept { return held.load(std::memory_order_relaxed) == kIdle; }
 
   RequestHook* next_in_queue = nullptr;
-  /// The one before it in its core's queue, so that Core::cancel unlinks it in O(1). Kept exact
+  /// The one before it in its core's queue, so that Core::withdraw unlinks it in O(1). Kept exact
   /// for every request but a queue's head: dispatching the head would otherwise write to the next
-  /// request's line too, a second cache line per dispatch, and cancel finds the head from the
+  /// request's line too, a second cache line per dispatch, and withdraw finds the head from the
   /// queue instead.
   RequestHook* prev_in_queue = nullptr;
   /// The instant the core queued it (Core::submit's `now`; in the runtime, the dispatcher's clock
@@ -69,10 +69,10 @@ struct RequestHook {
   /// age in a snapshot is measured from.
   Nanos queued_at = 0;
   /// While queued: the issuer of the core it is queued in and its ring place there, which is how
-  /// Core::cancel finds its queue (and refuses a request queued in another core). Atomic, relaxed:
-  /// another runtime's dispatcher may read them while this one writes them (a cancel through the
-  /// wrong runtime); the release store of `held` that follows orders them for a reader that
-  /// acquires `held`.
+  /// Core::withdraw finds its queue (and refuses a request queued in another core). Atomic,
+  /// relaxed: another runtime's dispatcher may read them while this one writes them (a
+  /// withdrawal through the wrong runtime); the release store of `held` that follows orders them
+  /// for a reader that acquires `held`.
   std::atomic<std::uint32_t> queued_by{0};
   std::atomic<std::uint32_t> queued_place{0};
   std::atomic<std::uint8_t> held{kIdle};
@@ -94,10 +94,10 @@ class RequestList {
     other.head_ = other.tail_ = nullptr;
     other.size_ = 0;
   }
-  /// Gives back what this list still holds, then takes `other`'s.
+  /// Hands back what this list still holds, then takes `other`'s.
   RequestList& operator=(RequestList&& other) noexcept {
     if (this == &other) return *this;
-    give_back_all();
+    hand_back_all();
     head_ = other.head_;
     tail_ = other.tail_;
     size_ = other.size_;
@@ -107,17 +107,17 @@ class RequestList {
   }
   RequestList(const RequestList&) = delete;
   RequestList& operator=(const RequestList&) = delete;
-  /// Gives back what the list still holds, each request's link read before it is given back and
+  /// Hands back what the list still holds, each request's link read before it is handed back and
   /// left as it was.
-  ~RequestList() { give_back_all(); }
+  ~RequestList() { hand_back_all(); }
 
   [[nodiscard]] bool empty() const noexcept { return head_ == nullptr; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   /// The oldest request, still the list's (see the class comment).
   [[nodiscard]] RequestHook* front() const noexcept { return head_; }
 
-  /// Unlinks the oldest request, gives it back and returns it, or nullptr. Its link is read
-  /// first: once given back, the request may be submitted again and relinked by another thread.
+  /// Unlinks the oldest request, hands it back and returns it, or nullptr. Its link is read
+  /// first: once handed back, the request may be submitted again and relinked by another thread.
   RequestHook* pop_front() noexcept {
     RequestHook* const r = head_;
     if (r != nullptr) {
@@ -125,7 +125,7 @@ class RequestList {
       r->next_in_queue = nullptr;
       if (head_ == nullptr) tail_ = nullptr;
       --size_;
-      detail::give_back(r->held);  // the list's last access to r
+      detail::hand_back(r->held);  // the list's last access to r
     }
     return r;
   }
@@ -157,8 +157,8 @@ class RequestList {
   }
 
  private:
-  void give_back_all() noexcept {
-    detail::give_back_chain<detail::HookLink>(head_);
+  void hand_back_all() noexcept {
+    detail::hand_back_chain<detail::HookLink>(head_);
     head_ = tail_ = nullptr;
     size_ = 0;
   }

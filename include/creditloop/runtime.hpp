@@ -16,7 +16,7 @@
 //  - Room: a slot count (in-flight limit, released by completions), a slot count learned from
 //    the backend's latency (room_controller.hpp), or your own room test.
 //  - Lifecycle from any thread while producers and workers run: add, remove (hands back the
-//    queued requests), replan, scale (a fraction of the plan), cancel (withdraws one queued
+//    queued requests), replan, scale (a fraction of the plan), withdraw (one queued
 //    request), shutdown (hands back or drains what is queued, then waits for everything in
 //    flight). Destruction without shutdown is safe: it
 //    shuts down handing back.
@@ -41,7 +41,7 @@
 //  - the dispatcher: per decision, the core's O(log64 N) visit; per activation O(1) plus the
 //    requests moved; per completion O(1). It sleeps when it has nothing to do (no CPU when idle)
 //    and when it has no room, and is woken by the submission or completion that changes that.
-//  - add, remove, replan, scale, cancel, snapshots: a round trip to the dispatcher
+//  - add, remove, replan, scale, withdraw, snapshots: a round trip to the dispatcher
 //    (microseconds); add may allocate.
 #pragma once
 
@@ -88,7 +88,7 @@ enum class CallbackKind : std::uint8_t { sink, room, clock, observer, handler };
 
 /// A callback threw. What became of the request in question, per callback:
 ///  - sink: the sink did not take the request. The runtime completes it at cost 0 (the credit
-///    taken at dispatch stays spent) and gives it back here in `request`, the caller's again (to
+///    taken at dispatch stays spent) and hands it back here in `request`, the caller's again (to
 ///    submit again, or drop). If the sink completed it before throwing, `request` is null: the
 ///    completion stands and the request is the caller's already.
 ///  - handler: the request is completed at cost 0 and counted in handler_errors(); `request` is
@@ -243,7 +243,7 @@ class Runtime {
   /// Errors: those of Core::add, and shut_down.
   Result<ParticipantId> add(std::string_view name, std::string_view plan, std::uint32_t shares);
   /// Unregisters `p` and hands back everything it had queued, oldest first; each request is the
-  /// caller's once the list gives it back (its pop_front(), or the list's end), so that a thread
+  /// caller's once the list hands it back (its pop_front(), or the list's end), so that a thread
   /// may submit it again at once while the list is still walked. Its in-flight requests stay
   /// completable; their costs are charged nowhere. Errors: unknown_participant, shut_down.
   Result<RequestList> remove(ParticipantId p);
@@ -255,18 +255,21 @@ class Runtime {
   Status scale(ParticipantId p, std::uint32_t millionths);
   [[nodiscard]] std::optional<ParticipantId> find(std::string_view name);
 
-  /// Withdraws `request`, submitted for `p` and not yet dispatched (Core::cancel): it leaves the
+  /// Withdraws `request`, submitted for `p` and not yet dispatched (Core::withdraw): it leaves the
   /// queue, takes no credit, `p` keeps its place in the cursor, and the request is the caller's
   /// again when this returns. A request whose submit() has returned is found wherever it waits,
   /// in the core's queue or still in `p`'s inbox. Any thread; blocks for the round trip (a sink
   /// runs it inline); allocates nothing. Errors: unknown_participant; not_queued (not waiting for
   /// `p`: never submitted, handed back, completed, or submitted for another participant);
   /// in_flight (dispatched: complete it as usual); shut_down.
-  Status cancel(ParticipantId p, RequestHook& request);
+  Status withdraw(ParticipantId p, RequestHook& request);
+  [[deprecated("use withdraw")]] Status cancel(ParticipantId p, RequestHook& request) {
+    return withdraw(p, request);
+  }
 
   // ---- requests: any thread, no allocation --------------------------------------------------
   /// Queues `request` for `p`. On error the request is not linked and stays the caller's:
-  /// already_queued (submitted before and not yet completed or given back by its handed-back
+  /// already_queued (submitted before and not yet completed or handed back by its handed-back
   /// list, or, with the worker pool, not yet given to the handler: it is the library's, and stays
   /// where it is),
   /// unknown_participant (never registered, or removed), shut_down, or unsupported_address (its

@@ -9,8 +9,8 @@
 //
 // Ownership alternates, and `lent` says who has the block:
 //   worker      available(): lent is false -> fill entries and count -> lend() -> push on a bag
-//   dispatcher  drain the bag -> read entries and count -> give_back()
-// The bag's push (lock_free_bag.hpp) publishes what the worker wrote. give_back()'s release
+//   dispatcher  drain the bag -> read entries and count -> return_to_worker()
+// The bag's push (lock_free_bag.hpp) publishes what the worker wrote. return_to_worker()'s release
 // store pairs with available()'s acquire load, so the worker writes into the block again only
 // after the dispatcher's reads of it have happened. A worker keeps several blocks, so it fills one
 // while the dispatcher reads others, and when all of its blocks are lent it completes through
@@ -30,20 +30,20 @@ template <template <class> class Atomic, class Entry, std::size_t Capacity>
 struct alignas(64) CompletionBlock {
   static constexpr std::size_t kCapacity = Capacity;
 
-  /// The owning worker. Whether the block is its own again (never lent, or given back).
+  /// The owning worker. Whether the block is its own again (never lent, or returned).
   [[nodiscard]] bool available() const noexcept {
-    // acquire: pairs with give_back(); the dispatcher's reads of the entries come before the
+    // acquire: pairs with return_to_worker(); the dispatcher's reads of the entries come before the
     // worker's next writes.
     return !lent.load(std::memory_order_acquire);
   }
   /// The owning worker, just before it publishes the block.
   void lend() noexcept {
-    // relaxed: only the owner reads the flag, and the dispatcher's give_back() comes after this
-    // store in its order (the bag's exchange orders it before the drain).
+    // relaxed: only the owner reads the flag, and the dispatcher's return_to_worker() comes after
+    // this store in its order (the bag's exchange orders it before the drain).
     lent.store(true, std::memory_order_relaxed);
   }
   /// The dispatcher, once it has read every entry.
-  void give_back() noexcept {
+  void return_to_worker() noexcept {
     // release: pairs with available(); see the file comment.
     lent.store(false, std::memory_order_release);
   }

@@ -6,8 +6,8 @@
 // reach zero in flight and exit; shutdown() reports finished and the embedder destroys the
 // runtime, while the completer has still to read the parking word. So the word must not be freed
 // with the runtime: a runtime leases a place from a process-wide list when it is constructed and
-// gives it back when it is destroyed, and places are never freed. A completer reads the place's
-// address before its exchange, and touches nothing else of the runtime's after it.
+// recycles it onto that list when it is destroyed, and places are never freed. A completer reads
+// the place's address before its exchange, and touches nothing else of the runtime's after it.
 //
 // A completer late by a whole runtime's lifetime may then notify a later runtime that leased the
 // same place: it finds a reason bit of that runtime's dispatcher, or none. At worst it wakes that
@@ -37,7 +37,7 @@ using RuntimeParker = Parker<std::atomic, LinuxFutex>;
 class ParkingPlace {
  public:
   ParkingPlace() : place_(lease()) {}
-  ~ParkingPlace() { give_back(place_); }
+  ~ParkingPlace() { recycle(place_); }
   ParkingPlace(const ParkingPlace&) = delete;
   ParkingPlace& operator=(const ParkingPlace&) = delete;
 
@@ -52,8 +52,8 @@ class ParkingPlace {
     std::vector<Place*> free;  // guarded by mutex
     std::size_t made = 0;      // guarded by mutex: every place there is, leased or free
   };
-  // Never destroyed, so that a runtime destroyed during static destruction still gives its place
-  // back, and the places stay reachable (not leaks) to the end.
+  // Never destroyed, so that a runtime destroyed during static destruction still recycles its
+  // place, and the places stay reachable (not leaks) to the end.
   static FreePlaces& free_places() {
     static FreePlaces* const places = new FreePlaces;
     return *places;
@@ -66,12 +66,12 @@ class ParkingPlace {
       places.free.pop_back();
       return place;
     }
-    places.free.reserve(places.made + 1);  // room for every place: give_back() cannot fail
+    places.free.reserve(places.made + 1);  // room for every place: recycle() cannot fail
     Place* const place = new Place;
     ++places.made;
     return place;
   }
-  static void give_back(Place* place) noexcept {
+  static void recycle(Place* place) noexcept {
     FreePlaces& places = free_places();
     std::lock_guard lock(places.mutex);
     places.free.push_back(place);  // within the capacity reserved when the place was made

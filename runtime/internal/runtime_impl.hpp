@@ -81,7 +81,7 @@ class Runtime::Impl {
   Status replan(ParticipantId p, std::string_view plan, std::uint32_t shares);
   Status scale(ParticipantId p, std::uint32_t millionths);
   std::optional<ParticipantId> find(std::string_view name);
-  Status cancel(ParticipantId p, RequestHook& request);
+  Status withdraw(ParticipantId p, RequestHook& request);
   Status submit(ParticipantId p, RequestHook& request) noexcept;
   Status claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*& record) noexcept;
   // A completer's whole hand-over. Once the exchange inside push_chain() has run, the dispatcher
@@ -311,7 +311,7 @@ class Runtime::Impl {
     CREDITLOOP_GUARDED(on_scale)
     CREDITLOOP_GUARDED(on_complete)
     CREDITLOOP_GUARDED(on_submit)
-    CREDITLOOP_GUARDED(on_cancel)
+    CREDITLOOP_GUARDED(on_withdraw)
     CREDITLOOP_GUARDED(on_dispatch)
     CREDITLOOP_GUARDED(on_end_turn)
     CREDITLOOP_GUARDED(on_begin_turn)

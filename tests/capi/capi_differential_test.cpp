@@ -146,7 +146,7 @@ bool run_one(unsigned seed) {
     } else if (op < 16) {
       const int req = pick(kRequests);
       const int cs = creditloop_withdraw(ccore, &c_requests[req].record);
-      run.expect(status_of(core.cancel(cpp_requests[req])) == cs, "withdraw status");
+      run.expect(status_of(core.withdraw(cpp_requests[req])) == cs, "withdraw status");
     } else if (op < 50) {
       const int i = pick(static_cast<int>(cpp_ids.size()));
       const int req = pick(kRequests);

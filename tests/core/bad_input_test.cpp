@@ -317,7 +317,7 @@ TEST(BadInput, ARequestSubmittedTwiceWhileQueuedIsRefusedAndNotRelinked) {
   expect_unchanged(bad, twin);
 }
 
-// A request is the core's from submit until its completion or until its handed-back list gives it
+// A request is the core's from submit until its completion or until its handed-back list hands it
 // back, and the caller's again after either.
 TEST(BadInput, ARequestInFlightIsRefusedUntilCompletedAndAHandedBackOneIsTheCallersAgain) {
   Rig rig(world_config());

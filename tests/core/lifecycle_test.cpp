@@ -160,7 +160,7 @@ TEST(Remove, ARequestIsTheCallersOnlyOnceTheWalkOfItsListHasPassedIt) {
   ASSERT_TRUE(back.ok());
   EXPECT_FALSE(second.idle());
   EXPECT_EQ(rig.core.submit(b, second, 0).error(), Errc::already_queued);
-  EXPECT_EQ(rig.core.cancel(second).error(), Errc::not_queued);
+  EXPECT_EQ(rig.core.withdraw(second).error(), Errc::not_queued);
   EXPECT_EQ(rig.core.queued(b), 0u);
   EXPECT_EQ(back->pop_front(), &first);
   EXPECT_TRUE(first.idle());
@@ -170,7 +170,7 @@ TEST(Remove, ARequestIsTheCallersOnlyOnceTheWalkOfItsListHasPassedIt) {
   EXPECT_TRUE(third.idle());
 }
 
-// Whatever a list still holds when it is dropped is given back, as take_all_queued's is.
+// Whatever a list still holds when it is dropped is handed back, as take_all_queued's is.
 TEST(Remove, AListDroppedBeforeItsWalkGivesEveryRequestBack) {
   Rig rig(plans());
   const ParticipantId a = rig.add("A", "pro");

@@ -142,7 +142,7 @@ class Harness {
 
   // ---- operations ----
   void op_submit();
-  void op_cancel();
+  void op_withdraw();
   void op_loop();
   void loop_manual(std::size_t max_visits, bool ticking);
   void loop_run();
@@ -446,7 +446,7 @@ DiffReport Harness::run() {
     if (roll < 19) {
       op_submit();
     } else if (roll < 22) {
-      op_cancel();
+      op_withdraw();
     } else if (roll < 42) {
       op_loop();
     } else if (roll < 62) {
@@ -545,7 +545,7 @@ void Harness::op_submit() {
 // Withdraws a request: mostly one still queued (a client gone while it waited), otherwise any
 // request of the run, which the core and the model must refuse alike (in flight, completed, handed
 // back).
-void Harness::op_cancel() {
+void Harness::op_withdraw() {
   if (requests_.empty()) return;
   Req* r = nullptr;
   if (!queued_hooks_.empty() && !dice_.one_in(4)) {
@@ -555,14 +555,15 @@ void Harness::op_cancel() {
   } else {
     r = &requests_[static_cast<std::size_t>(dice_.below(requests_.size()))];
   }
-  note("cancel request " + std::to_string(r->id));
+  note("withdraw request " + std::to_string(r->id));
   // Whose queue it is in, if it is queued: the place the hook names (request.hpp).
   const std::optional<ParticipantId> owner =
       core_->at(r->queued_place.load(std::memory_order_relaxed));
-  const Status cs = core_->cancel(*r);
-  const Status ms = model_->cancel(r->id);
+  const Status cs = core_->withdraw(*r);
+  const Status ms = model_->withdraw(r->id);
   if (cs != ms) {
-    fail("cancel of request " + std::to_string(r->id) + ": core " + str(cs) + ", model " + str(ms));
+    fail("withdrawal of request " + std::to_string(r->id) + ": core " + str(cs) + ", model " +
+         str(ms));
     return;
   }
   if (!cs.ok()) {
@@ -573,7 +574,7 @@ void Harness::op_cancel() {
   queued_hooks_.erase(r);
   const auto who = owner ? by_core_.find(key(*owner)) : by_core_.end();
   if (who == by_core_.end()) {
-    fail("cancel took request " + std::to_string(r->id) + " from no participant's queue");
+    fail("withdrawal took request " + std::to_string(r->id) + " from no participant's queue");
     return;
   }
   touch(who->second);

@@ -216,8 +216,8 @@ std::string flaw_name(const ::testing::TestParamInfo<Flaw>& info) {
       return "ChargeReaddedBucket";
     case Flaw::scale_refill_at_new_terms:
       return "ScaleRefillAtNewTerms";
-    case Flaw::cancel_moves_cursor:
-      return "CancelMovesCursor";
+    case Flaw::withdraw_moves_cursor:
+      return "WithdrawMovesCursor";
     case Flaw::none:
       break;
   }
@@ -228,7 +228,7 @@ INSTANTIATE_TEST_SUITE_P(Differential, DifferentialFlaw,
                          ::testing::Values(Flaw::move_every_cursor, Flaw::round_balance_up,
                                            Flaw::refill_at_new_shares, Flaw::charge_readded_bucket,
                                            Flaw::scale_refill_at_new_terms,
-                                           Flaw::cancel_moves_cursor),
+                                           Flaw::withdraw_moves_cursor),
                          flaw_name);
 
 }  // namespace

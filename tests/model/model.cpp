@@ -222,14 +222,14 @@ Status Model::submit(Pid id, RequestId r, Nanos now) {
   return {};
 }
 
-Status Model::cancel(RequestId r) {
+Status Model::withdraw(RequestId r) {
   for (std::uint32_t place = 0; place < ring_.size(); ++place) {
     Participant& p = ring_[place];
     if (!p.live) continue;
     const auto it = std::find(p.queue.begin(), p.queue.end(), r);
     if (it == p.queue.end()) continue;
     p.queue.erase(it);
-    if (flaw_ == Flaw::cancel_moves_cursor) cursor_.fill(place);
+    if (flaw_ == Flaw::withdraw_moves_cursor) cursor_.fill(place);
     return {};
   }
   for (const TicketRec& t : tickets_) {

@@ -46,7 +46,7 @@ enum class Flaw : std::uint8_t {
   refill_at_new_shares,       // a re-plan refills up to `now` at the new share count, not the old
   charge_readded_bucket,      // a completion charges a bucket dropped and added back since dispatch
   scale_refill_at_new_terms,  // a scale refills up to `now` at the new fraction, not the old
-  cancel_moves_cursor,        // a cancel moves the cursor of every class to the withdrawn's place
+  withdraw_moves_cursor,      // a withdrawal moves every class's cursor to the withdrawn's place
 };
 
 /// A participant: its ring place and a serial number never reused, so a stale id never matches.
@@ -120,7 +120,7 @@ class Model {
   Status submit(Pid p, RequestId r, Nanos now);
   /// Takes `r` out of whichever queue holds it; no balance or cursor changes. not_queued when no
   /// queue holds it, in_flight when it was dispatched and is not yet completed.
-  Status cancel(RequestId r);
+  Status withdraw(RequestId r);
   [[nodiscard]] std::size_t queued(Pid p) const;
   [[nodiscard]] std::size_t waiting() const;
   /// Every queued request, participants in ring order, oldest first; ends any turn.

@@ -1,20 +1,20 @@
 // A request's hand-back to its caller (creditloop/detail/hand_back.hpp, run by a RequestList's
-// walk and its destructor after a removal or a shutdown, the runtime's cancel(), completions, the
+// walk and its destructor after a removal or a shutdown, the runtime's withdraw(), completions, the
 // worker pool and a refused submit). The dispatcher links two requests into a chain (the writes a
-// removal's splice makes) and gives back the chain as a dropped list does; two threads race to
+// removal's splice makes) and hands back the chain as a dropped list does; two threads race to
 // submit them
 // again the moment they are the caller's, as a submit may: thread 1 takes request 0 and, refused
-// (its participant is gone), gives it back at once; thread 2 takes request 1, then tries request 0
+// (its participant is gone), hands it back at once; thread 2 takes request 1, then tries request 0
 // too. Each submit that takes a request writes its link, as the inbox's push does.
 //
 // Checked: a request has one owner at a time, the links are never written or read by two threads
 // without the hand-off ordering them (Relacy vars), and a request ends the caller's exactly when
 // nobody kept it.
 //
-// The order that matters: give_back()'s release store, acquired by take_from_caller()'s
+// The order that matters: hand_back()'s release store, acquired by take_from_caller()'s
 // compare-and-swap, orders the library's last writes of a link before the next submitter's. The
 // twin weakens that store to relaxed: the submitter's write of the link then races the
-// dispatcher's. give_back_chain() reads each link before giving its request back; the walk as it
+// dispatcher's. hand_back_chain() reads each link before handing its request back; the walk as it
 // was written before (reading the link after) fails this model as written, with a data race.
 #include <array>
 
@@ -60,11 +60,11 @@ struct HandBackModel : rl::test_suite<HandBackModel<Policy>, 3> {
       Link::set(requests[1], nullptr);
       release(0);
       release(1);
-      detail::give_back_chain<Link>(&requests[0]);
+      detail::hand_back_chain<Link>(&requests[0]);
     } else if (index == 1) {
       if (take(0)) {
         release(0);
-        detail::give_back(requests[0].held);  // refused: the caller's again
+        detail::hand_back(requests[0].held);  // refused: the caller's again
       }
     } else {
       kept[1] = take(1);

@@ -1,9 +1,9 @@
 // A pool worker's completions (internal/completion_block.hpp, runtime.cpp worker_main(),
 // hand_out(), apply_pool_completions()). Two tickets were issued claimed for the pool
 // (issue_claimed()). The worker completes the first into its block and lends the block to the
-// dispatcher; for the second it writes the block again if the dispatcher has given it back by
+// dispatcher; for the second it writes the block again if the dispatcher has returned it by
 // then, and otherwise completes through the ticket's record. The dispatcher drains the block bag
-// and the record bag twice, reading each cost and giving each block back; between its drains a
+// and the record bag twice, reading each cost and returning each block; between its drains a
 // completion of the second ticket is forged, as a user calling complete() with it would. after()
 // drains the rest, as the dispatcher's next turns would.
 //
@@ -11,9 +11,9 @@
 // reading one unordered is a data race, and so is the worker writing a block the dispatcher may
 // still be reading); the forged completion is refused as stale and changes nothing.
 //
-// The orders that matter: give_back()'s release store and available()'s acquire load hand the
-// block back. The twin makes give_back() relaxed: the worker may then rewrite the block while the
-// dispatcher's reads of it are not ordered before, a data race.
+// The orders that matter: return_to_worker()'s release store and available()'s acquire load return
+// the block to its worker. The twin makes return_to_worker() relaxed: the worker may then rewrite
+// the block while the dispatcher's reads of it are not ordered before, a data race.
 #include <array>
 #include <cstdint>
 
@@ -90,7 +90,7 @@ struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
       for (std::uint32_t i = 0; i < b.count; ++i) {
         apply(b.entries[i].index, b.entries[i].cost(RL_INFO));
       }
-      b.give_back();
+      b.return_to_worker();
     });
     records_bag.drain(
         [&](R& r) { apply(static_cast<std::size_t>(&r - records.data()), r.cost(RL_INFO)); });
@@ -107,7 +107,7 @@ struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
   }
 };
 
-// `lent` is the model's only bool atomic; give_back() is its only release store.
+// `lent` is the model's only bool atomic; return_to_worker() is its only release store.
 using Twin = Weaken<Holding<bool>, Op::store, std::memory_order_release, std::memory_order_relaxed>;
 
 }  // namespace

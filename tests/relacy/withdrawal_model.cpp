@@ -1,5 +1,5 @@
 // A withdrawal's look into an inbox (internal/mailbox.hpp take_unlisted(), runtime.cpp
-// Runtime::Impl::cancel()): Runtime::cancel takes the participant's inbox into the core while
+// Runtime::Impl::withdraw()): Runtime::withdraw takes the participant's inbox into the core while
 // its mailbox may be listed, half-listed (a submitter between its push onto the empty inbox and
 // its exchange of the flag) or not listed at all, and the activation list carries on around it.
 // Two producers submit to one mailbox (producer 0 two requests, producer 1 one); the dispatcher

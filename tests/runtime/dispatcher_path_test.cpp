@@ -243,7 +243,7 @@ TEST(DispatcherPath, ChurnOfOnePlaceWithProducersAndCommandsAccountsForEveryRequ
 // place and issuer it recorded when it queued the request). The test's own signals are relaxed
 // on purpose: an acquire there would order the other dispatcher's writes before the withdrawal
 // and hide the race.
-TEST(DispatcherPath, CancelThroughAnotherRuntimeReadsNothingItsDispatcherWrote) {
+TEST(DispatcherPath, WithdrawalThroughAnotherRuntimeReadsNothingItsDispatcherWrote) {
   std::atomic<bool> dispatched{false};
   std::atomic<std::uint32_t> ticket_index{0};
   std::atomic<std::uint64_t> ticket_generation{0};
@@ -262,7 +262,7 @@ TEST(DispatcherPath, CancelThroughAnotherRuntimeReadsNothingItsDispatcherWrote) 
   const ParticipantId bob = *other.add("bob", "pro", 1);
   ASSERT_TRUE(other.submit(bob, r).ok());
   test::spin_until([&] { return dispatched.load(std::memory_order_relaxed); }, "a dispatch");
-  EXPECT_EQ(ours.cancel(alice, r), Status(Errc::not_queued));
+  EXPECT_EQ(ours.withdraw(alice, r), Status(Errc::not_queued));
   const Ticket t{ticket_index.load(std::memory_order_relaxed), other.issuer(),
                  ticket_generation.load(std::memory_order_relaxed)};
   ASSERT_TRUE(other.complete(t, 0).ok());

@@ -219,7 +219,7 @@ class Journal : public RuntimeObserver {
       replan,
       scale,
       submit,
-      cancel,
+      withdraw,
       begin,
       batch,
       visit,
@@ -272,8 +272,8 @@ class Journal : public RuntimeObserver {
     e.p = p;
     e.request = &r;
   }
-  void on_cancel(ParticipantId p, const RequestHook& r) override {
-    Event& e = record(Event::cancel, 0);
+  void on_withdraw(ParticipantId p, const RequestHook& r) override {
+    Event& e = record(Event::withdraw, 0);
     e.p = p;
     e.request = &r;
   }
@@ -329,7 +329,7 @@ void replay_what_the_observer_saw(bool batches) {
     requests[i].id = static_cast<int>(i);
     (void)rt.submit(ids[(i * 7) % ids.size()], requests[i]);
     // Withdrawn while queued, or refused in flight: the replay must see the same.
-    if (i % 9 == 5) (void)rt.cancel(ids[(i * 7) % ids.size()], requests[i]);
+    if (i % 9 == 5) (void)rt.withdraw(ids[(i * 7) % ids.size()], requests[i]);
     if (i == 1201) {
       ASSERT_TRUE(rt.scale(ids[1], 300'000).ok());
       ASSERT_TRUE(rt.scale(ids[4], 0).ok());
@@ -357,7 +357,7 @@ void replay_what_the_observer_saw(bool batches) {
   std::size_t visits = 0;
   std::size_t batch_events = 0;
   std::size_t scales = 0;
-  std::size_t cancels = 0;
+  std::size_t withdrawals = 0;
   std::vector<Dispatch> decided;  // the batch in progress: its dispatches not yet reported
   std::size_t reported = 0;
   for (const Journal::Event& e : journal.events) {
@@ -382,9 +382,9 @@ void replay_what_the_observer_saw(bool batches) {
         // The replay core links the same request objects: they sit idle after the run.
         ASSERT_TRUE(core.submit(here(e.p), const_cast<RequestHook&>(*e.request), e.now).ok());
         break;
-      case Journal::Event::cancel:
-        ++cancels;
-        ASSERT_TRUE(core.cancel(const_cast<RequestHook&>(*e.request)).ok());
+      case Journal::Event::withdraw:
+        ++withdrawals;
+        ASSERT_TRUE(core.withdraw(const_cast<RequestHook&>(*e.request)).ok());
         break;
       case Journal::Event::begin:
         ASSERT_FALSE(batches) << "an observer of batches sees no turn begin";
@@ -434,7 +434,7 @@ void replay_what_the_observer_saw(bool batches) {
   EXPECT_GT(visits, 2000u);
   EXPECT_EQ(batch_events > 0, batches);
   EXPECT_EQ(scales, 3u);
-  EXPECT_GT(cancels, 0u);
+  EXPECT_GT(withdrawals, 0u);
   for (const ParticipantSnapshot& p : rt.snapshot_participants()) {
     const ParticipantStats replayed = core.stats(here(p.id));
     EXPECT_EQ(core.scale_of(here(p.id)), p.scale);

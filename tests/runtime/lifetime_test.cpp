@@ -216,7 +216,7 @@ TEST(Runtime, ASubmitThatRacesShutdownIsRefusedWithShutDown) {
                    "every producer under way");
   ShutdownReport report = rt.shutdown(ShutdownMode::hand_back, std::nullopt);
   const std::size_t handed_back = report.handed_back.size();
-  // Dropping the list gives its requests back: until then a producer whose every request is in
+  // Dropping the list hands its requests back: until then a producer whose every request is in
   // it would be refused with already_queued, never reaching shut_down.
   report.handed_back = RequestList{};
   for (std::thread& p : producers) p.join();

@@ -136,7 +136,7 @@ TEST(Runtime, ARequestSubmittedTwiceBeforeItsCompletionIsRefused) {
   complete_all(rt, recorder, 3);
 }
 
-// Requests handed back by a removal (once its list gives them back) or refused by a submit are the
+// Requests handed back by a removal (once its list hands them back) or refused by a submit are the
 // caller's to submit again.
 TEST(Runtime, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
   Recorder recorder;
@@ -162,9 +162,9 @@ TEST(Runtime, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
 
 // A request handed back may be submitted again the moment it is, from any thread: the hand-back
 // must not touch it after (creditloop/detail/hand_back.hpp, tests/relacy/hand_back_model.cpp).
-// A second thread submits each request to bob the instant a removal of alice gives it back, with
+// A second thread submits each request to bob the instant a removal of alice hands it back, with
 // alice's requests partly in the core and partly still in her inbox; here the list is dropped
-// unwalked, and its end gives them back (the next test walks it). ThreadSanitizer reports any
+// unwalked, and its end hands them back (the next test walks it). ThreadSanitizer reports any
 // read or write of a given-back request's link by the removal (the walk that gives the requests
 // back, or the splice of the inbox's requests after the core's) as a race with the submit's push.
 TEST(Runtime, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHandBack) {
@@ -224,7 +224,7 @@ TEST(Runtime, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHandBack)
 
 // The removal's caller walks the list it got while a second thread submits each request to bob
 // the moment it is the caller's again. The list is linked through the requests' own links, which
-// that submit's inbox push rewrites: a walk that reads a link after its request was given back
+// that submit's inbox push rewrites: a walk that reads a link after its request was handed back
 // follows it into bob's inbox, and its unlink cuts that inbox's chain, so the requests behind the
 // cut are never queued nor dispatched. Every request must reach bob's queue, and be dispatched.
 TEST(Runtime, RequestsSubmittedElsewhereWhileTheRemovalsListIsWalkedAreAllDispatched) {

@@ -54,7 +54,7 @@ class PassLog final : public sim::RunObserver {
                   const sim::Balances&) override {}
   void completed(Nanos, std::uint32_t, std::uint64_t, std::int64_t, const sim::Balances&) override {
   }
-  void cancelled(Nanos, std::uint32_t, std::uint64_t) override {}
+  void withdrawn(Nanos, std::uint32_t, std::uint64_t) override {}
 };
 
 template <class F>

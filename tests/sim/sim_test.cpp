@@ -798,16 +798,16 @@ void check_rules(const Trace& t, int k) {
       EXPECT_EQ(c["bucket"], cls);
     }
   }
-  std::map<std::string, int> cancelled;
+  std::map<std::string, int> withdrawn;
   for (const json& c : t.events("cancel")) {
     const int req = c["req"];
     EXPECT_FALSE(admitted.count(req)) << "req " << req << " withdrawn after its dispatch";
     admitted[req] = "withdrawn";  // a second withdrawal or a later dispatch fails above
-    ++cancelled[c["participant"].get<std::string>()];
+    ++withdrawn[c["participant"].get<std::string>()];
   }
   for (const auto& [name, p] : t.summary()["participants"].items()) {
     for (const auto& [cls, n] : p["dispatched"].items()) EXPECT_EQ(n, counts[name][cls]) << name;
-    EXPECT_EQ(p.value("cancelled", 0), cancelled[name]) << name;
+    EXPECT_EQ(p.value("cancelled", 0), withdrawn[name]) << name;
   }
 }
 
@@ -827,10 +827,10 @@ TEST_F(SimTest, ExampleScenariosFollowTheRules) {
 TEST_F(SimTest, HangUpScenario) {
   const Trace t = trace_of(example("hang_up.json"));
   const auto arrived = arrival_times(t);
-  const auto cancels = t.events("cancel");
-  ASSERT_FALSE(cancels.empty());
+  const auto withdrawals = t.events("cancel");
+  ASSERT_FALSE(withdrawals.empty());
   std::set<int> withdrawn;
-  for (const json& c : cancels) {
+  for (const json& c : withdrawals) {
     EXPECT_EQ(c["participant"], "impatient");
     const int req = c["req"];
     EXPECT_NEAR(c["t"].get<double>(), arrived.at(req) + 1.0, 1e-9) << req;
@@ -858,7 +858,7 @@ TEST_F(SimTest, HangUpScenario) {
   EXPECT_EQ(t.participant("flood")["cancelled"], 0);
   // A cancel line has exactly these keys; a scenario without cancel_after keeps the summary of
   // docs/contract.md §6 as it is.
-  for (const json& c : cancels) {
+  for (const json& c : withdrawals) {
     std::set<std::string> have;
     for (const auto& item : c.items()) have.insert(item.key());
     EXPECT_EQ(have, (std::set<std::string>{"t", "ev", "participant", "req"}));

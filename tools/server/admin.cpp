@@ -221,7 +221,7 @@ void add_server_metrics(Families& families, const Server& server) {
              "Requests refused as malformed or too large", counter, count(server.bad_requests));
   add_single(families, "creditloop_server_requests_cancelled_total",
              "Queued requests withdrawn because their client left", counter,
-             count(server.cancelled));
+             count(server.departed));
   add_single(families, "creditloop_server_requests_timed_out_total",
              "Queued requests answered 503 at their tenant's queue timeout", counter,
              count(server.timed_out));

@@ -89,7 +89,7 @@ asio::awaitable<std::unique_ptr<Backend::Connection>> Backend::lease(
   co_return c;
 }
 
-void Backend::give_back(std::unique_ptr<Connection> c) {
+void Backend::recycle(std::unique_ptr<Connection> c) {
   c->stream.expires_never();
   c->idle_since = std::chrono::steady_clock::now();
   c->reused = true;

@@ -60,7 +60,7 @@ class Backend {
   /// when the backend cannot be reached. Any thread.
   boost::asio::awaitable<std::unique_ptr<Connection>> lease(boost::system::error_code& ec);
   /// Returns a connection that ended a response cleanly and may carry another.
-  void give_back(std::unique_ptr<Connection> c);
+  void recycle(std::unique_ptr<Connection> c);
 
   [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   [[nodiscard]] const std::string& address() const noexcept { return address_; }

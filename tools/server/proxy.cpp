@@ -344,7 +344,7 @@ asio::awaitable<void> Exchanger::relay_response() {
     settle();
     if (conn_ && !ec && response_->is_done() && response_->keep_alive() &&
         conn_->buffer.size() == 0) {
-      backend_.give_back(std::move(conn_));
+      backend_.recycle(std::move(conn_));
     } else {
       drop_connection();
     }

@@ -94,8 +94,8 @@ class CreditloopScheduler final : public Scheduler {
     return s;
   }
 
-  bool cancel(Tenant& t, Pending& p) override {
-    if (!runtime_->cancel(t.participant, p)) return false;
+  bool withdraw(Tenant& t, Pending& p) override {
+    if (!runtime_->withdraw(t.participant, p)) return false;
     t.queued.fetch_sub(1, std::memory_order_relaxed);  // a gauge: no ordering needed
     return true;
   }
@@ -211,7 +211,7 @@ class FifoScheduler final : public Scheduler {
     return {};
   }
 
-  bool cancel(Tenant& t, Pending& p) override {
+  bool withdraw(Tenant& t, Pending& p) override {
     std::lock_guard lock(mutex_);
     RequestList kept;
     bool found = false;

@@ -85,7 +85,7 @@ class Scheduler {
   /// Withdraws `p`, queued for `t` and not yet started: it takes no credit and is the caller's
   /// again. False when it was not queued any more (started, or handed back). May block for a
   /// round trip to the dispatcher: never on an I/O thread.
-  virtual bool cancel(Tenant& t, Pending& p) = 0;
+  virtual bool withdraw(Tenant& t, Pending& p) = 0;
   /// Reports the cost in credits of a started request. Afterwards `p` is the server's alone.
   virtual void complete(Pending& p, double cost) = 0;
 

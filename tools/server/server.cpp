@@ -422,7 +422,7 @@ void Server::withdraw(Exchange* e) {
   Tenant& tenant = *e->tenant;
   tenant.leaving.fetch_add(1, std::memory_order_relaxed);  // a gauge; see admit()
   asio::post(round_trips_, [this, e, &tenant] {
-    const bool withdrawn = scheduler_->cancel(tenant, *e);
+    const bool withdrawn = scheduler_->withdraw(tenant, *e);
     tenant.leaving.fetch_sub(1, std::memory_order_relaxed);
     if (withdrawn) {
       delete e;  // the runtime let it go: its side will never see it again

@@ -135,7 +135,7 @@ class Server {
     write_access(access_line(e, status, bytes));
   }
   /// Withdraws an exchange its session abandoned while queued (its client left, or its queue
-  /// timeout passed), on a thread of its own: the runtime's cancel is a round trip to the
+  /// timeout passed), on a thread of its own: the runtime's withdraw is a round trip to the
   /// dispatcher, which an I/O thread never waits for. `e` is the withdrawal's to let go.
   void withdraw(Exchange* e);
   /// Seconds a refused request of `t` should wait, from what was last published (at least 1);
@@ -151,7 +151,7 @@ class Server {
   std::atomic<std::uint64_t> connections_open{0};
   std::atomic<std::uint64_t> bad_requests{0};
   // Statistics for /metrics: each counted with relaxed increments and read alone.
-  std::atomic<std::uint64_t> cancelled{0};  // queued requests whose client left
+  std::atomic<std::uint64_t> departed{0};   // queued requests whose client left
   std::atomic<std::uint64_t> timed_out{0};  // queued requests past their queue timeout
   std::atomic<std::uint64_t> connections_refused{0};
   std::atomic<std::uint64_t> accept_pauses{0};

@@ -285,10 +285,10 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
       }
     }
   } catch (...) {
-    fault = std::current_exception();  // no co_await in a handler: given back below
+    fault = std::current_exception();  // no co_await in a handler: reclaimed below
   }
   if (fault) {
-    co_await give_back(e);
+    co_await reclaim(e);
     std::rethrow_exception(fault);
   }
   if (ended) co_return *ended;
@@ -416,7 +416,7 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
         co_await stop_watching();
         server_.write_access(line);
         if (client_left) {
-          server_.cancelled.fetch_add(1, std::memory_order_relaxed);  // a statistic
+          server_.departed.fetch_add(1, std::memory_order_relaxed);  // a statistic
           close();
           co_return std::optional<bool>(false);
         }
@@ -460,7 +460,7 @@ asio::awaitable<std::optional<bool>> Session::wait_turn(std::unique_ptr<Exchange
   co_return std::nullopt;
 }
 
-asio::awaitable<void> Session::give_back(std::unique_ptr<Exchange>& e) {
+asio::awaitable<void> Session::reclaim(std::unique_ptr<Exchange>& e) {
   queue_timer_.cancel();
   close();            // the fault ends the connection; the watch ends with it
   if (!e) co_return;  // withdrawn already

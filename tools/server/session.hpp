@@ -129,7 +129,7 @@ class Session : public std::enable_shared_from_this<Session> {
   /// connection, and withdraws `e` if it is still queued, or else waits until the side that took
   /// it out of the queue is done with it (and, started, gives its slot back). Then `e` is the
   /// caller's to free.
-  boost::asio::awaitable<void> give_back(std::unique_ptr<Exchange>& e);
+  boost::asio::awaitable<void> reclaim(std::unique_ptr<Exchange>& e);
   /// Writes `res`; returns whether the connection goes on. `close` forces its end.
   boost::asio::awaitable<bool> write(Response& res, bool close);
   /// Answers a malformed or oversized head, then closes.
@@ -159,7 +159,7 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::steady_timer queue_timer_;
   boost::asio::steady_timer hangup_check_;
   unsigned events_ = 0;
-  /// Every event the current exchange has had (see give_back).
+  /// Every event the current exchange has had (see reclaim).
   unsigned turn_events_ = 0;
   bool watching_ = false;
   /// Counts exchanges, so that a timer or watch of an earlier one cannot speak for this one.

@@ -308,11 +308,11 @@ void Picture::completed(Nanos t, std::uint32_t participant, std::uint64_t req,
 
 std::int64_t Picture::waited_until(const Request& r, std::int64_t end) noexcept {
   if (r.dispatched >= 0) return r.dispatched;
-  return r.cancelled >= 0 ? r.cancelled : end;
+  return r.withdrawn >= 0 ? r.withdrawn : end;
 }
 
-void Picture::cancelled(Nanos t, std::uint32_t /*participant*/, std::uint64_t req) {
-  requests_.at(static_cast<std::size_t>(req)).cancelled = micro_time(t);
+void Picture::withdrawn(Nanos t, std::uint32_t /*participant*/, std::uint64_t req) {
+  requests_.at(static_cast<std::size_t>(req)).withdrawn = micro_time(t);
   withdrawals_ = true;
 }
 
@@ -320,7 +320,7 @@ void Picture::room(Nanos t, std::uint32_t slots) { room_.emplace_back(micro_time
 
 std::int64_t Picture::end_micro(const RunReport& report) const {
   std::int64_t end = micro_time(report.stopped_at);
-  for (const Request& r : requests_) end = std::max({end, r.arrived, r.completed, r.cancelled});
+  for (const Request& r : requests_) end = std::max({end, r.arrived, r.completed, r.withdrawn});
   return end;
 }
 
@@ -430,10 +430,10 @@ Picture::LaneColumns Picture::lane_columns(const Lane& lane) const {
   LaneColumns out;
   for (const std::uint32_t n : lane.requests) {
     const Request& r = requests_[n];
-    if (r.cancelled >= 0) {
+    if (r.withdrawn >= 0) {
       out.withdrawn.push_back(n);
       out.withdrawn_arrived.push_back(r.arrived);
-      out.withdrawn_after.push_back(r.cancelled - r.arrived);
+      out.withdrawn_after.push_back(r.withdrawn - r.arrived);
       continue;
     }
     out.req.push_back(n);
@@ -958,7 +958,7 @@ void Picture::svg_requests(Svg& svg, const Lane& lane) const {
   for (const std::uint32_t q : lane.requests) {
     const Request& r = requests_[q];
     events.emplace_back(r.arrived, 1);
-    events.emplace_back(r.completed >= 0 ? r.completed : r.cancelled >= 0 ? r.cancelled : end, -1);
+    events.emplace_back(r.completed >= 0 ? r.completed : r.withdrawn >= 0 ? r.withdrawn : end, -1);
   }
   std::sort(events.begin(), events.end());
   int alive = 0;
@@ -977,7 +977,7 @@ void Picture::svg_requests(Svg& svg, const Lane& lane) const {
     const double xa = svg.x_of(r.arrived);
     const double xd = svg.x_of(d);
     waiting[static_cast<std::size_t>(r.cls + 1)].segment_h(xa, ry, std::max(xd - xa, 0.6));
-    if (r.cancelled >= 0) withdrawn.segment_v(xd, ry - row_h * 0.45, row_h * 0.9);
+    if (r.withdrawn >= 0) withdrawn.segment_v(xd, ry - row_h * 0.45, row_h * 0.9);
     if (r.dispatched < 0) continue;
     const double xc = svg.x_of(r.completed < 0 ? end : r.completed);
     service[static_cast<std::size_t>(r.cls)].segment_h(xd, ry, std::max(xc - xd, 1.0));

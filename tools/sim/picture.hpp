@@ -43,7 +43,7 @@ class Picture final : public RunObserver {
                   creditloop::ClassId c, const Balances& balances) override;
   void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
                  std::int64_t cost_nano, const Balances& balances) override;
-  void cancelled(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) override;
+  void withdrawn(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) override;
   void room(creditloop::Nanos t, std::uint32_t slots) override;
 
   /// The interactive page for the finished run.
@@ -70,7 +70,7 @@ class Picture final : public RunObserver {
     std::int64_t arrived = 0;      // microseconds, as the trace rounds them
     std::int64_t dispatched = -1;  // -1: still queued when the run stopped
     std::int64_t completed = -1;   // -1: not completed when the run stopped
-    std::int64_t cancelled = -1;   // -1: not withdrawn
+    std::int64_t withdrawn = -1;   // -1: not withdrawn
     std::uint32_t participant = 0;
     std::uint32_t pass = 0;  // the pass its dispatch followed
     std::uint32_t passes_before_completion = 0;

@@ -198,8 +198,8 @@ void ObserverFan::completed(Nanos t, std::uint32_t participant, std::uint64_t re
                             std::int64_t cost_nano, const Balances& balances) {
   for (RunObserver* o : observers_) o->completed(t, participant, req, cost_nano, balances);
 }
-void ObserverFan::cancelled(Nanos t, std::uint32_t participant, std::uint64_t req) {
-  for (RunObserver* o : observers_) o->cancelled(t, participant, req);
+void ObserverFan::withdrawn(Nanos t, std::uint32_t participant, std::uint64_t req) {
+  for (RunObserver* o : observers_) o->withdrawn(t, participant, req);
 }
 
 void ObserverFan::room(Nanos t, std::uint32_t slots) {

@@ -47,7 +47,7 @@ class WaitRecorder final : public RunObserver {
   void completed(creditloop::Nanos, std::uint32_t, std::uint64_t, std::int64_t,
                  const Balances&) override {}
   /// A withdrawn request arrived and had no wait: it was never dispatched.
-  void cancelled(creditloop::Nanos, std::uint32_t, std::uint64_t) override {}
+  void withdrawn(creditloop::Nanos, std::uint32_t, std::uint64_t) override {}
   [[nodiscard]] const RunAccount& account() const { return account_; }
 
  private:
@@ -73,7 +73,7 @@ class CaptureRecorder final : public RunObserver {
   void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
                  std::int64_t cost_nano, const Balances& balances) override;
   /// A capture records completed requests; a withdrawn one never completes.
-  void cancelled(creditloop::Nanos, std::uint32_t, std::uint64_t) override {}
+  void withdrawn(creditloop::Nanos, std::uint32_t, std::uint64_t) override {}
   /// The first I/O error so far, one line naming the file; empty if none.
   [[nodiscard]] const std::string& error() const { return error_; }
   /// Writes what is buffered. Call once the run is over; then error() is final.
@@ -103,7 +103,7 @@ class ObserverFan final : public RunObserver {
                   creditloop::ClassId c, const Balances& balances) override;
   void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
                  std::int64_t cost_nano, const Balances& balances) override;
-  void cancelled(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) override;
+  void withdrawn(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) override;
   void room(creditloop::Nanos t, std::uint32_t slots) override;
 
  private:

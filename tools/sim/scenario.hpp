@@ -51,7 +51,7 @@ struct ArrivalSpec {
   creditloop::Nanos service = 0;
   std::int64_t cost_nano = 0;
   /// A request of this entry still queued this long after its arrival is withdrawn (its client
-  /// hung up: Core::cancel); one dispatched before then is served as any other. None: never.
+  /// hung up: Core::withdraw); one dispatched before then is served as any other. None: never.
   std::optional<creditloop::Nanos> cancel_after;
   /// Requests of this entry that arrive no later than `until` (all of them without it).
   std::uint64_t in_run = 0;

@@ -38,7 +38,7 @@ struct Simulator::Participant {
   std::array<std::uint64_t, creditloop::kMaxClasses + 1> dispatched{};
   std::uint64_t arrived = 0;
   std::uint64_t completed = 0;
-  std::uint64_t cancelled = 0;
+  std::uint64_t withdrawn = 0;
   std::optional<Nanos> wait_max;
 };
 
@@ -207,8 +207,8 @@ void Simulator::arrive(std::uint32_t entry) {
   ++p.arrived;
   if (!core_.submit(p.id, r, now_)) core_bug("submit() refused a registered participant");
   if (spec.cancel_after) {
-    cancels_.push_back(Due{now_ + *spec.cancel_after, req, static_cast<std::uint32_t>(req)});
-    std::push_heap(cancels_.begin(), cancels_.end(),
+    withdrawals_.push_back(Due{now_ + *spec.cancel_after, req, static_cast<std::uint32_t>(req)});
+    std::push_heap(withdrawals_.begin(), withdrawals_.end(),
                    [](const Due& a, const Due& b) { return due_later(a, b); });
   }
   if (observer_ != nullptr) observer_->arrived(now_, r.participant, req);
@@ -321,25 +321,26 @@ void Simulator::step_backend() {
 
 // A request dispatched before its withdrawal fell due is served as any other: its withdrawal is
 // dropped here, so that it never becomes an instant of the run of its own.
-void Simulator::drop_moot_cancels() {
-  while (!cancels_.empty() && pool_[cancels_.front().req].sent) {
-    std::pop_heap(cancels_.begin(), cancels_.end(),
+void Simulator::drop_moot_withdrawals() {
+  while (!withdrawals_.empty() && pool_[withdrawals_.front().req].sent) {
+    std::pop_heap(withdrawals_.begin(), withdrawals_.end(),
                   [](const Due& a, const Due& b) { return due_later(a, b); });
-    cancels_.pop_back();
+    withdrawals_.pop_back();
   }
 }
 
-void Simulator::cancel_due(Nanos now) {
-  for (drop_moot_cancels(); !cancels_.empty() && cancels_.front().t == now; drop_moot_cancels()) {
-    std::pop_heap(cancels_.begin(), cancels_.end(),
+void Simulator::withdraw_due(Nanos now) {
+  for (drop_moot_withdrawals(); !withdrawals_.empty() && withdrawals_.front().t == now;
+       drop_moot_withdrawals()) {
+    std::pop_heap(withdrawals_.begin(), withdrawals_.end(),
                   [](const Due& a, const Due& b) { return due_later(a, b); });
-    const std::uint32_t req = cancels_.back().req;
-    cancels_.pop_back();
+    const std::uint32_t req = withdrawals_.back().req;
+    withdrawals_.pop_back();
     Request& r = pool_[req];
-    if (!core_.cancel(r)) core_bug("cancel() refused a request still queued");
+    if (!core_.withdraw(r)) core_bug("withdraw() refused a request still queued");
     Participant& p = participants_[r.participant];
-    ++p.cancelled;
-    if (observer_ != nullptr) observer_->cancelled(now_, r.participant, req);
+    ++p.withdrawn;
+    if (observer_ != nullptr) observer_->withdrawn(now_, r.participant, req);
     if (trace_ == nullptr) continue;
     std::string& b = trace_->buffer();
     b += "{\"t\": ";
@@ -498,8 +499,8 @@ RunReport Simulator::run(LineWriter* trace) {
     Nanos t = kNever;
     if (!completions_.empty()) t = completions_.front().t;
     if (!arrivals_.empty()) t = std::min(t, arrivals_.front().t);
-    drop_moot_cancels();
-    if (!cancels_.empty()) t = std::min(t, cancels_.front().t);
+    drop_moot_withdrawals();
+    if (!withdrawals_.empty()) t = std::min(t, withdrawals_.front().t);
     if (t == kNever) break;
     // A step of the backend is an instant of the run only while something else is to come.
     if (step_ < scenario_.backend.size()) t = std::min(t, scenario_.backend[step_].at);
@@ -523,7 +524,7 @@ RunReport Simulator::run(LineWriter* trace) {
         std::push_heap(arrivals_.begin(), arrivals_.end(), arrival_cmp);
       }
     }
-    cancel_due(now_);
+    withdraw_due(now_);
     core_.run(now_, Loop{*this});
   }
   return report(scenario_.until ? std::max(*scenario_.until, now_) : now_);
@@ -548,7 +549,7 @@ RunReport Simulator::report(Nanos stopped_at) {
     r.shares = spec.shares;
     r.dispatched = p.dispatched;
     r.completed = p.completed;
-    r.cancelled = p.cancelled;
+    r.withdrawn = p.withdrawn;
     r.wait_max = p.wait_max;
     r.waiting = core_.queued(*id);
     // The trace is the simulator's own account; the core counts the same events. A mismatch
@@ -565,7 +566,7 @@ RunReport Simulator::report(Nanos stopped_at) {
     if (stats.completed != p.completed) {
       core_bug("the core's completion count for " + spec.name + " disagrees with the trace");
     }
-    if (r.waiting != p.arrived - total - p.cancelled) {
+    if (r.waiting != p.arrived - total - p.withdrawn) {
       core_bug("the core's queue length for " + spec.name + " disagrees with the trace");
     }
     for (int c = 0; c < out.classes; ++c) {
@@ -597,7 +598,7 @@ void append_summary(std::string& out, const RunReport& report) {
     append_uint(out, p.completed);
     if (report.withdraws) {
       out += ", \"cancelled\": ";
-      append_uint(out, p.cancelled);
+      append_uint(out, p.withdrawn);
     }
     out += ", \"waiting\": ";
     append_uint(out, p.waiting);
@@ -646,7 +647,7 @@ std::string format_table(const RunReport& report) {
   std::uint64_t grand = 0;
   std::array<std::uint64_t, creditloop::kMaxClasses + 1> per_class{};
   std::uint64_t completed = 0;
-  std::uint64_t cancelled = 0;
+  std::uint64_t withdrawn = 0;
   std::uint64_t waiting = 0;
   for (const ParticipantReport& p : report.participants) {
     for (int c = 0; c <= k; ++c) {
@@ -654,7 +655,7 @@ std::string format_table(const RunReport& report) {
       grand += p.dispatched[static_cast<std::size_t>(c)];
     }
     completed += p.completed;
-    cancelled += p.cancelled;
+    withdrawn += p.withdrawn;
     waiting += p.waiting;
   }
 
@@ -670,7 +671,7 @@ std::string format_table(const RunReport& report) {
     row.push_back(std::to_string(total));
     row.push_back(percent(total, grand));
     row.push_back(std::to_string(p.completed));
-    if (report.withdraws) row.push_back(std::to_string(p.cancelled));
+    if (report.withdraws) row.push_back(std::to_string(p.withdrawn));
     row.push_back(std::to_string(p.waiting));
     row.push_back(p.wait_max ? micro(*p.wait_max) : "-");
     for (int c = 0; c < k; ++c) {
@@ -686,14 +687,14 @@ std::string format_table(const RunReport& report) {
   }
   totals.insert(totals.end(),
                 {std::to_string(grand), percent(grand, grand), std::to_string(completed)});
-  if (report.withdraws) totals.push_back(std::to_string(cancelled));
+  if (report.withdraws) totals.push_back(std::to_string(withdrawn));
   totals.insert(totals.end(), {std::to_string(waiting), ""});
   for (int c = 0; c < k; ++c) totals.emplace_back("");
 
   std::string out =
       "stopped at t=" + micro(report.stopped_at) + " s; " + std::to_string(report.arrived) +
       " arrived, " + std::to_string(grand) + " dispatched, " + std::to_string(completed) +
-      " completed, " + (report.withdraws ? std::to_string(cancelled) + " cancelled, " : "") +
+      " completed, " + (report.withdraws ? std::to_string(withdrawn) + " cancelled, " : "") +
       std::to_string(waiting) + " waiting; " +
       (report.room_auto ? "a learned room (" + std::to_string(report.room_auto->least) + ".." +
                               std::to_string(report.room_auto->most) + ") of "

@@ -44,7 +44,7 @@ struct ParticipantReport {
   /// By ClassId: 0..k-1 metered, k unmetered.
   std::array<std::uint64_t, creditloop::kMaxClasses + 1> dispatched{};
   std::uint64_t completed = 0;
-  std::uint64_t cancelled = 0;  // withdrawn while queued
+  std::uint64_t withdrawn = 0;  // left the queue undispatched
   std::uint64_t waiting = 0;
   std::optional<creditloop::Nanos> wait_max;
   /// Balance of each metered class at the stop, in nano-credits; empty where the plan holds none.
@@ -121,7 +121,7 @@ class RunObserver {
   virtual void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
                          std::int64_t cost_nano, const Balances& balances) = 0;
   /// The request left its queue undispatched (the scenario's `cancel_after`).
-  virtual void cancelled(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) = 0;
+  virtual void withdrawn(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) = 0;
   /// A learned room (`"slots": "auto"`) has `slots` from `t` on; told once at 0 with the room it
   /// starts with.
   virtual void room(creditloop::Nanos /*t*/, std::uint32_t /*slots*/) {}
@@ -166,8 +166,8 @@ class Simulator {
 
   void arrive(std::uint32_t entry);
   void complete_due(creditloop::Nanos now);
-  void cancel_due(creditloop::Nanos now);
-  void drop_moot_cancels();
+  void withdraw_due(creditloop::Nanos now);
+  void drop_moot_withdrawals();
   void on_pass(creditloop::ClassId c);
   void on_dispatch(const creditloop::Dispatch& d);
   void start_in_backend(std::uint32_t req);
@@ -199,7 +199,7 @@ class Simulator {
   };
   std::vector<NextArrival> arrivals_;  // min-heap on (t, entry)
   std::vector<Due> completions_;       // min-heap on (t, seq)
-  std::vector<Due> cancels_;           // min-heap on (t, seq = req)
+  std::vector<Due> withdrawals_;       // min-heap on (t, seq = req)
 
   LineWriter* trace_ = nullptr;
   RunObserver* observer_ = nullptr;

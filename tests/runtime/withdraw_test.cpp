@@ -1,7 +1,7 @@
-// Runtime::cancel: a queued request withdrawn from any thread, wherever it waits (the core's queue
-// or still the participant's inbox), takes no credit and is the caller's again; a dispatched one
-// is refused as in flight. The replay test in dispatcher_test.cpp shows that the core sees each
-// withdrawal exactly as Core::cancel, cursor and all.
+// Runtime::withdraw: a queued request withdrawn from any thread, wherever it waits (the core's
+// queue or still the participant's inbox), takes no credit and is the caller's again; a dispatched
+// one is refused as in flight. The replay test in dispatcher_test.cpp shows that the core sees each
+// withdrawal exactly as Core::withdraw, cursor and all.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,7 +26,7 @@ std::vector<int> dispatched_ids(Recorder& recorder) {
   return ids;
 }
 
-TEST(RuntimeCancel, AQueuedRequestLeavesItsQueueAndTheRestGoOutInOrder) {
+TEST(RuntimeWithdraw, AQueuedRequestLeavesItsQueueAndTheRestGoOutInOrder) {
   Recorder recorder;
   std::atomic<bool> room{false};
   Runtime rt(options_with_room_flag(recorder, room));
@@ -36,20 +36,20 @@ TEST(RuntimeCancel, AQueuedRequestLeavesItsQueueAndTheRestGoOutInOrder) {
     requests[static_cast<std::size_t>(i)].id = i;
     ASSERT_TRUE(rt.submit(alice, requests[static_cast<std::size_t>(i)]).ok());
   }
-  // Some of them may still be in the inbox: cancel finds them there too.
-  ASSERT_TRUE(rt.cancel(alice, requests[2]).ok());
-  ASSERT_TRUE(rt.cancel(alice, requests[4]).ok());
+  // Some of them may still be in the inbox: withdraw finds them there too.
+  ASSERT_TRUE(rt.withdraw(alice, requests[2]).ok());
+  ASSERT_TRUE(rt.withdraw(alice, requests[4]).ok());
   EXPECT_TRUE(requests[2].idle());
   EXPECT_TRUE(requests[4].idle());
   EXPECT_EQ(rt.counters(alice)->queued, 3u);
   EXPECT_EQ(rt.counters().queued, 3u);
-  EXPECT_EQ(rt.cancel(alice, requests[2]).error(), Errc::not_queued);  // the caller's already
+  EXPECT_EQ(rt.withdraw(alice, requests[2]).error(), Errc::not_queued);  // the caller's already
 
   room.store(true, std::memory_order_relaxed);  // a test flag: wake() re-tests it
   rt.wake();
   ASSERT_TRUE(recorder.wait_for(3));
   EXPECT_EQ(dispatched_ids(recorder), (std::vector<int>{0, 1, 3}));
-  EXPECT_EQ(rt.cancel(alice, requests[0]).error(), Errc::in_flight);
+  EXPECT_EQ(rt.withdraw(alice, requests[0]).error(), Errc::in_flight);
   for (const Dispatched& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 1).ok());
   EXPECT_EQ(rt.snapshot(alice)->stats.completed, 3u);
 
@@ -62,9 +62,9 @@ TEST(RuntimeCancel, AQueuedRequestLeavesItsQueueAndTheRestGoOutInOrder) {
 }
 
 // A submitter stopped between its push onto the empty inbox and the listing of the mailbox leaves
-// the later submits of that participant in the inbox and on no list: cancel takes them from the
+// the later submits of that participant in the inbox and on no list: withdraw takes them from the
 // inbox itself.
-TEST(RuntimeCancel, ARequestStillInTheInboxBehindAStoppedSubmitterIsWithdrawn) {
+TEST(RuntimeWithdraw, ARequestStillInTheInboxBehindAStoppedSubmitterIsWithdrawn) {
   static Latch stopped;
   static Latch go;
   stopped.reset();
@@ -87,7 +87,7 @@ TEST(RuntimeCancel, ARequestStillInTheInboxBehindAStoppedSubmitterIsWithdrawn) {
   stopped.wait();
   detail::test_hooks::submit_pushed_first.store(nullptr, std::memory_order_release);
   ASSERT_TRUE(rt.submit(alice, behind).ok());  // onto a non-empty inbox: it lists nothing
-  EXPECT_TRUE(rt.cancel(alice, behind).ok());
+  EXPECT_TRUE(rt.withdraw(alice, behind).ok());
   EXPECT_TRUE(behind.idle());
   go.open();
   submitter.join();
@@ -99,7 +99,7 @@ TEST(RuntimeCancel, ARequestStillInTheInboxBehindAStoppedSubmitterIsWithdrawn) {
   EXPECT_EQ(rt.counters(alice)->queued, 0u);
 }
 
-TEST(RuntimeCancel, ARequestNotWaitingForThatParticipantIsRefusedAndStaysWhereItIs) {
+TEST(RuntimeWithdraw, ARequestNotWaitingForThatParticipantIsRefusedAndStaysWhereItIs) {
   Recorder recorder;
   std::atomic<bool> room{false};
   Runtime rt(options_with_room_flag(recorder, room));
@@ -108,10 +108,10 @@ TEST(RuntimeCancel, ARequestNotWaitingForThatParticipantIsRefusedAndStaysWhereIt
   Req bobs;
   Req never;
   ASSERT_TRUE(rt.submit(bob, bobs).ok());
-  EXPECT_EQ(rt.cancel(alice, bobs).error(), Errc::not_queued);
-  EXPECT_EQ(rt.cancel(alice, never).error(), Errc::not_queued);
+  EXPECT_EQ(rt.withdraw(alice, bobs).error(), Errc::not_queued);
+  EXPECT_EQ(rt.withdraw(alice, never).error(), Errc::not_queued);
   EXPECT_EQ(
-      rt.cancel(ParticipantId{alice.place, alice.generation + 1, alice.issuer}, never).error(),
+      rt.withdraw(ParticipantId{alice.place, alice.generation + 1, alice.issuer}, never).error(),
       Errc::unknown_participant);
   EXPECT_FALSE(bobs.idle());
   EXPECT_EQ(rt.counters(bob)->queued, 1u);
@@ -119,20 +119,21 @@ TEST(RuntimeCancel, ARequestNotWaitingForThatParticipantIsRefusedAndStaysWhereIt
 
   Recorder elsewhere_seen;
   Runtime elsewhere(options_with(elsewhere_seen));
-  EXPECT_EQ(elsewhere.cancel(bob, bobs).error(), Errc::unknown_participant);  // another issuer's id
+  // bob is another issuer's id here.
+  EXPECT_EQ(elsewhere.withdraw(bob, bobs).error(), Errc::unknown_participant);
 
   ASSERT_TRUE(rt.remove(alice).ok());
-  EXPECT_EQ(rt.cancel(alice, never).error(), Errc::unknown_participant);
+  EXPECT_EQ(rt.withdraw(alice, never).error(), Errc::unknown_participant);
   room.store(true, std::memory_order_relaxed);
   rt.wake();
   ASSERT_TRUE(recorder.wait_for(1));
   EXPECT_EQ(recorder.seen()[0].request, &bobs);
   ASSERT_TRUE(rt.complete(recorder.seen()[0].ticket, 1).ok());
   (void)rt.shutdown(ShutdownMode::hand_back);
-  EXPECT_EQ(rt.cancel(bob, bobs).error(), Errc::shut_down);
+  EXPECT_EQ(rt.withdraw(bob, bobs).error(), Errc::shut_down);
 }
 
-TEST(RuntimeCancel, ASinkMayWithdrawARequestInline) {
+TEST(RuntimeWithdraw, ASinkMayWithdrawARequestInline) {
   Recorder recorder;
   std::deque<Req> requests(3);
   Runtime* runtime = nullptr;
@@ -140,7 +141,7 @@ TEST(RuntimeCancel, ASinkMayWithdrawARequestInline) {
   Status inline_result = Errc::shut_down;
   RuntimeOptions o = options_with(recorder, 1);
   o.sink = [&](const Dispatched& d) {
-    if (d.request == &requests[0]) inline_result = runtime->cancel(alice, requests[1]);
+    if (d.request == &requests[0]) inline_result = runtime->withdraw(alice, requests[1]);
     recorder(d);
   };
   Runtime rt(std::move(o));
@@ -171,7 +172,7 @@ TEST(RuntimeCancel, ASinkMayWithdrawARequestInline) {
 // and the sink completes each request at once, so the dispatcher runs through the bursts as they
 // come: every request is dispatched once or withdrawn once, never both, and the queue counters end
 // at zero. Run under ThreadSanitizer by the tsan preset.
-TEST(RuntimeCancel, WithdrawalsRacingDispatchesLoseNothingAndCountNothingTwice) {
+TEST(RuntimeWithdraw, WithdrawalsRacingDispatchesLoseNothingAndCountNothingTwice) {
   constexpr int kProducers = 4;
   constexpr int kBursts = 250;
   constexpr int kBurst = 8;
@@ -199,7 +200,7 @@ TEST(RuntimeCancel, WithdrawalsRacingDispatchesLoseNothingAndCountNothingTwice) 
         Req* const burst = &requests[static_cast<std::size_t>((p * kBursts + b) * kBurst)];
         for (int i = 0; i < kBurst; ++i) ASSERT_TRUE(rt.submit(id, burst[i]).ok());
         for (int i = 0; i < kBurst; i += 2) {
-          const Status s = rt.cancel(id, burst[i]);
+          const Status s = rt.withdraw(id, burst[i]);
           if (s.ok()) {
             EXPECT_TRUE(burst[i].idle());
             withdrawn[static_cast<std::size_t>(p)].push_back(burst[i].id);
