@@ -168,9 +168,6 @@ class Core {
   /// core or still in a runtime's inbox); in_flight (dispatched: complete it as usual). On error
   /// nothing changes. O(1); no allocation.
   Status withdraw(RequestHook& request) noexcept;
-  [[deprecated("use withdraw")]] Status cancel(RequestHook& request) noexcept {
-    return withdraw(request);
-  }
 
   /// Queued requests of `p` (0 for an unknown participant).
   [[nodiscard]] std::size_t queued(ParticipantId p) const noexcept;

@@ -44,17 +44,8 @@ class RuntimeObserver {
   virtual void on_submit(ParticipantId, const RequestHook&, Nanos /*now*/) {}
   /// A queued request was withdrawn: withdraw(request) (successful calls only). The request is
   /// its caller's again and may be submitted anew by then: recognise it by its address, do not
-  /// read it. By default it calls on_cancel, so that an observer written for the old name is
-  /// still told for one release.
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#endif
-  virtual void on_withdraw(ParticipantId p, const RequestHook& request) { on_cancel(p, request); }
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
-  [[deprecated("use on_withdraw")]] virtual void on_cancel(ParticipantId, const RequestHook&) {}
+  /// read it.
+  virtual void on_withdraw(ParticipantId, const RequestHook&) {}
   /// begin_turn(now) returned `pass` (nothing: every queue was empty).
   virtual void on_begin_turn(std::optional<ClassId> /*pass*/, Nanos /*now*/) {}
   /// visit(now) returned `dispatch` (nullptr: the turn is over). `ticket` is the runtime's.

@@ -263,9 +263,6 @@ class Runtime {
   /// `p`: never submitted, handed back, completed, or submitted for another participant);
   /// in_flight (dispatched: complete it as usual); shut_down.
   Status withdraw(ParticipantId p, RequestHook& request);
-  [[deprecated("use withdraw")]] Status cancel(ParticipantId p, RequestHook& request) {
-    return withdraw(p, request);
-  }
 
   // ---- requests: any thread, no allocation --------------------------------------------------
   /// Queues `request` for `p`. On error the request is not linked and stays the caller's:
