@@ -28,21 +28,12 @@
 // the latter only delays room). A sink callback must not block; it may call submit(),
 // complete() and the lifecycle calls, which then run inline.
 //
-// Threads and cost (N participants, per call):
-//  - submit: one CAS on the request's own hook (already_queued), one load and one CAS on the
-//    participant's inbox line; when the queue was empty, one exchange on a flag and one CAS on the
-//    runtime's activation list, and one load of the parking word. O(1), no allocation.
-//  - complete: one CAS on the ticket, one store on the request's hook, one CAS on the completion
-//    list, one load of the parking word. O(1), lock-free, no allocation. A pool worker takes one
-//    job at a time, writes only its own completion block, and per job one CAS on a block list.
-//  - A thread stopped anywhere inside submit() or complete() (preempted, throttled) delays only
-//    its own participant's requests and its own completion: no other participant's dispatch and
-//    no other completer's room waits for it (docs/design.md, "Progress").
-//  - the dispatcher: per decision, the core's O(log64 N) visit; per activation O(1) plus the
-//    requests moved; per completion O(1). It sleeps when it has nothing to do (no CPU when idle)
-//    and when it has no room, and is woken by the submission or completion that changes that.
-//  - add, remove, replan, scale, withdraw, snapshots: a round trip to the dispatcher
-//    (microseconds); add may allocate.
+// Threads and cost: docs/design.md, "The runtime" ("Cost of each call" lists each call's atomics,
+// "Progress" what a stopped thread can delay). In short: submit() and complete() are O(1),
+// lock-free and allocate nothing, and a thread stopped inside either delays only its own
+// participant's requests or its own completion; the dispatcher pays the core's O(log64 N) per
+// decision and sleeps when it has nothing to do or no room; the lifecycle calls and snapshots
+// are a round trip to it.
 #pragma once
 
 #include <chrono>
