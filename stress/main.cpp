@@ -9,50 +9,11 @@
 // Another thread tries completions that must be refused (repeated, stale, forged tickets; bad
 // costs). The run ends with shutdown(hand_back) or shutdown(drain). All threads start at one gate.
 //
-// What is checked (the first violation ends the run with status 1 and a message that names the
-// check, the participant or request, and the seed):
-//  1. Fate. Every request whose submit() returned ok is dispatched exactly once or handed back
-//     exactly once (by remove() or shutdown()), never both, never neither; a refused submit
-//     leaves it with its producer (counted apart), and a submit to a participant whose remove()
-//     had returned is refused. Each request carries a state changed by compare-and-swap, and
-//     every request is back in its producer's pool at the end.
-//  2. Order. A producer's requests to one participant reach the core's queue in submission order
-//     (checked when the observer sees them enter), and leave it, by dispatch or hand-back, in the
-//     order they entered it: per participant, across producers.
-//  3. Ledger. For every bucket, what the observer saw dispatched per class and every cost applied
-//     (each exactly the cost its completer reported, each ticket completed once) equals the
-//     core's ParticipantStats to the nano-credit; the runtime's counters agree (its turns per
-//     class too, when the dispatcher reports them: see --decide).
-//  4. Classes. Every observer event is replayed through the reference model (tests/model), which
-//     must take the same decisions (pass class, participant, request, class out, turn) and end
-//     with the same balances, to the nano-credit, as the runtime's final snapshot. With
-//     --decide batches the dispatcher decides a batch per core call, as it does with no
-//     observer; the model then walks the loop of turns and visits that call stands for, begins
-//     the turns itself, and must match every dispatch, find every queue empty where a batch
-//     stopped short, and (replaying the whole run) begin as many turns per class as the runtime.
-//  5. Bounded wait (docs/contract.md §3). Checked in the replay, see replay.hpp: from the instant a
-//     P1 holder with queued work has a P1 credit, its next dispatch comes within the turn in
-//     progress plus one P1 turn (exact, counted in dispatches) and within --wait-slack-ms.
-//  6. No lost wake-up. A watchdog fails the run if nothing is dispatched or completed for
-//     --watchdog-ms while requests wait or are in flight.
-//
-// The replay runs beside the run and covers all of it when it keeps up (it does with a thousand
-// participants). The reference model scans the ring, so with many participants it falls behind:
-// the observer then stops recording (the replay would need more than --replay-lag-s to catch up,
-// or its log would outgrow --replay-backlog-mb, or it reached --replay-limit dispatches, since
-// the model keeps every ticket it issued), and after the run the replay gets at most
-// --replay-lag-s more. The output says which part of the run checks 4 and 5 covered; checks 1,
-// 2, 3 and 6 always cover all of it.
-//
-// Quick run (about the CI's):
-//   creditloop-stress --producers 4 --workers 2 --participants 1000 --churn --seconds 10
-// Long run (an hour; the replay covers its first part, at most 8,000,000 dispatches by default,
-// about 100 bytes each in the model; the ledger covers all of it):
-//   creditloop-stress --producers 16 --workers 8 --participants 100000 --churn --seconds 3600
-// A longer replay with a thousand participants (about 2 GB for the model):
-//   creditloop-stress --participants 1000 --churn --seconds 120 --replay-limit 20000000
-// A failure prints the command that reruns it with the same seed; the threads' interleaving is
-// not reproducible, the workload is.
+// The six checks (fate, order, ledger, classes, bounded wait, no lost wake-up), what the replay
+// covers, and the quick and long runs: docs/testing.md, "Stress". The first violation ends the
+// run with status 1 and a message that names the check, the participant or request, and the
+// seed; a failure prints the command that reruns it with the same seed (the threads'
+// interleaving is not reproducible, the workload is).
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
