@@ -626,7 +626,7 @@ class ProxyPool(unittest.TestCase):
             backend.close()
 
     def test_a_connection_the_backend_closed_while_idle_is_closed_at_once(self):
-        backend = Backend(idle_close_s=0.3)
+        backend = Backend(idle_close_s=1.0)
         config = proxy_config(backend)
         config["proxy"]["idle_timeout_ms"] = 60000  # the pool's own reaping plays no part
         config["limits"]["idle_timeout_ms"] = 60000  # nor the client's idle timeout
@@ -649,7 +649,11 @@ class ProxyPool(unittest.TestCase):
             c = Client(server.port)  # kept open: the client's side holds its descriptor still
             c.send(request("GET", "/first"))
             self.assertEqual(c.response()[0], 200)
-            self.assertEqual(to_backend(), 1)  # pooled, idle
+            pooled = to_backend()
+            # Pooled and idle, unless the backend's idle close came first (a slow build can
+            # take a second to pass the response on): counted before the close, it is there.
+            if backend.recorder.closed == 0:
+                self.assertEqual(pooled, 1)
             wait_for("the backend to close its idle connection",
                      lambda: backend.recorder.closed >= 1)
             # No CLOSE_WAIT until the next lease: nginx watches idle pooled connections too.
