@@ -48,7 +48,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kJobs = 200'000;
 
 // The runtime's worker job: the dispatch itself (a null request: the worker stops).
-using Job = creditloop::Dispatched;
+using Job = creditloop::Decision;
 static_assert(sizeof(Job) == 48);
 
 struct alignas(64) RunCount {

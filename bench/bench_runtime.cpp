@@ -332,7 +332,7 @@ void BM_Runtime(benchmark::State& state) {
   options.slots = kSlots;
   creditloop::Runtime* self = nullptr;  // the sink's way back to complete()
   if constexpr (kInlineSink) {
-    options.sink = [gates, &self](const creditloop::Dispatched& d) {
+    options.sink = [gates, &self](const creditloop::Decision& d) {
       auto& r = static_cast<Request&>(*d.request);
       // Completed before it is marked done: until its completion the request is the runtime's,
       // and its producer's next submit of it would be refused.
@@ -341,7 +341,7 @@ void BM_Runtime(benchmark::State& state) {
     };
   } else {
     options.workers = workers;
-    options.handler = [gates](const creditloop::Dispatched& d) {
+    options.handler = [gates](const creditloop::Decision& d) {
       return start_request(static_cast<Request&>(*d.request), gates);
     };
   }
@@ -502,7 +502,7 @@ class MutexBaseline {
                                  step < 2 * kMutexBatch + 2;
            ++step) {
         if (!model_.in_turn() && !model_.begin_turn(t)) break;
-        const std::optional<creditloop::model::Dispatch> d = model_.visit(t);
+        const std::optional<creditloop::model::Decision> d = model_.visit(t);
         if (!d) continue;
         batch.push_back(Job{reinterpret_cast<Request*>(d->request), d->ticket});
         --queued_;

@@ -40,9 +40,9 @@ int main(int argc, char** argv) {
   options.config = creditloop::reference_config();
   if (workers > 0) {
     options.workers = static_cast<unsigned>(workers);
-    options.handler = [](const creditloop::Dispatched&) { return 0.0; };
+    options.handler = [](const creditloop::Decision&) { return 0.0; };
   } else {
-    options.sink = [](const creditloop::Dispatched&) {};
+    options.sink = [](const creditloop::Decision&) {};
   }
   creditloop::Runtime runtime(std::move(options));
   for (long i = 0; i < participants; ++i) {

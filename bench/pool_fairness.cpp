@@ -45,7 +45,7 @@ void behind_slow_jobs(int kSlow) {
   o.config = creditloop::reference_config();
   o.workers = 4;
   o.slots = 64;
-  o.handler = [&](const creditloop::Dispatched& d) {
+  o.handler = [&](const creditloop::Decision& d) {
     auto& job = static_cast<Job&>(*d.request);
     if (job.quick) {
       // relaxed: a slot index of the handler's own; the vector is read after the shutdown.
@@ -98,7 +98,7 @@ void side_by_side() {
   o.config = creditloop::reference_config();
   o.workers = kWorkers;
   o.slots = 64;
-  o.handler = [](const creditloop::Dispatched&) {
+  o.handler = [](const creditloop::Decision&) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return 0.0;
   };

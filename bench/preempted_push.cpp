@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   options.config = creditloop::reference_config();
   options.slots = 1'000'000;
   std::atomic<creditloop::Runtime*> self{nullptr};
-  options.sink = [&self](const creditloop::Dispatched& d) {
+  options.sink = [&self](const creditloop::Decision& d) {
     // relaxed: the runtime was published to this thread by the submit that led here.
     (void)self.load(std::memory_order_relaxed)->complete(d.ticket, 0);
   };

@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   options.expected_participants = static_cast<std::size_t>(participants);
   options.expected_in_flight = 64;
   options.thread_name = "gap-dispatch";
-  options.sink = [&](const creditloop::Dispatched& d) {
+  options.sink = [&](const creditloop::Decision& d) {
     meter.decision(phase.load(std::memory_order_relaxed));
     // Completed before it is submitted again: until then the request is the runtime's.
     if (!self->complete(d.ticket, 0)) std::abort();

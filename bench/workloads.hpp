@@ -130,13 +130,13 @@ template <Api api>
 class DecisionLoop {
  public:
   explicit DecisionLoop(Fleet& fleet)
-      : fleet_(fleet), batches_{std::vector<Dispatch>(kBatch), std::vector<Dispatch>(kBatch)} {}
+      : fleet_(fleet), batches_{std::vector<Decision>(kBatch), std::vector<Decision>(kBatch)} {}
 
   /// kBatch decisions; returns how many were made.
   int decide() {
     Core& core = fleet_.core;
     Nanos now = fleet_.now;
-    std::vector<Dispatch>& batch = batches_[current_];
+    std::vector<Decision>& batch = batches_[current_];
     int n = 0;
     if constexpr (api == Api::batch) {
       // The clock advances between decisions: a batch of one decision at a time would not
@@ -144,7 +144,7 @@ class DecisionLoop {
       // a dispatcher that reads the clock once per batch would see them.
       while (n < kBatch) {
         const std::size_t got = core.dispatch(
-            now, std::span<Dispatch>(batch).subspan(static_cast<std::size_t>(n), kPerCall));
+            now, std::span<Decision>(batch).subspan(static_cast<std::size_t>(n), kPerCall));
         if (got == 0) break;
         n += static_cast<int>(got);
         now += fleet_.step * static_cast<Nanos>(got);
@@ -170,15 +170,15 @@ class DecisionLoop {
   /// converted where it enters, on the completing thread.
   void upkeep(int n, std::uint64_t* per_class) {
     Core& core = fleet_.core;
-    const std::vector<Dispatch>& previous = batches_[current_ ^ 1];
+    const std::vector<Decision>& previous = batches_[current_ ^ 1];
     for (std::size_t i = 0; i < previous_count_; ++i) {
-      const Dispatch& d = previous[i];
+      const Decision& d = previous[i];
       (void)core.complete_nano(d.ticket, kCosts[cost_index_], fleet_.now);
       cost_index_ = cost_index_ == 2 ? 0 : cost_index_ + 1;
       auto* r = static_cast<Request*>(d.request);
       (void)core.submit(r->owner, *r, fleet_.now);
     }
-    const std::vector<Dispatch>& current = batches_[current_];
+    const std::vector<Decision>& current = batches_[current_];
     for (int i = 0; i < n; ++i) ++per_class[current[static_cast<std::size_t>(i)].out];
     previous_count_ = static_cast<std::size_t>(n);
     current_ ^= 1;
@@ -188,7 +188,7 @@ class DecisionLoop {
   // 0, 0.5 and 2 credits.
   static constexpr std::int64_t kCosts[3] = {0, kNanoPerCredit / 2, 2 * kNanoPerCredit};
   Fleet& fleet_;
-  std::array<std::vector<Dispatch>, 2> batches_;
+  std::array<std::vector<Decision>, 2> batches_;
   std::size_t current_ = 0;         // the batch decide() fills
   std::size_t previous_count_ = 0;  // dispatches in the other one, completed at the next upkeep
   std::size_t cost_index_ = 0;
@@ -230,11 +230,11 @@ class ShallowLoop {
       if (!core_.in_turn() && !core_.begin_turn(now_)) break;
       if (auto d = core_.visit(now_)) current_.push_back(*d);
     }
-    for (const Dispatch& d : previous_) {
+    for (const Decision& d : previous_) {
       (void)core_.complete_nano(d.ticket, kCosts[cost_index_], now_);
       cost_index_ = cost_index_ == 2 ? 0 : cost_index_ + 1;
     }
-    for (const Dispatch& d : current_) ++per_class_[d.out];
+    for (const Decision& d : current_) ++per_class_[d.out];
     const std::size_t handled = current_.size();
     previous_.swap(current_);
     current_.clear();
@@ -251,8 +251,8 @@ class ShallowLoop {
   Core core_;
   std::vector<ParticipantId> ids_;
   std::vector<Request> requests_;
-  std::vector<Dispatch> previous_;
-  std::vector<Dispatch> current_;
+  std::vector<Decision> previous_;
+  std::vector<Decision> current_;
   std::array<std::uint64_t, kMaxClasses + 1> per_class_{};
   std::size_t cost_index_ = 0;
   std::size_t next_ = 0;

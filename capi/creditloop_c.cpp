@@ -42,7 +42,7 @@ struct creditloop_core {
   creditloop::Core core;
   // creditloop_dispatch() converts the core's decisions through this, a batch at a time, so that
   // it allocates nothing per call.
-  std::array<creditloop::Dispatch, 64> batch{};
+  std::array<creditloop::Decision, 64> batch{};
 };
 
 namespace {
@@ -500,7 +500,7 @@ creditloop_status creditloop_dispatch(creditloop_core* core, int64_t now, credit
     const std::size_t want = std::min(capacity - taken, core->batch.size());
     const std::size_t n = core->core.dispatch(now, std::span(core->batch.data(), want));
     for (std::size_t i = 0; i < n; ++i) {
-      const creditloop::Dispatch& d = core->batch[i];
+      const creditloop::Decision& d = core->batch[i];
       out[taken + i] = creditloop_decision{request_of(d.request), to_c(d.ticket),
                                            to_c(d.participant), d.out, d.turn};
     }
@@ -568,7 +568,7 @@ creditloop_status creditloop_snapshot(creditloop_core* core, creditloop_particip
   for (int k = 0; k < c.classes(); ++k) {
     const auto cls = static_cast<creditloop::ClassId>(k);
     if (!c.holds(id, cls)) continue;
-    s.has_class |= 1u << k;
+    s.holds |= 1u << k;
     const auto b = c.balance(id, cls, now);
     if (b) s.balance_nano[k] = clip(*b);
     if (b && *b < creditloop::kNanoPerCredit) {
@@ -608,9 +608,9 @@ creditloop_status creditloop_next_credit(creditloop_core* core, creditloop_parti
   return CREDITLOOP_OK;
 }
 
-uint64_t creditloop_passes(const creditloop_core* core, int cls) {
+uint64_t creditloop_turns(const creditloop_core* core, int cls) {
   if (core == nullptr || cls < 0 || cls > core->core.classes()) return UINT64_MAX;
-  return core->core.passes(static_cast<creditloop::ClassId>(cls));
+  return core->core.turns(static_cast<creditloop::ClassId>(cls));
 }
 
 struct creditloop_room_controller {

@@ -312,7 +312,7 @@ RequestList Core::take_all_queued() noexcept {
   turn_.end = ring_size_;
   turn_.next = turn_.start;
   ++turn_.serial;
-  ++passes_[chosen];
+  ++turns_[chosen];
   return chosen;
 }
 
@@ -416,8 +416,8 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
 // Writes each field of `d` on its own, as the caller's copies read them: built in a register
 // first, the outcome went through the stack and was read back wider than it was written.
 [[gnu::always_inline]] inline void Core::take_oldest(std::uint32_t place, Header& header,
-                                                     ClassId out, ClassId turn,
-                                                     Dispatch& d) noexcept {
+                                                     ClassId out, ClassId turn, Nanos now,
+                                                     Decision& d) noexcept {
   std::uint32_t incarnation = 0;
   if (out != unmetered()) {
     BucketRec& b = buckets_of(header)[out];
@@ -441,6 +441,7 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
   d.participant = ParticipantId{place, header.generation, issuer_};
   d.out = out;
   d.turn = turn;
+  d.at = now;
 }
 
 ClassId Core::highest_credit(const Header& header, std::uint8_t among) noexcept {
@@ -452,10 +453,10 @@ ClassId Core::highest_credit(const Header& header, std::uint8_t among) noexcept 
   return kNoClass;
 }
 
-std::optional<Dispatch> Core::visit(Nanos now) noexcept {
+std::optional<Decision> Core::visit(Nanos now) noexcept {
   // One named result on every path, so that it is built in place in the caller's slot: a local
   // copied out on return is read back wider than it was written (see dispatch()).
-  std::optional<Dispatch> d;
+  std::optional<Decision> d;
   if (!turn_.active) return d;
   if (!record_ready()) [[unlikely]] {
     turn_.active = false;
@@ -470,7 +471,7 @@ std::optional<Dispatch> Core::visit(Nanos now) noexcept {
   return d;
 }
 
-std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
+std::size_t Core::dispatch(Nanos now, std::span<Decision> out) noexcept {
   now = advance_clock(now);
   std::size_t n = 0;
   // The records free for this call's dispatches, counted once: each dispatch takes one, so the
@@ -491,7 +492,7 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
     // Inlined here, each visit's outcome is stored straight into `out`. Returned by value from
     // visit(), the caller copies it with wider loads than the stores that built it: a
     // store-forwarding stall that, by perf, was over half of an unmetered visit's time.
-    Dispatch& d = out[n];
+    Decision& d = out[n];
     if (turn_.cls == unmetered() ? visit_unmetered(now, d) : visit_metered(turn_.cls, now, d)) ++n;
   }
   return n;
@@ -516,7 +517,7 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
 // The two kinds of visit are separate loops: an unmetered visit usually reads one line and no
 // bucket, and sharing one body with the metered visit made GCC keep both paths' values live at
 // once (a 472-byte frame and a spill or reload every few instructions).
-[[gnu::always_inline]] inline bool Core::visit_metered(ClassId c, Nanos now, Dispatch& d) noexcept {
+[[gnu::always_inline]] inline bool Core::visit_metered(ClassId c, Nanos now, Decision& d) noexcept {
   for (;;) {
     // Credits that land during the turn count when the cursor reaches their owner.
     expire_timers(c, now);
@@ -553,7 +554,7 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
           [[likely]] {
         if (caught_up) header.refilled_at = now;
         b.value = value;
-        take_oldest(place, header, c, c, d);
+        take_oldest(place, header, c, c, now, d);
         if (header.queued == 0) {
           leave_waiting(place);
         } else if (keeps_credit) {
@@ -575,7 +576,7 @@ std::size_t Core::dispatch(Nanos now, std::span<Dispatch> out) noexcept {
 // Out of line, so that the usual visit's registers are allocated for it alone: inlined, this
 // path's values kept a 168-byte frame live and spilled the usual path's.
 bool Core::visit_refilled(std::uint32_t place, Header& header, ClassId c, Nanos now,
-                          Dispatch& d) noexcept {
+                          Decision& d) noexcept {
   BucketRec* buckets = buckets_of(header);
   const auto above = static_cast<std::uint8_t>(header.held & ((1u << c) - 1u));
   bring_to(header, now);
@@ -590,7 +591,7 @@ bool Core::visit_refilled(std::uint32_t place, Header& header, ClassId c, Nanos 
     if (h != kNoClass) out = h;
   }
   buckets[out].value -= kAttoPerCredit;
-  take_oldest(place, header, out, c, d);
+  take_oldest(place, header, out, c, now, d);
   if (out == c) {
     // From the ready set, so its c timer is not filed: an empty queue leaves it exact, and
     // a spent credit files it without the heap looking for it first.
@@ -612,7 +613,7 @@ bool Core::visit_refilled(std::uint32_t place, Header& header, ClassId c, Nanos 
   return true;
 }
 
-[[gnu::always_inline]] inline bool Core::visit_unmetered(Nanos now, Dispatch& d) noexcept {
+[[gnu::always_inline]] inline bool Core::visit_unmetered(Nanos now, Decision& d) noexcept {
   const ClassId c = unmetered();
   std::uint32_t place = 0;
   Header* const stop = next_stop(waiting_, false, place);
@@ -627,7 +628,7 @@ bool Core::visit_refilled(std::uint32_t place, Header& header, ClassId c, Nanos 
   // refill is lazy and exact, so skipping it loses nothing. It is in no ready set either (a ready
   // participant has a credit, so its credit_from is behind the clock), so going idle only leaves
   // the waiting set.
-  take_oldest(place, header, c, c, d);
+  take_oldest(place, header, c, c, now, d);
   if (header.queued == 0) waiting_.clear(place);
   return true;
 }
@@ -635,12 +636,12 @@ bool Core::visit_refilled(std::uint32_t place, Header& header, ClassId c, Nanos 
 // A credit landed since the turn began (unmetered turns expire no timers): the request goes out
 // under the highest class that has one, if the refill confirms it.
 void Core::visit_unmetered_with_credit(std::uint32_t place, Header& header, Nanos now,
-                                       Dispatch& d) noexcept {
+                                       Decision& d) noexcept {
   bring_to(header, now);
   const ClassId h = highest_credit(header, header.held);
   const ClassId out = h == kNoClass ? unmetered() : h;
   if (out != unmetered()) buckets_of(header)[out].value -= kAttoPerCredit;
-  take_oldest(place, header, out, unmetered(), d);
+  take_oldest(place, header, out, unmetered(), now, d);
   file_after_debit(place, header, out, out != unmetered());
 }
 

@@ -41,7 +41,7 @@ int run() {
   constexpr std::size_t kSlots = 2;
   constexpr creditloop::Nanos kService = 50 * kMillisecond;
   std::deque<InService> in_service;  // completes in dispatch order: every job takes kService
-  std::array<creditloop::Dispatch, kSlots> decided;
+  std::array<creditloop::Decision, kSlots> decided;
   // [readme]
   while (core.waiting() > 0 || !in_service.empty()) {
     // Decide while there is room: one call fills the free slots (fewer if the queues run dry).

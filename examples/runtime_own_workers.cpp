@@ -21,7 +21,7 @@ constexpr int kRequests = 3000;
 // Your server's own work queue (the runtime does not care what it is).
 class WorkQueue {
  public:
-  void push(const creditloop::Dispatched& d) {
+  void push(const creditloop::Decision& d) {
     {
       std::lock_guard lock(mutex_);
       items_.push_back(d);
@@ -29,7 +29,7 @@ class WorkQueue {
     ready_.notify_one();
   }
   // Blocks until items arrive or close(), then takes all of them; false once closed and empty.
-  bool pop_all(std::vector<creditloop::Dispatched>& out) {
+  bool pop_all(std::vector<creditloop::Decision>& out) {
     std::unique_lock lock(mutex_);
     ready_.wait(lock, [&] { return closed_ || !items_.empty(); });
     out.assign(items_.begin(), items_.end());
@@ -47,7 +47,7 @@ class WorkQueue {
  private:
   std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<creditloop::Dispatched> items_;
+  std::deque<creditloop::Decision> items_;
   bool closed_ = false;
 };
 
@@ -63,15 +63,15 @@ int run() {
   options.slots = 16;
   // The sink runs on the dispatcher thread for each decision: hand the request over, never block
   // for long. d.out is the class it went out under, d.ticket what completes it.
-  options.sink = [&queue](const creditloop::Dispatched& d) { queue.push(d); };
+  options.sink = [&queue](const creditloop::Decision& d) { queue.push(d); };
   creditloop::Runtime runtime(std::move(options));
   const creditloop::ParticipantId tenant = runtime.add("carol", "pro", /*shares=*/2).value();
 
   auto worker = [&] {
     creditloop::CompletionBatch batch(runtime);  // one hand-off for several completions
-    std::vector<creditloop::Dispatched> taken;
+    std::vector<creditloop::Decision> taken;
     while (queue.pop_all(taken)) {
-      for (const creditloop::Dispatched& d : taken) {
+      for (const creditloop::Decision& d : taken) {
         const Request& request = static_cast<const Request&>(*d.request);
         const double cost = request.size * 0.01;  // what serving it really used, in credits
         // Wait-free; a stale or repeated ticket is refused and changes nothing.

@@ -25,7 +25,7 @@ int run() {
   options.slots = 8;                                // room: at most 8 requests in flight
   options.workers = 2;                              // the pool runs the handler...
   // d.out is the class the request went out under, d.ticket the one the pool completes it with.
-  options.handler = [](const creditloop::Dispatched& d) {
+  options.handler = [](const creditloop::Decision& d) {
     Job& job = static_cast<Job&>(*d.request);
     job.served.fetch_add(1, std::memory_order_relaxed);  // read after shutdown() joined the pool
     return job.work * 0.001;  // ...and charges back the cost it returns, in credits
@@ -54,7 +54,7 @@ int run() {
   bob_producer.join();
 
   // [readme]
-  // Dispatch everything queued, wait for everything in flight, join the threads.
+  // Decision everything queued, wait for everything in flight, join the threads.
   const creditloop::RequestList left = runtime.shutdown(creditloop::ShutdownMode::drain);
   // [/readme]
 

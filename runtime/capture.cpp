@@ -564,7 +564,7 @@ void CaptureObserver::on_submit(ParticipantId, const RequestHook&, Nanos now) { 
 void CaptureObserver::on_begin_turn(std::optional<ClassId>, Nanos now) { seen(now); }
 void CaptureObserver::on_dispatch(std::size_t, std::size_t, Nanos now) { seen(now); }
 
-void CaptureObserver::on_visit(const Dispatch* dispatch, Ticket ticket, Nanos now) {
+void CaptureObserver::on_visit(const Decision* dispatch, Ticket ticket, Nanos now) {
   seen(now);
   if (dispatch == nullptr) return;
   if (ticket.index >= tickets_.size()) {  // more in flight than ever: grow, as the runtime does

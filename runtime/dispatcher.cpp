@@ -234,7 +234,7 @@ std::uint32_t Runtime::Impl::dispatch_in_one_call(Nanos t) {
   std::uint32_t sent = 0;
   if (want > 0) {
     sent = static_cast<std::uint32_t>(
-        core_.dispatch(t, std::span<Dispatch>(batch_dispatches_.data(), want)));
+        core_.dispatch(t, std::span<Decision>(batch_dispatches_.data(), want)));
     // Before the hand-outs: their on_visit() calls carry the batch's dispatches.
     if (observer_ != nullptr) guarded_observer().on_dispatch(want, sent, t);
     for (std::uint32_t i = 0; i < sent; ++i) hand_out(batch_dispatches_[i], t);
@@ -263,7 +263,7 @@ std::uint32_t Runtime::Impl::dispatch_one_by_one(Nanos t) {
       if (observer_ != nullptr) guarded_observer().on_begin_turn(pass, t);
       if (!pass) break;
     }
-    const std::optional<Dispatch> d = core_.visit(t);
+    const std::optional<Decision> d = core_.visit(t);
     if (!d) {
       if (observer_ != nullptr) guarded_observer().on_visit(nullptr, Ticket{}, t);
       continue;
@@ -304,7 +304,7 @@ bool Runtime::Impl::grow_tickets() noexcept {
   return true;
 }
 
-void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
+void Runtime::Impl::hand_out(const Decision& d, Nanos t) {
   TicketRecord& record = tickets_[acquire_ticket()];
   record.core = d.ticket;
   record.cost = 0;
@@ -331,17 +331,17 @@ void Runtime::Impl::hand_out(const Dispatch& d, Nanos t) {
   if (observer_ != nullptr) guarded_observer().on_visit(&d, ticket, t);
   CREDITLOOP_PROBE4(dispatch, d.participant.place, d.out, ticket.index, ticket.generation);
   if (options_.workers > 0) {
-    batch_jobs_.push_back(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
+    batch_jobs_.push_back(Decision{d.request, ticket, d.participant, d.out, d.turn, t});
   } else {
     try {
-      options_.sink(Dispatched{d.request, ticket, d.participant, d.out, d.turn, t});
+      options_.sink(Decision{d.request, ticket, d.participant, d.out, d.turn, t});
     } catch (...) {
       sink_failed(record, d, std::current_exception(), t);
     }
   }
 }
 
-void Runtime::Impl::sink_failed(TicketRecord& record, const Dispatch& d, std::exception_ptr error,
+void Runtime::Impl::sink_failed(TicketRecord& record, const Decision& d, std::exception_ptr error,
                                 Nanos t) {
   // The sink did not take the request: the runtime completes it at cost 0 (the credit taken at
   // dispatch stays spent, as for any dispatch) and hands it back to its caller in the report.

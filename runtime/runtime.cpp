@@ -495,7 +495,7 @@ RuntimeSnapshot Runtime::Impl::snapshot() {
     s.classes = core_.classes();
     s.per_class = per_class_;
     for (int cls = 0; cls <= core_.classes(); ++cls) {
-      s.per_class[static_cast<std::size_t>(cls)].passes = core_.passes(static_cast<ClassId>(cls));
+      s.per_class[static_cast<std::size_t>(cls)].turns = core_.turns(static_cast<ClassId>(cls));
     }
   };
   run_on_dispatcher(c);

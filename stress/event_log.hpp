@@ -27,7 +27,7 @@ enum class EventKind : std::uint8_t {
   replan,      // place, generation; x: plan; y: shares
   scale,       // place, generation; x: millionths of the plan
   submit,      // place, generation; value: request id
-  begin_turn,  // out: the pass class, or kNoClass
+  begin_turn,  // out: the turn class, or kNoClass
   visit,       // place, generation; x, y: ticket; value: request id; out, turn
   visit_none,  // the turn is over
   dispatch,    // a batch: value: the span size asked for; x: the dispatches, whose visits follow

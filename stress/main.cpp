@@ -124,12 +124,12 @@ void check_accounts(Run& run) {
     // A batch does not report its turns: with batches, the replay counts them (below).
     const bool by_visits = *run.o.decide == DecideMode::visits;
     if (cs.dispatched != run.recorder.dispatched_in(cls) ||
-        (by_visits && cs.passes != run.recorder.passes(cls))) {
+        (by_visits && cs.turns != run.recorder.turns(cls))) {
       fail("check 3 (ledger)", class_str(cls) + ": the runtime counts " +
                                    std::to_string(cs.dispatched) + " dispatches in " +
-                                   std::to_string(cs.passes) + " turns, the observer " +
+                                   std::to_string(cs.turns) + " turns, the observer " +
                                    std::to_string(run.recorder.dispatched_in(cls)) + " in " +
-                                   std::to_string(run.recorder.passes(cls)));
+                                   std::to_string(run.recorder.turns(cls)));
     }
   }
   if (*run.o.mode == SinkMode::pool && rt.handler_errors() != run.handler_refusals.load(kRelaxed)) {
@@ -162,10 +162,10 @@ void check_accounts(Run& run) {
   creditloop::model::Model* model = whole ? &run.replayer->model() : nullptr;
   for (int c = 0; whole && *run.o.decide == DecideMode::batches && c <= k; ++c) {
     const std::uint64_t turns = run.replayer->summary().turns_in[static_cast<std::size_t>(c)];
-    const std::uint64_t passes = s.per_class[static_cast<ClassId>(c)].passes;
-    if (turns != passes) {
+    const std::uint64_t settled = s.per_class[static_cast<ClassId>(c)].turns;
+    if (turns != settled) {
       fail("check 4 (replay)", class_str(static_cast<ClassId>(c)) + ": the runtime counts " +
-                                   std::to_string(passes) + " turns, the model began " +
+                                   std::to_string(settled) + " turns, the model began " +
                                    std::to_string(turns));
     }
   }
@@ -291,7 +291,7 @@ creditloop::RuntimeOptions runtime_options(Run& run) {
   };
   if (*o.mode == SinkMode::pool) {
     ro.workers = o.workers;
-    ro.handler = [&run](const creditloop::Dispatched& d) {
+    ro.handler = [&run](const creditloop::Decision& d) {
       return handle(run, *d.request, d.participant);
     };
     // Every throw the workload asks for must be reported once, on a worker's thread.
@@ -299,7 +299,7 @@ creditloop::RuntimeOptions runtime_options(Run& run) {
       if (e.kind == creditloop::CallbackKind::handler) run.throws_reported.fetch_add(1, kRelaxed);
     };
   } else {
-    ro.sink = [&run](const creditloop::Dispatched& d) { sink(run, d); };
+    ro.sink = [&run](const creditloop::Decision& d) { sink(run, d); };
   }
   return ro;
 }
@@ -340,7 +340,7 @@ void release_threads(Run& run, std::vector<std::thread>& threads, std::thread& w
     p->returned.notify_one();
   }
   for (auto& ring : run.rings) {
-    creditloop::Dispatched end;  // request nullptr: the end (the sink's thread has exited)
+    creditloop::Decision end;  // request nullptr: the end (the sink's thread has exited)
     if (!ring->push(end)) fail("room", "a completer's queue is full at the end");
   }
   run.stop.raise();

@@ -137,7 +137,7 @@ void Recorder::on_submit(ParticipantId p, const creditloop::RequestHook& request
 void Recorder::on_begin_turn(std::optional<ClassId> pass, Nanos now) {
   if (pass) {
     if (*pass > k_) fail("check 4 (classes)", "a turn of class " + class_str(*pass));
-    ++passes_[*pass];
+    ++turns_[*pass];
   }
   record(Event{now, 0, 0, 0, 0, 0, EventKind::begin_turn,
                pass ? static_cast<std::uint8_t>(*pass) : kNoClass, 0});
@@ -152,7 +152,7 @@ void Recorder::on_dispatch(std::size_t asked, std::size_t got, Nanos now) {
   record(Event{now, asked, 0, 0, static_cast<std::uint32_t>(got), 0, EventKind::dispatch, 0, 0});
 }
 
-void Recorder::on_visit(const creditloop::Dispatch* d, Ticket ticket, Nanos now) {
+void Recorder::on_visit(const creditloop::Decision* d, Ticket ticket, Nanos now) {
   if (d == nullptr) {
     record(Event{now, 0, 0, 0, 0, 0, EventKind::visit_none, 0, 0});
     return;

@@ -62,7 +62,7 @@ class Recorder final : public creditloop::RuntimeObserver {
   [[nodiscard]] bool follows_batches() const override { return follows_batches_; }
   void on_begin_turn(std::optional<ClassId> pass, Nanos now) override;
   void on_dispatch(std::size_t asked, std::size_t got, Nanos now) override;
-  void on_visit(const creditloop::Dispatch* d, Ticket ticket, Nanos now) override;
+  void on_visit(const creditloop::Decision* d, Ticket ticket, Nanos now) override;
   void on_end_turn() override;
   void on_complete(Ticket ticket, std::int64_t cost_nano, Nanos now) override;
   void on_take_all() override;
@@ -92,7 +92,7 @@ class Recorder final : public creditloop::RuntimeObserver {
   [[nodiscard]] const std::vector<Account>& accounts() const noexcept { return accounts_; }
   [[nodiscard]] const Account* account(ParticipantId p) const noexcept;
   /// Turns begun on class c; only when following visits (a batch does not report its turns).
-  [[nodiscard]] std::uint64_t passes(ClassId c) const noexcept { return passes_[c]; }
+  [[nodiscard]] std::uint64_t turns(ClassId c) const noexcept { return turns_[c]; }
   [[nodiscard]] std::uint64_t dispatched_in(ClassId c) const noexcept { return per_class_[c]; }
   [[nodiscard]] std::uint64_t in_flight() const noexcept { return in_flight_; }
   [[nodiscard]] bool truncated() const noexcept { return truncated_; }
@@ -141,7 +141,7 @@ class Recorder final : public creditloop::RuntimeObserver {
   std::vector<Account> accounts_;     // by ring place
   std::vector<std::uint64_t> order_;  // [place * producers + producer]: its last seq entered
   std::vector<InFlight> tickets_;     // by ticket index
-  std::array<std::uint64_t, creditloop::kMaxClasses + 1> passes_{};
+  std::array<std::uint64_t, creditloop::kMaxClasses + 1> turns_{};
   std::array<std::uint64_t, creditloop::kMaxClasses + 1> per_class_{};
   std::uint64_t in_flight_ = 0;
   Balance cost_applied_ = 0;

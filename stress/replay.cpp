@@ -181,7 +181,7 @@ std::optional<ClassId> Replayer::begin_model_turn(Nanos now) {
 // to its next dispatch. A turn that ends without one (every participant it found had lost its
 // credit to a charge-back) is followed by the next, as in the core; each such turn re-files
 // somebody, so a model that began turn after turn without dispatching would be wrong.
-std::optional<creditloop::model::Dispatch> Replayer::visit_in_batch(const Event& e) {
+std::optional<creditloop::model::Decision> Replayer::visit_in_batch(const Event& e) {
   for (int empty_turns = 0; empty_turns <= creditloop::kMaxClasses + 64; ++empty_turns) {
     if (!model_.in_turn() && !begin_model_turn(e.now)) {
       diverge(e, "the runtime dispatched in a batch, the model finds every queue empty");

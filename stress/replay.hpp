@@ -1,7 +1,7 @@
 // stress/replay.hpp: the observer's events through the reference model (checks 4 and 5).
 //
 // The replay thread applies each recorded core input to creditloop::model::Model with the same
-// `now` and requires the same outcome: the same pass class for every turn, the same participant,
+// `now` and requires the same outcome: the same turn class for every turn, the same participant,
 // request, class out and turn class for every visit, the end of a turn at the same visit, every
 // completion accepted, the same requests handed back by remove() and shutdown(). A batch (one
 // Core::dispatch() call, reported as such with --decide batches) is replayed as the loop it
@@ -142,7 +142,7 @@ class Replayer {
   // The model's begin_turn, counted; certain (and cheap) when nothing is queued.
   std::optional<ClassId> begin_model_turn(Nanos now);
   // The model's next dispatch by the loop Core::dispatch() runs, for a visit of a batch.
-  std::optional<creditloop::model::Dispatch> visit_in_batch(const Event& e);
+  std::optional<creditloop::model::Decision> visit_in_batch(const Event& e);
   // After a batch's last dispatch: one that stopped short must leave the model nothing to do.
   void end_batch(const Event& e);
   Place& place(const Event& e, const char* what);

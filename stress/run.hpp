@@ -49,11 +49,11 @@ class SinkRing {
   explicit SinkRing(std::uint32_t slots) {
     std::uint32_t cap = 2;
     while (cap < slots + 2) cap *= 2;
-    items_.reset(new creditloop::Dispatched[cap]);
+    items_.reset(new creditloop::Decision[cap]);
     mask_ = cap - 1;
   }
   /// The sink's side. False when full.
-  bool push(const creditloop::Dispatched& d) noexcept {
+  bool push(const creditloop::Decision& d) noexcept {
     const std::uint32_t t = tail_.load(std::memory_order_relaxed);
     if (t - head_.load(std::memory_order_acquire) > mask_) return false;
     items_[t & mask_] = d;
@@ -61,7 +61,7 @@ class SinkRing {
     tail_.notify_one();
     return true;
   }
-  bool try_pop(creditloop::Dispatched& d) noexcept {
+  bool try_pop(creditloop::Decision& d) noexcept {
     const std::uint32_t h = head_.load(std::memory_order_relaxed);
     if (h == tail_.load(std::memory_order_acquire)) return false;
     d = items_[h & mask_];
@@ -77,7 +77,7 @@ class SinkRing {
   }
 
  private:
-  std::unique_ptr<creditloop::Dispatched[]> items_;
+  std::unique_ptr<creditloop::Decision[]> items_;
   std::uint32_t mask_ = 0;
   alignas(64) std::atomic<std::uint32_t> head_{0};
   alignas(64) std::atomic<std::uint32_t> tail_{0};
@@ -133,7 +133,7 @@ void watchdog_main(Run& run);
 
 // What handlers and the sink do (installed in RuntimeOptions).
 double handle(Run& run, creditloop::RequestHook& request, ParticipantId p);
-void sink(Run& run, const creditloop::Dispatched& d);
+void sink(Run& run, const creditloop::Decision& d);
 
 /// Returns a request to its producer's pool. Any thread.
 void hand_back(Run& run, Req& r) noexcept;

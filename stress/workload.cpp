@@ -285,7 +285,7 @@ double handle(Run& run, creditloop::RequestHook& request, ParticipantId p) {
   return c.credits;
 }
 
-void sink(Run& run, const creditloop::Dispatched& d) {
+void sink(Run& run, const creditloop::Decision& d) {
   SinkRing& ring = *run.rings[run.next_ring++ % run.rings.size()];
   if (!ring.push(d)) {
     fail("room", "a completer's queue is full: more requests in flight than the " +
@@ -330,7 +330,7 @@ void completer_main(Run& run, std::uint32_t index) {
   };
   run.gate.wait();
   for (;;) {
-    creditloop::Dispatched d;
+    creditloop::Decision d;
     if (!ring.try_pop(d)) {
       settle();  // nothing may stay unpublished while we sleep: that room is the server's
       ring.wait_nonempty();

@@ -135,7 +135,7 @@ class MixedRun : public ::testing::Test {
   }
 
   // Counts a dispatch and keeps its ticket.
-  void take(const Dispatch& d) {
+  void take(const Decision& d) {
     ++dispatched;
     metered += d.out != core.unmetered() ? 1 : 0;
     in_flight.push_back(Flight{d.ticket, static_cast<Job*>(d.request)});
@@ -175,7 +175,7 @@ TEST_F(MixedRun, SteadyStateDispatchAllocatesNothing) {
 }
 
 TEST_F(MixedRun, SteadyStateBatchesAllocateNothing) {
-  std::vector<Dispatch> batch(8);
+  std::vector<Decision> batch(8);
   Nanos now = 0;
   g_counting.store(true, std::memory_order_relaxed);
   for (int round = 0; round < 50'000; ++round) {
@@ -184,7 +184,7 @@ TEST_F(MixedRun, SteadyStateBatchesAllocateNothing) {
       if (!complete_oldest((round % 4) * 0.5, now)) break;
     }
     const std::size_t room = std::min(batch.size(), kInFlight - in_flight.size());
-    const std::size_t n = core.dispatch(now, std::span<Dispatch>(batch).first(room));
+    const std::size_t n = core.dispatch(now, std::span<Decision>(batch).first(room));
     for (std::size_t i = 0; i < n; ++i) take(batch[i]);
     now += 80'000;
   }
@@ -223,7 +223,7 @@ class RuntimeRun : public ::testing::Test {
       capture_ = std::make_unique<CaptureObserver>(std::move(c));
       o.observer = capture_.get();
     }
-    o.sink = [this](const Dispatched& d) {
+    o.sink = [this](const Decision& d) {
       const std::size_t tail = tail_.load(std::memory_order_relaxed);  // this thread's own
       ring_[tail % kRing] = d;
       // release: pairs with the acquire in take(); publishes the entry just written.
@@ -237,7 +237,7 @@ class RuntimeRun : public ::testing::Test {
   }
 
   // Waits for the next dispatch (the dispatcher is busy or about to be: no sleeping).
-  Dispatched take() {
+  Decision take() {
     // acquire: pairs with the sink's release store.
     test::spin_until([&] { return tail_.load(std::memory_order_acquire) != head_; }, "a dispatch");
     return ring_[head_++ % kRing];
@@ -248,7 +248,7 @@ class RuntimeRun : public ::testing::Test {
   int cycle(int cycles) {
     int refused = 0;
     for (int i = 0; i < cycles; ++i) {
-      const Dispatched d = take();
+      const Decision d = take();
       refused += runtime_->complete(d.ticket, (i % 4) * 0.25).ok() ? 0 : 1;
       Req& r = static_cast<Req&>(*d.request);
       r.participant = (r.participant + 1) % static_cast<int>(ids_.size());
@@ -268,7 +268,7 @@ class RuntimeRun : public ::testing::Test {
     for (std::uint32_t i = 0; i < kSlots; ++i) (void)runtime_->complete(take().ticket, 0);
   }
 
-  std::array<Dispatched, kRing> ring_{};
+  std::array<Decision, kRing> ring_{};
   std::atomic<std::size_t> tail_{0};
   std::size_t head_ = 0;  // the test thread's
   std::vector<ParticipantId> ids_;
@@ -323,7 +323,7 @@ TEST(Allocation, AFailedAllocationInACommandIsThrownToItsCallerNotFatal) {
   o.config = reference_config();
   o.observer = &observer;
   Runtime* rt_ptr = nullptr;
-  o.sink = [&](const Dispatched& d) {
+  o.sink = [&](const Decision& d) {
     ASSERT_TRUE(rt_ptr->complete(d.ticket, 0).ok());
     dispatched.fetch_add(1, std::memory_order_release);  // pairs with the test's acquire loads
   };
@@ -357,8 +357,8 @@ TEST(Allocation, ACoreThatCannotGrowItsInFlightRecordsDispatchesNothingMoreUntil
   const ParticipantId alice = *core.add("alice", "pro", 1, 0);
   std::vector<Job> jobs(kChunk + 3);
   for (Job& j : jobs) ASSERT_TRUE(core.submit(alice, j, 0).ok());
-  std::vector<Dispatch> out(jobs.size());
-  const std::span<Dispatch> all(out);
+  std::vector<Decision> out(jobs.size());
+  const std::span<Decision> all(out);
   std::size_t sent = 0;
   while (sent < kChunk) {
     const std::size_t n = core.dispatch(0, all.subspan(sent, kChunk - sent));
@@ -396,7 +396,7 @@ TEST(Allocation, ACoreThatCannotGrowItsInFlightRecordsDispatchesNothingMoreUntil
 TEST(Allocation, ARuntimeThatCannotGrowItsTicketTablesWaitsForRoomInsteadOfEnding) {
   constexpr std::size_t kChunk = 4096;  // what expected_in_flight = 1 reserves
   constexpr std::size_t kTotal = kChunk + 100;
-  std::vector<Dispatched> seen(kTotal);  // the sink's, read by the test after its count
+  std::vector<Decision> seen(kTotal);  // the sink's, read by the test after its count
   std::atomic<std::size_t> count{0};
   RuntimeOptions o;
   o.config = reference_config();
@@ -406,7 +406,7 @@ TEST(Allocation, ARuntimeThatCannotGrowItsTicketTablesWaitsForRoomInsteadOfEndin
     t_on_dispatcher = true;
     return true;
   };
-  o.sink = [&](const Dispatched& d) {
+  o.sink = [&](const Decision& d) {
     const std::size_t n = count.load(std::memory_order_relaxed);  // the sink's own
     if (n < seen.size()) seen[n] = d;
     // release: pairs with the test's acquire loads; publishes the entry just written.
@@ -455,7 +455,7 @@ TEST(Allocation, SteadyStateThroughTheWorkerPoolAllocatesNothing) {
   o.workers = 2;
   o.expected_participants = 64;
   o.expected_in_flight = kRequests;
-  o.handler = [&handled](const Dispatched&) {
+  o.handler = [&handled](const Decision&) {
     handled.fetch_add(1, std::memory_order_relaxed);  // a count, read after the joins
     return 0.5;
   };

@@ -213,7 +213,7 @@ class CaptureObserver final : public RuntimeObserver {
   void on_submit(ParticipantId p, const RequestHook& request, Nanos now) override;
   void on_begin_turn(std::optional<ClassId> pass, Nanos now) override;
   void on_dispatch(std::size_t asked, std::size_t got, Nanos now) override;
-  void on_visit(const Dispatch* dispatch, Ticket ticket, Nanos now) override;
+  void on_visit(const Decision* dispatch, Ticket ticket, Nanos now) override;
   void on_complete(Ticket ticket, std::int64_t cost_nano, Nanos now) override;
 
  private:

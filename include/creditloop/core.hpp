@@ -56,13 +56,15 @@
 
 namespace creditloop {
 
-/// One visit's outcome: a request that went out.
-struct Dispatch {
+/// One decision: a request that went out. The core returns it from a visit; a runtime hands it to
+/// its sink with the runtime's own ticket in place of the core's.
+struct Decision {
   RequestHook* request = nullptr;
-  Ticket ticket;
+  Ticket ticket;  // complete the request with this
   ParticipantId participant;
   ClassId out = 0;   // the class it went out under; the unmetered class id (k) when no credit
   ClassId turn = 0;  // the class of the turn that visited it
+  Nanos at = 0;      // the clock at the decision
 };
 
 /// What a completion did.
@@ -178,7 +180,7 @@ class Core {
   [[nodiscard]] std::size_t waiting() const noexcept { return waiting_.count(); }
 
   // ---- the loop (noexcept, no allocation once reserved) ------------------------------------
-  /// Step 2: settles the pass class at `now` and starts its turn. Nothing when every queue is
+  /// Step 2: settles the turn class at `now` and starts its turn. Nothing when every queue is
   /// empty. Ends any turn in progress first.
   std::optional<ClassId> begin_turn(Nanos now) noexcept;
 
@@ -190,7 +192,7 @@ class Core {
   ///    does nothing, ends the turn as a full room would, returns nothing and counts one in
   ///    record_shortages(): a loop should stop there until a completion frees a record (run()
   ///    does). reserve() up front for a bound that never needs to grow.
-  std::optional<Dispatch> visit(Nanos now) noexcept;
+  std::optional<Decision> visit(Nanos now) noexcept;
 
   /// Steps 2-4 for up to out.size() dispatches at `now`: begins turns as they end, visits, and
   /// stores each dispatch in `out`, in order; stops early when every queue is empty. The same
@@ -198,7 +200,7 @@ class Core {
   /// copy of the outcome per visit): for a dispatcher that knows its room. It does not end the
   /// turn it stops in: call end_turn() when the server has no room left. It stops early too, the
   /// turn ended, when no in-flight record is left and none can be grown, as visit() does.
-  std::size_t dispatch(Nanos now, std::span<Dispatch> out) noexcept;
+  std::size_t dispatch(Nanos now, std::span<Decision> out) noexcept;
 
   /// The server has no room: the current turn ends here.
   void end_turn() noexcept { turn_.active = false; }
@@ -208,15 +210,15 @@ class Core {
   /// the table, so dispatched nothing and ended the turn (see visit()).
   [[nodiscard]] std::uint64_t record_shortages() const noexcept { return record_shortages_; }
   /// Turns begun on class c (the unmetered class included) since construction: how a caller of
-  /// dispatch(), which begins turns unseen, counts passes.
-  [[nodiscard]] std::uint64_t passes(ClassId c) const noexcept { return passes_[c]; }
+  /// dispatch(), which begins turns unseen, counts turns.
+  [[nodiscard]] std::uint64_t turns(ClassId c) const noexcept { return turns_[c]; }
   [[nodiscard]] std::optional<ClassId> turn_class() const noexcept {
     return turn_.active ? std::optional<ClassId>(turn_.cls) : std::nullopt;
   }
 
   /// Runs the loop at `now` while `handler.room()` is true, work is queued and an in-flight record
-  /// can be had (see visit()). Calls `handler.on_pass(ClassId)` when a turn settles its class and
-  /// `handler.on_dispatch(const Dispatch&)` for each dispatch (the handler takes the room there).
+  /// can be had (see visit()). Calls `handler.on_turn(ClassId)` when a turn settles its class and
+  /// `handler.on_dispatch(const Decision&)` for each dispatch (the handler takes the room there).
   /// Returns the dispatch count.
   template <class Handler>
   std::size_t run(Nanos now, Handler&& handler) {
@@ -225,10 +227,10 @@ class Core {
       if (!turn_.active) {
         const std::optional<ClassId> c = begin_turn(now);
         if (!c) return dispatched;
-        handler.on_pass(*c);
+        handler.on_turn(*c);
       }
       const std::uint64_t shortages = record_shortages_;
-      if (const std::optional<Dispatch> d = visit(now)) {
+      if (const std::optional<Decision> d = visit(now)) {
         ++dispatched;
         handler.on_dispatch(*d);
       } else if (record_shortages_ != shortages) {
@@ -259,7 +261,7 @@ class Core {
   Result<Completion> retire_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
     return complete_ticket(t, cost_nano, now, false);
   }
-  /// Dispatched and not yet completed.
+  /// Decision and not yet completed.
   [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
 
   // ---- reading balances (each read refills to `now` first) --------------------------------
@@ -460,15 +462,15 @@ class Core {
   Header* next_stop(const detail::ReadySet& set, bool whole_record, std::uint32_t& place) noexcept;
   // One visit of the current turn (metered class c, or the unmetered class): true with the
   // dispatch in `d`, false when the turn is over.
-  bool visit_metered(ClassId c, Nanos now, Dispatch& d) noexcept;
-  bool visit_unmetered(Nanos now, Dispatch& d) noexcept;
+  bool visit_metered(ClassId c, Nanos now, Decision& d) noexcept;
+  bool visit_unmetered(Nanos now, Decision& d) noexcept;
   // The visit of `place` after refilling its buckets, when the usual visit (taken behind the
   // refill) does not apply: true with the dispatch in `d`, false when a charge-back took its
   // credit since it was filed (it is then re-filed, and the turn moves on).
   [[gnu::noinline]] bool visit_refilled(std::uint32_t place, Header& header, ClassId c, Nanos now,
-                                        Dispatch& d) noexcept;
+                                        Decision& d) noexcept;
   [[gnu::noinline]] void visit_unmetered_with_credit(std::uint32_t place, Header& header, Nanos now,
-                                                     Dispatch& d) noexcept;
+                                                     Decision& d) noexcept;
   [[gnu::noinline]] void prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
                                         bool whole_record) noexcept;
   static constexpr int kLookAhead = 8;
@@ -482,8 +484,8 @@ class Core {
   // Counts the dispatch under `out`, dequeues the oldest request, issues its ticket and moves the
   // turn's cursor here, into `d`. The caller has debited `out` (behind the refill or after it)
   // and then files what changed.
-  void take_oldest(std::uint32_t place, Header& header, ClassId out, ClassId turn,
-                   Dispatch& d) noexcept;
+  void take_oldest(std::uint32_t place, Header& header, ClassId out, ClassId turn, Nanos now,
+                   Decision& d) noexcept;
   // After a visit that read the buckets: a queue left empty goes idle; otherwise `out` is
   // re-filed when `refile_out`, and the earliest credit instant is settled again.
   void file_after_debit(std::uint32_t place, Header& header, ClassId out, bool refile_out) noexcept;
@@ -531,7 +533,7 @@ class Core {
   std::array<detail::ReadySet, kMaxClasses> ready_;
   std::array<detail::BasicTimerHeap<BucketTimers>, kMaxClasses> timers_;
   std::array<std::int64_t, kMaxClasses + 1> cursor_{};  // place of the last dispatch; -1 = none
-  std::array<std::uint64_t, kMaxClasses + 1> passes_{};
+  std::array<std::uint64_t, kMaxClasses + 1> turns_{};
   Turn turn_;
   Lookahead lookahead_;
 

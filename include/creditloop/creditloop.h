@@ -295,7 +295,7 @@ CREDITLOOP_API creditloop_status creditloop_take_all_queued(creditloop_core* cor
 /* ---- readings ----------------------------------------------------------------------------- */
 
 /* One participant at `now` (each balance refilled to `now` first). Balances and costs in
- * nano-credits, clipped to int64; `has_class` bit c says the plan holds class c; next_credit[c]
+ * nano-credits, clipped to int64; `holds` bit c says the plan holds class c; next_credit[c]
  * is -1 when class c has a credit now, is not held, or never refills. May grow: set `size` to
  * sizeof(creditloop_participant_snapshot) before creditloop_snapshot fills it. */
 typedef struct creditloop_participant_snapshot {
@@ -304,7 +304,7 @@ typedef struct creditloop_participant_snapshot {
   uint32_t plan;    /* index in the configuration, in the order plans were added or parsed */
   uint32_t shares;
   uint32_t scale;
-  uint32_t has_class;
+  uint32_t holds;
   uint64_t queued;
   int64_t oldest_queued_at; /* -1 when nothing is queued */
   int64_t balance_nano[CREDITLOOP_MAX_CLASSES];
@@ -337,7 +337,7 @@ CREDITLOOP_API creditloop_status creditloop_next_credit(creditloop_core* core,
 
 /* Turns begun on class `cls` (the unmetered class included); UINT64_MAX for a null core or a
  * class out of range. Allocates nothing. */
-CREDITLOOP_API uint64_t creditloop_passes(const creditloop_core* core, int cls);
+CREDITLOOP_API uint64_t creditloop_turns(const creditloop_core* core, int cls);
 
 /* ---- a room that finds itself (room_controller.hpp) ---------------------------------------- */
 

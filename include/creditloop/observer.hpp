@@ -49,7 +49,7 @@ class RuntimeObserver {
   /// begin_turn(now) returned `pass` (nothing: every queue was empty).
   virtual void on_begin_turn(std::optional<ClassId> /*pass*/, Nanos /*now*/) {}
   /// visit(now) returned `dispatch` (nullptr: the turn is over). `ticket` is the runtime's.
-  virtual void on_visit(const Dispatch* /*dispatch*/, Ticket /*ticket*/, Nanos /*now*/) {}
+  virtual void on_visit(const Decision* /*dispatch*/, Ticket /*ticket*/, Nanos /*now*/) {}
   /// Whether the dispatcher may decide in batches (see above). Asked once, when the runtime
   /// starts.
   [[nodiscard]] virtual bool follows_batches() const { return false; }

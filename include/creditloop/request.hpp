@@ -4,7 +4,7 @@
 // The core never allocates per request: a participant's FIFO is a singly linked list threaded
 // through a hook that lives inside the embedder's own request object (derive from RequestHook).
 // The embedder owns the storage; the core only links and unlinks. While a request is queued its
-// hook belongs to the core; it comes back in a Dispatch or in a RequestList.
+// hook belongs to the core; it comes back in a Decision or in a RequestList.
 //
 // A request submitted again while it is still queued or in flight would be relinked into a second
 // place of a queue and corrupt it, so the hook also says whose the request is: the caller's, or

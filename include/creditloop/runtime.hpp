@@ -64,16 +64,6 @@ namespace detail {
 struct TicketRecord;
 }
 
-/// A request on its way to the server: what a sink receives.
-struct Dispatched {
-  RequestHook* request = nullptr;
-  Ticket ticket;  // complete the request with this
-  ParticipantId participant;
-  ClassId out = 0;   // the class it went out under (k: unmetered)
-  ClassId turn = 0;  // the class of the turn that visited it
-  Nanos at = 0;      // the dispatcher's clock at the decision
-};
-
 /// The embedder's callbacks, as an error report names them.
 enum class CallbackKind : std::uint8_t { sink, room, clock, observer, handler };
 
@@ -120,14 +110,14 @@ struct RuntimeOptions {
   std::chrono::nanoseconds room_recheck{1'000'000};
 
   /// Sink, your callback: called on the dispatcher thread for each dispatch. Must not block.
-  std::function<void(const Dispatched&)> sink;
+  std::function<void(const Decision&)> sink;
   /// Sink, the built-in worker pool: used when `workers` > 0. Each worker runs `handler` on the
   /// dispatch (its request, participant, class out and ticket; the ticket is the pool's own, for
   /// logs: completing it yourself is refused as stale) and completes the request with the cost
   /// it returns (credits, docs/contract.md §2). A handler that throws or returns a cost the runtime
   /// refuses completes with cost 0, counted in handler_errors().
   unsigned workers = 0;
-  std::function<double(const Dispatched&)> handler;
+  std::function<double(const Decision&)> handler;
 
   /// The dispatcher thread's name (at most 15 characters are kept) and the CPU to pin it to
   /// (negative: not pinned).

@@ -70,7 +70,7 @@ struct RuntimeCounters {
 };
 
 struct ClassSnapshot {
-  std::uint64_t passes = 0;      // turns settled on this class
+  std::uint64_t turns = 0;       // turns settled on this class
   std::uint64_t dispatched = 0;  // requests that went out under this class
 };
 

@@ -40,7 +40,7 @@
 #include "internal/lock_free_bag.hpp"
 #include "internal/mailbox.hpp"
 #include "internal/parker.hpp"
-#include "internal/parking_place.hpp"
+#include "internal/parking_berth.hpp"
 #include "internal/probes.hpp"
 #include "internal/queue_link.hpp"
 #include "internal/spin.hpp"
@@ -86,7 +86,7 @@ class Runtime::Impl {
   Status claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*& record) noexcept;
   // A completer's whole hand-over. Once the exchange inside push_chain() has run, the dispatcher
   // may apply the completion, finish, and the runtime be destroyed: after it this touches only
-  // the parking place, which outlives the runtime (parking_place.hpp), through the address read
+  // the parking berth, which outlives the runtime (parking_berth.hpp), through the address read
   // before it.
   void publish(TicketRecord& first, TicketRecord& last) noexcept {
     detail::RuntimeParker& parker = parker_;
@@ -191,7 +191,7 @@ class Runtime::Impl {
       return waiter.compare_exchange_strong(expected, outcome, std::memory_order_relaxed);
     }
   };
-  using Job = Dispatched;  // a null request: the worker stops
+  using Job = Decision;  // a null request: the worker stops
   struct DispatcherDone {};
 
   // ---- the dispatcher thread
@@ -225,7 +225,7 @@ class Runtime::Impl {
   // The loop a visit at a time: for an observer that sees each turn begin and end, and for a
   // room test of the embedder's, which must be asked before each visit.
   std::uint32_t dispatch_one_by_one(Nanos now);
-  void hand_out(const Dispatch& d, Nanos now);
+  void hand_out(const Decision& d, Nanos now);
   [[nodiscard]] bool has_room() const;
   // The room as a slot count, when it is one: learned, or the options' slots.
   [[nodiscard]] std::uint64_t slots_now() const noexcept {
@@ -324,7 +324,7 @@ class Runtime::Impl {
   };
   [[nodiscard]] GuardedObserver guarded_observer() const noexcept { return GuardedObserver(*this); }
   // The sink threw for `record`'s dispatch: see RuntimeOptions::sink.
-  void sink_failed(TicketRecord& record, const Dispatch& d, std::exception_ptr error, Nanos t);
+  void sink_failed(TicketRecord& record, const Decision& d, std::exception_ptr error, Nanos t);
 
   RuntimeOptions options_;
   std::function<Nanos()> clock_;
@@ -347,9 +347,9 @@ class Runtime::Impl {
   detail::OwnLine<
       detail::LockFreeBag<detail::PoolBlock, std::atomic, &detail::PoolBlock::next_completed>>
       pool_completions_;
-  // The parking word lives outside the runtime (parking_place.hpp); its address is read by every
+  // The parking word lives outside the runtime (parking_berth.hpp); its address is read by every
   // waker, and written once.
-  detail::ParkingPlace parking_;
+  detail::ParkingBerth parking_;
   detail::RuntimeParker& parker_ = parking_.parker();
   static_assert(alignof(decltype(activations_)) == detail::kCacheLine &&
                 alignof(decltype(completions_)) == detail::kCacheLine &&
@@ -417,7 +417,7 @@ class Runtime::Impl {
 
   std::unique_ptr<JobQueue, JobQueueDeleter> jobs_;  // only with workers
   std::vector<Job> batch_jobs_;  // dispatcher only: this batch's jobs, handed over at its end
-  std::vector<Dispatch> batch_dispatches_;  // dispatcher only: options_.batch of them
+  std::vector<Decision> batch_dispatches_;  // dispatcher only: options_.batch of them
   // Each worker's completion blocks, so that it fills one while the dispatcher still holds others.
   // Eight: with two, bench_runtime's one-worker case found both lent for 27 % of its completions
   // (which then went through the ticket records), with four for 12 %, with eight for 13 of 1.6

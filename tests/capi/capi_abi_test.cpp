@@ -64,7 +64,7 @@ TEST(CapiNullArguments, AreRefusedAndNeverAnsweredNothing) {
   EXPECT_EQ(creditloop_classes(nullptr), -1);
   EXPECT_EQ(creditloop_config_classes(nullptr), -1);
   EXPECT_EQ(creditloop_ring_size(nullptr), UINT32_MAX);
-  EXPECT_EQ(creditloop_passes(nullptr, 0), UINT64_MAX);
+  EXPECT_EQ(creditloop_turns(nullptr, 0), UINT64_MAX);
   EXPECT_EQ(creditloop_request_idle(nullptr), -1);
   creditloop_participant p{};
   EXPECT_EQ(creditloop_remove(nullptr, p, &chain), CREDITLOOP_BAD_ARGUMENT);
@@ -88,8 +88,8 @@ TEST(CapiNullArguments, AreRefusedAndNeverAnsweredNothing) {
   EXPECT_EQ(creditloop_dispatch(core, 0, &decision, 1, nullptr), CREDITLOOP_BAD_ARGUMENT);
   EXPECT_EQ(creditloop_take_all_queued(core, &chain), CREDITLOOP_OK);
   EXPECT_EQ(chain, nullptr);
-  EXPECT_EQ(creditloop_passes(core, 2), UINT64_MAX);  // class 1 is the unmetered one
-  EXPECT_EQ(creditloop_passes(core, 1), 0u);
+  EXPECT_EQ(creditloop_turns(core, 2), UINT64_MAX);  // class 1 is the unmetered one
+  EXPECT_EQ(creditloop_turns(core, 1), 0u);
   creditloop_core_free(core);
   creditloop_config_free(config);
 }

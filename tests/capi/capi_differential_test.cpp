@@ -155,7 +155,7 @@ bool run_one(unsigned seed) {
       run.expect(s == cs, "submit status");
     } else if (op < 70) {
       const auto room = static_cast<std::size_t>(pick(6));
-      std::vector<creditloop::Dispatch> cpp_out(room);
+      std::vector<creditloop::Decision> cpp_out(room);
       std::vector<creditloop_decision> c_out(room + 1);
       const std::size_t n = core.dispatch(now, cpp_out);
       std::size_t cn = 0;

@@ -67,7 +67,7 @@ static size_t dispatch_n(creditloop_core* core, int64_t now, creditloop_decision
   return n;
 }
 
-/* docs/contract.md §2: the pass class is the highest with a credit; each turn visits each
+/* docs/contract.md §2: the turn class is the highest with a credit; each turn visits each
  * qualifying participant once; a visit's request goes out under its highest class with credit. */
 static void test_reference_decisions(void) {
   creditloop_core* core = reference_core();
@@ -150,7 +150,7 @@ static void test_completion(void) {
   CHECK(s.next_credit[0] == 1500 * kMs);
   CHECK(s.completed == 1 && s.dispatched[0] == 1);
   CHECK(s.cost_charged_nano == 5 * (int64_t)CREDITLOOP_NANO_PER_CREDIT);
-  CHECK(s.has_class == 3u);
+  CHECK(s.holds == 3u);
   CHECK(strcmp(s.name, "alice") == 0);
   CHECK_STATUS(creditloop_next_credit(core, alice, 0, 0, &at), CREDITLOOP_OK);
   CHECK(at == 1500 * kMs);
@@ -207,7 +207,7 @@ static void test_replan_and_scale(void) {
   CHECK_STATUS(creditloop_scale(core, p, 0, 0), CREDITLOOP_OK);
   CHECK_STATUS(creditloop_submit(core, p, &it.request, 0), CREDITLOOP_OK);
   CHECK(dispatch_n(core, 0, &d, 1) == 1 && d.out_class == creditloop_classes(core));
-  CHECK(creditloop_passes(core, creditloop_classes(core)) == 1);
+  CHECK(creditloop_turns(core, creditloop_classes(core)) == 1);
   CHECK_STATUS(creditloop_complete(core, d.ticket, 0, 0, NULL), CREDITLOOP_OK);
   creditloop_core_free(core);
 }

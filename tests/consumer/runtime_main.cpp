@@ -11,7 +11,7 @@ int main() {
   creditloop::RuntimeOptions options;
   options.config = creditloop::reference_config();
   options.slots = 1;
-  options.sink = [&](const creditloop::Dispatched& d) {
+  options.sink = [&](const creditloop::Decision& d) {
     dispatched.fetch_add(1, std::memory_order_relaxed);  // read after shutdown() joined
     if (!self->complete(d.ticket, 0.25)) std::puts("complete refused");
   };

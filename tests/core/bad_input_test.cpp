@@ -67,11 +67,11 @@ struct World {
         int left;
         int turns = 0;
         bool room() const { return left > 0 && turns < 100; }  // no hang if no turn dispatches
-        void on_pass(ClassId pass) {
+        void on_turn(ClassId pass) {
           ++turns;
           *out += " " + class_name(pass) + ":";
         }
-        void on_dispatch(const Dispatch& d) {
+        void on_dispatch(const Decision& d) {
           --left;
           *out += std::string(w->rig.core.name(d.participant)) + "#" +
                   std::to_string(id_of(d.request)) + ">" + class_name(d.out) + ",";

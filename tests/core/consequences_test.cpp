@@ -145,7 +145,7 @@ TEST(BoundedWait, OwnRefillPlusOneTurn) {
     EXPECT_GE(at[i], at[i - 1] + kSec);
     EXPECT_LE(at[i], at[i - 1] + kSec + 3 * kMs);
   }
-  for (const auto& [t, c_] : sim.passes) ASSERT_EQ(c_, 0) << "hogs always hold P1 credit";
+  for (const auto& [t, c_] : sim.turns) ASSERT_EQ(c_, 0) << "hogs always hold P1 credit";
 }
 
 TEST(BoundedWait, OthersSpendingDoesNotSlowRefill) {

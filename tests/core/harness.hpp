@@ -111,7 +111,7 @@ class Rig {
 
   /// One visit at `now` of the turn in progress, recorded.
   std::optional<Seen> visit(Nanos now) {
-    const std::optional<Dispatch> d = core.visit(now);
+    const std::optional<Decision> d = core.visit(now);
     if (!d) return std::nullopt;
     Seen s{d->participant,    std::string(core.name(d->participant)),
            id_of(d->request), d->out,
@@ -122,7 +122,7 @@ class Rig {
 
   /// Begins a turn at `now` and visits until the cursor has been round the ring or `room`
   /// dispatches went out (then the turn is ended, as a server without room ends it). Returns
-  /// "P2: A B>P1 C": the pass class, then each visit's participant, with the class it went out
+  /// "P2: A B>P1 C": the turn class, then each visit's participant, with the class it went out
   /// under when that differs from the turn's; "none" when every queue is empty.
   std::string turn(Nanos now, std::size_t room = SIZE_MAX) {
     const std::optional<ClassId> c = core.begin_turn(now);
@@ -253,9 +253,9 @@ class SlotSim {
   const Job& job(int req) const { return jobs_[static_cast<std::size_t>(req)]; }
 
   /// Every dispatch in order, with its instant.
-  std::vector<std::pair<Nanos, Dispatch>> dispatches;
-  /// Every pass class in order, with its instant.
-  std::vector<std::pair<Nanos, ClassId>> passes;
+  std::vector<std::pair<Nanos, Decision>> dispatches;
+  /// Every turn class in order, with its instant.
+  std::vector<std::pair<Nanos, ClassId>> turns;
   /// Called after each completion, with the instant.
   std::function<void(Nanos, const Completion&)> on_complete;
 
@@ -276,12 +276,12 @@ class SlotSim {
     SlotSim* sim;
     Nanos now;
     // A loop that keeps starting turns without dispatching is cut short, to fail, not hang.
-    bool room() const { return sim->free_ > 0 && sim->passes.size() < kMaxPasses; }
-    void on_pass(ClassId c) {
-      sim->passes.emplace_back(now, c);
-      if (sim->passes.size() == kMaxPasses) ADD_FAILURE() << "too many turns";
+    bool room() const { return sim->free_ > 0 && sim->turns.size() < kMaxPasses; }
+    void on_turn(ClassId c) {
+      sim->turns.emplace_back(now, c);
+      if (sim->turns.size() == kMaxPasses) ADD_FAILURE() << "too many turns";
     }
-    void on_dispatch(const Dispatch& d) {
+    void on_dispatch(const Decision& d) {
       --sim->free_;
       const auto id = static_cast<std::size_t>(id_of(d.request));
       if (id >= sim->jobs_.size()) sim->jobs_.resize(id + 1);

@@ -406,7 +406,7 @@ TEST(Visit, DispatchNamesParticipantTicketAndRequest) {
   EXPECT_EQ(rig.core.queued(a), 1u);
   EXPECT_EQ(rig.core.waiting(), 1u);
   ASSERT_TRUE(rig.core.begin_turn(0));
-  const std::optional<Dispatch> d = rig.core.visit(0);
+  const std::optional<Decision> d = rig.core.visit(0);
   ASSERT_TRUE(d);
   EXPECT_EQ(d->request, &r);
   EXPECT_EQ(d->participant, a);

@@ -25,7 +25,7 @@ TEST(Numbers, AGapWiderThanHalfTheClockRefills) {
   Req r;
   ASSERT_TRUE(rig.core.submit(a, r, start).ok());
   ASSERT_TRUE(rig.core.begin_turn(start).has_value());
-  const std::optional<Dispatch> d = rig.core.visit(start);
+  const std::optional<Decision> d = rig.core.visit(start);
   ASSERT_TRUE(d.has_value());
   ASSERT_TRUE(rig.core.complete(d->ticket, 1000, start).ok());  // deep debt: -999 credits
   const Nanos end = std::numeric_limits<Nanos>::max() - 1;

@@ -1,4 +1,4 @@
-// Core::run with a handler (room, on_pass, on_dispatch), and the slot model of docs/contract.md §6,
+// Core::run with a handler (room, on_turn, on_dispatch), and the slot model of docs/contract.md §6,
 // including the worked example of the contract whose summary the contract itself states.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@ namespace {
 
 // A dispatch as the tests below spell it: the participant's name, and ">P1" and the like when it
 // went out above its turn's class.
-std::string token(const Core& core, const Dispatch& d) {
+std::string token(const Core& core, const Decision& d) {
   std::string t(core.name(d.participant));
   if (d.out != d.turn) t += ">" + class_name(d.out);
   return t;
@@ -25,15 +25,15 @@ struct Budget {
   Core* core;
   int left;
   int pass_count = 0;
-  std::string passes;
+  std::string turns;
   std::string sent;
   std::vector<Ticket> tickets;
   bool room() const { return left > 0 && pass_count < 10'000; }
-  void on_pass(ClassId c) {
+  void on_turn(ClassId c) {
     if (++pass_count == 10'000) ADD_FAILURE() << "10000 turns in one run";
-    passes += class_name(c) + " ";
+    turns += class_name(c) + " ";
   }
-  void on_dispatch(const Dispatch& d) {
+  void on_dispatch(const Decision& d) {
     --left;
     sent += token(*core, d) + " ";
     tickets.push_back(d.ticket);
@@ -50,7 +50,7 @@ TEST(Run, DispatchesWhileThereIsRoomAndEndsTheTurnWhenThereIsNone) {
   for (const ParticipantId p : {a, b, c}) rig.submit(p, 2);
   Budget h{&rig.core, 2};
   EXPECT_EQ(rig.core.run(0, h), 2u);
-  EXPECT_EQ(h.passes, "P1 ");
+  EXPECT_EQ(h.turns, "P1 ");
   EXPECT_EQ(h.sent, "A B ");
   EXPECT_FALSE(rig.core.in_turn());
   EXPECT_EQ(rig.core.in_flight(), 2u);
@@ -58,7 +58,7 @@ TEST(Run, DispatchesWhileThereIsRoomAndEndsTheTurnWhenThereIsNone) {
   ASSERT_TRUE(rig.core.complete(h.tickets[0], 0, 0).ok());
   h.left = 1;
   EXPECT_EQ(rig.core.run(0, h), 1u);
-  EXPECT_EQ(h.passes, "P1 P1 ");
+  EXPECT_EQ(h.turns, "P1 P1 ");
   EXPECT_EQ(h.sent, "A B C ");
 }
 
@@ -68,7 +68,7 @@ TEST(Run, WithoutRoomNothingIsDecided) {
   rig.submit(a, 2);
   Budget h{&rig.core, 0};
   EXPECT_EQ(rig.core.run(0, h), 0u);
-  EXPECT_EQ(h.passes, "");
+  EXPECT_EQ(h.turns, "");
   EXPECT_EQ(rig.core.queued(a), 2u);
   EXPECT_EQ(rig.bal(a, 0, 0), credits(10));
 }
@@ -80,10 +80,10 @@ TEST(Run, ReturnsWhenEveryQueueIsEmpty) {
   Budget h{&rig.core, 100};
   // Alone in the ring: one visit per turn, so three turns.
   EXPECT_EQ(rig.core.run(0, h), 3u);
-  EXPECT_EQ(h.passes, "P1 P1 P1 ");
+  EXPECT_EQ(h.turns, "P1 P1 P1 ");
   EXPECT_EQ(h.left, 97);
   EXPECT_EQ(rig.core.run(0, h), 0u);
-  EXPECT_EQ(h.passes, "P1 P1 P1 ");
+  EXPECT_EQ(h.turns, "P1 P1 P1 ");
 }
 
 TEST(Run, RoomRunningOutMidTurnMakesTheNextRunAskTheClassAfresh) {
@@ -105,18 +105,18 @@ TEST(Run, RoomRunningOutMidTurnMakesTheNextRunAskTheClassAfresh) {
   ASSERT_TRUE(rig.core.complete(h.tickets.back(), 0, kSec).ok());
   h.left = 1;
   EXPECT_EQ(rig.core.run(kSec, h), 1u);
-  EXPECT_EQ(h.passes, "P1 P2 P1 ");
+  EXPECT_EQ(h.turns, "P1 P2 P1 ");
   EXPECT_EQ(h.sent, "B A B ");
 }
 
 // Core::dispatch: the same loop, a batch per call.
-std::string names(const Rig& rig, const std::vector<Dispatch>& out, std::size_t n) {
+std::string names(const Rig& rig, const std::vector<Decision>& out, std::size_t n) {
   std::string sent;
   for (std::size_t i = 0; i < n; ++i) sent += token(rig.core, out[i]) + " ";
   return sent;
 }
 
-TEST(Dispatch, DecidesWhatTheLoopOfVisitsDecidesAcrossTurnsAndClasses) {
+TEST(Decision, DecidesWhatTheLoopOfVisitsDecidesAcrossTurnsAndClasses) {
   // Room for everything at one instant: a P1 turn for B, two P2 turns until both P2 buckets (2
   // credits each) are spent, then P3 turns for what is left.
   const Config config = make_config(
@@ -132,38 +132,38 @@ TEST(Dispatch, DecidesWhatTheLoopOfVisitsDecidesAcrossTurnsAndClasses) {
   Budget h{&by_visit.core, 100};
   EXPECT_EQ(by_visit.core.run(0, h), 8u);
 
-  std::vector<Dispatch> out(100);
+  std::vector<Decision> out(100);
   const std::size_t n = by_batch.core.dispatch(0, out);
   EXPECT_EQ(n, 8u);
   EXPECT_EQ(names(by_batch, out, n), h.sent);
   EXPECT_EQ(h.sent, "B A B A B A B A ");
-  EXPECT_EQ(h.passes, "P1 P2 P2 P3 P3 ");
+  EXPECT_EQ(h.turns, "P1 P2 P2 P3 P3 ");
   for (int c = 0; c <= 2; ++c) {
-    EXPECT_EQ(by_batch.core.passes(static_cast<ClassId>(c)),
-              by_visit.core.passes(static_cast<ClassId>(c)))
+    EXPECT_EQ(by_batch.core.turns(static_cast<ClassId>(c)),
+              by_visit.core.turns(static_cast<ClassId>(c)))
         << "class " << c;
   }
   EXPECT_EQ(by_batch.core.in_flight(), 8u);
 }
 
-TEST(Dispatch, StopsAtTheSpanLeavingTheTurnOpenAndAtEmptyQueues) {
+TEST(Decision, StopsAtTheSpanLeavingTheTurnOpenAndAtEmptyQueues) {
   Rig rig(big());
   const ParticipantId a = rig.add("A", "big");
   const ParticipantId b = rig.add("B", "big");
   const ParticipantId c = rig.add("C", "big");
   for (const ParticipantId p : {a, b, c}) rig.submit(p, 1);
-  std::vector<Dispatch> out(2);
+  std::vector<Decision> out(2);
   EXPECT_EQ(rig.core.dispatch(0, out), 2u);
   EXPECT_EQ(names(rig, out, 2), "A B ");
   // The turn goes on: the next call visits C in the same pass.
   EXPECT_TRUE(rig.core.in_turn());
-  EXPECT_EQ(rig.core.passes(0), 1u);
-  out.assign(5, Dispatch{});
+  EXPECT_EQ(rig.core.turns(0), 1u);
+  out.assign(5, Decision{});
   EXPECT_EQ(rig.core.dispatch(0, out), 1u);
   EXPECT_EQ(names(rig, out, 1), "C ");
-  EXPECT_EQ(rig.core.passes(0), 1u);
+  EXPECT_EQ(rig.core.turns(0), 1u);
   EXPECT_EQ(rig.core.dispatch(0, out), 0u);
-  EXPECT_EQ(rig.core.dispatch(0, std::span<Dispatch>()), 0u);
+  EXPECT_EQ(rig.core.dispatch(0, std::span<Decision>()), 0u);
 }
 
 TEST(Run, SlotModelKeepsTheServerFullAndCompletesEverything) {
@@ -222,8 +222,8 @@ TEST(Run, ContractExampleScenario) {
   EXPECT_EQ(sim.dispatches[0].first, 0);
   EXPECT_EQ(sim.dispatches[0].second.participant, alice);
   EXPECT_EQ(sim.dispatches[0].second.out, 0);
-  ASSERT_FALSE(sim.passes.empty());
-  EXPECT_EQ(sim.passes[0].second, 0);
+  ASSERT_FALSE(sim.turns.empty());
+  EXPECT_EQ(sim.turns[0].second, 0);
   ASSERT_EQ(completions.size(), 1u);
   EXPECT_EQ(completions[0], "100000000 P1 3200000000 10000000000");
 

@@ -37,8 +37,8 @@ std::uint64_t ByteSource::below(std::uint64_t bound) {
 
 namespace {
 
-// The model has its own Dispatch and Completion; these are the core's.
-using CoreDispatch = creditloop::Dispatch;
+// The model has its own Decision and Completion; these are the core's.
+using CoreDispatch = creditloop::Decision;
 using CoreCompletion = creditloop::Completion;
 
 constexpr Nanos kNanosMax = std::numeric_limits<Nanos>::max();
@@ -150,7 +150,7 @@ class Harness {
   bool begin_both(Nanos at);
   bool visit_both(Nanos at);
   bool check_dispatch(const std::optional<CoreDispatch>& cd,
-                      const std::optional<model::Dispatch>& md);
+                      const std::optional<model::Decision>& md);
   void op_complete();
   void complete_one();
   void complete_both(Ticket ct, TicketId mt, bool nano, double cost, std::int64_t cost_nano,
@@ -611,12 +611,12 @@ bool Harness::begin_both(Nanos at) {
 
 bool Harness::visit_both(Nanos at) {
   const std::optional<CoreDispatch> cd = core_->visit(at);
-  const std::optional<model::Dispatch> md = model_->visit(at);
+  const std::optional<model::Decision> md = model_->visit(at);
   return check_dispatch(cd, md);
 }
 
 bool Harness::check_dispatch(const std::optional<CoreDispatch>& cd,
-                             const std::optional<model::Dispatch>& md) {
+                             const std::optional<model::Decision>& md) {
   if (cd.has_value() != md.has_value()) {
     std::string m = "visit: core ";
     m += cd ? "dispatched from " + str(cd->participant) : std::string("ended the turn");
@@ -706,13 +706,13 @@ void Harness::loop_run() {
     Harness& h;
     Nanos at;
     bool room() const { return !h.report_.divergence && h.room(); }
-    void on_pass(ClassId c) {
+    void on_turn(ClassId c) {
       // The core's previous turn is over; the model's must be too.
       if (h.model_->in_turn()) h.check_dispatch(std::nullopt, h.model_->visit(at));
       if (h.report_.divergence) return;
       const std::optional<ClassId> mb = h.model_->begin_turn(at);
       if (mb != std::optional<ClassId>(c)) {
-        h.fail("run: core passes " + pc(c) + ", model " + str(mb));
+        h.fail("run: core turns " + pc(c) + ", model " + str(mb));
       }
       ++h.report_.turns;
     }
@@ -726,7 +726,7 @@ void Harness::loop_run() {
     if (model_->in_turn()) check_dispatch(std::nullopt, model_->visit(at));
     if (report_.divergence) return;
     const std::optional<ClassId> mb = model_->begin_turn(at);
-    if (mb) fail("run found every queue empty; model passes " + str(mb));
+    if (mb) fail("run found every queue empty; model turns " + str(mb));
   } else {
     model_->end_turn();
   }
@@ -761,7 +761,7 @@ void Harness::loop_dispatch() {
       }
       ++report_.turns;
     }
-    if (const std::optional<model::Dispatch> md = model_->visit(at)) {
+    if (const std::optional<model::Decision> md = model_->visit(at)) {
       check_dispatch(out[i++], md);
     }
   }
@@ -771,7 +771,7 @@ void Harness::loop_dispatch() {
     if (model_->in_turn()) check_dispatch(std::nullopt, model_->visit(at));
     if (report_.divergence) return;
     const std::optional<ClassId> mb = model_->begin_turn(at);
-    if (mb) fail("dispatch found every queue empty; model passes " + str(mb));
+    if (mb) fail("dispatch found every queue empty; model turns " + str(mb));
     return;
   }
   if (core_->in_turn() != model_->in_turn()) {

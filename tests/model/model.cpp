@@ -291,7 +291,7 @@ std::optional<ClassId> Model::begin_turn(Nanos now) {
   return pass;
 }
 
-std::optional<Dispatch> Model::visit(Nanos now) {
+std::optional<Decision> Model::visit(Nanos now) {
   if (!turn_.active) return std::nullopt;
   now = observe(now);
   // The cursor walks from start to the end of the ring as it was when the turn began, then from
@@ -326,7 +326,7 @@ std::optional<Dispatch> Model::visit(Nanos now) {
     p.buckets[out].value -= kUnitsPerCredit;
     ticket.bucket_id = p.buckets[out].id;
   }
-  Dispatch d;
+  Decision d;
   d.request = p.queue.front();
   ticket.request = d.request;
   p.queue.pop_front();

@@ -59,7 +59,7 @@ struct Pid {
 using RequestId = std::uint64_t;
 using TicketId = std::uint64_t;
 
-struct Dispatch {
+struct Decision {
   RequestId request = 0;
   TicketId ticket = 0;
   Pid participant;
@@ -128,7 +128,7 @@ class Model {
 
   // ---- the loop ----
   std::optional<ClassId> begin_turn(Nanos now);
-  std::optional<Dispatch> visit(Nanos now);
+  std::optional<Decision> visit(Nanos now);
   void end_turn() { turn_.active = false; }
   [[nodiscard]] bool in_turn() const { return turn_.active; }
   [[nodiscard]] std::optional<ClassId> turn_class() const;

@@ -462,7 +462,7 @@ class Module(unittest.TestCase):
                  lambda: self.nginx.metric("creditloop_tenant_queue_depth", tenant="bob") == 1)
         s.close()
         wait_for("the withdrawal", lambda: self.nginx.metric(
-            "creditloop_server_requests_cancelled_total") == 1)
+            "creditloop_server_requests_withdrawn_total") == 1)
         self.assertEqual(self.nginx.metric("creditloop_tenant_queue_depth", tenant="bob"), 0)
         self.nginx.backend.gate("disconnect").set()
         held.join(10)
@@ -838,7 +838,7 @@ class Production(unittest.TestCase):
             s.sendall(f"GET /gone/{i} HTTP/1.1\r\nHost: x\r\nX-Tenant: bob\r\n\r\n".encode())
             s.close()
         wait_for("five withdrawals", lambda: self.nginx.metric(
-            "creditloop_server_requests_cancelled_total") == 5)
+            "creditloop_server_requests_withdrawn_total") == 5)
         self.nginx.backend.gate("gone").set()
         held.join(10)
         self.assertEqual(self.nginx.request("/after-gone", "bob")[0], 200)
@@ -1022,7 +1022,7 @@ class Production(unittest.TestCase):
             self.queued("bob", 1)
             client.reset(stream)
             wait_for("the withdrawal", lambda: self.nginx.metric(
-                "creditloop_server_requests_cancelled_total") == 1)
+                "creditloop_server_requests_withdrawn_total") == 1)
             self.nginx.backend.gate("h2queued").set()
             held.join(10)
             self.assertEqual(self.nginx.request("/after-h2", "bob")[0], 200)

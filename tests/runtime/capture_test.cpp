@@ -197,7 +197,7 @@ bool returned(const Req& q) { return q.held.load(std::memory_order_acquire) == R
 
 class Recorder {
  public:
-  void operator()(const Dispatched& d) {
+  void operator()(const Decision& d) {
     std::lock_guard lock(mutex_);
     seen_.push_back(d);
     changed_.notify_all();
@@ -206,7 +206,7 @@ class Recorder {
     std::unique_lock lock(mutex_);
     return changed_.wait_for(lock, kDeadline, [&] { return seen_.size() >= n; });
   }
-  std::vector<Dispatched> seen() {
+  std::vector<Decision> seen() {
     std::lock_guard lock(mutex_);
     return seen_;
   }
@@ -214,7 +214,7 @@ class Recorder {
  private:
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::vector<Dispatched> seen_;
+  std::vector<Decision> seen_;
 };
 
 // Waits until the runtime has applied `n` completions (a snapshot round-trips through the
@@ -237,7 +237,7 @@ TEST(CaptureObserver, TheLinesSayWhoWasDispatchedUnderWhichClassWhenAndAtWhatCos
   o.config = reference_config();
   o.slots = 8;
   o.clock = [&clock] { return clock.load(std::memory_order_relaxed); };  // a test knob
-  o.sink = [&recorder](const Dispatched& d) { recorder(d); };
+  o.sink = [&recorder](const Decision& d) { recorder(d); };
   CaptureOptions c;
   c.files.path = path;
   c.setup = capture_setup(o);
@@ -255,9 +255,9 @@ TEST(CaptureObserver, TheLinesSayWhoWasDispatchedUnderWhichClassWhenAndAtWhatCos
     ASSERT_TRUE(rt.submit(alice, r[2]));
     ASSERT_TRUE(recorder.wait_for(3));
     clock.store(5'000, std::memory_order_relaxed);
-    const std::vector<Dispatched> seen = recorder.seen();
+    const std::vector<Decision> seen = recorder.seen();
     const auto ticket_of = [&](const Req& q) {
-      for (const Dispatched& d : seen) {
+      for (const Decision& d : seen) {
         if (d.request == &q) return d.ticket;
       }
       ADD_FAILURE() << "not dispatched";
@@ -277,9 +277,9 @@ TEST(CaptureObserver, TheLinesSayWhoWasDispatchedUnderWhichClassWhenAndAtWhatCos
     rt.shutdown();
   }
   capture.close();
-  const std::vector<Dispatched> seen = recorder.seen();
-  const auto dispatched = [&](const Req& q) -> const Dispatched& {
-    for (const Dispatched& d : seen) {
+  const std::vector<Decision> seen = recorder.seen();
+  const auto dispatched = [&](const Req& q) -> const Decision& {
+    for (const Decision& d : seen) {
       if (d.request == &q) return d;
     }
     throw std::logic_error("not dispatched");
@@ -304,7 +304,7 @@ TEST(CaptureObserver, TheLinesSayWhoWasDispatchedUnderWhichClassWhenAndAtWhatCos
   const std::size_t at[] = {3, 4, 7};
   for (int i = 0; i < 3; ++i) {
     const json& l = lines[at[i]];
-    const Dispatched& d = dispatched(*expected[i].request);
+    const Decision& d = dispatched(*expected[i].request);
     SCOPED_TRACE(l.dump());
     EXPECT_EQ(l["ev"], "request");
     EXPECT_EQ(l["participant"], expected[i].participant);
@@ -335,7 +335,7 @@ TEST(CaptureObserver, AFullRingDropsCountsAndReportsWhatItCouldNotHandOver) {
   o.slots = 64;
   o.clock = [] { return Nanos{0}; };
   Runtime* self = nullptr;
-  o.sink = [&self](const Dispatched& d) { (void)self->complete(d.ticket, 0); };
+  o.sink = [&self](const Decision& d) { (void)self->complete(d.ticket, 0); };
   CaptureOptions c;
   c.files.path = path;
   c.setup = capture_setup(o);
@@ -375,7 +375,7 @@ TEST(CaptureObserver, AnUnwritableCaptureNeverStopsTheRuntime) {
   RuntimeOptions o;
   o.config = reference_config();
   Runtime* self = nullptr;
-  o.sink = [&self](const Dispatched& d) { (void)self->complete(d.ticket, 1); };
+  o.sink = [&self](const Decision& d) { (void)self->complete(d.ticket, 1); };
   CaptureOptions c;
   c.files.path = "/nonexistent-creditloop-dir/capture.jsonl";
   c.setup = capture_setup(o);
@@ -417,7 +417,7 @@ TEST(CaptureStress, EveryCompletedRequestIsWrittenOrCountedAsDropped) {
   o.config = reference_config();
   o.slots = 32;
   o.workers = 2;
-  o.handler = [](const Dispatched&) { return 0.25; };
+  o.handler = [](const Decision&) { return 0.25; };
   CaptureOptions c;
   c.files = CaptureFiles{path, 256 * 1024, 50};
   c.setup = capture_setup(o);

@@ -37,7 +37,7 @@ TEST(Runtime, CountersReadFromAnotherThreadAreMonotonicAndEndExact) {
   o.config = reference_config();
   o.slots = 8;
   CompletingSink sink{nullptr, 0.25, nullptr};
-  o.sink = [&sink](const Dispatched& d) { sink(d); };
+  o.sink = [&sink](const Decision& d) { sink(d); };
   Runtime rt(std::move(o));
   sink.runtime = &rt;
   const ParticipantId alice = *rt.add("alice", "pro", 1);

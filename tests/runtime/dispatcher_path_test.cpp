@@ -125,7 +125,7 @@ class IntakeObserver : public RuntimeObserver {
     }
   }
   void on_submit(ParticipantId, const RequestHook&, Nanos) override { ++taken; }
-  void on_visit(const Dispatch* d, Ticket, Nanos) override {
+  void on_visit(const Decision* d, Ticket, Nanos) override {
     if (d != nullptr && taken_at_first_decision == 0) taken_at_first_decision = taken;
   }
   std::binary_semaphore held{0};
@@ -153,12 +153,12 @@ TEST(DispatcherPath, AFloodOfOneTenantIsTakenInASliceAtATimeBetweenDecisions) {
   adder.join();
   ASSERT_TRUE(recorder.wait_for(8));
   bool bob_early = false;
-  for (const Dispatched& d : recorder.seen()) bob_early |= d.participant == bob;
+  for (const Decision& d : recorder.seen()) bob_early |= d.participant == bob;
   // Shutdown first: the slots the completions free would otherwise send more of the flood out
   // before the shutdown's command runs, and nobody completes those. Once shutdown has begun
   // nothing more is dispatched, so what went out is all the recorder saw.
   EXPECT_FALSE(shutdown_begun(rt, ShutdownMode::hand_back).finished);
-  for (const Dispatched& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 0).ok());
+  for (const Decision& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 0).ok());
   const ShutdownReport report = rt.shutdown(ShutdownMode::hand_back, std::nullopt);
   EXPECT_TRUE(report.finished);
   EXPECT_GT(observer.taken_at_first_decision, 0u);
@@ -180,7 +180,7 @@ TEST(DispatcherPath, ChurnOfOnePlaceWithProducersAndCommandsAccountsForEveryRequ
   RuntimeOptions options;
   options.config = reference_config();
   options.slots = 8;
-  options.sink = [&](const Dispatched& d) {
+  options.sink = [&](const Decision& d) {
     ASSERT_TRUE(runtime->complete(d.ticket, 0).ok());
     dispatched.fetch_add(1, std::memory_order_relaxed);  // read after shutdown (joined)
   };
@@ -249,7 +249,7 @@ TEST(DispatcherPath, WithdrawalThroughAnotherRuntimeReadsNothingItsDispatcherWro
   std::atomic<std::uint64_t> ticket_generation{0};
   RuntimeOptions other_options;
   other_options.config = reference_config();
-  other_options.sink = [&](const Dispatched& d) {
+  other_options.sink = [&](const Decision& d) {
     ticket_index.store(d.ticket.index, std::memory_order_relaxed);  // see the comment above
     ticket_generation.store(d.ticket.generation, std::memory_order_relaxed);
     dispatched.store(true, std::memory_order_relaxed);

@@ -36,7 +36,7 @@ TEST(Runtime, ASinkThatThrowsHandsItsRequestBackThroughOnError) {
   Recorder recorder;
   Errors errors;
   RuntimeOptions o = options_with(recorder);
-  o.sink = [&](const Dispatched& d) {
+  o.sink = [&](const Decision& d) {
     if (id_of(d.request) == 0) throw std::runtime_error("sink failure");
     recorder(d);
   };
@@ -160,7 +160,7 @@ TEST(Runtime, ACustomRoomTestIsObeyedAndWakeReTestsIt) {
   room.store(true, std::memory_order_relaxed);
   rt.wake();
   ASSERT_TRUE(recorder.wait_for(3));
-  for (const Dispatched& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 0).ok());
+  for (const Decision& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 0).ok());
 }
 
 TEST(Runtime, TheChargeLandsInTheAdmittingBucketBeforeTheNextDecision) {
@@ -233,7 +233,7 @@ class Journal : public RuntimeObserver {
     std::uint32_t shares = 0;
     const RequestHook* request = nullptr;
     std::optional<ClassId> pass;
-    std::optional<Dispatch> dispatch;
+    std::optional<Decision> dispatch;
     Ticket ticket;
     std::int64_t cost = 0;
     std::size_t asked = 0;  // a batch's span, and what it got
@@ -280,7 +280,7 @@ class Journal : public RuntimeObserver {
   void on_begin_turn(std::optional<ClassId> pass, Nanos now) override {
     record(Event::begin, now).pass = pass;
   }
-  void on_visit(const Dispatch* d, Ticket t, Nanos now) override {
+  void on_visit(const Decision* d, Ticket t, Nanos now) override {
     Event& e = record(Event::visit, now);
     if (d != nullptr) e.dispatch = *d;
     e.ticket = t;
@@ -311,7 +311,7 @@ void replay_what_the_observer_saw(bool batches) {
   o.config = reference_config();
   o.slots = 3;
   o.workers = 2;
-  o.handler = [](const Dispatched& d) { return (id_of(d.request) % 5) * 0.7; };
+  o.handler = [](const Decision& d) { return (id_of(d.request) % 5) * 0.7; };
   o.observer = &journal;
   Runtime rt(std::move(o));
   std::vector<ParticipantId> ids;
@@ -358,7 +358,7 @@ void replay_what_the_observer_saw(bool batches) {
   std::size_t batch_events = 0;
   std::size_t scales = 0;
   std::size_t withdrawals = 0;
-  std::vector<Dispatch> decided;  // the batch in progress: its dispatches not yet reported
+  std::vector<Decision> decided;  // the batch in progress: its dispatches not yet reported
   std::size_t reported = 0;
   for (const Journal::Event& e : journal.events) {
     switch (e.kind) {
@@ -401,7 +401,7 @@ void replay_what_the_observer_saw(bool batches) {
         break;
       }
       case Journal::Event::visit: {
-        std::optional<Dispatch> d;
+        std::optional<Decision> d;
         if (reported < decided.size()) {
           d = decided[reported++];
         } else {
@@ -444,7 +444,7 @@ void replay_what_the_observer_saw(bool batches) {
   }
   const RuntimeSnapshot s = rt.snapshot();
   for (int c = 0; c <= core.classes(); ++c) {
-    EXPECT_EQ(core.passes(static_cast<ClassId>(c)), s.per_class[static_cast<ClassId>(c)].passes)
+    EXPECT_EQ(core.turns(static_cast<ClassId>(c)), s.per_class[static_cast<ClassId>(c)].turns)
         << "class " << c;
   }
 }
@@ -467,7 +467,7 @@ TEST(Runtime, ASinkThatReAddsAParticipantInlineLeavesTheNewOnesCountersAlone) {
   std::optional<ParticipantId> readded;  // written and read on the dispatcher, then after joins
   ParticipantId alice;
   RuntimeOptions o = options_with(recorder, kBatch);
-  o.sink = [&](const Dispatched& d) {
+  o.sink = [&](const Decision& d) {
     recorder(d);
     if (d.participant == alice && !readded) {
       // acquire: pairs with the release store below; the runtime is constructed.
@@ -489,7 +489,7 @@ TEST(Runtime, ASinkThatReAddsAParticipantInlineLeavesTheNewOnesCountersAlone) {
   // Every slot comes back at once: the next batch is all of Alice's, decided in one call.
   {
     CompletionBatch batch(rt);
-    for (const Dispatched& d : recorder.seen()) ASSERT_TRUE(batch.add(d.ticket, 0).ok());
+    for (const Decision& d : recorder.seen()) ASSERT_TRUE(batch.add(d.ticket, 0).ok());
   }
   ASSERT_TRUE(recorder.wait_for(2 * kBatch));
   const RuntimeSnapshot snap = rt.snapshot();  // a round trip: the sink's re-add is visible
@@ -503,7 +503,7 @@ TEST(Runtime, ASinkThatReAddsAParticipantInlineLeavesTheNewOnesCountersAlone) {
   EXPECT_EQ(rt.snapshot(*readded)->last_class, std::nullopt);
   EXPECT_EQ(rt.counters().queued, 0u);
   EXPECT_EQ(snap.dispatched, 2 * kBatch);
-  for (const Dispatched& d : recorder.seen()) (void)rt.complete(d.ticket, 0);  // Alice's
+  for (const Decision& d : recorder.seen()) (void)rt.complete(d.ticket, 0);  // Alice's
   EXPECT_TRUE(rt.shutdown(ShutdownMode::hand_back, kDeadline).finished);
 }
 

@@ -30,7 +30,7 @@ class ModelBackend {
   ModelBackend(std::uint32_t capacity, Nanos service) : service_(service) {
     for (std::uint32_t i = 0; i < capacity; ++i) free_at_.push(0);
   }
-  void arrive(const Dispatched& d) {
+  void arrive(const Decision& d) {
     const Nanos start = std::max(d.at, free_at_.top());
     free_at_.pop();
     free_at_.push(start + service_);
@@ -85,7 +85,7 @@ Figures run_against_backend(RuntimeOptions o) {
   Recorder recorder;
   std::atomic<Nanos> clock{1'000'000'000};
   o.config = reference_config();
-  o.sink = [&recorder](const Dispatched& d) { recorder(d); };
+  o.sink = [&recorder](const Decision& d) { recorder(d); };
   // Release and acquire: the instant the test sets before a completion is the one the dispatcher
   // reads as it wakes for it (the completion's push orders it too; this says so locally).
   o.clock = [&clock] { return clock.load(std::memory_order_acquire); };  // pairs with the store
@@ -103,7 +103,7 @@ Figures run_against_backend(RuntimeOptions o) {
   std::size_t seen = 0;
   for (;;) {
     wait_until_asleep(rt);
-    const std::vector<Dispatched> dispatched = recorder.seen();
+    const std::vector<Decision> dispatched = recorder.seen();
     for (; seen < dispatched.size(); ++seen) backend.arrive(dispatched[seen]);
     const Nanos now = clock.load(std::memory_order_relaxed);
     if (!dispatched.empty() && dispatched.back().at == now && backend.held() > rt.room_slots()) {
@@ -127,7 +127,7 @@ Figures run_against_backend(RuntimeOptions o) {
   }
   // Nothing more goes out; what is in flight completes, so that the runtime can finish.
   (void)shutdown_begun(rt, ShutdownMode::hand_back);
-  const std::vector<Dispatched> dispatched = recorder.seen();
+  const std::vector<Decision> dispatched = recorder.seen();
   for (; seen < dispatched.size(); ++seen) backend.arrive(dispatched[seen]);
   backend.finish(std::numeric_limits<Nanos>::max(),
                  [&](Ticket t, Nanos) { EXPECT_TRUE(rt.complete(t, 0).ok()); });
@@ -169,7 +169,7 @@ TEST(LearnedRoom, LearnsFromTheWorkerPoolsCompletionsToo) {
   RuntimeOptions o;
   o.config = reference_config();
   o.workers = 2;
-  o.handler = [](const Dispatched&) { return 0.0; };
+  o.handler = [](const Decision&) { return 0.0; };
   o.learned_room = RoomBounds{1, 8};
   o.clock = [&clock] {
     return clock.fetch_add(1'000'000, std::memory_order_relaxed);  // a test clock: no pairing
@@ -227,7 +227,7 @@ TEST(LearnedRoom, BoundsOutOfOrderOrBesideARoomTestAreRefused) {
   auto make = [](auto change) {
     RuntimeOptions o;
     o.config = reference_config();
-    o.sink = [](const Dispatched&) {};
+    o.sink = [](const Decision&) {};
     change(o);
     return o;
   };

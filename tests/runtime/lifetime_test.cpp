@@ -91,7 +91,7 @@ TEST(Runtime, ShutdownWithADeadlineReturnsAndReportsWhatIsStillInFlight) {
   std::deque<Req> requests(3);
   for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
   ASSERT_TRUE(recorder.wait_for(2));
-  const std::vector<Dispatched> seen = recorder.seen();
+  const std::vector<Decision> seen = recorder.seen();
   ShutdownReport first = rt.shutdown(ShutdownMode::hand_back, std::chrono::milliseconds(20));
   ASSERT_TRUE(first.status.ok());
   EXPECT_FALSE(first.finished);
@@ -133,7 +133,7 @@ TEST(Runtime, ShutdownFromASinkOrAHandlerIsRefusedNotADeadlock) {
   Runtime* self = nullptr;
   RuntimeOptions o;
   o.config = reference_config();
-  o.sink = [&](const Dispatched& d) {
+  o.sink = [&](const Decision& d) {
     if (self->shutdown().empty() &&
         self->shutdown(ShutdownMode::drain, std::nullopt).status == Status{Errc::wrong_thread}) {
       refused.fetch_add(1, std::memory_order_relaxed);  // read after the join below
@@ -153,7 +153,7 @@ TEST(Runtime, ShutdownFromASinkOrAHandlerIsRefusedNotADeadlock) {
   RuntimeOptions p;
   p.config = reference_config();
   p.workers = 2;
-  p.handler = [&](const Dispatched&) {
+  p.handler = [&](const Decision&) {
     if (pool_self->shutdown(ShutdownMode::hand_back, std::chrono::seconds(0)).status ==
         Status{Errc::wrong_thread}) {
       handler_refused.fetch_add(1, std::memory_order_relaxed);  // read after the join below
@@ -180,7 +180,7 @@ TEST(Runtime, ASubmitThatRacesShutdownIsRefusedWithShutDown) {
   o.slots = 1'000'000;
   std::atomic<int> dispatched{0};
   Runtime* self = nullptr;
-  o.sink = [&](const Dispatched& d) {
+  o.sink = [&](const Decision& d) {
     dispatched.fetch_add(1, std::memory_order_relaxed);  // read after the join below
     ASSERT_TRUE(self->complete(d.ticket, 0).ok());
   };
@@ -231,7 +231,7 @@ TEST(Runtime, ShutdownCanDrainEverythingQueuedFirst) {
   Recorder recorder;
   RuntimeOptions o = options_with(recorder, 4);
   Runtime* self = nullptr;
-  o.sink = [&](const Dispatched& d) { CompletingSink{self, 0.0, &recorder}(d); };
+  o.sink = [&](const Decision& d) { CompletingSink{self, 0.0, &recorder}(d); };
   Runtime rt(std::move(o));
   self = &rt;
   std::vector<ParticipantId> ids;
@@ -271,7 +271,7 @@ TEST(Runtime, DestructionWithoutShutdownIsSafe) {
     o.config = reference_config();
     o.slots = 4;
     o.workers = 2;
-    o.handler = [&](const Dispatched&) {
+    o.handler = [&](const Decision&) {
       // relaxed counters: read after the destructor joined the workers, which orders them.
       if (started.fetch_add(1, std::memory_order_relaxed) == 0) {
         first_started.release();
@@ -399,7 +399,7 @@ TEST(Runtime, TheDestructorAfterADrainThatTimedOutHandsBackWhatIsStillQueued) {
   o.observer = &signal;
   // The first dispatch stays in flight; any later one would be completed at once, so that a
   // destructor that keeps draining returns (and the test fails) instead of hanging.
-  o.sink = [&](const Dispatched& d) {
+  o.sink = [&](const Decision& d) {
     const bool first = recorder.count() == 0;
     recorder(d);
     // acquire: pairs with the release store below; the runtime is constructed.
@@ -446,7 +446,7 @@ TEST(Runtime, AThreadThatCannotStartFailsTheConstructorWithEveryStartedThreadJoi
     RuntimeOptions o;
     o.config = reference_config();
     o.workers = kWorkers;
-    o.handler = [&handled](const Dispatched&) {
+    o.handler = [&handled](const Decision&) {
       handled.fetch_add(1, std::memory_order_relaxed);  // a count, read after the joins
       return 0.0;
     };

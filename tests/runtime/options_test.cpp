@@ -50,7 +50,7 @@ TEST(Runtime, TheDispatcherThreadIsNamedAndPinned) {
   o.thread_name = "cl-dispatch-test-long-name";
   o.cpu = target;
   Runtime* self = nullptr;
-  o.sink = [&](const Dispatched& d) {
+  o.sink = [&](const Decision& d) {
     char buffer[32] = {};
     pthread_getname_np(pthread_self(), buffer, sizeof buffer);
     {
@@ -77,7 +77,7 @@ TEST(Runtime, BadOptionsAreRefusedAtConstruction) {
   auto make = [](auto change) {
     RuntimeOptions o;
     o.config = reference_config();
-    o.sink = [](const Dispatched&) {};
+    o.sink = [](const Decision&) {};
     change(o);
     return o;
   };

@@ -150,7 +150,7 @@ bool dispatched_while_stopped(DispatcherGate& gate, Recorder& recorder, std::siz
 }
 
 Ticket ticket_of(Recorder& recorder, ParticipantId p) {
-  for (const Dispatched& d : recorder.seen()) {
+  for (const Decision& d : recorder.seen()) {
     if (d.participant == p) return d.ticket;
   }
   ADD_FAILURE() << "no dispatch for participant " << p.place;
@@ -215,7 +215,7 @@ TEST(RuntimeProgress, ASubmitterStoppedInsideItsListingHoldsBackNoOtherParticipa
   EXPECT_EQ(recorder.seen()[0].participant, carol);
   ASSERT_TRUE(recorder.wait_for(2));
   EXPECT_EQ(recorder.seen()[1].participant, alice);
-  for (const Dispatched& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 0).ok());
+  for (const Decision& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 0).ok());
   EXPECT_TRUE(rt.shutdown(ShutdownMode::drain).empty());
 }
 

@@ -31,7 +31,7 @@ inline int id_of(const RequestHook* r) { return static_cast<const Req*>(r)->id; 
 // Collects what the sink receives, on the dispatcher thread, and lets the test wait for it.
 class Recorder {
  public:
-  void operator()(const Dispatched& d) {
+  void operator()(const Decision& d) {
     std::lock_guard lock(mutex_);
     seen_.push_back(d);
     changed_.notify_all();
@@ -41,7 +41,7 @@ class Recorder {
     std::unique_lock lock(mutex_);
     return changed_.wait_for(lock, kDeadline, [&] { return seen_.size() >= n; });
   }
-  std::vector<Dispatched> seen() {
+  std::vector<Decision> seen() {
     std::lock_guard lock(mutex_);
     return seen_;
   }
@@ -53,7 +53,7 @@ class Recorder {
  private:
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::vector<Dispatched> seen_;
+  std::vector<Decision> seen_;
 };
 
 // Completes every request dispatched so far and, as room returns, every later one, until `total`
@@ -62,7 +62,7 @@ inline void complete_all(Runtime& rt, Recorder& recorder, std::size_t total) {
   std::size_t done = 0;
   while (done < total) {
     ASSERT_TRUE(recorder.wait_for(done + 1));
-    const std::vector<Dispatched> seen = recorder.seen();
+    const std::vector<Decision> seen = recorder.seen();
     for (; done < seen.size(); ++done) (void)rt.complete(seen[done].ticket, 0);  // may be done
   }
 }
@@ -71,7 +71,7 @@ inline RuntimeOptions options_with(Recorder& recorder, std::uint32_t slots = 64)
   RuntimeOptions o;
   o.config = reference_config();
   o.slots = slots;
-  o.sink = [&recorder](const Dispatched& d) { recorder(d); };
+  o.sink = [&recorder](const Decision& d) { recorder(d); };
   return o;
 }
 
@@ -99,7 +99,7 @@ struct CompletingSink {
   Runtime* runtime = nullptr;
   double cost = 0;
   Recorder* recorder = nullptr;
-  void operator()(const Dispatched& d) const {
+  void operator()(const Decision& d) const {
     ASSERT_TRUE(runtime->complete(d.ticket, cost).ok());
     if (recorder != nullptr) (*recorder)(d);
   }

@@ -132,7 +132,7 @@ TEST(Runtime, SnapshotsReportQueueDepthBalancesAndTheLastClass) {
   const RuntimeSnapshot all = rt.snapshot();
   EXPECT_EQ(all.participants, 1u);
   EXPECT_EQ(all.per_class[0].dispatched, 1u);
-  EXPECT_GE(all.per_class[0].passes, 1u);
+  EXPECT_GE(all.per_class[0].turns, 1u);
   EXPECT_EQ(all.classes, 2);
   EXPECT_GT(all.dispatcher_cpu, 0);  // read on the dispatcher thread, while it runs
   EXPECT_GE(rt.snapshot().dispatcher_cpu, all.dispatcher_cpu);
@@ -247,7 +247,7 @@ TEST(Runtime, ScaleFromAnotherThreadWhileRequestsFlowTakesEffectAtOnceAndSnapsho
   o.config = reference_config();  // pro: P1 {2/s, 4}, P2 {5/s, 10}
   o.slots = 8;
   o.workers = 2;
-  o.handler = [](const Dispatched&) { return 1.0; };
+  o.handler = [](const Decision&) { return 1.0; };
   Runtime rt(std::move(o));
   const ParticipantId alice = *rt.add("alice", "pro", 1000);  // P1 4000 credits, P2 10,000
   const ParticipantId bob = *rt.add("bob", "pro", 1);

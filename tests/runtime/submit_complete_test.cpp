@@ -43,7 +43,7 @@ TEST(Runtime, EachParticipantsRequestsAreDispatchedInSubmissionOrder) {
   ASSERT_TRUE(recorder.wait_for(2000));
   int last_alice = -1;
   int last_bob = -1;
-  for (const Dispatched& d : recorder.seen()) {
+  for (const Decision& d : recorder.seen()) {
     int& last = d.participant == alice ? last_alice : last_bob;
     EXPECT_GT(id_of(d.request), last);
     last = id_of(d.request);
@@ -351,10 +351,10 @@ TEST(Runtime, ACompletionBatchClaimsAtOnceAndPublishesOnFlush) {
   std::deque<Req> requests(8);
   for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
   ASSERT_TRUE(recorder.wait_for(8));
-  const std::vector<Dispatched> seen = recorder.seen();
+  const std::vector<Decision> seen = recorder.seen();
   {
     CompletionBatch batch(rt);
-    for (const Dispatched& d : seen) ASSERT_TRUE(batch.add(d.ticket, 0.25).ok());
+    for (const Decision& d : seen) ASSERT_TRUE(batch.add(d.ticket, 0.25).ok());
     EXPECT_EQ(batch.add(seen[0].ticket, 0.25).error(), Errc::stale_ticket);
     EXPECT_EQ(batch.add(seen[0].ticket, -1).error(), Errc::bad_cost);
     EXPECT_EQ(batch.pending(), 8u);

@@ -22,7 +22,7 @@ namespace {
 
 std::vector<int> dispatched_ids(Recorder& recorder) {
   std::vector<int> ids;
-  for (const Dispatched& d : recorder.seen()) ids.push_back(id_of(d.request));
+  for (const Decision& d : recorder.seen()) ids.push_back(id_of(d.request));
   return ids;
 }
 
@@ -50,7 +50,7 @@ TEST(RuntimeWithdraw, AQueuedRequestLeavesItsQueueAndTheRestGoOutInOrder) {
   ASSERT_TRUE(recorder.wait_for(3));
   EXPECT_EQ(dispatched_ids(recorder), (std::vector<int>{0, 1, 3}));
   EXPECT_EQ(rt.withdraw(alice, requests[0]).error(), Errc::in_flight);
-  for (const Dispatched& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 1).ok());
+  for (const Decision& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 1).ok());
   EXPECT_EQ(rt.snapshot(alice)->stats.completed, 3u);
 
   // A withdrawn request may be submitted again, and goes out like any other.
@@ -95,7 +95,7 @@ TEST(RuntimeWithdraw, ARequestStillInTheInboxBehindAStoppedSubmitterIsWithdrawn)
   // A round trip drains the activation list first: whatever the submitter listed went out.
   (void)rt.snapshot();
   EXPECT_EQ(dispatched_ids(recorder), std::vector<int>{1});
-  for (const Dispatched& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 1).ok());
+  for (const Decision& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 1).ok());
   EXPECT_EQ(rt.counters(alice)->queued, 0u);
 }
 
@@ -140,7 +140,7 @@ TEST(RuntimeWithdraw, ASinkMayWithdrawARequestInline) {
   ParticipantId alice;
   Status inline_result = Errc::shut_down;
   RuntimeOptions o = options_with(recorder, 1);
-  o.sink = [&](const Dispatched& d) {
+  o.sink = [&](const Decision& d) {
     if (d.request == &requests[0]) inline_result = runtime->withdraw(alice, requests[1]);
     recorder(d);
   };
@@ -179,7 +179,7 @@ TEST(RuntimeWithdraw, WithdrawalsRacingDispatchesLoseNothingAndCountNothingTwice
   Recorder recorder;
   Runtime* runtime = nullptr;
   RuntimeOptions o = options_with(recorder, 2);
-  o.sink = [&](const Dispatched& d) {
+  o.sink = [&](const Decision& d) {
     recorder(d);
     EXPECT_TRUE(runtime->complete(d.ticket, 0.01).ok());
   };

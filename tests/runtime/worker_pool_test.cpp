@@ -37,8 +37,8 @@ TEST(Runtime, ThePoolHandlerSeesTheClassOutAndTheTicket) {
   o.workers = 1;
   o.clock = [] { return Nanos{0}; };  // frozen: pro's 4 P1 credits, then P2
   std::mutex mutex;
-  std::vector<Dispatched> seen;
-  o.handler = [&](const Dispatched& d) {
+  std::vector<Decision> seen;
+  o.handler = [&](const Decision& d) {
     std::lock_guard lock(mutex);
     seen.push_back(d);
     return 0.0;
@@ -67,7 +67,7 @@ TEST(Runtime, AHandlerThatThrowsIsReportedThroughOnError) {
   RuntimeOptions o;
   o.config = reference_config();
   o.workers = 2;
-  o.handler = [](const Dispatched& d) -> double {
+  o.handler = [](const Decision& d) -> double {
     if (id_of(d.request) % 2 == 1) throw std::runtime_error("handler failure");
     return 0.5;
   };
@@ -99,7 +99,7 @@ TEST(Runtime, TheWorkerPoolCompletesEachRequestWithTheCostItsHandlerReturns) {
   o.slots = 16;
   o.workers = 2;
   std::atomic<int> handled{0};
-  o.handler = [&handled](const Dispatched& d) {
+  o.handler = [&handled](const Decision& d) {
     handled.fetch_add(1, std::memory_order_relaxed);  // a count read after shutdown joins
     const int id = id_of(d.request);
     if (id % 10 == 7) return std::nan("");  // refused: completes at 0, counted as an error
@@ -145,7 +145,7 @@ TEST(Runtime, PoolTicketsAreTheirWorkersAndNoCompletionIsLostWhileTheDispatcherL
     std::vector<Ticket> tickets;      // guarded by mutex
     std::vector<std::int64_t> costs;  // dispatcher thread; read after shutdown
     std::mutex mutex;
-    void on_visit(const Dispatch* d, Ticket t, Nanos) override {
+    void on_visit(const Decision* d, Ticket t, Nanos) override {
       if (d == nullptr) return;
       {
         std::lock_guard lock(mutex);
@@ -165,7 +165,7 @@ TEST(Runtime, PoolTicketsAreTheirWorkersAndNoCompletionIsLostWhileTheDispatcherL
   o.slots = 1024;  // every request is dispatched while the worker is held in its first
   o.workers = 1;
   o.observer = &watch;
-  o.handler = [&](const Dispatched& d) {
+  o.handler = [&](const Decision& d) {
     if (id_of(d.request) == 0) handle.wait();
     handled.add();
     return 0.25;
@@ -211,7 +211,7 @@ TEST(Runtime, APoolHandOverThatFailsLosesNoJob) {
   o.config = reference_config();
   o.workers = 1;
   o.batch = 4;
-  o.handler = [&handled](const Dispatched&) {
+  o.handler = [&handled](const Decision&) {
     handled.add();
     return 0.0;
   };
@@ -233,7 +233,7 @@ TEST(Runtime, APoolHandOverThatFailsLosesNoJob) {
 class DispatchCount : public RuntimeObserver {
  public:
   Counter dispatched;
-  void on_visit(const Dispatch* d, Ticket, Nanos) override {
+  void on_visit(const Decision* d, Ticket, Nanos) override {
     if (d != nullptr) dispatched.add();
   }
 };
@@ -253,7 +253,7 @@ TEST(Runtime, JobsHandedOverBehindABlockedJobRunAndCompleteOnTheIdleWorkers) {
   o.config = reference_config();
   o.workers = 4;
   o.room = [&room] { return room.load(std::memory_order_relaxed); };  // a test flag: no pairing
-  o.handler = [&](const Dispatched& d) {
+  o.handler = [&](const Decision& d) {
     if (id_of(d.request) == 0) {
       started.open();
       release.wait();
@@ -307,7 +307,7 @@ TEST(Runtime, EightWorkersRunEightJobsAtOnce) {
   o.workers = kWorkers;
   o.slots = 64;
   o.observer = &watch;
-  o.handler = [&](const Dispatched& d) {
+  o.handler = [&](const Decision& d) {
     if (id_of(d.request) < static_cast<int>(kWorkers)) {
       holding.add();
       hold.wait();

@@ -691,7 +691,7 @@ class QueuedRequests(unittest.TestCase):
             wait_for("bob queued", lambda: server.tenant("bob")["queued"] == 1)
             c.close()
             wait_for("the departure counted",
-                     lambda: metric(server, "creditloop_server_requests_cancelled_total") == 1)
+                     lambda: metric(server, "creditloop_server_requests_withdrawn_total") == 1)
             self.backend.recorder.gate("hold").set()
             self.assertEqual(hold.get()[0], 200)
             res, _ = server.request(BOB, "/later")
@@ -715,7 +715,7 @@ class QueuedRequests(unittest.TestCase):
             for c in left:
                 c.close()
             wait_for("both departures seen",
-                     lambda: metric(server, "creditloop_server_requests_cancelled_total") == 2)
+                     lambda: metric(server, "creditloop_server_requests_withdrawn_total") == 2)
             # Withdrawn, not merely marked: out of the queue and its limit, and each connection
             # gone with its session (the gauge counts alice's and the admin one reading it).
             third = Client(server.port)
@@ -1173,7 +1173,7 @@ class SpilledBodies(unittest.TestCase):
             self.assertEqual(files_open_in(pid, self.temp), 1)
             queued.close()
             wait_for("the departure counted",
-                     lambda: metric(server, "creditloop_server_requests_cancelled_total") == 1)
+                     lambda: metric(server, "creditloop_server_requests_withdrawn_total") == 1)
             self.no_file_left(server, "a client that left while queued")
             self.backend.recorder.gate("hold").set()
             for c in holding:

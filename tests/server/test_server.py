@@ -452,7 +452,7 @@ class AdminListener(unittest.TestCase):
             text = body.decode()
             self.assertIn('creditloop_tenant_requests_total{tenant="alice",class="P1"} 1', text)
             self.assertIn('creditloop_tenant_balance_credits{tenant="bob",class="P2"}', text)
-            self.assertIn("creditloop_loop_passes_total", text)
+            self.assertIn("creditloop_loop_turns_total", text)
             # The records for 4 slots were reserved up front: no growth, so none failed.
             self.assertIn("creditloop_loop_ticket_growth_failures_total 0", text)
             res, body = server.admin("/debug/participants", key="admin-secret-1")

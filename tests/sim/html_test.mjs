@@ -57,7 +57,7 @@ function passStates(trace, names) {
       queued[l.participant]--; inFlight[l.participant]++;
       last.dispatches.push(l);
     } else if (l.ev === 'complete') inFlight[l.participant]--;
-    else if (l.ev === 'cancel') queued[l.participant]--;
+    else if (l.ev === 'withdraw') queued[l.participant]--;
     else if (l.ev === 'pass') {
       last = { line: l, queued: { ...queued }, inFlight: { ...inFlight }, dispatches: [] };
       passes.push(last);
@@ -170,7 +170,7 @@ for (const name of EXAMPLES) {
         const j = names.indexOf(mid.participant);
         const upTo = trace.filter((l) => l.t !== undefined && l.t <= mid.t && l.participant === mid.participant);
         const arrived = upTo.filter((l) => l.ev === 'arrive').length, sent = upTo.filter((l) => l.ev === 'dispatch').length;
-        const withdrawn = upTo.filter((l) => l.ev === 'cancel').length;
+        const withdrawn = upTo.filter((l) => l.ev === 'withdraw').length;
         assert.equal(st.pass, -1);
         assert.equal(st.lanes[j].queued, arrived - sent - withdrawn);
       }

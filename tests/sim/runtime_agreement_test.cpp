@@ -70,7 +70,7 @@ bool eventually(F&& done) {
 // alice spends her one P1 credit at 0 and is charged 2.7 at 0.1, so that her next credit lands
 // on an instant no decimal rounding hits (rate 3/s: 0.1 + (1 - (0 + 0.3 - 2.7)) / 3 s). Then
 // bob, whose plan always has credit, arrives at 0.3, 0.5, 0.7 and 0.9 while alice has requests
-// queued: each of his P1 passes ignores alice for want of a credit and says when it lands.
+// queued: each of his P1 turns ignores alice for want of a credit and says when it lands.
 TEST(NextCredit, RuntimeSnapshotAgreesWithTheSimulatorOnTheSameInputs) {
   constexpr const char* kScenario = R"({
     "classes": ["P1"],
@@ -95,7 +95,7 @@ TEST(NextCredit, RuntimeSnapshotAgreesWithTheSimulatorOnTheSameInputs) {
   for (const auto& s : log.ignored) {
     if (s.entry.participant == 0) alice.push_back(s);
   }
-  ASSERT_GE(alice.size(), 2u) << "the scenario must make passes that ignore alice";
+  ASSERT_GE(alice.size(), 2u) << "the scenario must make turns that ignore alice";
 
   // The same inputs through the runtime, its clock moved by hand.
   std::atomic<Nanos> clock{0};
@@ -105,7 +105,7 @@ TEST(NextCredit, RuntimeSnapshotAgreesWithTheSimulatorOnTheSameInputs) {
   o.config = scenario.config;
   o.slots = 1;
   o.clock = [&clock] { return clock.load(std::memory_order_relaxed); };  // a test knob: no pairing
-  o.sink = [&](const creditloop::Dispatched& d) {
+  o.sink = [&](const creditloop::Decision& d) {
     if (dispatched.load(std::memory_order_relaxed) == 0) first_ticket = d.ticket;
     // Publishes first_ticket to the test thread's acquire load below.
     dispatched.fetch_add(1, std::memory_order_release);
@@ -174,7 +174,7 @@ TEST(RuntimeCapture, ReplaysToTheSameDecisions) {
   o.config = std::get<sim::Scenario>(parsed).config;
   o.slots = 1;
   o.clock = [&clock] { return clock.load(std::memory_order_relaxed); };  // a test knob: no pairing
-  o.sink = [&](const creditloop::Dispatched& d) {
+  o.sink = [&](const creditloop::Decision& d) {
     const std::lock_guard<std::mutex> lock(mutex);
     tickets.push_back(d.ticket);
   };

@@ -402,17 +402,17 @@ const std::vector<BadCase>& bad_cases() {
        "plans.pro.P1.burst"},
       {"NegativeCost", edit([](json& s) { s["arrivals"][1]["cost"] = -1; }), "arrivals[1].cost"},
       {"CostAboveLimit", edit([](json& s) { s["arrivals"][0]["cost"] = 2e6; }), "arrivals[0].cost"},
-      {"NegativeCancelAfter", edit([](json& s) { s["arrivals"][1]["cancel_after"] = -0.5; }),
-       "arrivals[1].cancel_after"},
-      {"CancelAfterString", edit([](json& s) { s["arrivals"][0]["cancel_after"] = "1"; }),
-       "arrivals[0].cancel_after"},
-      {"CancelAfterBeyondTheClock", edit([](json& s) {
+      {"NegativeWithdrawAfter", edit([](json& s) { s["arrivals"][1]["withdraw_after"] = -0.5; }),
+       "arrivals[1].withdraw_after"},
+      {"WithdrawAfterString", edit([](json& s) { s["arrivals"][0]["withdraw_after"] = "1"; }),
+       "arrivals[0].withdraw_after"},
+      {"WithdrawAfterBeyondTheClock", edit([](json& s) {
          s["arrivals"][0]["count"] = 10;
          s["arrivals"][0]["every"] = 1e9;  // the tenth arrives at 9e18 ns, within the clock
-         s["arrivals"][0]["cancel_after"] = 1e9;
+         s["arrivals"][0]["withdraw_after"] = 1e9;
          s.erase("until");
        }),
-       "arrivals[0].cancel_after"},
+       "arrivals[0].withdraw_after"},
       // wrong JSON types
       {"PlansArray", edit([](json& s) { s["plans"] = json::array(); }), "plans"},
       {"ParticipantsObject", edit([](json& s) { s["participants"] = json::object(); }),
@@ -594,11 +594,11 @@ TEST_F(SimTest, UntilStopsBeforeTheFirstLaterEvent) {
   // A withdrawal after `until` never happens: the request is still waiting at the stop.
   json w = one_plan({"a"});
   w["arrivals"].push_back({{"at", 0}, {"participant", "a"}, {"count", 2}, {"service", 5}});
-  w["arrivals"][0]["cancel_after"] = 3.5;
+  w["arrivals"][0]["withdraw_after"] = 3.5;
   w["until"] = 3;
-  const Trace wt = trace_of(write("until_cancel.json", w.dump()));
-  EXPECT_TRUE(wt.events("cancel").empty());
-  EXPECT_EQ(wt.participant("a")["cancelled"], 0);
+  const Trace wt = trace_of(write("until_withdraw.json", w.dump()));
+  EXPECT_TRUE(wt.events("withdraw").empty());
+  EXPECT_EQ(wt.participant("a")["withdrawn"], 0);
   EXPECT_EQ(wt.participant("a")["waiting"], 1);
 
   // Queued work at the stop counts as waiting; arrivals after `until` never happen.
@@ -736,7 +736,7 @@ TEST_F(SimTest, NumbersRoundToSixDecimals) {
 
 // ---- each example scenario shows its rule -----------------------------------------------------
 
-struct Dispatched {
+struct Decision {
   double t;
   std::string who;
   int req;
@@ -744,8 +744,8 @@ struct Dispatched {
   json balances;
 };
 
-std::vector<Dispatched> dispatches(const Trace& t) {
-  std::vector<Dispatched> out;
+std::vector<Decision> dispatches(const Trace& t) {
+  std::vector<Decision> out;
   for (const json& d : t.events("dispatch")) {
     out.push_back({d["t"].get<double>(), d["participant"].get<std::string>(), d["req"].get<int>(),
                    d["class"].get<std::string>(), d["balances"]});
@@ -769,7 +769,7 @@ json load(const std::string& path) {
 void check_rules(const Trace& t, int k) {
   std::map<int, std::string> admitted;
   std::map<std::string, std::map<std::string, int>> counts;
-  for (const Dispatched& d : dispatches(t)) {
+  for (const Decision& d : dispatches(t)) {
     EXPECT_FALSE(admitted.count(d.req)) << "req " << d.req << " dispatched twice";
     admitted[d.req] = d.cls;
     ++counts[d.who][d.cls];
@@ -799,7 +799,7 @@ void check_rules(const Trace& t, int k) {
     }
   }
   std::map<std::string, int> withdrawn;
-  for (const json& c : t.events("cancel")) {
+  for (const json& c : t.events("withdraw")) {
     const int req = c["req"];
     EXPECT_FALSE(admitted.count(req)) << "req " << req << " withdrawn after its dispatch";
     admitted[req] = "withdrawn";  // a second withdrawal or a later dispatch fails above
@@ -807,7 +807,7 @@ void check_rules(const Trace& t, int k) {
   }
   for (const auto& [name, p] : t.summary()["participants"].items()) {
     for (const auto& [cls, n] : p["dispatched"].items()) EXPECT_EQ(n, counts[name][cls]) << name;
-    EXPECT_EQ(p.value("cancelled", 0), withdrawn[name]) << name;
+    EXPECT_EQ(p.value("withdrawn", 0), withdrawn[name]) << name;
   }
 }
 
@@ -822,12 +822,12 @@ TEST_F(SimTest, ExampleScenariosFollowTheRules) {
   }
 }
 
-// A client that hangs up: its requests still queued `cancel_after` after their arrival leave the
+// A client that hangs up: its requests still queued `withdraw_after` after their arrival leave the
 // queue undispatched, take no credit, and its later requests keep their turn.
 TEST_F(SimTest, HangUpScenario) {
   const Trace t = trace_of(example("hang_up.json"));
   const auto arrived = arrival_times(t);
-  const auto withdrawals = t.events("cancel");
+  const auto withdrawals = t.events("withdraw");
   ASSERT_FALSE(withdrawals.empty());
   std::set<int> withdrawn;
   for (const json& c : withdrawals) {
@@ -838,7 +838,7 @@ TEST_F(SimTest, HangUpScenario) {
   }
   std::map<std::string, int> sent;
   std::vector<double> later_waits;
-  for (const Dispatched& d : dispatches(t)) {
+  for (const Decision& d : dispatches(t)) {
     EXPECT_FALSE(withdrawn.count(d.req)) << d.req;
     if (d.who != "impatient") continue;
     ++sent[d.who];
@@ -853,17 +853,17 @@ TEST_F(SimTest, HangUpScenario) {
   ASSERT_EQ(later_waits.size(), 3u);
   for (const double w : later_waits) EXPECT_LE(w, 0.1 + 1e-9);
   const json& impatient = t.participant("impatient");
-  EXPECT_EQ(impatient["cancelled"], static_cast<int>(withdrawn.size()));
+  EXPECT_EQ(impatient["withdrawn"], static_cast<int>(withdrawn.size()));
   EXPECT_EQ(impatient["waiting"], 0);
-  EXPECT_EQ(t.participant("flood")["cancelled"], 0);
-  // A cancel line has exactly these keys; a scenario without cancel_after keeps the summary of
+  EXPECT_EQ(t.participant("flood")["withdrawn"], 0);
+  // A withdraw line has exactly these keys; a scenario without withdraw_after keeps the summary of
   // docs/contract.md §6 as it is.
   for (const json& c : withdrawals) {
     std::set<std::string> have;
     for (const auto& item : c.items()) have.insert(item.key());
     EXPECT_EQ(have, (std::set<std::string>{"t", "ev", "participant", "req"}));
   }
-  EXPECT_FALSE(trace_of(example("quickstart.json")).participant("alice").contains("cancelled"));
+  EXPECT_FALSE(trace_of(example("quickstart.json")).participant("alice").contains("withdrawn"));
 }
 
 // A request dispatched before its withdrawal falls due is served as any other, and its moot
@@ -871,15 +871,15 @@ TEST_F(SimTest, HangUpScenario) {
 TEST_F(SimTest, AWithdrawalOfADispatchedRequestIsMoot) {
   json s = one_plan({"a"});
   s["arrivals"].push_back(
-      {{"at", 0}, {"participant", "a"}, {"count", 2}, {"service", 1}, {"cancel_after", 5}});
+      {{"at", 0}, {"participant", "a"}, {"count", 2}, {"service", 1}, {"withdraw_after", 5}});
   const Trace t = trace_of(write("moot.json", s.dump()));
-  EXPECT_TRUE(t.events("cancel").empty());
+  EXPECT_TRUE(t.events("withdraw").empty());
   EXPECT_EQ(t.participant("a")["completed"], 2);
-  EXPECT_EQ(t.participant("a")["cancelled"], 0);
+  EXPECT_EQ(t.participant("a")["withdrawn"], 0);
   EXPECT_DOUBLE_EQ(t.lines[t.lines.size() - 2]["t"].get<double>(), 2.0);
   const Output table = run_sim({"--table", write("moot_table.json", s.dump())});
   ASSERT_EQ(table.status, 0) << table.err;
-  EXPECT_NE(table.out.find("0 cancelled"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("0 withdrawn"), std::string::npos) << table.out;
 }
 
 TEST_F(SimTest, InterleaveScenario) {
@@ -926,7 +926,7 @@ TEST_F(SimTest, SharesScenario) {
   const double burst = s["plans"]["std"]["P1"]["burst"];
   const auto ds = dispatches(t);
   const auto first_of = [&](const std::string& who) {
-    return *std::find_if(ds.begin(), ds.end(), [&](const Dispatched& d) { return d.who == who; });
+    return *std::find_if(ds.begin(), ds.end(), [&](const Decision& d) { return d.who == who; });
   };
   EXPECT_DOUBLE_EQ(first_of("one").balances["P1"].get<double>(), burst * 1 - 1);
   EXPECT_DOUBLE_EQ(first_of("ten").balances["P1"].get<double>(), burst * 10 - 1);
@@ -941,7 +941,7 @@ TEST_F(SimTest, SharesScenario) {
 TEST_F(SimTest, DescendClimbScenario) {
   const Trace t = trace_of(example("descend_climb.json"));
   std::vector<std::string> cls;
-  for (const Dispatched& d : dispatches(t)) cls.push_back(d.cls);
+  for (const Decision& d : dispatches(t)) cls.push_back(d.cls);
   const auto first = [&](const std::string& c) {
     return static_cast<std::size_t>(std::find(cls.begin(), cls.end(), c) - cls.begin());
   };
@@ -964,7 +964,7 @@ TEST_F(SimTest, BoundedWaitScenario) {
   const auto arrived = arrival_times(t);
   std::optional<double> previous;
   int n = 0;
-  for (const Dispatched& d : dispatches(t)) {
+  for (const Decision& d : dispatches(t)) {
     if (d.who != "steady") continue;
     ++n;
     EXPECT_EQ(d.cls, "P1");
@@ -986,7 +986,7 @@ TEST_F(SimTest, HeavyWorkScenario) {
   const double service = 0.02;
   std::vector<double> heavy;
   std::vector<double> light;
-  for (const Dispatched& d : dispatches(t)) {
+  for (const Decision& d : dispatches(t)) {
     if (d.who == "heavy") heavy.push_back(d.t - arrived.at(d.req));
     if (d.who == "light") light.push_back(d.t - arrived.at(d.req));
   }
@@ -1284,7 +1284,7 @@ TEST_F(SimTest, PicturesShowEachWithdrawal) {
                      example("hang_up.json")})
                 .status,
             0);
-  const std::size_t withdrawn = trace_of(example("hang_up.json")).events("cancel").size();
+  const std::size_t withdrawn = trace_of(example("hang_up.json")).events("withdraw").size();
   const std::string svg = slurp(svg_path);
   EXPECT_EQ(xml_problem(svg), "");
   // One tick a withdrawal, in impatient's lane alone.

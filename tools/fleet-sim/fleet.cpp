@@ -386,8 +386,8 @@ void Simulation::dispatch_loop(Server& s, Nanos now) {
     Server& s;
     Nanos now;
     bool room() const noexcept { return s.free_slots > 0; }
-    void on_pass(ClassId /*c*/) noexcept {}
-    void on_dispatch(const Dispatch& d) {
+    void on_turn(ClassId /*c*/) noexcept {}
+    void on_dispatch(const Decision& d) {
       --s.free_slots;
       auto* r = static_cast<Request*>(d.request);
       Local& l = s.locals[r->local];

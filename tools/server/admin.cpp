@@ -175,17 +175,17 @@ void add_tenant_metrics(Families& families, const Directory& dir,
 // names it).
 void add_loop_metrics(Families& families, const RuntimeSnapshot& loop, int k, const Runtime& rt,
                       bool learned) {
-  MetricFamily passes = family("creditloop_loop_passes_total",
+  MetricFamily turns = family("creditloop_loop_turns_total",
                                "Turns the dispatcher settled on each class", MetricType::Counter);
   MetricFamily dispatched = family("creditloop_loop_dispatched_total",
                                    "Requests dispatched under each class", MetricType::Counter);
   for (int c = 0; c <= k; ++c) {
     const std::string cls = class_name(static_cast<ClassId>(c));
     const auto& pc = loop.per_class[static_cast<std::size_t>(c)];
-    add_counter(passes, labelled({{"class", cls}}), static_cast<double>(pc.passes));
+    add_counter(turns, labelled({{"class", cls}}), static_cast<double>(pc.turns));
     add_counter(dispatched, labelled({{"class", cls}}), static_cast<double>(pc.dispatched));
   }
-  families.push_back(std::move(passes));
+  families.push_back(std::move(turns));
   families.push_back(std::move(dispatched));
   add_single(families, "creditloop_loop_parks_total",
              "Times the dispatcher slept for want of work or room", MetricType::Counter,
@@ -219,7 +219,7 @@ void add_server_metrics(Families& families, const Server& server) {
              MetricType::Gauge, count(server.connections_open));
   add_single(families, "creditloop_server_bad_requests_total",
              "Requests refused as malformed or too large", counter, count(server.bad_requests));
-  add_single(families, "creditloop_server_requests_cancelled_total",
+  add_single(families, "creditloop_server_requests_withdrawn_total",
              "Queued requests withdrawn because their client left", counter,
              count(server.departed));
   add_single(families, "creditloop_server_requests_timed_out_total",
@@ -296,10 +296,10 @@ std::string participants_json(Server& server) {
   if (rt != nullptr) {
     const RuntimeSnapshot loop = rt->snapshot();
     now = loop.at;
-    json passes = json::array();
+    json turns = json::array();
     json dispatched = json::array();
     for (int c = 0; c <= k; ++c) {
-      passes.push_back(loop.per_class[static_cast<std::size_t>(c)].passes);
+      turns.push_back(loop.per_class[static_cast<std::size_t>(c)].turns);
       dispatched.push_back(loop.per_class[static_cast<std::size_t>(c)].dispatched);
     }
     out["loop"] = {{"at_s", to_seconds(loop.at)},
@@ -311,7 +311,7 @@ std::string participants_json(Server& server) {
                    {"parks", loop.parks},
                    {"wakeups", loop.wakeups},
                    {"dispatcher_cpu_s", to_seconds(loop.dispatcher_cpu)},
-                   {"passes", passes},
+                   {"turns", turns},
                    {"dispatched_by_class", dispatched},
                    {"room_slots", rt->room_slots()}};
     if (dir->config->learned_room) out["loop"]["room_latency_s"] = to_seconds(rt->room_latency());

@@ -37,7 +37,7 @@ class CreditloopScheduler final : public Scheduler {
     if (std::thread::hardware_concurrency() <= busy) o.spin = std::chrono::nanoseconds(0);
     o.expected_participants = std::max<std::size_t>(64, config.tenants.size() * 2);
     o.expected_in_flight = config.learned_room ? config.learned_room->most : config.slots;
-    o.sink = [this](const Dispatched& d) {
+    o.sink = [this](const Decision& d) {
       auto& p = static_cast<Pending&>(*d.request);
       p.ticket = d.ticket;
       p.out = d.out;

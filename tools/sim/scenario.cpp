@@ -296,7 +296,7 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
     const std::string path = child("arrivals", i);
     const json& a = list[i];
     expect_object(a, path);
-    check_keys(a, path, {"at", "participant", "count", "every", "service", "cost", "cancel_after"},
+    check_keys(a, path, {"at", "participant", "count", "every", "service", "cost", "withdraw_after"},
                {"at", "participant"});
     ArrivalSpec spec;
     spec.at = time_at(a["at"], child(path, "at"));
@@ -308,8 +308,8 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
     if (a.contains("count")) spec.count = whole(a["count"], child(path, "count"), 0, kMaxCount);
     if (a.contains("every")) spec.every = time_at(a["every"], child(path, "every"));
     if (a.contains("service")) spec.service = time_at(a["service"], child(path, "service"));
-    if (a.contains("cancel_after")) {
-      spec.cancel_after = time_at(a["cancel_after"], child(path, "cancel_after"));
+    if (a.contains("withdraw_after")) {
+      spec.withdraw_after = time_at(a["withdraw_after"], child(path, "withdraw_after"));
     }
     if (a.contains("cost")) {
       const std::string cpath = child(path, "cost");
@@ -339,9 +339,9 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
                                           : 0;
     last_arrival = std::max(last_arrival, own_last);
     total_service += static_cast<I128>(spec.in_run) * spec.service;
-    if (spec.cancel_after && own_last + *spec.cancel_after > std::numeric_limits<Nanos>::max()) {
+    if (spec.withdraw_after && own_last + *spec.withdraw_after > std::numeric_limits<Nanos>::max()) {
       refuse(
-          child(path, "cancel_after"),
+          child(path, "withdraw_after"),
           "a withdrawal could fall beyond the virtual clock (2^63 nanoseconds, about 292 years)");
     }
     if (last_arrival + last_step + total_service * slowest / 1000 >
@@ -461,7 +461,7 @@ Parsed<Scenario> parse_scenario(std::string_view text_in) {
     if (root.contains("until")) s.until = time_at(root["until"], "until");
     s.arrivals = parse_arrivals(root, s.participants, s.until, s.backend, s.requests);
     s.withdraws = std::any_of(s.arrivals.begin(), s.arrivals.end(),
-                              [](const ArrivalSpec& a) { return a.cancel_after.has_value(); });
+                              [](const ArrivalSpec& a) { return a.withdraw_after.has_value(); });
 
     // The core validates the configuration again; anything it still refuses is reported here,
     // before the simulator builds it, so that a refusal never surfaces as an exception later.

@@ -52,7 +52,7 @@ struct ArrivalSpec {
   std::int64_t cost_nano = 0;
   /// A request of this entry still queued this long after its arrival is withdrawn (its client
   /// hung up: Core::withdraw); one dispatched before then is served as any other. None: never.
-  std::optional<creditloop::Nanos> cancel_after;
+  std::optional<creditloop::Nanos> withdraw_after;
   /// Requests of this entry that arrive no later than `until` (all of them without it).
   std::uint64_t in_run = 0;
 };
@@ -82,7 +82,7 @@ struct Scenario {
   std::vector<ArrivalSpec> arrivals;
   std::optional<creditloop::Nanos> until;
   std::uint64_t requests = 0;  // sum of in_run
-  bool withdraws = false;      // some entry gives `cancel_after`
+  bool withdraws = false;      // some entry gives `withdraw_after`
 };
 
 // A refusal names the field at fault: "path: problem", one line.

@@ -47,8 +47,8 @@ struct Simulator::Participant {
 struct Simulator::Loop {
   Simulator& sim;
   bool room() const noexcept { return sim.in_flight_ < sim.room_; }
-  void on_pass(ClassId c) { sim.on_pass(c); }
-  void on_dispatch(const creditloop::Dispatch& d) { sim.on_dispatch(d); }
+  void on_turn(ClassId c) { sim.on_turn(c); }
+  void on_dispatch(const creditloop::Decision& d) { sim.on_dispatch(d); }
 };
 
 namespace {
@@ -206,8 +206,8 @@ void Simulator::arrive(std::uint32_t entry) {
   Participant& p = participants_[spec.participant];
   ++p.arrived;
   if (!core_.submit(p.id, r, now_)) core_bug("submit() refused a registered participant");
-  if (spec.cancel_after) {
-    withdrawals_.push_back(Due{now_ + *spec.cancel_after, req, static_cast<std::uint32_t>(req)});
+  if (spec.withdraw_after) {
+    withdrawals_.push_back(Due{now_ + *spec.withdraw_after, req, static_cast<std::uint32_t>(req)});
     std::push_heap(withdrawals_.begin(), withdrawals_.end(),
                    [](const Due& a, const Due& b) { return due_later(a, b); });
   }
@@ -345,7 +345,7 @@ void Simulator::withdraw_due(Nanos now) {
     std::string& b = trace_->buffer();
     b += "{\"t\": ";
     append_micro(b, now_);
-    b += ", \"ev\": \"cancel\", \"participant\": ";
+    b += ", \"ev\": \"withdraw\", \"participant\": ";
     b += p.json_name;
     b += ", \"req\": ";
     append_uint(b, std::uint64_t{req});
@@ -354,7 +354,7 @@ void Simulator::withdraw_due(Nanos now) {
   }
 }
 
-void Simulator::on_pass(ClassId c) {
+void Simulator::on_turn(ClassId c) {
   if (trace_ == nullptr && observer_ == nullptr) return;
   // The waiting set is read whole before qualifies() refills anything.
   scratch_ids_.clear();
@@ -427,7 +427,7 @@ void Simulator::on_pass(ClassId c) {
   trace_->end_line();
 }
 
-void Simulator::on_dispatch(const creditloop::Dispatch& d) {
+void Simulator::on_dispatch(const creditloop::Decision& d) {
   if (in_flight_ >= room_) core_bug("the core dispatched without room");
   ++in_flight_;
   auto& r = static_cast<Request&>(*d.request);
@@ -597,7 +597,7 @@ void append_summary(std::string& out, const RunReport& report) {
     out += "}, \"completed\": ";
     append_uint(out, p.completed);
     if (report.withdraws) {
-      out += ", \"cancelled\": ";
+      out += ", \"withdrawn\": ";
       append_uint(out, p.withdrawn);
     }
     out += ", \"waiting\": ";
@@ -635,7 +635,7 @@ std::string format_table(const RunReport& report) {
   std::vector<std::string> header = {"participant", "plan", "shares"};
   for (int c = 0; c <= k; ++c) header.push_back(creditloop::class_name(static_cast<ClassId>(c)));
   header.insert(header.end(), {"all", "of total", "completed"});
-  if (report.withdraws) header.emplace_back("cancelled");
+  if (report.withdraws) header.emplace_back("withdrawn");
   header.insert(header.end(), {"waiting", "wait_max"});
   for (int c = 0; c < k; ++c) {
     header.push_back("bal " + creditloop::class_name(static_cast<ClassId>(c)));
@@ -694,7 +694,7 @@ std::string format_table(const RunReport& report) {
   std::string out =
       "stopped at t=" + micro(report.stopped_at) + " s; " + std::to_string(report.arrived) +
       " arrived, " + std::to_string(grand) + " dispatched, " + std::to_string(completed) +
-      " completed, " + (report.withdraws ? std::to_string(withdrawn) + " cancelled, " : "") +
+      " completed, " + (report.withdraws ? std::to_string(withdrawn) + " withdrawn, " : "") +
       std::to_string(waiting) + " waiting; " +
       (report.room_auto ? "a learned room (" + std::to_string(report.room_auto->least) + ".." +
                               std::to_string(report.room_auto->most) + ") of "

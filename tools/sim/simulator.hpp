@@ -8,7 +8,7 @@
 // from the dispatch and completion instants, as a server would. Events at one instant go in the
 // order docs/contract.md §6 fixes: completions due (in dispatch order), arrivals due (scenario
 // order), then the loop; completions that fall due at the same instant while the loop runs (service
-// 0) wait for it to stop, and the instant is handled again. Withdrawals (an entry's `cancel_after`,
+// 0) wait for it to stop, and the instant is handled again. Withdrawals (an entry's `withdraw_after`,
 // an extension of that order) come after the arrivals and before the loop, in request order.
 //
 // Cost: the arrival stream is a heap of one cursor per scenario entry, the completions a heap
@@ -57,7 +57,7 @@ struct RunReport {
   std::optional<creditloop::RoomBounds> room_auto;
   creditloop::Nanos stopped_at = 0;  // `until` if given, else the last instant handled
   std::uint64_t arrived = 0;
-  bool withdraws = false;  // the scenario gives `cancel_after`: the summary counts withdrawals
+  bool withdraws = false;  // the scenario gives `withdraw_after`: the summary counts withdrawals
   std::vector<ParticipantReport> participants;  // ring order
 };
 
@@ -120,7 +120,7 @@ class RunObserver {
   /// `cost_nano`: the cost charged back, in nano-credits.
   virtual void completed(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req,
                          std::int64_t cost_nano, const Balances& balances) = 0;
-  /// The request left its queue undispatched (the scenario's `cancel_after`).
+  /// The request left its queue undispatched (the scenario's `withdraw_after`).
   virtual void withdrawn(creditloop::Nanos t, std::uint32_t participant, std::uint64_t req) = 0;
   /// A learned room (`"slots": "auto"`) has `slots` from `t` on; told once at 0 with the room it
   /// starts with.
@@ -168,8 +168,8 @@ class Simulator {
   void complete_due(creditloop::Nanos now);
   void withdraw_due(creditloop::Nanos now);
   void drop_moot_withdrawals();
-  void on_pass(creditloop::ClassId c);
-  void on_dispatch(const creditloop::Dispatch& d);
+  void on_turn(creditloop::ClassId c);
+  void on_dispatch(const creditloop::Decision& d);
   void start_in_backend(std::uint32_t req);
   void start_waiting_in_backend();
   void step_backend();

@@ -245,7 +245,7 @@ Line header_summary(const Frame& frame) {
   if (frame.settling_class && *frame.settling_class < s.class_names.size()) {
     line.push_back({s.class_names[*frame.settling_class], Tone::klass, *frame.settling_class});
     line.push_back(
-        {printf_string(" (%.0f%% of passes)", 100 * frame.settling_share), Tone::plain, 0});
+        {printf_string(" (%.0f%% of turns)", 100 * frame.settling_share), Tone::plain, 0});
   } else {
     line.push_back({frame.interval_s ? "- (idle)" : "-", Tone::dim, 0});
   }
@@ -332,12 +332,12 @@ Frame make_frame(const Sample* before, Sample now, double interval_s) {
     std::uint64_t total = 0;
     std::uint64_t most = 0;
     bool restarted = false;
-    for (std::size_t c = 0; c < b.passes.size() && c < a.passes.size(); ++c) {
-      if (b.passes[c] < a.passes[c]) {
+    for (std::size_t c = 0; c < b.turns.size() && c < a.turns.size(); ++c) {
+      if (b.turns[c] < a.turns[c]) {
         restarted = true;
         break;
       }
-      const std::uint64_t d = b.passes[c] - a.passes[c];
+      const std::uint64_t d = b.turns[c] - a.turns[c];
       total += d;
       if (d > most) {
         most = d;

@@ -55,7 +55,7 @@ struct Frame {
   std::optional<double> interval_s;  // none for the first sample
   std::optional<double> dispatches_per_s;
   std::optional<double> dispatcher_cpu_pct;
-  /// The class the loop settled on most often over the interval, and its share of the passes.
+  /// The class the loop settled on most often over the interval, and its share of the turns.
   std::optional<std::size_t> settling_class;
   double settling_share = 0;
   std::vector<TenantRow> rows;  // in the server's order

@@ -135,7 +135,7 @@ Sample read_sample(const json& j) {
     loop.dispatched = count_at(*l, "dispatched", "loop");
     loop.parks = count_at(*l, "parks", "loop");
     loop.dispatcher_cpu_s = real_at(*l, "dispatcher_cpu_s", "loop").value_or(0);
-    loop.passes = counts_at(*l, "passes", "loop", k);
+    loop.turns = counts_at(*l, "turns", "loop", k);
     if (const json* room = field(*l, "room_slots"))
       loop.room_slots = count(*room, "loop.room_slots");
     loop.room_latency_s = real_at(*l, "room_latency_s", "loop");

@@ -47,7 +47,7 @@ struct LoopSample {
   std::uint64_t dispatched = 0;  // counters from here on
   std::uint64_t parks = 0;
   double dispatcher_cpu_s = 0;
-  std::vector<std::uint64_t> passes;  // per class
+  std::vector<std::uint64_t> turns;  // per class
   /// The room in slots, and a learned room's no-queue latency; none from a server that names
   /// neither.
   std::optional<std::uint64_t> room_slots;

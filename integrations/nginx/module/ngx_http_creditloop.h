@@ -49,10 +49,10 @@
  *                                  out under
  *   per tenant                     the NGX_HTTP_CREDITLOOP_ENTRY_* values below
  *   worker-wide                    in flight, unauthorized, owing,
- *                                  passes[classes + 1]
+ *                                  turns[classes + 1]
  *
  * The demands and room are rewritten at each epoch; the costs, balances and
- * passes, which only the worker's core knows, at each epoch and at each scrape
+ * turns, which only the worker's core knows, at each epoch and at each scrape
  * the worker serves; the others as they change. Values are read without a
  * lock, so a reader may see one epoch's demand of one tenant beside the next
  * epoch's of another, which the rule tolerates as the fleet's store does (each
@@ -87,7 +87,7 @@
 #define NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS   4
 #define NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_LATENCY 5
 /* [classes + 1] */
-#define NGX_HTTP_CREDITLOOP_ENTRY_PASSES 6
+#define NGX_HTTP_CREDITLOOP_ENTRY_TURNS 6
 
 
 /* A request's context's state. */
@@ -301,7 +301,7 @@ static ngx_inline size_t
 ngx_http_creditloop_entry_size(ngx_http_creditloop_room_t *room)
 {
     return creditloop_zone_entry_size(ngx_http_creditloop_entry_worker(
-        room, NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) room->classes + 1));
+        room, NGX_HTTP_CREDITLOOP_ENTRY_TURNS + (size_t) room->classes + 1));
 }
 
 

@@ -164,7 +164,7 @@ ngx_http_creditloop_balances(
             continue;
         }
         for (c = 0; c < room->classes; ++c) {
-            if (!(s.has_class & (1u << c))) {
+            if (!(s.holds & (1u << c))) {
                 continue;
             }
             sum = ngx_http_creditloop_sum(
@@ -346,18 +346,18 @@ ngx_http_creditloop_withdrawn(ngx_http_creditloop_room_t *room)
 
 
 static u_char *
-ngx_http_creditloop_passes(u_char *p, ngx_http_creditloop_room_t *room)
+ngx_http_creditloop_turns(u_char *p, ngx_http_creditloop_room_t *room)
 {
     int c;
 
     for (c = 0; c <= room->classes; ++c) {
         p = ngx_sprintf(
-            p, "creditloop_loop_passes_total{%Vclass=\"", &room->label);
+            p, "creditloop_loop_turns_total{%Vclass=\"", &room->label);
         p = ngx_http_creditloop_class_label(p, c);
         p = ngx_sprintf(p, "\"} %uL\n",
             ngx_http_creditloop_sum(
                 room, ngx_http_creditloop_entry_worker(room,
-                          NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) c)));
+                          NGX_HTTP_CREDITLOOP_ENTRY_TURNS + (size_t) c)));
     }
     return p;
 }
@@ -388,7 +388,7 @@ ngx_http_creditloop_metrics_size(ngx_http_creditloop_room_t *room)
 
 /* Every metric answers for the whole nginx, whichever worker serves the scrape:
  * each worker's counts and gauges are summed from the zone; this worker's
- * costs, balances and passes are stored as of now first, the other workers'
+ * costs, balances and turns are stored as of now first, the other workers'
  * are as of their last epoch. A named room's series carry its name. */
 ngx_int_t
 ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
@@ -454,17 +454,17 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
         p = ngx_http_creditloop_refusals(p, rooms[i]);
     }
     p = ngx_http_creditloop_help(p,
-        "creditloop_server_requests_cancelled_total", "counter",
+        "creditloop_server_requests_withdrawn_total", "counter",
         "Requests whose client went away while they were queued.");
     for (i = 0; i < n; ++i) {
-        p = ngx_sprintf(p, "creditloop_server_requests_cancelled_total%V %uL\n",
+        p = ngx_sprintf(p, "creditloop_server_requests_withdrawn_total%V %uL\n",
             &rooms[i]->selector, ngx_http_creditloop_withdrawn(rooms[i]));
     }
-    p = ngx_http_creditloop_help(p, "creditloop_loop_passes_total", "counter",
+    p = ngx_http_creditloop_help(p, "creditloop_loop_turns_total", "counter",
         "Turns begun, by class; another worker's as of its last "
         "epoch.");
     for (i = 0; i < n; ++i) {
-        p = ngx_http_creditloop_passes(p, rooms[i]);
+        p = ngx_http_creditloop_turns(p, rooms[i]);
     }
     p = ngx_http_creditloop_help(p, "creditloop_loop_in_flight", "gauge",
         "Requests dispatched and not finished.");
@@ -583,7 +583,7 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
     }
     b->last = ngx_sprintf(b->last,
         "],\"loop\":{\"participants\":%ui,\"waiting\":%uL,"
-        "\"in_flight\":%uL,\"dispatched\":%uL,\"passes\":[",
+        "\"in_flight\":%uL,\"dispatched\":%uL,\"turns\":[",
         room->tenants.nelts, waiting,
         ngx_http_creditloop_sum(room, ngx_http_creditloop_entry_worker(room,
                                           NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)),
@@ -592,7 +592,7 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
         b->last = ngx_sprintf(b->last, "%s%uL", c ? "," : "",
             ngx_http_creditloop_sum(
                 room, ngx_http_creditloop_entry_worker(room,
-                          NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) c)));
+                          NGX_HTTP_CREDITLOOP_ENTRY_TURNS + (size_t) c)));
     }
     b->last = ngx_sprintf(b->last, "]},\"tenants\":[");
 
@@ -626,7 +626,7 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
         b->last = ngx_sprintf(b->last, "],\"cost_charged\":%.3f,\"balance\":{",
             (double) sum / 1e9);
         for (c = 0; c < room->classes; ++c) {
-            if (!(s.has_class & (1u << c))) {
+            if (!(s.holds & (1u << c))) {
                 continue;
             }
             sum = ngx_http_creditloop_sum(

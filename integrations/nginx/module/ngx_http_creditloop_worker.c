@@ -84,7 +84,7 @@ ngx_http_creditloop_waited(ngx_http_creditloop_room_t *room,
 
 
 /* What this worker's core alone knows, into its entry: each tenant's cost
- * charged and balances, and the passes. At each epoch, and for the worker's own
+ * charged and balances, and the turns. At each epoch, and for the worker's own
  * at a scrape it serves. */
 void
 ngx_http_creditloop_store_core(ngx_http_creditloop_room_t *room, int64_t now)
@@ -114,8 +114,8 @@ ngx_http_creditloop_store_core(ngx_http_creditloop_room_t *room, int64_t now)
     for (c = 0; c <= room->classes; ++c) {
         creditloop_zone_store(room->own,
             ngx_http_creditloop_entry_worker(
-                room, NGX_HTTP_CREDITLOOP_ENTRY_PASSES + (size_t) c),
-            creditloop_passes(room->core, c));
+                room, NGX_HTTP_CREDITLOOP_ENTRY_TURNS + (size_t) c),
+            creditloop_turns(room->core, c));
     }
 }
 
