@@ -176,7 +176,7 @@ void add_tenant_metrics(Families& families, const Directory& dir,
 void add_loop_metrics(Families& families, const RuntimeSnapshot& loop, int k, const Runtime& rt,
                       bool learned) {
   MetricFamily turns = family("creditloop_loop_turns_total",
-                               "Turns the dispatcher settled on each class", MetricType::Counter);
+                              "Turns the dispatcher settled on each class", MetricType::Counter);
   MetricFamily dispatched = family("creditloop_loop_dispatched_total",
                                    "Requests dispatched under each class", MetricType::Counter);
   for (int c = 0; c <= k; ++c) {

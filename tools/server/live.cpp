@@ -261,8 +261,7 @@ std::shared_ptr<const std::string> LiveView::tick_event(std::int64_t now,
   json passes = json::array();
   for (int c = 0; c <= k; ++c) {
     const auto i = static_cast<std::size_t>(c);
-    passes.push_back(loop.per_class[i].turns -
-                     std::min(loop.per_class[i].turns, last_passes_[i]));
+    passes.push_back(loop.per_class[i].turns - std::min(loop.per_class[i].turns, last_passes_[i]));
     last_passes_[i] = loop.per_class[i].turns;
   }
   json tenants = json::array();

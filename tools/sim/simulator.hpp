@@ -8,8 +8,9 @@
 // from the dispatch and completion instants, as a server would. Events at one instant go in the
 // order docs/contract.md §6 fixes: completions due (in dispatch order), arrivals due (scenario
 // order), then the loop; completions that fall due at the same instant while the loop runs (service
-// 0) wait for it to stop, and the instant is handled again. Withdrawals (an entry's `withdraw_after`,
-// an extension of that order) come after the arrivals and before the loop, in request order.
+// 0) wait for it to stop, and the instant is handled again. Withdrawals (an entry's
+// `withdraw_after`, an extension of that order) come after the arrivals and before the loop, in
+// request order.
 //
 // Cost: the arrival stream is a heap of one cursor per scenario entry, the completions a heap
 // of at most `slots` requests and the withdrawals a heap of the requests that may still be

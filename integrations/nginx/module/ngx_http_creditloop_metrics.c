@@ -356,8 +356,8 @@ ngx_http_creditloop_turns(u_char *p, ngx_http_creditloop_room_t *room)
         p = ngx_http_creditloop_class_label(p, c);
         p = ngx_sprintf(p, "\"} %uL\n",
             ngx_http_creditloop_sum(
-                room, ngx_http_creditloop_entry_worker(room,
-                          NGX_HTTP_CREDITLOOP_ENTRY_TURNS + (size_t) c)));
+                room, ngx_http_creditloop_entry_worker(
+                          room, NGX_HTTP_CREDITLOOP_ENTRY_TURNS + (size_t) c)));
     }
     return p;
 }
@@ -591,8 +591,8 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
     for (c = 0; c <= room->classes; ++c) {
         b->last = ngx_sprintf(b->last, "%s%uL", c ? "," : "",
             ngx_http_creditloop_sum(
-                room, ngx_http_creditloop_entry_worker(room,
-                          NGX_HTTP_CREDITLOOP_ENTRY_TURNS + (size_t) c)));
+                room, ngx_http_creditloop_entry_worker(
+                          room, NGX_HTTP_CREDITLOOP_ENTRY_TURNS + (size_t) c)));
     }
     b->last = ngx_sprintf(b->last, "]},\"tenants\":[");
 
