@@ -113,7 +113,7 @@ class Picture final : public RunObserver {
   void append_passes(std::string& out) const;
   [[nodiscard]] std::int64_t end_micro(const RunReport& report) const;
 
-  // The static picture, a layer at a time, top to bottom (picture.cpp).
+  // The static picture, a layer at a time, top to bottom (picture_svg.cpp).
   struct Svg;  // the layout, the time scale, and what is drawn so far
   void svg_header(Svg& svg) const;
   void svg_legend(Svg& svg) const;
