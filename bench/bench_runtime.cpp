@@ -86,20 +86,15 @@ namespace {
 
 // ---- the runtime --------------------------------------------------------------------------------
 
-// kInlineSink: no pool; the sink runs the handler on the dispatcher thread (see the file comment).
-// kCapture: a CaptureObserver records every request to a file in a scratch directory.
-template <bool kInlineSink, bool kCapture = false>
-void BM_Runtime(benchmark::State& state) {
-  const auto producer_count = static_cast<unsigned>(state.range(0));
-  const auto participants = static_cast<std::size_t>(state.range(1));
-  const auto workers = static_cast<unsigned>(state.range(2));
-  Producers producers(producer_count, participants);
-  Gate* const gates = producers.gates();
-
+// The options of a runtime case: a pool of `workers` that runs the handler, or with kInlineSink a
+// sink that runs it on the dispatcher thread and completes through `self`.
+template <bool kInlineSink>
+creditloop::RuntimeOptions runtime_options(std::size_t participants,
+                                           [[maybe_unused]] unsigned workers, Gate* gates,
+                                           creditloop::Runtime*& self) {
   creditloop::RuntimeOptions options;
   options.config = metered_config(participants);
   options.slots = kSlots;
-  creditloop::Runtime* self = nullptr;  // the sink's way back to complete()
   if constexpr (kInlineSink) {
     options.sink = [gates, &self](const creditloop::Dispatched& d) {
       auto& r = static_cast<Request&>(*d.request);
@@ -117,20 +112,73 @@ void BM_Runtime(benchmark::State& state) {
   options.thread_name = "bench-dispatch";
   options.expected_participants = participants;
   options.expected_in_flight = kSlots;
+  return options;
+}
+
+// A CaptureObserver that records every request to a file in a fresh scratch directory (set in
+// `capture_dir`), made `options`' observer. It must outlive the runtime.
+std::unique_ptr<creditloop::CaptureObserver> start_capture(creditloop::RuntimeOptions& options,
+                                                           std::size_t participants,
+                                                           std::filesystem::path& capture_dir) {
+  std::string dir = (std::filesystem::temp_directory_path() / "bench-capture-XXXXXX").string();
+  if (mkdtemp(dir.data()) == nullptr) std::abort();
+  capture_dir = dir;
+  creditloop::CaptureOptions c;
+  c.files = creditloop::CaptureFiles{(capture_dir / "capture.jsonl").string(), 64 << 20, 2};
+  c.setup = creditloop::capture_setup(options);
+  c.expected_in_flight = kSlots;
+  c.expected_participants = participants;
+  auto capture = std::make_unique<creditloop::CaptureObserver>(std::move(c));
+  options.observer = capture.get();
+  return capture;
+}
+
+// The runtime's own counters at the end of a case: the class mix, parks, and the dispatcher
+// thread's CPU time per request since `before`, which it returns.
+double runtime_counters(benchmark::State& state, const creditloop::RuntimeSnapshot& before,
+                        const creditloop::RuntimeSnapshot& snapshot) {
+  std::uint64_t per_class[creditloop::kMaxClasses + 1] = {};
+  for (int c = 0; c <= snapshot.classes; ++c) {
+    per_class[c] = snapshot.per_class[static_cast<std::size_t>(c)].dispatched;
+  }
+  class_mix(state, per_class, snapshot.classes);
+  state.counters["parks_per_kreq"] =
+      static_cast<double>(snapshot.parks) * 1e3 / static_cast<double>(snapshot.dispatched);
+  const double dispatcher_ns =
+      static_cast<double>(snapshot.dispatcher_cpu - before.dispatcher_cpu) /
+      static_cast<double>(snapshot.dispatched - before.dispatched);
+  state.counters["dispatcher_ns_per_req"] = dispatcher_ns;
+  return dispatcher_ns;
+}
+
+// Closes the capture once the runtime has shut down, counts what it dropped, and removes its
+// scratch directory.
+void finish_capture(benchmark::State& state, creditloop::CaptureObserver& capture,
+                    std::uint64_t dispatched, const std::filesystem::path& capture_dir) {
+  capture.close();
+  const creditloop::CaptureStats cs = capture.stats();
+  if (cs.errors != 0) state.SkipWithError(cs.last_error.c_str());
+  // Records the writer thread could not keep up with: a capture that drops costs less.
+  state.counters["capture_dropped_per_kreq"] =
+      static_cast<double>(cs.dropped) * 1e3 / static_cast<double>(dispatched);
+  std::filesystem::remove_all(capture_dir);
+}
+
+// kInlineSink: no pool; the sink runs the handler on the dispatcher thread (see the file comment).
+// kCapture: a CaptureObserver records every request to a file in a scratch directory.
+template <bool kInlineSink, bool kCapture = false>
+void BM_Runtime(benchmark::State& state) {
+  const auto producer_count = static_cast<unsigned>(state.range(0));
+  const auto participants = static_cast<std::size_t>(state.range(1));
+  const auto workers = static_cast<unsigned>(state.range(2));
+  Producers producers(producer_count, participants);
+
+  creditloop::Runtime* self = nullptr;  // the sink's way back to complete()
+  creditloop::RuntimeOptions options =
+      runtime_options<kInlineSink>(participants, workers, producers.gates(), self);
   std::unique_ptr<creditloop::CaptureObserver> capture;  // outlives the runtime
   std::filesystem::path capture_dir;
-  if constexpr (kCapture) {
-    std::string dir = (std::filesystem::temp_directory_path() / "bench-capture-XXXXXX").string();
-    if (mkdtemp(dir.data()) == nullptr) std::abort();
-    capture_dir = dir;
-    creditloop::CaptureOptions c;
-    c.files = creditloop::CaptureFiles{(capture_dir / "capture.jsonl").string(), 64 << 20, 2};
-    c.setup = creditloop::capture_setup(options);
-    c.expected_in_flight = kSlots;
-    c.expected_participants = participants;
-    capture = std::make_unique<creditloop::CaptureObserver>(std::move(c));
-    options.observer = capture.get();
-  }
+  if constexpr (kCapture) capture = start_capture(options, participants, capture_dir);
   creditloop::Runtime runtime(std::move(options));
   self = &runtime;
   std::vector<creditloop::ParticipantId> ids;
@@ -161,32 +209,14 @@ void BM_Runtime(benchmark::State& state) {
   if (runtime.handler_errors() != 0) state.SkipWithError("a handler's completion was refused");
 
   const creditloop::RuntimeSnapshot snapshot = runtime.snapshot();
-  std::uint64_t per_class[creditloop::kMaxClasses + 1] = {};
-  for (int c = 0; c <= snapshot.classes; ++c) {
-    per_class[c] = snapshot.per_class[static_cast<std::size_t>(c)].dispatched;
-  }
-  class_mix(state, per_class, snapshot.classes);
-  state.counters["parks_per_kreq"] =
-      static_cast<double>(snapshot.parks) * 1e3 / static_cast<double>(snapshot.dispatched);
-  const double dispatcher_ns =
-      static_cast<double>(snapshot.dispatcher_cpu - before.dispatcher_cpu) /
-      static_cast<double>(snapshot.dispatched - before.dispatched);
-  state.counters["dispatcher_ns_per_req"] = dispatcher_ns;
+  const double dispatcher_ns = runtime_counters(state, before, snapshot);
   if constexpr (!kInlineSink) {
     results()[{kCapture ? "dispatcher_capture" : "dispatcher", static_cast<int>(state.range(0)),
                static_cast<int>(state.range(1)), static_cast<int>(state.range(2))}]
         .push_back(dispatcher_ns);
   }
   runtime.shutdown();
-  if constexpr (kCapture) {
-    capture->close();
-    const creditloop::CaptureStats cs = capture->stats();
-    if (cs.errors != 0) state.SkipWithError(cs.last_error.c_str());
-    // Records the writer thread could not keep up with: a capture that drops costs less.
-    state.counters["capture_dropped_per_kreq"] =
-        static_cast<double>(cs.dropped) * 1e3 / static_cast<double>(snapshot.dispatched);
-    std::filesystem::remove_all(capture_dir);
-  }
+  if constexpr (kCapture) finish_capture(state, *capture, snapshot.dispatched, capture_dir);
   producers.report(state);
   finish(state,
          kInlineSink ? "inline"
