@@ -5,30 +5,18 @@
 // Exit status: 0 success; 1 a bad or unreadable scenario, capture or plans file (one line on
 // stderr naming the field, nothing on stdout); 2 a bad command line; 3 the run failed (the output
 // could not be written, or the core contradicted itself: a bug to report).
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
-#include <exception>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
 
-#include "capture_file.hpp"
-#include "picture.hpp"
-#include "replay.hpp"
-#include "scenario.hpp"
-#include "simulator.hpp"
+#include "program.hpp"
 
-namespace sim = creditloop::sim;
+namespace creditloop::sim::program {
 
 namespace {
 
@@ -85,7 +73,15 @@ constexpr const char* kUsage =
     "Exit status: 0 ok, 1 bad or unreadable scenario, capture or plans file, 2 bad command\n"
     "line, 3 run failed.\n";
 
-// One line, always: control characters from file names or messages would break that promise.
+bool read_all(std::FILE* f, std::string& out) {
+  char chunk[1 << 16];
+  std::size_t n = 0;
+  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) out.append(chunk, n);
+  return std::ferror(f) == 0;
+}
+
+}  // namespace
+
 void error_line(const std::string& message) {
   std::string line = "creditloop-sim: " + message;
   for (char& ch : line) {
@@ -95,143 +91,6 @@ void error_line(const std::string& message) {
   std::fputs(line.c_str(), stderr);
 }
 
-bool read_all(std::FILE* f, std::string& out) {
-  char chunk[1 << 16];
-  std::size_t n = 0;
-  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) out.append(chunk, n);
-  return std::ferror(f) == 0;
-}
-
-enum class Mode { trace, table, summary, check };
-
-// A picture file. Its temporary is created beside the target before the run, so that a path that
-// cannot be written fails before anything else is, and renamed over the target only once
-// complete, so that a reader never sees half a picture. Discarded unless committed.
-class OutputFile {
- public:
-  OutputFile(std::string option, std::string path)
-      : option_(std::move(option)), path_(std::move(path)) {}
-  OutputFile(const OutputFile&) = delete;
-  OutputFile& operator=(const OutputFile&) = delete;
-  ~OutputFile() { discard(); }
-
-  /// Creates the temporary; on failure, the one-line reason.
-  [[nodiscard]] bool open(std::string& error) {
-    struct stat st {};
-    if (stat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      error = option_ + " " + path_ + ": is a directory";
-      return false;
-    }
-    temp_ = path_ + ".XXXXXX";
-    fd_ = mkstemp(temp_.data());
-    if (fd_ < 0) {
-      error = option_ + " " + path_ + ": cannot create: " + std::strerror(errno);
-      temp_.clear();
-      return false;
-    }
-    // mkstemp makes the file private; a picture is as readable as any file the user creates.
-    const mode_t mask = umask(0);
-    umask(mask);
-    fchmod(fd_, 0666 & ~mask);
-    return true;
-  }
-
-  /// Writes `content` at the end of the temporary; on failure, the one-line reason.
-  [[nodiscard]] bool append(const std::string& content, std::string& error) {
-    std::size_t done = 0;
-    while (done < content.size()) {
-      const ssize_t n = write(fd_, content.data() + done, content.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        error = option_ + " " + path_ + ": cannot write: " + std::strerror(errno);
-        return false;
-      }
-      done += static_cast<std::size_t>(n);
-    }
-    return true;
-  }
-
-  /// Writes `content` and moves it into place; on failure, the one-line reason.
-  [[nodiscard]] bool commit(const std::string& content, std::string& error) {
-    if (!append(content, error)) return false;
-    const int fd = fd_;
-    fd_ = -1;
-    if (close(fd) != 0) {
-      error = option_ + " " + path_ + ": cannot write: " + std::strerror(errno);
-      return false;
-    }
-    if (rename(temp_.c_str(), path_.c_str()) != 0) {
-      error = option_ + " " + path_ + ": cannot replace: " + std::strerror(errno);
-      return false;
-    }
-    temp_.clear();
-    return true;
-  }
-
-  void discard() noexcept {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-    if (!temp_.empty()) unlink(temp_.c_str());
-    temp_.clear();
-  }
-
- private:
-  std::string option_;
-  std::string path_;
-  std::string temp_;
-  int fd_ = -1;
-};
-
-// The file of --capture. The capture writer writes a path of its own; it is given one inside a
-// private directory created beside FILE before the run, renamed over FILE once complete and
-// removed otherwise, so that a capture, like a picture, is written whole or not at all.
-class CaptureTarget {
- public:
-  explicit CaptureTarget(std::string path) : path_(std::move(path)) {}
-  CaptureTarget(const CaptureTarget&) = delete;
-  CaptureTarget& operator=(const CaptureTarget&) = delete;
-  ~CaptureTarget() { discard(); }
-
-  /// Creates the directory; on failure, the one-line reason.
-  [[nodiscard]] bool open(std::string& error) {
-    struct stat st {};
-    if (stat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      error = "--capture " + path_ + ": is a directory";
-      return false;
-    }
-    dir_ = path_ + ".XXXXXX";
-    if (mkdtemp(dir_.data()) == nullptr) {
-      error = "--capture " + path_ + ": cannot create: " + std::strerror(errno);
-      dir_.clear();
-      return false;
-    }
-    return true;
-  }
-  /// Where the writer writes.
-  [[nodiscard]] std::string file() const { return dir_ + "/capture"; }
-
-  [[nodiscard]] bool commit(std::string& error) {
-    if (rename(file().c_str(), path_.c_str()) != 0) {
-      error = "--capture " + path_ + ": cannot replace: " + std::strerror(errno);
-      return false;
-    }
-    discard();
-    return true;
-  }
-
-  void discard() noexcept {
-    if (dir_.empty()) return;
-    unlink(file().c_str());
-    rmdir(dir_.c_str());
-    dir_.clear();
-  }
-
- private:
-  std::string path_;
-  std::string dir_;
-};
-
-// Reads `file` ("-": standard input) whole; on failure, the one-line reason.
 bool read_input(const std::string& file, std::string& text, std::string& error) {
   if (file == "-") {
     if (!read_all(stdin, text)) {
@@ -260,299 +119,7 @@ std::string base_name(const std::string& file) {
   return slash == std::string::npos ? file : file.substr(slash + 1);
 }
 
-struct Options {
-  Mode mode = Mode::trace;
-  bool reasons = false;
-  bool replay = false;
-  bool json = false;
-  std::string html_path;
-  std::string svg_path;
-  std::string capture_path;
-  std::string plans_path;
-  std::optional<std::uint64_t> slots;
-  std::vector<std::string> files;
-};
-
-// The captured run as the picture's report wants it: every request recorded was dispatched and
-// completed; the run stops at the last completion.
-sim::RunReport report_of(const sim::Capture& capture, std::uint64_t slots) {
-  sim::RunReport out;
-  out.classes = capture.classes;
-  out.slots = slots;
-  out.arrived = capture.requests.size();
-  for (const sim::ParticipantSpec& p : capture.participants) {
-    sim::ParticipantReport r;
-    r.name = p.name;
-    r.plan = p.plan;
-    r.shares = p.shares;
-    out.participants.push_back(std::move(r));
-  }
-  for (const sim::CapturedRequest& r : capture.requests) {
-    sim::ParticipantReport& p = out.participants[r.participant];
-    ++p.dispatched[r.cls];
-    ++p.completed;
-    const creditloop::Nanos wait = r.dispatch - r.arrive;
-    if (!p.wait_max || wait > *p.wait_max) p.wait_max = wait;
-    out.stopped_at = std::max(out.stopped_at, r.complete);
-  }
-  return out;
-}
-
-// One simulated run of `scenario` with a recorder of waits and, if drawing, a picture.
-struct Recorded {
-  sim::Scenario scenario;
-  std::unique_ptr<sim::WaitRecorder> waits;
-  std::unique_ptr<sim::Picture> picture;
-  sim::RunReport report;
-};
-
-// Runs `scenario`; a refusal by the core comes back in `error` (exit status 1).
-bool record_run(Recorded& run, bool drawing, const std::string& title, std::string& error) {
-  auto built = sim::Simulator::create(run.scenario);
-  if (const auto* bad = std::get_if<sim::Refusal>(&built)) {
-    error = bad->message;
-    return false;
-  }
-  sim::Simulator& simulator = *std::get<0>(built);
-  run.waits = std::make_unique<sim::WaitRecorder>(run.scenario);
-  sim::ObserverFan fan;
-  fan.add(run.waits.get());
-  if (drawing) {
-    run.picture = std::make_unique<sim::Picture>(run.scenario, title);
-    fan.add(run.picture.get());
-  }
-  simulator.observe(&fan);
-  run.report = simulator.run(nullptr);
-  return true;
-}
-
-// The two runs of --replay or SCENARIO --plans, before they run.
-struct TwoRuns {
-  sim::Comparison cmp;
-  std::optional<sim::Capture> capture;  // --replay: what was recorded
-  Recorded first;                       // the scenario as given (SCENARIO --plans only)
-  Recorded second;                      // the replay, or the scenario under --plans
-  std::string title;
-  std::string first_label;
-  std::string second_label;
-};
-
-// Reads --plans FILE, if given. Returns false after saying why.
-bool load_plans(const Options& o, std::optional<sim::PlanFile>& plans) {
-  if (o.plans_path.empty()) return true;
-  std::string text;
-  std::string error;
-  if (!read_input(o.plans_path, text, error)) {
-    error_line(error);
-    return false;
-  }
-  auto parsed = sim::parse_plan_file(text);
-  if (const auto* bad = std::get_if<sim::Refusal>(&parsed)) {
-    error_line(o.plans_path + ": " + bad->message);
-    return false;
-  }
-  plans = std::get<sim::PlanFile>(std::move(parsed));
-  plans->name = o.plans_path;
-  return true;
-}
-
-// --replay: the capture read, and its replay's scenario. Returns false after saying why.
-bool prepare_replay(const Options& o, const sim::PlanFile* plans, TwoRuns& runs) {
-  std::vector<sim::CaptureText> texts;
-  for (const std::string& file : o.files) {
-    sim::CaptureText t;
-    t.name = file;
-    std::string error;
-    if (!read_input(file, t.text, error)) {
-      error_line(error);
-      return false;
-    }
-    texts.push_back(std::move(t));
-  }
-  auto read = sim::read_capture(texts);
-  if (const auto* bad = std::get_if<sim::Refusal>(&read)) {
-    error_line(bad->message);
-    return false;
-  }
-  const sim::Capture& capture = runs.capture.emplace(std::get<sim::Capture>(std::move(read)));
-  auto scenario = sim::replay_scenario(capture, plans, o.slots, capture.files.front());
-  if (const auto* bad = std::get_if<sim::Refusal>(&scenario)) {
-    error_line(bad->message);
-    return false;
-  }
-  runs.second.scenario = std::get<sim::Scenario>(std::move(scenario));
-  sim::Comparison& cmp = runs.cmp;
-  cmp.keys = {"captured", "replayed"};
-  cmp.classes = capture.classes;
-  cmp.slots = runs.second.scenario.slots;
-  cmp.dropped = capture.dropped;
-  std::string files;
-  for (const std::string& f : capture.files) files += (files.empty() ? "" : ", ") + f;
-  cmp.what = "replay of " + files + ": " + std::to_string(capture.requests.size()) +
-             " requests; captured: as recorded; replayed: through the core on a virtual clock" +
-             (plans ? " under the plans of " + plans->name : " under the captured plans");
-  if (capture.first_file > 0) {
-    // The files before it were rotated away: see docs/replay.md, "what it cannot".
-    cmp.what += "; note: the earliest file given is file " + std::to_string(capture.first_file) +
-                " of the capture, so the replay starts there with every bucket full";
-  }
-  const std::string first_file = base_name(capture.files.front());
-  runs.title = "replay of " + first_file;
-  runs.first_label =
-      "captured: " + first_file + " as recorded (no passes or balances in a capture)";
-  runs.second_label = "replayed: under " + (plans ? "the plans of " + base_name(plans->name)
-                                                  : std::string("the captured plans"));
-  return true;
-}
-
-// Why a scenario cannot be captured or run again under other plans: a capture's header, and the
-// scenario built from it, record a fixed number of slots and no backend. Null when it can.
-const char* no_second_run(const sim::Scenario& s) {
-  if (s.room_auto)
-    return "the server's room is learned (\"slots\": \"auto\"), which a capture does not record";
-  if (!s.backend.empty()) return "the server has a backend, which a capture does not record";
-  return nullptr;
-}
-
-// SCENARIO --plans: the scenario, and its arrivals under the other plans. Returns false after
-// saying why.
-bool prepare_plans_run(const Options& o, const sim::PlanFile& plans, TwoRuns& runs) {
-  std::string text;
-  std::string error;
-  const std::string& file = o.files[0];
-  if (!read_input(file, text, error)) {
-    error_line(error);
-    return false;
-  }
-  sim::Parsed<sim::Scenario> parsed = sim::parse_scenario(text);
-  if (const auto* bad = std::get_if<sim::Refusal>(&parsed)) {
-    error_line(file + ": " + bad->message);
-    return false;
-  }
-  runs.first.scenario = std::get<sim::Scenario>(std::move(parsed));
-  if (const char* why = no_second_run(runs.first.scenario)) {
-    error_line(file + ": --plans: " + why);
-    return false;
-  }
-  auto other = sim::with_plans(runs.first.scenario, plans);
-  if (const auto* bad = std::get_if<sim::Refusal>(&other)) {
-    error_line(bad->message);
-    return false;
-  }
-  runs.second.scenario = std::get<sim::Scenario>(std::move(other));
-  runs.cmp.keys = {"scenario", "plans"};
-  runs.cmp.classes = runs.first.scenario.config.classes;
-  runs.cmp.slots = runs.first.scenario.slots;
-  runs.cmp.what = "two runs of " + file +
-                  "'s arrivals: scenario: under its own plans; plans: under " + plans.name + "'s";
-  runs.title = base_name(file) + " and " + base_name(plans.name);
-  runs.first_label = "scenario: " + base_name(file) + " under its own plans";
-  runs.second_label = "plans: the same arrivals under the plans of " + base_name(plans.name);
-  return true;
-}
-
-// The captured side of a replay: as recorded, drawn from the capture's own instants.
-struct CapturedSide {
-  std::optional<sim::Scenario> scenario;
-  std::unique_ptr<sim::Picture> picture;
-  sim::RunReport report;
-};
-
-// Runs both (a replay's captured side is only read), prints the comparison, draws the page;
-// returns the exit status.
-int run_and_compare(const Options& o, TwoRuns& runs) {
-  const bool drawing = !o.html_path.empty();
-  std::unique_ptr<OutputFile> page;
-  std::string error;
-  if (drawing) {
-    page = std::make_unique<OutputFile>("--html", o.html_path);
-    if (!page->open(error)) {
-      error_line(error);
-      return 3;
-    }
-  }
-  if (!o.replay && !record_run(runs.first, drawing, runs.title, error)) {
-    error_line(o.files[0] + ": " + error);
-    return 1;
-  }
-  if (!record_run(runs.second, drawing, runs.title, error)) {
-    error_line(error);
-    return 1;
-  }
-  CapturedSide captured;
-  if (o.replay) {
-    const sim::Capture& capture = *runs.capture;
-    runs.cmp.runs[0] = sim::account_of(capture);
-    if (drawing) {
-      const std::uint64_t slots = runs.second.scenario.slots;
-      auto s = sim::replay_scenario(capture, nullptr, slots, capture.files.front());
-      if (const auto* bad = std::get_if<sim::Refusal>(&s)) {
-        error_line(bad->message);
-        return 1;
-      }
-      captured.scenario = std::get<sim::Scenario>(std::move(s));
-      captured.picture = std::make_unique<sim::Picture>(*captured.scenario, runs.title);
-      captured.picture->without_balances();
-      sim::play_capture(capture, *captured.picture);
-      captured.report = report_of(capture, slots);
-    }
-  } else {
-    runs.cmp.runs[0] = runs.first.waits->account();
-  }
-  runs.cmp.runs[1] = runs.second.waits->account();
-
-  const std::string out =
-      o.json ? sim::comparison_json(runs.cmp) + "\n" : sim::format_comparison(runs.cmp);
-  if (std::fputs(out.c_str(), stdout) < 0 || std::fflush(stdout) != 0) {
-    error_line(std::string("cannot write the output: ") + std::strerror(errno));
-    return 3;
-  }
-  if (!drawing) return 0;
-  const sim::Picture::Run top =
-      o.replay ? sim::Picture::Run{captured.picture.get(), &captured.report, runs.first_label}
-               : sim::Picture::Run{runs.first.picture.get(), &runs.first.report, runs.first_label};
-  const sim::Picture::Run below{runs.second.picture.get(), &runs.second.report, runs.second_label};
-  if (!page->commit(sim::Picture::pair_html(runs.title, top, below), error)) {
-    error_line(error);
-    return 3;
-  }
-  return 0;
-}
-
-// --replay and SCENARIO --plans: two runs side by side.
-int compare_runs(const Options& o) {
-  std::optional<sim::PlanFile> plans;
-  if (!load_plans(o, plans)) return 1;
-  TwoRuns runs;
-  if (o.replay ? !prepare_replay(o, plans ? &*plans : nullptr, runs)
-               : !prepare_plans_run(o, *plans, runs)) {
-    return 1;
-  }
-  const std::uint64_t requests = runs.second.scenario.requests;
-  if (!o.html_path.empty() && requests > sim::Picture::kMaxRequests) {
-    error_line(std::to_string(requests) + " requests in this run; a picture takes at most " +
-               std::to_string(sim::Picture::kMaxRequests));
-    return 2;
-  }
-  if (o.mode == Mode::check) {
-    for (Recorded* r : {&runs.first, &runs.second}) {
-      if (o.replay && r == &runs.first) continue;
-      auto built = sim::Simulator::create(r->scenario);
-      if (const auto* bad = std::get_if<sim::Refusal>(&built)) {
-        error_line(bad->message);
-        return 1;
-      }
-    }
-    return 0;
-  }
-  try {
-    return run_and_compare(o, runs);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    error_line(std::string("run failed: ") + e.what());
-    return 3;
-  }
-}
+namespace {
 
 // --html, --svg, --capture, --plans and --slots, as `--name value` or `--name=value` (argv[i]).
 // Returns nothing when argv[i] is none of them, 0 when it was read (i past its value), 2 for a
@@ -590,144 +157,6 @@ std::optional<int> parse_valued(int argc, char** argv, int& i, Options& o) {
     return 2;
   }
   o.slots = n;
-  return 0;
-}
-
-// The files a single run writes besides standard output, each created before the run starts.
-struct RunOutputs {
-  std::vector<std::unique_ptr<OutputFile>> pictures;  // --html, then --svg, those given
-  std::unique_ptr<sim::Picture> picture;
-  std::unique_ptr<CaptureTarget> capture_target;
-  std::unique_ptr<sim::CaptureRecorder> capture;
-  sim::ObserverFan observers;
-};
-
-// Creates the outputs `o` asks for; on failure, says why and returns false.
-bool open_outputs(const Options& o, const sim::Scenario& scenario, RunOutputs& out) {
-  std::string error;
-  if (!o.html_path.empty() || !o.svg_path.empty()) {
-    if (!o.html_path.empty()) {
-      out.pictures.push_back(std::make_unique<OutputFile>("--html", o.html_path));
-    }
-    if (!o.svg_path.empty()) {
-      out.pictures.push_back(std::make_unique<OutputFile>("--svg", o.svg_path));
-    }
-    for (auto& f : out.pictures) {
-      if (!f->open(error)) {
-        error_line(error);
-        return false;
-      }
-    }
-    out.picture = std::make_unique<sim::Picture>(scenario, base_name(o.files[0]));
-    out.observers.add(out.picture.get());
-  }
-  if (!o.capture_path.empty()) {
-    out.capture_target = std::make_unique<CaptureTarget>(o.capture_path);
-    if (!out.capture_target->open(error)) {
-      error_line(error);
-      return false;
-    }
-    out.capture = std::make_unique<sim::CaptureRecorder>(scenario, out.capture_target->file());
-    if (!out.capture->error().empty()) {
-      error_line("--capture " + o.capture_path + ": " + out.capture->error());
-      return false;
-    }
-    out.observers.add(out.capture.get());
-  }
-  return true;
-}
-
-// Finishes the capture and writes the pictures of `report`. Returns false after saying why.
-bool commit_outputs(const Options& o, const sim::RunReport& report, RunOutputs& out) {
-  std::string error;
-  if (out.capture) {
-    out.capture->finish();
-    error = out.capture->error();
-    if (!error.empty()) {
-      error = "--capture " + o.capture_path + ": " + error;
-    } else {
-      out.capture.reset();  // closes the file
-      (void)out.capture_target->commit(error);
-    }
-    if (!error.empty()) {
-      error_line(error);
-      return false;
-    }
-  }
-  std::size_t next = 0;
-  for (const std::string* path : {&o.html_path, &o.svg_path}) {
-    if (path->empty()) continue;
-    const std::string content =
-        path == &o.html_path ? out.picture->html(report) : out.picture->svg(report);
-    if (!out.pictures[next++]->commit(content, error)) {
-      error_line(error);
-      return false;
-    }
-  }
-  return true;
-}
-
-// SCENARIO alone: the trace, the table or the summary, and the files asked for.
-int single_run(const Options& o) {
-  const std::string& file = o.files[0];
-  std::string text;
-  if (std::string error; !read_input(file, text, error)) {
-    error_line(error);
-    return 1;
-  }
-  sim::Parsed<sim::Scenario> parsed = sim::parse_scenario(text);
-  if (const auto* bad = std::get_if<sim::Refusal>(&parsed)) {
-    error_line(file + ": " + bad->message);
-    return 1;
-  }
-  if (const char* why = no_second_run(std::get<sim::Scenario>(parsed));
-      why != nullptr && !o.capture_path.empty()) {
-    error_line(file + ": --capture: " + why);
-    return 2;
-  }
-  const bool drawing = !o.html_path.empty() || !o.svg_path.empty();
-  // Refused before the simulator sizes its pool for the run.
-  if (drawing && std::get<sim::Scenario>(parsed).requests > sim::Picture::kMaxRequests) {
-    error_line(file + ": " + std::to_string(std::get<sim::Scenario>(parsed).requests) +
-               " requests arrive in this run; a picture takes at most " +
-               std::to_string(sim::Picture::kMaxRequests) + " (set an earlier `until`)");
-    return 2;
-  }
-  try {
-    // The picture and the capture read the scenario the simulator takes over.
-    std::optional<sim::Scenario> scenario;
-    if (drawing || !o.capture_path.empty()) scenario = std::get<sim::Scenario>(parsed);
-    auto built = sim::Simulator::create(std::move(std::get<sim::Scenario>(parsed)));
-    if (const auto* bad = std::get_if<sim::Refusal>(&built)) {
-      error_line(file + ": " + bad->message);
-      return 1;
-    }
-    if (o.mode == Mode::check) return 0;
-    sim::Simulator& simulator = *std::get<0>(built);
-    RunOutputs outputs;
-    if (scenario && !open_outputs(o, *scenario, outputs)) return 3;
-    if (!outputs.observers.empty()) simulator.observe(&outputs.observers);
-
-    simulator.explain_passes(o.reasons);
-    sim::LineWriter out(stdout);
-    const sim::RunReport report = simulator.run(o.mode == Mode::trace ? &out : nullptr);
-    if (o.mode == Mode::table) {
-      out.buffer() += sim::format_table(report);
-    } else {
-      sim::append_summary(out.buffer(), report);
-      out.end_line();
-    }
-    out.flush();
-    if (std::fflush(stdout) != 0) {
-      error_line(std::string("cannot write the output: ") + std::strerror(errno));
-      return 3;
-    }
-    if (!commit_outputs(o, report, outputs)) return 3;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    error_line(std::string("run failed: ") + e.what());
-    return 3;
-  }
   return 0;
 }
 
@@ -829,7 +258,10 @@ bool options_agree(const Options& o) {
 
 }  // namespace
 
+}  // namespace creditloop::sim::program
+
 int main(int argc, char** argv) {
+  using namespace creditloop::sim::program;
   Options o;
   if (const std::optional<int> status = parse_options(argc, argv, o)) return *status;
   if (!options_agree(o)) return 2;

@@ -13,8 +13,8 @@
 // with many requests, a pass lane with many passes, a balance line with many samples are drawn
 // as aggregates over 500 time bins, so it stays within about 30 KB per class (P1..Pk and the
 // unmetered one) and participant, plus 10 KB per participant, whatever the number of requests:
-// 0.5 MB for 100,000 requests among 12 participants on 2 classes (tests/sim/sim_test.cpp holds it
-// under 2 MB).
+// 0.5 MB for 100,000 requests among 12 participants on 2 classes (tests/sim/pictures_test.cpp holds
+// it under 2 MB).
 #pragma once
 
 #include <cstdint>
@@ -113,7 +113,7 @@ class Picture final : public RunObserver {
   void append_passes(std::string& out) const;
   [[nodiscard]] std::int64_t end_micro(const RunReport& report) const;
 
-  // The static picture, a layer at a time, top to bottom (picture.cpp).
+  // The static picture, a layer at a time, top to bottom (picture_svg.cpp).
   struct Svg;  // the layout, the time scale, and what is drawn so far
   void svg_header(Svg& svg) const;
   void svg_legend(Svg& svg) const;

@@ -268,6 +268,36 @@ std::vector<ParticipantSpec> parse_participants(const json& root,
   return out;
 }
 
+// One entry of "arrivals": its own fields, before what it adds to the run is bounded.
+ArrivalSpec parse_arrival(const json& a, const std::string& path,
+                          const std::map<std::string_view, std::size_t, std::less<>>& index) {
+  expect_object(a, path);
+  check_keys(a, path, {"at", "participant", "count", "every", "service", "cost", "withdraw_after"},
+             {"at", "participant"});
+  ArrivalSpec spec;
+  spec.at = time_at(a["at"], child(path, "at"));
+  const std::string name = text(a["participant"], child(path, "participant"));
+  const auto it = index.find(name);
+  if (it == index.end())
+    refuse(child(path, "participant"), "unknown participant " + json_string(name));
+  spec.participant = it->second;
+  if (a.contains("count")) spec.count = whole(a["count"], child(path, "count"), 0, kMaxCount);
+  if (a.contains("every")) spec.every = time_at(a["every"], child(path, "every"));
+  if (a.contains("service")) spec.service = time_at(a["service"], child(path, "service"));
+  if (a.contains("withdraw_after")) {
+    spec.withdraw_after = time_at(a["withdraw_after"], child(path, "withdraw_after"));
+  }
+  if (a.contains("cost")) {
+    const std::string cpath = child(path, "cost");
+    const std::string rule = "must be a number of credits from 0 to 1000000";
+    const double cost = number(a["cost"], cpath, rule);
+    const auto nano = creditloop::to_nano_credits(cost, creditloop::kMaxCost);
+    if (!nano) refuse(cpath, rule + got(a["cost"]));
+    spec.cost_nano = *nano;
+  }
+  return spec;
+}
+
 std::vector<ArrivalSpec> parse_arrivals(const json& root,
                                         const std::vector<ParticipantSpec>& participants,
                                         std::optional<Nanos> until,
@@ -294,33 +324,7 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
   I128 total_service = 0;
   for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string path = child("arrivals", i);
-    const json& a = list[i];
-    expect_object(a, path);
-    check_keys(a, path,
-               {"at", "participant", "count", "every", "service", "cost", "withdraw_after"},
-               {"at", "participant"});
-    ArrivalSpec spec;
-    spec.at = time_at(a["at"], child(path, "at"));
-    const std::string name = text(a["participant"], child(path, "participant"));
-    const auto it = index.find(name);
-    if (it == index.end())
-      refuse(child(path, "participant"), "unknown participant " + json_string(name));
-    spec.participant = it->second;
-    if (a.contains("count")) spec.count = whole(a["count"], child(path, "count"), 0, kMaxCount);
-    if (a.contains("every")) spec.every = time_at(a["every"], child(path, "every"));
-    if (a.contains("service")) spec.service = time_at(a["service"], child(path, "service"));
-    if (a.contains("withdraw_after")) {
-      spec.withdraw_after = time_at(a["withdraw_after"], child(path, "withdraw_after"));
-    }
-    if (a.contains("cost")) {
-      const std::string cpath = child(path, "cost");
-      const std::string rule = "must be a number of credits from 0 to 1000000";
-      const double cost = number(a["cost"], cpath, rule);
-      const auto nano = creditloop::to_nano_credits(cost, creditloop::kMaxCost);
-      if (!nano) refuse(cpath, rule + got(a["cost"]));
-      spec.cost_nano = *nano;
-    }
-
+    ArrivalSpec spec = parse_arrival(list[i], path, index);
     spec.in_run = spec.count;
     if (until) {
       if (spec.at > *until) {
@@ -340,8 +344,7 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
                                           : 0;
     last_arrival = std::max(last_arrival, own_last);
     total_service += static_cast<I128>(spec.in_run) * spec.service;
-    if (spec.withdraw_after &&
-        own_last + *spec.withdraw_after > std::numeric_limits<Nanos>::max()) {
+    if (spec.withdraw_after && own_last + *spec.withdraw_after > std::numeric_limits<Nanos>::max()) {
       refuse(
           child(path, "withdraw_after"),
           "a withdrawal could fall beyond the virtual clock (2^63 nanoseconds, about 292 years)");
