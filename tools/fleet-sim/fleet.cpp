@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "apportion.hpp"
+#include "common/splitmix64.hpp"
 #include "creditloop/core.hpp"
 
 namespace creditloop::fleet {
@@ -29,12 +30,7 @@ Nanos to_nanos(double seconds) { return creditloop::from_seconds(seconds).value(
 /// order in which servers are advanced.
 struct Rng {
   std::uint64_t state;
-  std::uint64_t next() noexcept {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  std::uint64_t next() noexcept { return tools::splitmix64_next(state); }
   /// Uniform in (0, 1].
   double unit() noexcept { return static_cast<double>((next() >> 11) + 1) * 0x1.0p-53; }
   std::uint32_t below(std::uint32_t n) noexcept {
