@@ -136,6 +136,15 @@ struct Tally {
     seq_sum += item.seq;
     ++count;
   }
+  // Whether `runs` runs each delivered every item once: `expected` of them to each participant.
+  [[nodiscard]] bool exact(std::uint64_t runs, const std::vector<std::uint64_t>& expected) const {
+    bool exact =
+        count == runs * kItems && seq_sum == runs * (std::uint64_t{kItems} * (kItems - 1) / 2);
+    for (std::size_t i = 0; i < per_participant.size(); ++i) {
+      exact = exact && per_participant[i] == runs * expected[i];
+    }
+    return exact;
+  }
   std::vector<std::uint64_t> per_participant;
   std::uint64_t seq_sum = 0;
   std::size_t count = 0;
@@ -580,13 +589,11 @@ class BoostSharedDesign {
 
 // ---- the queue benchmark ------------------------------------------------------------------------
 
-template <class Design>
-void BM_Queue(benchmark::State& state) {
-  const auto producers = static_cast<unsigned>(state.range(0));
-  const auto participants = static_cast<std::size_t>(state.range(1));
+// Gives each producer an equal run of the items, to participants in turn from its own starting
+// point; returns how many each participant is to get.
+std::vector<std::uint64_t> deal_items(std::vector<Item>& items, unsigned producers,
+                                      std::size_t participants) {
   const std::size_t per_producer = kItems / producers;
-
-  std::vector<Item> items(kItems);
   std::vector<std::uint64_t> expected(participants, 0);
   for (unsigned p = 0; p < producers; ++p) {
     const std::size_t start = p * participants / producers;
@@ -597,6 +604,17 @@ void BM_Queue(benchmark::State& state) {
       ++expected[item.participant];
     }
   }
+  return expected;
+}
+
+template <class Design>
+void BM_Queue(benchmark::State& state) {
+  const auto producers = static_cast<unsigned>(state.range(0));
+  const auto participants = static_cast<std::size_t>(state.range(1));
+  const std::size_t per_producer = kItems / producers;
+
+  std::vector<Item> items(kItems);
+  const std::vector<std::uint64_t> expected = deal_items(items, producers, participants);
 
   // Relaxed: only this thread allocates between the two reads.
   const std::int64_t heap_before = g_heap_bytes.load(std::memory_order_relaxed);
@@ -652,12 +670,7 @@ void BM_Queue(benchmark::State& state) {
   }
 
   const auto runs = static_cast<std::uint64_t>(state.iterations());
-  bool exact = tally.count == runs * kItems &&
-               tally.seq_sum == runs * (std::uint64_t{kItems} * (kItems - 1) / 2);
-  for (std::size_t i = 0; i < participants; ++i) {
-    exact = exact && tally.per_participant[i] == runs * expected[i];
-  }
-  if (!exact) state.SkipWithError("requests lost or duplicated");
+  if (!tally.exact(runs, expected)) state.SkipWithError("requests lost or duplicated");
 
   const auto heap = static_cast<double>(g_heap_bytes.load(std::memory_order_relaxed) - heap_before);
   state.counters["bytes_per_participant"] =

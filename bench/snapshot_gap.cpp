@@ -60,6 +60,39 @@ long argument(int argc, char** argv, int i, long fallback) {
   return argc > i ? std::strtol(argv[i], nullptr, 10) : fallback;
 }
 
+// Half on each of two plans; prints how long it took. False (said) if one is refused.
+bool add_participants(creditloop::Runtime& runtime, long participants,
+                      std::vector<creditloop::ParticipantId>& ids) {
+  const Clock::time_point adding = Clock::now();
+  ids.reserve(static_cast<std::size_t>(participants));
+  for (long i = 0; i < participants; ++i) {
+    const auto id = runtime.add("p" + std::to_string(i), i % 2 == 0 ? "pro" : "lite", 1);
+    if (!id) {
+      std::fprintf(stderr, "add failed at %ld\n", i);
+      return false;
+    }
+    ids.push_back(*id);
+  }
+  std::printf("added %ld participants in %.1f s\n", participants,
+              std::chrono::duration<double>(Clock::now() - adding).count());
+  return true;
+}
+
+void print_report(const GapMeter& meter, std::vector<double> scrapes) {
+  static constexpr const char* kNames[] = {"no scrape", "a scrape a second"};
+  for (std::size_t i = 0; i < meter.phases.size(); ++i) {
+    const Phase& p = meter.phases[i];
+    std::printf(
+        "%-18s longest gap %9.3f ms, gaps over 0.1 ms %6llu, over 1 ms %6llu, decisions %llu\n",
+        kNames[i], static_cast<double>(p.longest_ns) / 1e6,
+        static_cast<unsigned long long>(p.over_100us), static_cast<unsigned long long>(p.over_1ms),
+        static_cast<unsigned long long>(p.decisions));
+  }
+  std::sort(scrapes.begin(), scrapes.end());
+  std::printf("scrape wall time: median %.1f ms, longest %.1f ms\n", scrapes[scrapes.size() / 2],
+              scrapes.back());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,18 +128,7 @@ int main(int argc, char** argv) {
   creditloop::Runtime runtime(std::move(options));
   self = &runtime;
 
-  const Clock::time_point adding = Clock::now();
-  ids.reserve(static_cast<std::size_t>(participants));
-  for (long i = 0; i < participants; ++i) {
-    const auto id = runtime.add("p" + std::to_string(i), i % 2 == 0 ? "pro" : "lite", 1);
-    if (!id) {
-      std::fprintf(stderr, "add failed at %ld\n", i);
-      return 1;
-    }
-    ids.push_back(*id);
-  }
-  std::printf("added %ld participants in %.1f s\n", participants,
-              std::chrono::duration<double>(Clock::now() - adding).count());
+  if (!add_participants(runtime, participants, ids)) return 1;
 
   // Spread the busy ones over the ring, so a scrape's chunks all pass some of them.
   const long stride = participants / busy;
@@ -135,17 +157,6 @@ int main(int argc, char** argv) {
   // Nothing is queued for long: every busy request comes back within a decision of the shutdown.
   (void)runtime.shutdown(creditloop::ShutdownMode::hand_back);
 
-  static constexpr const char* kNames[] = {"no scrape", "a scrape a second"};
-  for (std::size_t i = 0; i < meter.phases.size(); ++i) {
-    const Phase& p = meter.phases[i];
-    std::printf(
-        "%-18s longest gap %9.3f ms, gaps over 0.1 ms %6llu, over 1 ms %6llu, decisions %llu\n",
-        kNames[i], static_cast<double>(p.longest_ns) / 1e6,
-        static_cast<unsigned long long>(p.over_100us), static_cast<unsigned long long>(p.over_1ms),
-        static_cast<unsigned long long>(p.decisions));
-  }
-  std::sort(scrapes.begin(), scrapes.end());
-  std::printf("scrape wall time: median %.1f ms, longest %.1f ms\n", scrapes[scrapes.size() / 2],
-              scrapes.back());
+  print_report(meter, std::move(scrapes));
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/splitmix64.hpp"
 #include "creditloop/runtime.hpp"
 
 namespace creditloop::stress {
@@ -46,10 +47,7 @@ void set_identity(std::uint64_t seed, std::string rerun_command);
 
 /// splitmix64: one step of a seed into a well-mixed 64-bit value.
 [[nodiscard]] constexpr std::uint64_t mix(std::uint64_t x) noexcept {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+  return creditloop::tools::splitmix64(x);
 }
 
 /// xoshiro256**: each thread owns one, seeded from the run's seed and the thread's role, so that

@@ -102,12 +102,10 @@ void check_fates(Run& run, std::uint64_t accepted) {
   }
 }
 
-/// Check 3 after the run: the runtime's counters and every participant's statistics against
-/// the ledger; then, with a whole-run replay, check 4's balances against the model.
-void check_accounts(Run& run) {
+/// Check 3: the runtime's counters against the observer's and the handlers' and completers'.
+void check_runtime_counters(Run& run, const creditloop::RuntimeSnapshot& s) {
   creditloop::Runtime& rt = *run.rt;
   const int k = run.config.classes;
-  const creditloop::RuntimeSnapshot s = rt.snapshot();
   if (s.in_flight != 0 || s.dispatched != run.recorder.dispatches() ||
       s.completed != run.recorder.completions() || s.submitted != run.recorder.submits()) {
     fail("check 3 (ledger)", "runtime counters: submitted " + std::to_string(s.submitted) +
@@ -147,6 +145,95 @@ void check_accounts(Run& run) {
     fail("check 3 (ledger)", "costs applied (" + str(run.recorder.cost_applied()) +
                                  " nano-credits) differ from the costs completers reported");
   }
+}
+
+/// Check 4, for batches: the turns the runtime counts in each class against those the model began.
+void check_replayed_turns(Run& run, const creditloop::RuntimeSnapshot& s) {
+  const int k = run.config.classes;
+  for (int c = 0; c <= k; ++c) {
+    const std::uint64_t turns = run.replayer->summary().turns_in[static_cast<std::size_t>(c)];
+    const std::uint64_t settled = s.per_class[static_cast<ClassId>(c)].turns;
+    if (turns != settled) {
+      fail("check 4 (replay)", class_str(static_cast<ClassId>(c)) + ": the runtime counts " +
+                                   std::to_string(settled) + " turns, the model began " +
+                                   std::to_string(turns));
+    }
+  }
+}
+
+/// Check 3: one participant's registration and statistics against the observer's account;
+/// returns the participant as messages name it.
+std::string check_participant_ledger(Run& run, const creditloop::ParticipantSnapshot& p) {
+  const int k = run.config.classes;
+  const Recorder::Account* a = run.recorder.account(p.id);
+  std::uint32_t index = 0;
+  if (a == nullptr || !parse_participant_name(p.name, index) || index != a->name) {
+    fail("check 3 (ledger)", p.name + " " + str(p.id) + " is registered; the observer saw " +
+                                 (a ? participant_name(a->name) : std::string("nobody")) +
+                                 " there");
+  }
+  const std::string subject = who(a->name, p.id);
+  const creditloop::ParticipantStats& st = p.stats;
+  if (p.plan != a->plan || p.shares != a->shares || p.queued != 0) {
+    fail("check 3 (ledger)", subject + ": plan " + std::to_string(p.plan) + " x" +
+                                 std::to_string(p.shares) + " with " + std::to_string(p.queued) +
+                                 " queued; the observer saw plan " + std::to_string(a->plan) +
+                                 " x" + std::to_string(a->shares));
+  }
+  for (int c = 0; c <= k; ++c) {
+    const auto cls = static_cast<std::size_t>(c);
+    if (st.dispatched[cls] != a->dispatched[cls]) {
+      fail("check 3 (ledger)", subject + ": the core counts " + std::to_string(st.dispatched[cls]) +
+                                   " dispatches under " + class_str(static_cast<ClassId>(c)) +
+                                   ", the observer " + std::to_string(a->dispatched[cls]));
+    }
+  }
+  if (st.completed != a->completed || st.cost_charged != a->cost_charged ||
+      st.cost_uncharged != a->cost_uncharged) {
+    fail("check 3 (ledger)", subject + ": the core counts " + std::to_string(st.completed) +
+                                 " completions, " + str(st.cost_charged) + " charged, " +
+                                 str(st.cost_uncharged) + " charged nowhere; the observer " +
+                                 std::to_string(a->completed) + ", " + str(a->cost_charged) + ", " +
+                                 str(a->cost_uncharged) + " (nano-credits)");
+  }
+  return subject;
+}
+
+/// Check 4: one participant's statistics, plan, queue and balances (at `at`) against the model's.
+void check_participant_model(Run& run, creditloop::model::Model& model,
+                             const creditloop::ParticipantSnapshot& p, const std::string& subject,
+                             Nanos at) {
+  const int k = run.config.classes;
+  const creditloop::ParticipantStats& st = p.stats;
+  const std::optional<creditloop::model::Pid> pid = run.replayer->pid_of(p.id);
+  if (!pid || !model.contains(*pid)) {
+    fail("check 4 (replay)", subject + " is registered; the model does not have it");
+  }
+  const creditloop::model::Stats& ms = model.stats(*pid);
+  if (ms.dispatched != st.dispatched || ms.completed != st.completed ||
+      ms.cost_charged != st.cost_charged || ms.cost_uncharged != st.cost_uncharged ||
+      model.plan(*pid) != p.plan || model.shares(*pid) != p.shares || model.queued(*pid) != 0) {
+    fail("check 4 (replay)", subject + ": statistics, plan or queue differ from the model's");
+  }
+  for (int c = 0; c < k; ++c) {
+    const auto cls = static_cast<ClassId>(c);
+    const auto mb = model.balance(*pid, cls, at);
+    const std::optional<Balance>& rb = p.balance[cls];
+    if (mb.ok() != rb.has_value() || (rb && *mb != *rb)) {
+      fail("check 4 (replay)",
+           subject + ": " + class_str(cls) + " balance at " + std::to_string(at) + " ns is " +
+               (rb ? str(*rb) : std::string("not held")) + " nano-credits; the model says " +
+               (mb.ok() ? str(*mb) : std::string("not held")));
+    }
+  }
+}
+
+/// Check 3 after the run: the runtime's counters and every participant's statistics against
+/// the ledger; then, with a whole-run replay, check 4's balances against the model.
+void check_accounts(Run& run) {
+  creditloop::Runtime& rt = *run.rt;
+  const creditloop::RuntimeSnapshot s = rt.snapshot();
+  check_runtime_counters(run, s);
 
   // The dispatcher has exited: this call runs on this thread and reads the clock once, which
   // gives the instant of every balance it reports.
@@ -160,15 +247,7 @@ void check_accounts(Run& run) {
   }
   const bool whole = run.replayer && !run.recorder.truncated() && !run.replayer->abandoned();
   creditloop::model::Model* model = whole ? &run.replayer->model() : nullptr;
-  for (int c = 0; whole && *run.o.decide == DecideMode::batches && c <= k; ++c) {
-    const std::uint64_t turns = run.replayer->summary().turns_in[static_cast<std::size_t>(c)];
-    const std::uint64_t settled = s.per_class[static_cast<ClassId>(c)].turns;
-    if (turns != settled) {
-      fail("check 4 (replay)", class_str(static_cast<ClassId>(c)) + ": the runtime counts " +
-                                   std::to_string(settled) + " turns, the model began " +
-                                   std::to_string(turns));
-    }
-  }
+  if (whole && *run.o.decide == DecideMode::batches) check_replayed_turns(run, s);
   if (model != nullptr && (model->size() != all.size() || model->in_flight() != 0)) {
     fail("check 4 (replay)", "the model ends with " + std::to_string(model->size()) +
                                  " participants and " + std::to_string(model->in_flight()) +
@@ -176,61 +255,8 @@ void check_accounts(Run& run) {
                                  std::to_string(all.size()) + " and 0");
   }
   for (const creditloop::ParticipantSnapshot& p : all) {
-    const Recorder::Account* a = run.recorder.account(p.id);
-    std::uint32_t index = 0;
-    if (a == nullptr || !parse_participant_name(p.name, index) || index != a->name) {
-      fail("check 3 (ledger)", p.name + " " + str(p.id) + " is registered; the observer saw " +
-                                   (a ? participant_name(a->name) : std::string("nobody")) +
-                                   " there");
-    }
-    const std::string subject = who(a->name, p.id);
-    const creditloop::ParticipantStats& st = p.stats;
-    if (p.plan != a->plan || p.shares != a->shares || p.queued != 0) {
-      fail("check 3 (ledger)", subject + ": plan " + std::to_string(p.plan) + " x" +
-                                   std::to_string(p.shares) + " with " + std::to_string(p.queued) +
-                                   " queued; the observer saw plan " + std::to_string(a->plan) +
-                                   " x" + std::to_string(a->shares));
-    }
-    for (int c = 0; c <= k; ++c) {
-      const auto cls = static_cast<std::size_t>(c);
-      if (st.dispatched[cls] != a->dispatched[cls]) {
-        fail("check 3 (ledger)", subject + ": the core counts " +
-                                     std::to_string(st.dispatched[cls]) + " dispatches under " +
-                                     class_str(static_cast<ClassId>(c)) + ", the observer " +
-                                     std::to_string(a->dispatched[cls]));
-      }
-    }
-    if (st.completed != a->completed || st.cost_charged != a->cost_charged ||
-        st.cost_uncharged != a->cost_uncharged) {
-      fail("check 3 (ledger)", subject + ": the core counts " + std::to_string(st.completed) +
-                                   " completions, " + str(st.cost_charged) + " charged, " +
-                                   str(st.cost_uncharged) + " charged nowhere; the observer " +
-                                   std::to_string(a->completed) + ", " + str(a->cost_charged) +
-                                   ", " + str(a->cost_uncharged) + " (nano-credits)");
-    }
-    if (model == nullptr) continue;
-    const std::optional<creditloop::model::Pid> pid = run.replayer->pid_of(p.id);
-    if (!pid || !model->contains(*pid)) {
-      fail("check 4 (replay)", subject + " is registered; the model does not have it");
-    }
-    const creditloop::model::Stats& ms = model->stats(*pid);
-    if (ms.dispatched != st.dispatched || ms.completed != st.completed ||
-        ms.cost_charged != st.cost_charged || ms.cost_uncharged != st.cost_uncharged ||
-        model->plan(*pid) != p.plan || model->shares(*pid) != p.shares ||
-        model->queued(*pid) != 0) {
-      fail("check 4 (replay)", subject + ": statistics, plan or queue differ from the model's");
-    }
-    for (int c = 0; c < k; ++c) {
-      const auto cls = static_cast<ClassId>(c);
-      const auto mb = model->balance(*pid, cls, at);
-      const std::optional<Balance>& rb = p.balance[cls];
-      if (mb.ok() != rb.has_value() || (rb && *mb != *rb)) {
-        fail("check 4 (replay)",
-             subject + ": " + class_str(cls) + " balance at " + std::to_string(at) + " ns is " +
-                 (rb ? str(*rb) : std::string("not held")) + " nano-credits; the model says " +
-                 (mb.ok() ? str(*mb) : std::string("not held")));
-      }
-    }
+    const std::string subject = check_participant_ledger(run, p);
+    if (model != nullptr) check_participant_model(run, *model, p, subject, at);
   }
 }
 

@@ -80,6 +80,17 @@ std::string fmt(double v) {
   return buf;
 }
 
+// Choices left to the seed are made here, once, so that the rerun command names them.
+void choose_by_seed(Options& o) {
+  if (!o.seed_given) {
+    std::random_device rd;
+    o.seed = (std::uint64_t{rd()} << 32) ^ rd();
+  }
+  if (!o.mode) o.mode = (o.seed & 1) != 0 ? SinkMode::sink : SinkMode::pool;
+  if (!o.end) o.end = (o.seed & 2) != 0 ? EndMode::drain : EndMode::hand_back;
+  if (!o.decide) o.decide = (o.seed & 4) != 0 ? DecideMode::batches : DecideMode::visits;
+}
+
 }  // namespace
 
 const char* mode_name(SinkMode m) { return m == SinkMode::pool ? "pool" : "sink"; }
@@ -160,14 +171,7 @@ Options parse_options(int argc, char** argv) {
       usage_error("unknown argument: " + std::string(a));
     }
   }
-  if (!o.seed_given) {
-    std::random_device rd;
-    o.seed = (std::uint64_t{rd()} << 32) ^ rd();
-  }
-  // Choices left to the seed are made here, once, so that the rerun command names them.
-  if (!o.mode) o.mode = (o.seed & 1) != 0 ? SinkMode::sink : SinkMode::pool;
-  if (!o.end) o.end = (o.seed & 2) != 0 ? EndMode::drain : EndMode::hand_back;
-  if (!o.decide) o.decide = (o.seed & 4) != 0 ? DecideMode::batches : DecideMode::visits;
+  choose_by_seed(o);
   return o;
 }
 

@@ -206,8 +206,46 @@ void Replayer::end_batch(const Event& e) {
 void Replayer::apply(const Event& e) {
   replayed_.store(++summary_.events, std::memory_order_relaxed);
   if (e.now > now_) now_ = e.now;
-  // Record, for every watched participant whose credit instant has come, how many dispatches
-  // had been made before it.
+  mark_due_credits();
+  switch (e.kind) {
+    case EventKind::add:
+      apply_add(e);
+      break;
+    case EventKind::remove:
+      apply_remove(e);
+      break;
+    case EventKind::replan:
+    case EventKind::scale:
+      apply_plan_change(e);
+      break;
+    case EventKind::submit:
+      apply_submit(e);
+      break;
+    case EventKind::begin_turn:
+      apply_begin_turn(e);
+      break;
+    case EventKind::dispatch:
+      apply_batch(e);
+      break;
+    case EventKind::visit:
+      apply_visit(e);
+      break;
+    case EventKind::visit_none:
+      apply_visit_none(e);
+      break;
+    case EventKind::end_turn:
+      model_.end_turn();
+      break;
+    case EventKind::complete:
+      apply_complete(e);
+      break;
+    case EventKind::take_all:
+      apply_take_all();
+      break;
+  }
+}
+
+void Replayer::mark_due_credits() {
   while (!due_.empty() && due_.top().at <= now_) {
     const Due d = due_.top();
     due_.pop();
@@ -217,138 +255,127 @@ void Replayer::apply(const Event& e) {
       p.mark = summary_.dispatches;
     }
   }
-  switch (e.kind) {
-    case EventKind::add: {
-      const std::string name = participant_name(static_cast<std::uint32_t>(e.value));
-      const auto r = model_.add(name, e.x, e.y, e.now);
-      if (!r)
-        diverge(e, "the model refuses the registration of " + name + ": " + errc_str(r.error()));
-      if (r->place != e.place) {
-        diverge(e, name + " took ring place " + std::to_string(e.place) + ", the model gives " +
-                       std::to_string(r->place));
-      }
-      if (e.place >= places_.size()) places_.resize(std::size_t{e.place} + 1);
-      Place& p = places_[e.place];
-      p = Place{e.generation, true, static_cast<std::uint32_t>(e.value), *r};
-      break;
-    }
-    case EventKind::remove: {
-      Place& p = place(e, "remove");
-      auto r = model_.remove(p.pid);
-      if (!r) diverge(e, "the model refuses the removal: " + errc_str(r.error()));
-      queued_ -= r->size();
-      handbacks_.model(HandBacks::key(ParticipantId{e.place, e.generation}), std::move(*r));
-      p.live = false;
-      p.watching = false;
-      break;
-    }
-    case EventKind::replan: {
-      Place& p = place(e, "replan");
-      const creditloop::Status s = model_.replan(p.pid, e.x, e.y, e.now);
-      if (!s) diverge(e, "the model refuses the re-plan: " + errc_str(s.error()));
-      rewatch(p, e);
-      break;
-    }
-    case EventKind::scale: {
-      Place& p = place(e, "scale");
-      const creditloop::Status s = model_.scale(p.pid, e.x, e.now);
-      if (!s) diverge(e, "the model refuses the scale: " + errc_str(s.error()));
-      rewatch(p, e);
-      break;
-    }
-    case EventKind::submit: {
-      Place& p = place(e, "submit");
-      const creditloop::Status s = model_.submit(p.pid, e.value, e.now);
-      if (!s) diverge(e, "the model refuses the submission: " + errc_str(s.error()));
-      ++queued_;
-      if (!p.watching && model_.queued(p.pid) == 1 && model_.holds(p.pid, 0)) watch(e.place, e.now);
-      break;
-    }
-    case EventKind::begin_turn: {
-      auto name = [](std::uint8_t c) { return c == kNoClass ? std::string("none") : class_str(c); };
-      const std::uint8_t model_pass = begin_model_turn(e.now).value_or(kNoClass);
-      if (model_pass != e.out) {
-        diverge(e, "the runtime's turn is " + name(e.out) + ", the model's " + name(model_pass));
-      }
-      break;
-    }
-    case EventKind::dispatch: {
-      if (batch_left_ != 0) {
-        diverge(e, "a batch began with " + std::to_string(batch_left_) +
-                       " dispatches of the last one unreported");
-      }
-      if (e.x > e.value)
-        diverge(e,
-                "a batch of " + std::to_string(e.x) + " in a span of " + std::to_string(e.value));
-      batch_left_ = e.x;
-      batch_short_ = e.x < e.value;
-      if (batch_left_ == 0) end_batch(e);
-      break;
-    }
-    case EventKind::visit: {
-      const auto d = batch_left_ > 0 ? visit_in_batch(e) : model_.visit(e.now);
-      const std::string subject =
-          e.place < places_.size()
-              ? who(places_[e.place].name, ParticipantId{e.place, e.generation})
-              : str(ParticipantId{e.place, e.generation});
-      if (!d) diverge(e, "the runtime dispatched from " + subject + ", the model ends the turn");
-      if (d->participant.place != e.place || d->request != e.value || d->out != e.out ||
-          d->turn != e.turn) {
-        char buf[256];
-        std::snprintf(buf, sizeof buf,
-                      "runtime: request 0x%" PRIx64
-                      " out %s in a %s turn; model: place %u, "
-                      "request 0x%" PRIx64 " out %s in a %s turn",
-                      e.value, class_str(e.out).c_str(), class_str(e.turn).c_str(),
-                      d->participant.place, d->request, class_str(d->out).c_str(),
-                      class_str(d->turn).c_str());
-        diverge(e, "dispatch from " + subject + " differs: " + buf);
-      }
-      Place& p = place(e, "visit");
-      if (e.x >= flights_.size()) flights_.resize(std::size_t{e.x} + 1024);
-      flights_[e.x] = Flight{e.y, d->ticket, true};
-      end_wait(e.place, e.now);
-      --queued_;
-      ++summary_.dispatches;
-      if (e.out < e.turn) ++summary_.out_above_turn;
-      if (model_.holds(p.pid, 0) && model_.queued(p.pid) > 0) watch(e.place, e.now);
-      if (batch_left_ > 0 && --batch_left_ == 0) end_batch(e);
-      break;
-    }
-    case EventKind::visit_none: {
-      const auto d = model_.visit(e.now);
-      if (d) {
-        diverge(e, "the runtime ends the turn, the model dispatches from place " +
-                       std::to_string(d->participant.place) + " under " + class_str(d->out));
-      }
-      break;
-    }
-    case EventKind::end_turn:
-      model_.end_turn();
-      break;
-    case EventKind::complete: {
-      if (e.x >= flights_.size() || !flights_[e.x].live || flights_[e.x].generation != e.y) {
-        diverge(e, "completion of ticket " + str(Ticket{e.x, 0, e.y}) + ", not in flight");
-      }
-      Flight& f = flights_[e.x];
-      f.live = false;
-      const auto r = model_.complete_nano(f.id, static_cast<std::int64_t>(e.value), e.now);
-      if (!r) diverge(e, "the model refuses the completion: " + errc_str(r.error()));
-      ++summary_.completions;
-      if (r->charged) ++summary_.charged;
-      if (r->charged && r->bucket == 0 && r->participant.place < places_.size()) {
-        const Place& p = places_[r->participant.place];
-        if (p.live && p.pid == r->participant) update_credit(r->participant.place, e.now);
-      }
-      break;
-    }
-    case EventKind::take_all: {
-      handbacks_.model(HandBacks::kShutdownKey, model_.take_all_queued());
-      queued_ = 0;
-      for (Place& p : places_) p.watching = false;
-      break;
-    }
+}
+
+void Replayer::apply_add(const Event& e) {
+  const std::string name = participant_name(static_cast<std::uint32_t>(e.value));
+  const auto r = model_.add(name, e.x, e.y, e.now);
+  if (!r) diverge(e, "the model refuses the registration of " + name + ": " + errc_str(r.error()));
+  if (r->place != e.place) {
+    diverge(e, name + " took ring place " + std::to_string(e.place) + ", the model gives " +
+                   std::to_string(r->place));
   }
+  if (e.place >= places_.size()) places_.resize(std::size_t{e.place} + 1);
+  Place& p = places_[e.place];
+  p = Place{e.generation, true, static_cast<std::uint32_t>(e.value), *r};
+}
+
+void Replayer::apply_remove(const Event& e) {
+  Place& p = place(e, "remove");
+  auto r = model_.remove(p.pid);
+  if (!r) diverge(e, "the model refuses the removal: " + errc_str(r.error()));
+  queued_ -= r->size();
+  handbacks_.model(HandBacks::key(ParticipantId{e.place, e.generation}), std::move(*r));
+  p.live = false;
+  p.watching = false;
+}
+
+void Replayer::apply_plan_change(const Event& e) {
+  const bool replan = e.kind == EventKind::replan;
+  Place& p = place(e, replan ? "replan" : "scale");
+  const creditloop::Status s =
+      replan ? model_.replan(p.pid, e.x, e.y, e.now) : model_.scale(p.pid, e.x, e.now);
+  if (!s) {
+    diverge(e, std::string("the model refuses the ") + (replan ? "re-plan" : "scale") + ": " +
+                   errc_str(s.error()));
+  }
+  rewatch(p, e);
+}
+
+void Replayer::apply_submit(const Event& e) {
+  Place& p = place(e, "submit");
+  const creditloop::Status s = model_.submit(p.pid, e.value, e.now);
+  if (!s) diverge(e, "the model refuses the submission: " + errc_str(s.error()));
+  ++queued_;
+  if (!p.watching && model_.queued(p.pid) == 1 && model_.holds(p.pid, 0)) watch(e.place, e.now);
+}
+
+void Replayer::apply_begin_turn(const Event& e) {
+  auto name = [](std::uint8_t c) { return c == kNoClass ? std::string("none") : class_str(c); };
+  const std::uint8_t model_pass = begin_model_turn(e.now).value_or(kNoClass);
+  if (model_pass != e.out) {
+    diverge(e, "the runtime's turn is " + name(e.out) + ", the model's " + name(model_pass));
+  }
+}
+
+void Replayer::apply_batch(const Event& e) {
+  if (batch_left_ != 0) {
+    diverge(e, "a batch began with " + std::to_string(batch_left_) +
+                   " dispatches of the last one unreported");
+  }
+  if (e.x > e.value)
+    diverge(e, "a batch of " + std::to_string(e.x) + " in a span of " + std::to_string(e.value));
+  batch_left_ = e.x;
+  batch_short_ = e.x < e.value;
+  if (batch_left_ == 0) end_batch(e);
+}
+
+void Replayer::apply_visit(const Event& e) {
+  const auto d = batch_left_ > 0 ? visit_in_batch(e) : model_.visit(e.now);
+  const std::string subject = e.place < places_.size()
+                                  ? who(places_[e.place].name, ParticipantId{e.place, e.generation})
+                                  : str(ParticipantId{e.place, e.generation});
+  if (!d) diverge(e, "the runtime dispatched from " + subject + ", the model ends the turn");
+  if (d->participant.place != e.place || d->request != e.value || d->out != e.out ||
+      d->turn != e.turn) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "runtime: request 0x%" PRIx64
+                  " out %s in a %s turn; model: place %u, "
+                  "request 0x%" PRIx64 " out %s in a %s turn",
+                  e.value, class_str(e.out).c_str(), class_str(e.turn).c_str(),
+                  d->participant.place, d->request, class_str(d->out).c_str(),
+                  class_str(d->turn).c_str());
+    diverge(e, "dispatch from " + subject + " differs: " + buf);
+  }
+  Place& p = place(e, "visit");
+  if (e.x >= flights_.size()) flights_.resize(std::size_t{e.x} + 1024);
+  flights_[e.x] = Flight{e.y, d->ticket, true};
+  end_wait(e.place, e.now);
+  --queued_;
+  ++summary_.dispatches;
+  if (e.out < e.turn) ++summary_.out_above_turn;
+  if (model_.holds(p.pid, 0) && model_.queued(p.pid) > 0) watch(e.place, e.now);
+  if (batch_left_ > 0 && --batch_left_ == 0) end_batch(e);
+}
+
+void Replayer::apply_visit_none(const Event& e) {
+  if (const auto d = model_.visit(e.now)) {
+    diverge(e, "the runtime ends the turn, the model dispatches from place " +
+                   std::to_string(d->participant.place) + " under " + class_str(d->out));
+  }
+}
+
+void Replayer::apply_complete(const Event& e) {
+  if (e.x >= flights_.size() || !flights_[e.x].live || flights_[e.x].generation != e.y) {
+    diverge(e, "completion of ticket " + str(Ticket{e.x, 0, e.y}) + ", not in flight");
+  }
+  Flight& f = flights_[e.x];
+  f.live = false;
+  const auto r = model_.complete_nano(f.id, static_cast<std::int64_t>(e.value), e.now);
+  if (!r) diverge(e, "the model refuses the completion: " + errc_str(r.error()));
+  ++summary_.completions;
+  if (r->charged) ++summary_.charged;
+  if (r->charged && r->bucket == 0 && r->participant.place < places_.size()) {
+    const Place& p = places_[r->participant.place];
+    if (p.live && p.pid == r->participant) update_credit(r->participant.place, e.now);
+  }
+}
+
+void Replayer::apply_take_all() {
+  handbacks_.model(HandBacks::kShutdownKey, model_.take_all_queued());
+  queued_ = 0;
+  for (Place& p : places_) p.watching = false;
 }
 
 void Replayer::watch(std::uint32_t place, Nanos now) {

@@ -139,6 +139,21 @@ class Replayer {
   };
 
   void apply(const Event& e);
+  // For every watched participant whose credit instant has come, records how many dispatches
+  // had been made before it.
+  void mark_due_credits();
+  // One per event kind: each replays its event on the model and diverges where they differ.
+  void apply_add(const Event& e);
+  void apply_remove(const Event& e);
+  // A re-plan or a scale: the two differ only in the model's call.
+  void apply_plan_change(const Event& e);
+  void apply_submit(const Event& e);
+  void apply_begin_turn(const Event& e);
+  void apply_batch(const Event& e);
+  void apply_visit(const Event& e);
+  void apply_visit_none(const Event& e);
+  void apply_complete(const Event& e);
+  void apply_take_all();
   // The model's begin_turn, counted; certain (and cheap) when nothing is queued.
   std::optional<ClassId> begin_model_turn(Nanos now);
   // The model's next dispatch by the loop Core::dispatch() runs, for a visit of a batch.

@@ -295,6 +295,53 @@ void sink(Run& run, const creditloop::Decision& d) {
 
 // ---- completers (sink mode) ---------------------------------------------------------------------
 
+namespace {
+
+// A completer's first completion of a ticket, which the runtime must take.
+void expect_completed(Run& run, Status s, Ticket t, const char* how) {
+  run.completer_calls.fetch_add(1, kRelaxed);
+  if (!s) {
+    fail("check 3 (ledger)", std::string("the first completion of ticket ") + str(t) + " by " +
+                                 how + " was refused: " + errc_str(s.error()));
+  }
+}
+
+// The request the sink passed on, marked dispatched, its ticket the one the observer saw.
+Req& sunk_request(Run& run, const creditloop::Decision& d) {
+  Req& r = *static_cast<Req*>(d.request);
+  mark_dispatched(run, r, d.participant, "completer");
+  if (!(r.ticket == d.ticket)) {
+    fail("check 3 (ledger)", req_str(r) + ": the sink got ticket " + str(d.ticket) +
+                                 ", the observer saw " + str(r.ticket));
+  }
+  return r;
+}
+
+// A completion of `t` with a cost the runtime must refuse, by one of the ways to complete.
+void try_refused_cost(Run& run, creditloop::CompletionBatch& batch, Rng& rng, Ticket t) {
+  creditloop::Runtime& rt = *run.rt;
+  switch (rng.below(4)) {
+    case 0:
+      expect_refused(rt.complete(t, -0.5), Errc::bad_cost, kCompletionErrors, "a negative cost");
+      break;
+    case 1:
+      expect_refused(rt.complete(t, std::numeric_limits<double>::quiet_NaN()), Errc::bad_cost,
+                     kCompletionErrors, "a NaN cost");
+      break;
+    case 2:
+      expect_refused(rt.complete_nano(t, creditloop::kMaxCostNano + 1), Errc::bad_cost,
+                     kCompletionErrors, "a cost above the limit");
+      break;
+    default:
+      expect_refused(batch.add(t, std::numeric_limits<double>::infinity()), Errc::bad_cost,
+                     kCompletionErrors, "an infinite cost in a batch");
+      break;
+  }
+  run.refusals_checked.fetch_add(1, kRelaxed);
+}
+
+}  // namespace
+
 void completer_main(Run& run, std::uint32_t index) {
   SinkRing& ring = *run.rings[index];
   Rng rng(seed_for(run.o.seed, Role::completer, index));
@@ -308,19 +355,12 @@ void completer_main(Run& run, std::uint32_t index) {
   };
   std::vector<Held> held;
   held.reserve(8);
-  auto complete_ok = [&](Status s, Ticket t, const char* how) {
-    run.completer_calls.fetch_add(1, kRelaxed);
-    if (!s) {
-      fail("check 3 (ledger)", std::string("the first completion of ticket ") + str(t) + " by " +
-                                   how + " was refused: " + errc_str(s.error()));
-    }
-  };
   // Held completions go out newest first: completions in another order than dispatches.
   auto settle_held = [&] {
     while (!held.empty()) {
       const Held h = held.back();
       held.pop_back();
-      complete_ok(rt.complete(h.ticket, h.credits), h.ticket, "complete() (held back)");
+      expect_completed(run, rt.complete(h.ticket, h.credits), h.ticket, "complete() (held back)");
       hand_back(run, *h.request);
     }
   };
@@ -340,39 +380,14 @@ void completer_main(Run& run, std::uint32_t index) {
       settle();
       return;
     }
-    Req& r = *static_cast<Req*>(d.request);
-    mark_dispatched(run, r, d.participant, "completer");
-    if (!(r.ticket == d.ticket)) {
-      fail("check 3 (ledger)", req_str(r) + ": the sink got ticket " + str(d.ticket) +
-                                   ", the observer saw " + str(r.ticket));
-    }
+    Req& r = sunk_request(run, d);
     const Ticket t = d.ticket;
     const Cost c = draw_cost(run.o.seed, r.id, false);
     run.recorder.expect_cost(t, c.applied);
     run.cost_reported.fetch_add(static_cast<std::uint64_t>(c.applied), kRelaxed);
     serve(run.o.service_us);
 
-    if (rng.one_in(50)) {  // a refused cost first changes nothing
-      switch (rng.below(4)) {
-        case 0:
-          expect_refused(rt.complete(t, -0.5), Errc::bad_cost, kCompletionErrors,
-                         "a negative cost");
-          break;
-        case 1:
-          expect_refused(rt.complete(t, std::numeric_limits<double>::quiet_NaN()), Errc::bad_cost,
-                         kCompletionErrors, "a NaN cost");
-          break;
-        case 2:
-          expect_refused(rt.complete_nano(t, creditloop::kMaxCostNano + 1), Errc::bad_cost,
-                         kCompletionErrors, "a cost above the limit");
-          break;
-        default:
-          expect_refused(batch.add(t, std::numeric_limits<double>::infinity()), Errc::bad_cost,
-                         kCompletionErrors, "an infinite cost in a batch");
-          break;
-      }
-      run.refusals_checked.fetch_add(1, kRelaxed);
-    }
+    if (rng.one_in(50)) try_refused_cost(run, batch, rng, t);  // first: it changes nothing
     const std::uint64_t how = rng.below(100);
     if (how < 15) {
       held.push_back(Held{t, c.credits, &r});
@@ -381,12 +396,12 @@ void completer_main(Run& run, std::uint32_t index) {
     }
     bool in_batch = false;
     if (how < 50) {
-      complete_ok(rt.complete(t, c.credits), t, "complete()");
+      expect_completed(run, rt.complete(t, c.credits), t, "complete()");
     } else if (how < 65) {
-      complete_ok(rt.complete_nano(t, c.applied), t, "complete_nano()");
+      expect_completed(run, rt.complete_nano(t, c.applied), t, "complete_nano()");
     } else {
-      complete_ok(rng.one_in(2) ? batch.add(t, c.credits) : batch.add_nano(t, c.applied), t,
-                  "CompletionBatch::add()");
+      expect_completed(run, rng.one_in(2) ? batch.add(t, c.credits) : batch.add_nano(t, c.applied),
+                       t, "CompletionBatch::add()");
       in_batch = true;
     }
     hand_back(run, r);     // completed (claimed): the request is its producer's again

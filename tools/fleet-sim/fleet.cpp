@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "apportion.hpp"
+#include "common/splitmix64.hpp"
 #include "creditloop/core.hpp"
 
 namespace creditloop::fleet {
@@ -29,18 +30,33 @@ Nanos to_nanos(double seconds) { return creditloop::from_seconds(seconds).value(
 /// order in which servers are advanced.
 struct Rng {
   std::uint64_t state;
-  std::uint64_t next() noexcept {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  std::uint64_t next() noexcept { return tools::splitmix64_next(state); }
   /// Uniform in (0, 1].
   double unit() noexcept { return static_cast<double>((next() >> 11) + 1) * 0x1.0p-53; }
   std::uint32_t below(std::uint32_t n) noexcept {
     return static_cast<std::uint32_t>(unit() * n) % n;
   }
 };
+
+/// An index drawn with probability in proportion to its weight.
+std::uint32_t pick(Rng& rng, const std::vector<double>& weights) {
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  double u = rng.unit() * total;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    if (u <= weights[i]) return static_cast<std::uint32_t>(i);
+    u -= weights[i];
+  }
+  return static_cast<std::uint32_t>(weights.size() - 1);
+}
+
+/// n shares of a whole, each drawn within a factor of four of the others.
+std::vector<double> split(Rng& rng, std::uint32_t n) {
+  std::vector<double> w(n);
+  for (double& x : w) x = 0.25 + 0.75 * rng.unit();
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  for (double& x : w) x /= total;
+  return w;
+}
 
 struct Tenant {
   std::uint32_t plan = 0;
@@ -129,6 +145,13 @@ class Simulation {
  private:
   void build_config();
   void build_traffic();
+  // build_traffic()'s steps; the draws stay in its order.
+  [[nodiscard]] std::vector<std::uint32_t> choose_servers(Rng& rng, std::uint32_t count,
+                                                          const std::vector<std::uint32_t>& avoid,
+                                                          bool live_only) const;
+  void add_local(std::uint32_t server, std::uint32_t tenant, double before, double after);
+  // Each stream's first arrival, from its own generator.
+  void start_arrivals();
   void schedule(Nanos at, Event::Kind kind, std::uint32_t server) {
     events_.push(Event{at, seq_++, kind, server});
   }
@@ -224,15 +247,6 @@ void Simulation::build_config() {
 // order of the draws is what makes a run repeatable, so they stay in one function.
 void Simulation::build_traffic() {
   Rng rng{c_.seed};
-  auto pick = [&](const std::vector<double>& weights) {
-    const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
-    double u = rng.unit() * total;
-    for (std::size_t i = 0; i < weights.size(); ++i) {
-      if (u <= weights[i]) return static_cast<std::uint32_t>(i);
-      u -= weights[i];
-    }
-    return static_cast<std::uint32_t>(weights.size() - 1);
-  };
   std::vector<double> plan_weights;
   for (const PlanSpec& p : c_.plans) plan_weights.push_back(p.weight);
   servers_.resize(c_.servers);
@@ -245,54 +259,26 @@ void Simulation::build_traffic() {
     s.idle_fraction = even_fraction(c_.servers);
   }
   const auto spread_max = static_cast<std::uint32_t>(c_.spread.size());
-  auto choose_servers = [&](std::uint32_t count, const std::vector<std::uint32_t>& avoid,
-                            bool live_only) {
-    std::vector<std::uint32_t> chosen;
-    while (chosen.size() < count) {
-      const std::uint32_t s = rng.below(c_.servers);
-      if (std::find(chosen.begin(), chosen.end(), s) != chosen.end()) continue;
-      if (std::find(avoid.begin(), avoid.end(), s) != avoid.end()) continue;
-      if (live_only && servers_[s].dead) continue;
-      chosen.push_back(s);
-    }
-    return chosen;
-  };
-  auto add_local = [&](std::uint32_t server, std::uint32_t tenant, double before, double after) {
-    Local l;
-    l.tenant = tenant;
-    l.rate_before = before;
-    l.rate_after = after;
-    l.rng = Rng{c_.seed ^ (0x5851f42d4c957f2dULL * (servers_[server].locals.size() + 1)) ^
-                (static_cast<std::uint64_t>(server) << 40)};
-    servers_[server].locals.push_back(l);
-  };
-  auto split = [&](std::uint32_t n) {
-    std::vector<double> w(n);
-    for (double& x : w) x = 0.25 + 0.75 * rng.unit();
-    const double total = std::accumulate(w.begin(), w.end(), 0.0);
-    for (double& x : w) x /= total;
-    return w;
-  };
   std::vector<std::uint32_t> dead;
   if (c_.change == Change::death) {
-    dead = choose_servers(c_.deaths, {}, false);
+    dead = choose_servers(rng, c_.deaths, {}, false);
     for (std::uint32_t d : dead) servers_[d].dead = true;  // for choosing only; reset below
   }
   tenants_.resize(c_.tenants);
   for (std::uint32_t t = 0; t < c_.tenants; ++t) {
     Tenant& tenant = tenants_[t];
-    tenant.plan = pick(plan_weights);
+    tenant.plan = pick(rng, plan_weights);
     tenant.saturating = rng.unit() <= c_.saturating_fraction;
     tenant.offered =
         c_.plans[tenant.plan].rate * (tenant.saturating ? c_.saturating_load : c_.light_load);
-    const std::uint32_t n = std::min(pick(c_.spread) + 1, std::min(spread_max, c_.servers));
-    const std::vector<std::uint32_t> on = choose_servers(n, {}, false);
-    const std::vector<double> w = split(n);
+    const std::uint32_t n = std::min(pick(rng, c_.spread) + 1, std::min(spread_max, c_.servers));
+    const std::vector<std::uint32_t> on = choose_servers(rng, n, {}, false);
+    const std::vector<double> w = split(rng, n);
     const bool shifts = c_.change == Change::shift && rng.unit() <= c_.shift_fraction;
     if (shifts) {
       tenant.moved = true;
-      const std::vector<std::uint32_t> to = choose_servers(n, on, false);
-      const std::vector<double> w2 = split(n);
+      const std::vector<std::uint32_t> to = choose_servers(rng, n, on, false);
+      const std::vector<double> w2 = split(rng, n);
       for (std::uint32_t i = 0; i < n; ++i) add_local(on[i], t, tenant.offered * w[i], 0);
       for (std::uint32_t i = 0; i < n; ++i) add_local(to[i], t, 0, tenant.offered * w2[i]);
       continue;
@@ -309,7 +295,7 @@ void Simulation::build_traffic() {
         add_local(on[i], t, before, after);
       }
       if (tenant.moved && surviving <= 0) {
-        add_local(choose_servers(1, on, true)[0], t, 0, tenant.offered);
+        add_local(choose_servers(rng, 1, on, true)[0], t, 0, tenant.offered);
       }
       continue;
     }
@@ -320,6 +306,35 @@ void Simulation::build_traffic() {
   dead_ = std::move(dead);
   demands_.resize(c_.tenants);
   store_rng_ = Rng{c_.seed * 0x9e3779b97f4a7c15ULL + 7};
+  start_arrivals();
+}
+
+std::vector<std::uint32_t> Simulation::choose_servers(Rng& rng, std::uint32_t count,
+                                                      const std::vector<std::uint32_t>& avoid,
+                                                      bool live_only) const {
+  std::vector<std::uint32_t> chosen;
+  while (chosen.size() < count) {
+    const std::uint32_t s = rng.below(c_.servers);
+    if (std::find(chosen.begin(), chosen.end(), s) != chosen.end()) continue;
+    if (std::find(avoid.begin(), avoid.end(), s) != avoid.end()) continue;
+    if (live_only && servers_[s].dead) continue;
+    chosen.push_back(s);
+  }
+  return chosen;
+}
+
+void Simulation::add_local(std::uint32_t server, std::uint32_t tenant, double before,
+                           double after) {
+  Local l;
+  l.tenant = tenant;
+  l.rate_before = before;
+  l.rate_after = after;
+  l.rng = Rng{c_.seed ^ (0x5851f42d4c957f2dULL * (servers_[server].locals.size() + 1)) ^
+              (static_cast<std::uint64_t>(server) << 40)};
+  servers_[server].locals.push_back(l);
+}
+
+void Simulation::start_arrivals() {
   for (std::uint32_t i = 0; i < c_.servers; ++i) {
     Server& s = servers_[i];
     s.core->reserve(s.locals.size(), c_.slots);

@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -58,6 +59,29 @@ const char* change_name(Change c) {
       return "death";
   }
   return "none";
+}
+
+/// The configuration's "plans": each one's name defaults to where it is in the array.
+std::vector<creditloop::fleet::PlanSpec> read_plans(const json& plans) {
+  if (!plans.is_array()) throw BadInput("plans: must be an array");
+  std::vector<creditloop::fleet::PlanSpec> specs;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const json& p = plans[i];
+    const std::string at = "plans[" + std::to_string(i) + "]";
+    if (!p.is_object()) throw BadInput(at + ": must be an object");
+    creditloop::fleet::PlanSpec spec;
+    spec.name = at;
+    try {
+      read_field(p, "name", spec.name);
+      read_field(p, "rate", spec.rate);
+      read_field(p, "burst", spec.burst);
+      read_field(p, "weight", spec.weight);
+    } catch (const BadInput& e) {
+      throw BadInput(at + "." + e.what());
+    }
+    specs.push_back(spec);
+  }
+  return specs;
 }
 
 /// Reads a configuration file over the defaults. Every key must be known. A field after another,
@@ -112,26 +136,7 @@ void read_config(const json& j, SimConfig& c) {
   read_field(j, "outage_at_s", c.outage_at_s);
   read_field(j, "outage_s", c.outage_s);
   read_field(j, "grace_s", c.grace_s);
-  if (j.contains("plans")) {
-    if (!j["plans"].is_array()) throw BadInput("plans: must be an array");
-    c.plans.clear();
-    for (std::size_t i = 0; i < j["plans"].size(); ++i) {
-      const json& p = j["plans"][i];
-      const std::string at = "plans[" + std::to_string(i) + "]";
-      if (!p.is_object()) throw BadInput(at + ": must be an object");
-      creditloop::fleet::PlanSpec spec;
-      spec.name = at;
-      try {
-        read_field(p, "name", spec.name);
-        read_field(p, "rate", spec.rate);
-        read_field(p, "burst", spec.burst);
-        read_field(p, "weight", spec.weight);
-      } catch (const BadInput& e) {
-        throw BadInput(at + "." + e.what());
-      }
-      c.plans.push_back(spec);
-    }
-  }
+  if (j.contains("plans")) c.plans = read_plans(j["plans"]);
   read_field(j, "saturating_fraction", c.saturating_fraction);
   read_field(j, "saturating_load", c.saturating_load);
   read_field(j, "light_load", c.light_load);

@@ -257,6 +257,31 @@ void add_capture_metrics(Families& families, const CaptureStats& c) {
   add("creditloop_capture_files_total", "Capture files started (one per rotation)", c.files);
 }
 
+// /debug/participants' "loop": the runtime's counters at one instant.
+nlohmann::json loop_json(const RuntimeSnapshot& loop, int k, Runtime& rt, bool learned_room) {
+  using nlohmann::json;
+  json turns = json::array();
+  json dispatched = json::array();
+  for (int c = 0; c <= k; ++c) {
+    turns.push_back(loop.per_class[static_cast<std::size_t>(c)].turns);
+    dispatched.push_back(loop.per_class[static_cast<std::size_t>(c)].dispatched);
+  }
+  json out = {{"at_s", to_seconds(loop.at)},
+              {"participants", loop.participants},
+              {"waiting", loop.waiting},
+              {"in_flight", loop.in_flight},
+              {"dispatched", loop.dispatched},
+              {"completed", loop.completed},
+              {"parks", loop.parks},
+              {"wakeups", loop.wakeups},
+              {"dispatcher_cpu_s", to_seconds(loop.dispatcher_cpu)},
+              {"turns", turns},
+              {"dispatched_by_class", dispatched},
+              {"room_slots", rt.room_slots()}};
+  if (learned_room) out["room_latency_s"] = to_seconds(rt.room_latency());
+  return out;
+}
+
 }  // namespace
 
 std::string metrics_text(Server& server) {
@@ -296,25 +321,7 @@ std::string participants_json(Server& server) {
   if (rt != nullptr) {
     const RuntimeSnapshot loop = rt->snapshot();
     now = loop.at;
-    json turns = json::array();
-    json dispatched = json::array();
-    for (int c = 0; c <= k; ++c) {
-      turns.push_back(loop.per_class[static_cast<std::size_t>(c)].turns);
-      dispatched.push_back(loop.per_class[static_cast<std::size_t>(c)].dispatched);
-    }
-    out["loop"] = {{"at_s", to_seconds(loop.at)},
-                   {"participants", loop.participants},
-                   {"waiting", loop.waiting},
-                   {"in_flight", loop.in_flight},
-                   {"dispatched", loop.dispatched},
-                   {"completed", loop.completed},
-                   {"parks", loop.parks},
-                   {"wakeups", loop.wakeups},
-                   {"dispatcher_cpu_s", to_seconds(loop.dispatcher_cpu)},
-                   {"turns", turns},
-                   {"dispatched_by_class", dispatched},
-                   {"room_slots", rt->room_slots()}};
-    if (dir->config->learned_room) out["loop"]["room_latency_s"] = to_seconds(rt->room_latency());
+    out["loop"] = loop_json(loop, k, *rt, dir->config->learned_room.has_value());
   }
   json tenants = json::array();
   for (const auto& [name, entry] : dir->by_name) {

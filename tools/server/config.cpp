@@ -137,6 +137,26 @@ ProxyConfig proxy(const json& body) {
   return p;
 }
 
+CaptureConfig capture(const json& body) {
+  Fields f(body, "capture");
+  CaptureConfig capture;
+  capture.path = f.text("path", "", true);
+  if (capture.path.empty()) refuse(f.path("path"), "must not be empty");
+  capture.max_bytes = f.integer("max_bytes", capture.max_bytes, 4096, 1ull << 40);
+  capture.files = static_cast<std::uint32_t>(f.integer("files", capture.files, 1, 1000));
+  f.finish();
+  return capture;
+}
+
+AccessLogConfig access_log(const json& body) {
+  Fields f(body, "access_log");
+  AccessLogConfig log;
+  log.path = f.text("path", "", true);
+  if (log.path.empty()) refuse(f.path("path"), "must not be empty");
+  f.finish();
+  return log;
+}
+
 Limits limits(const json& body) {
   Fields f(body, "limits");
   Limits l;
@@ -280,24 +300,8 @@ ServerConfig parse(const json& root, const std::string& base_dir) {
   if (s.mode == ServeMode::proxy && s.proxy.request_buffering) {
     s.proxy.body_temp_dir = body_temp_dir(s.proxy.body_temp_dir, base_dir);
   }
-  if (const json* c = top.find("capture")) {
-    Fields f(*c, "capture");
-    CaptureConfig capture;
-    capture.path = f.text("path", "", true);
-    if (capture.path.empty()) refuse(f.path("path"), "must not be empty");
-    capture.max_bytes = f.integer("max_bytes", capture.max_bytes, 4096, 1ull << 40);
-    capture.files = static_cast<std::uint32_t>(f.integer("files", capture.files, 1, 1000));
-    f.finish();
-    s.capture = std::move(capture);
-  }
-  if (const json* a = top.find("access_log")) {
-    Fields f(*a, "access_log");
-    AccessLogConfig log;
-    log.path = f.text("path", "", true);
-    if (log.path.empty()) refuse(f.path("path"), "must not be empty");
-    f.finish();
-    s.access_log = std::move(log);
-  }
+  if (const json* c = top.find("capture")) s.capture = capture(*c);
+  if (const json* a = top.find("access_log")) s.access_log = access_log(*a);
   if (const json* f = top.find("fleet")) s.fleet = fleet(*f);
   top.finish();
   // Checked here, after the tenants: the admin key would otherwise open a tenant's account and

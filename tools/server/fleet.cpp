@@ -246,55 +246,12 @@ bool Fleet::round_trip(std::vector<Report>& reports, std::uint32_t& live_servers
         continue;
       }
       if (i == 0) {
-        const redisReply* r = reply.get();
-        const auto integer = [r](std::size_t k) {
-          return r->element[k]->type == REDIS_REPLY_INTEGER;
-        };
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 && integer(0) &&
-            r->element[0]->integer == 1) {
-          held = true;
-        } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && integer(0) &&
-                   r->element[0]->integer == 0 && r->element[1]->type == REDIS_REPLY_STRING &&
-                   integer(2)) {
-          held = false;
-          holder_.assign(r->element[1]->str, r->element[1]->len);
-          holder_ttl_ms_ = r->element[2]->integer;
-          fail("duplicate_id", "server id " + server_id_ + " is held by " + holder_);
-        } else {
-          fail("reply", "claim: " + describe_reply_error(r));
-          ok = false;
-        }
-        continue;
+        ok = read_claim(reply.get(), held) && ok;
+      } else if (i == replies - 1) {
+        ok = read_heartbeat(reply.get(), live_servers) && ok;
+      } else {
+        ok = read_report(reply.get(), reports[i - 1]) && ok;
       }
-      if (i == replies - 1) {
-        if (reply->type != REDIS_REPLY_INTEGER || reply->integer < 1) {
-          fail("reply", "heartbeat: " + describe_reply_error(reply.get()));
-          ok = false;
-          continue;
-        }
-        live_servers = static_cast<std::uint32_t>(
-            std::min<long long>(reply->integer, std::numeric_limits<std::uint32_t>::max()));
-        continue;
-      }
-      Report& r = reports[i - 1];
-      if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
-          reply->element[0]->type != REDIS_REPLY_INTEGER ||
-          reply->element[1]->type != REDIS_REPLY_INTEGER ||
-          reply->element[2]->type != REDIS_REPLY_INTEGER || reply->element[0]->integer < 0 ||
-          reply->element[0]->integer > kWholePlan) {
-        fail("reply", describe_reply_error(reply.get()));
-        ok = false;
-        continue;
-      }
-      r.answered = true;
-      r.fraction = static_cast<std::uint32_t>(reply->element[0]->integer);
-      // Shown, not applied; clipped as the function clips every entry, so that a reply out of
-      // range cannot show as a wrapped-around count.
-      const long long live = std::clamp<long long>(reply->element[1]->integer, 1,
-                                                   std::numeric_limits<std::uint32_t>::max());
-      r.track->view.live_entries = static_cast<std::uint32_t>(live);
-      r.track->view.fleet_demand = static_cast<std::uint64_t>(std::clamp<long long>(
-          reply->element[2]->integer, 0, static_cast<long long>(kMaxDemand) * live));
     }
     if (!missing) {
       claimed_ = held;
@@ -311,6 +268,56 @@ bool Fleet::round_trip(std::vector<Report>& reports, std::uint32_t& live_servers
     redis_.reset();
   }
   return false;
+}
+
+bool Fleet::read_claim(const redisReply* r, bool& held) {
+  const auto integer = [r](std::size_t k) { return r->element[k]->type == REDIS_REPLY_INTEGER; };
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 && integer(0) &&
+      r->element[0]->integer == 1) {
+    held = true;
+  } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && integer(0) &&
+             r->element[0]->integer == 0 && r->element[1]->type == REDIS_REPLY_STRING &&
+             integer(2)) {
+    held = false;
+    holder_.assign(r->element[1]->str, r->element[1]->len);
+    holder_ttl_ms_ = r->element[2]->integer;
+    fail("duplicate_id", "server id " + server_id_ + " is held by " + holder_);
+  } else {
+    fail("reply", "claim: " + describe_reply_error(r));
+    return false;
+  }
+  return true;
+}
+
+bool Fleet::read_heartbeat(const redisReply* r, std::uint32_t& live_servers) {
+  if (r->type != REDIS_REPLY_INTEGER || r->integer < 1) {
+    fail("reply", "heartbeat: " + describe_reply_error(r));
+    return false;
+  }
+  live_servers = static_cast<std::uint32_t>(
+      std::min<long long>(r->integer, std::numeric_limits<std::uint32_t>::max()));
+  return true;
+}
+
+bool Fleet::read_report(const redisReply* reply, Report& r) {
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
+      reply->element[0]->type != REDIS_REPLY_INTEGER ||
+      reply->element[1]->type != REDIS_REPLY_INTEGER ||
+      reply->element[2]->type != REDIS_REPLY_INTEGER || reply->element[0]->integer < 0 ||
+      reply->element[0]->integer > kWholePlan) {
+    fail("reply", describe_reply_error(reply));
+    return false;
+  }
+  r.answered = true;
+  r.fraction = static_cast<std::uint32_t>(reply->element[0]->integer);
+  // Shown, not applied; clipped as the function clips every entry, so that a reply out of
+  // range cannot show as a wrapped-around count.
+  const long long live = std::clamp<long long>(reply->element[1]->integer, 1,
+                                               std::numeric_limits<std::uint32_t>::max());
+  r.track->view.live_entries = static_cast<std::uint32_t>(live);
+  r.track->view.fleet_demand = static_cast<std::uint64_t>(std::clamp<long long>(
+      reply->element[2]->integer, 0, static_cast<long long>(kMaxDemand) * live));
+  return true;
 }
 
 std::vector<Fleet::Report> Fleet::gather() {

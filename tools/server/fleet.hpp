@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+struct redisReply;  // hiredis's: only fleet.cpp reads one
+
 #include <creditloop/runtime.hpp>
 #include <nlohmann/json_fwd.hpp>
 
@@ -112,6 +114,10 @@ class Fleet {
   /// turns out to be held by another server, no report counts as answered. Reloads the function
   /// and tries once more if Redis has lost it.
   bool round_trip(std::vector<Report>& reports, std::uint32_t& live_servers, bool claim_only);
+  // round_trip()'s replies, one of each kind: false (recorded) for a reply not as it should be.
+  bool read_claim(const redisReply* r, bool& held);
+  bool read_heartbeat(const redisReply* r, std::uint32_t& live_servers);
+  bool read_report(const redisReply* reply, Report& r);
   /// start()'s claim: false if Redis does not answer; throws if a live server holds the id.
   bool claim_at_start();
   bool connect();

@@ -245,6 +245,36 @@ void LiveView::attach(tcp::socket socket, const Request& request) {
   streams_.push_back(std::move(stream));
 }
 
+json LiveView::passes_since_last(const RuntimeSnapshot& loop, int k) {
+  json passes = json::array();
+  for (int c = 0; c <= k; ++c) {
+    const auto i = static_cast<std::size_t>(c);
+    passes.push_back(loop.per_class[i].turns - std::min(loop.per_class[i].turns, last_passes_[i]));
+    last_passes_[i] = loop.per_class[i].turns;
+  }
+  return passes;
+}
+
+json LiveView::requests_by_tenant(const std::vector<Done>& done) {
+  json requests = json::object();
+  for (const Done& d : done) {
+    json& r = requests[d.tenant->name];
+    if (r.is_null()) {
+      r = {{"a", json::array()},
+           {"d", json::array()},
+           {"c", json::array()},
+           {"k", json::array()},
+           {"cost", json::array()}};
+    }
+    r["a"].push_back(d.arrived);
+    r["d"].push_back(d.started);
+    r["c"].push_back(d.finished);
+    r["k"].push_back(d.cls);
+    r["cost"].push_back(six_places(d.cost));
+  }
+  return requests;
+}
+
 std::shared_ptr<const std::string> LiveView::tick_event(std::int64_t now,
                                                         const std::vector<Done>& done,
                                                         std::uint64_t dropped) {
@@ -258,12 +288,7 @@ std::shared_ptr<const std::string> LiveView::tick_event(std::int64_t now,
     for (ParticipantSnapshot& s : rt->snapshot_participants()) snaps[s.name] = std::move(s);
     loop = rt->snapshot();
   }
-  json passes = json::array();
-  for (int c = 0; c <= k; ++c) {
-    const auto i = static_cast<std::size_t>(c);
-    passes.push_back(loop.per_class[i].turns - std::min(loop.per_class[i].turns, last_passes_[i]));
-    last_passes_[i] = loop.per_class[i].turns;
-  }
+  const json passes = passes_since_last(loop, k);
   json tenants = json::array();
   decltype(last_dispatched_) dispatched_now;
   for (const auto& [name, entry] : dir->by_name) {
@@ -318,27 +343,10 @@ std::shared_ptr<const std::string> LiveView::tick_event(std::int64_t now,
   }
   last_dispatched_ = std::move(dispatched_now);
 
-  // Requests by tenant, in columns: arrival, start, finish (microseconds), class, cost.
-  json requests = json::object();
-  for (const Done& d : done) {
-    json& r = requests[d.tenant->name];
-    if (r.is_null()) {
-      r = {{"a", json::array()},
-           {"d", json::array()},
-           {"c", json::array()},
-           {"k", json::array()},
-           {"cost", json::array()}};
-    }
-    r["a"].push_back(d.arrived);
-    r["d"].push_back(d.started);
-    r["c"].push_back(d.finished);
-    r["k"].push_back(d.cls);
-    r["cost"].push_back(six_places(d.cost));
-  }
   json tick = {{"t", now},
                {"passes", passes},
                {"tenants", tenants},
-               {"requests", requests},
+               {"requests", requests_by_tenant(done)},
                {"dropped", dropped}};
   if (rt != nullptr && dir->config->learned_room) {
     tick["room"] = {{"slots", rt->room_slots()}, {"latency_us", rt->room_latency() / 1000}};

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "scheduler.hpp"
 #include "session.hpp"
@@ -99,6 +100,10 @@ class LiveView {
                                                               const std::vector<Done>& done,
                                                               std::uint64_t dropped);
   [[nodiscard]] std::string hello_event() const;
+  // The turns each class began since the last tick (and the count for the next).
+  [[nodiscard]] nlohmann::json passes_since_last(const RuntimeSnapshot& loop, int k);
+  // Requests by tenant, in columns: arrival, start, finish (microseconds), class, cost.
+  [[nodiscard]] static nlohmann::json requests_by_tenant(const std::vector<Done>& done);
   [[nodiscard]] std::int64_t micros(Clock::time_point t) const;
 
   Server& server_;

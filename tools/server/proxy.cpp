@@ -85,8 +85,19 @@ class Exchanger {
 
  private:
   asio::awaitable<bool> send_request();
+  void frame_request(http::request<http::buffer_body>& forward, bool body) const;
+  asio::awaitable<bool> send_body_from_file(http::request<http::buffer_body>& forward,
+                                            http::request_serializer<http::buffer_body>& sr,
+                                            beast::error_code& ec);
+  asio::awaitable<bool> stream_client_body(http::request<http::buffer_body>& forward,
+                                           http::request_serializer<http::buffer_body>& sr,
+                                           beast::error_code& ec);
+  void expect_response();
+  asio::awaitable<void> answer_backend_failure(const beast::error_code& ec);
   asio::awaitable<bool> read_response_head();
   asio::awaitable<void> relay_response();
+  bool frame_response(http::response<http::buffer_body>& res, boost::optional<std::uint64_t> length,
+                      std::size_t got, bool whole) const;
   asio::awaitable<std::size_t> fill(beast::error_code& ec);
   asio::awaitable<void> answer_error(unsigned status, const std::string& why);
 
@@ -135,8 +146,8 @@ asio::awaitable<ProxyOutcome> Exchanger::run() {
 }
 
 // Sends the head and streams the body; a reused connection that fails before any response byte
-// is replaced once for a repeatable request. One coroutine, longer than most functions here: the
-// retry must see the whole attempt (what was sent, on which connection), and each step suspends.
+// is replaced once for a repeatable request. The retry must see the whole attempt (what was
+// sent, on which connection): the attempt's loop stays here, its steps are the helpers below.
 asio::awaitable<bool> Exchanger::send_request() {
   const RequestHead& req = e_.head();
   // A buffered body goes with its length: in one write from memory, or a scratch buffer at a
@@ -145,17 +156,7 @@ asio::awaitable<bool> Exchanger::send_request() {
   const bool body = buffered ? !e_.body.empty() : client_body_pending();
   const bool from_file = buffered && e_.body.in_file();
   http::request<http::buffer_body> forward;
-  backend_head(req,
-               Forwarded{e_.tenant->name, e_.client_address, config_.proxy.host, backend_.address(),
-                         e_.request_id, e_.header_fields},
-               forward.base());
-  if (buffered) {
-    if (e_.parser->content_length() || e_.parser->chunked()) forward.content_length(e_.body.size());
-  } else if (const auto length = e_.parser->content_length()) {
-    forward.content_length(*length);
-  } else if (body) {
-    forward.chunked(true);
-  }
+  frame_request(forward, body);
   beast::error_code ec;
   for (int attempt = 0;; ++attempt) {
     conn_ = co_await backend_.lease(ec);
@@ -173,64 +174,16 @@ asio::awaitable<bool> Exchanger::send_request() {
     conn_->stream.expires_after(backend_.timeout());
     co_await http::async_write(conn_->stream, sr, redirect(ec));
     if (ec == http::error::need_buffer) ec = {};
-    for (std::uint64_t sent = 0; !ec && from_file && sent < e_.body.size();) {
-      std::size_t got = 0;
-      if (const std::error_code disk =
-              e_.body.read_at(sent, {client_.scratch, client_.scratch_size}, got)) {
-        // The backend has part of a request it will never see whole: its connection goes.
-        drop_connection();
-        std::fprintf(stderr, "creditloop-server: cannot read a buffered request body back: %s\n",
-                     disk.message().c_str());
-        co_await answer_error(500, "cannot read the buffered request body");
-        co_return false;
-      }
-      sent += got;
-      forward.body().data = client_.scratch;
-      forward.body().size = got;
-      forward.body().more = sent < e_.body.size();
-      conn_->stream.expires_after(backend_.timeout());
-      co_await http::async_write(conn_->stream, sr, redirect(ec));
-      if (ec == http::error::need_buffer) ec = {};
+    if (from_file) {
+      if (!co_await send_body_from_file(forward, sr, ec)) co_return false;
     }
-    while (!ec && body && !e_.parser->is_done()) {
-      auto& in = e_.parser->get().body();
-      in.data = client_.scratch;
-      in.size = client_.scratch_size;
-      client_.stream.expires_after(config_.limits.read_timeout);
-      beast::error_code client_ec;
-      co_await http::async_read_some(client_.stream, client_.buffer, *e_.parser,
-                                     redirect(client_ec));
-      if (client_ec == http::error::need_buffer) client_ec = {};
-      if (client_ec) {
-        // The client's body broke off or was malformed: the backend got part of a request.
-        drop_connection();
-        server_.bad_requests.fetch_add(1, std::memory_order_relaxed);  // a statistic
-        const bool malformed =
-            client_ec != beast::error::timeout && client_ec != asio::error::eof &&
-            client_ec != http::error::partial_message && client_ec != asio::error::connection_reset;
-        if (malformed) {
-          co_await answer_error(client_ec == http::error::body_limit ? 413 : 400,
-                                "malformed request body: " + client_ec.message());
-        } else {
-          settle();
-        }
-        co_return false;
-      }
-      const std::size_t n = client_.scratch_size - in.size;
-      forward.body().data = n > 0 ? client_.scratch : nullptr;
-      forward.body().size = n;
-      forward.body().more = !e_.parser->is_done();
-      conn_->stream.expires_after(backend_.timeout());
-      co_await http::async_write(conn_->stream, sr, redirect(ec));
-      if (ec == http::error::need_buffer) ec = {};
+    if (body) {
+      if (!co_await stream_client_body(forward, sr, ec)) co_return false;
     }
     if (!ec) {
       // Sent whole: its memory and its file are not needed for the response, however long.
       if (buffered) e_.body.release();
-      response_.emplace();
-      response_->header_limit(static_cast<std::uint32_t>(Backend::kHeaderBytes));
-      response_->body_limit(std::numeric_limits<std::uint64_t>::max());
-      if (req.method() == http::verb::head) response_->skip(true);
+      expect_response();
       conn_->stream.expires_after(backend_.timeout());
       co_await http::async_read_header(conn_->stream, conn_->buffer, *response_, redirect(ec));
       if (!ec) co_return true;
@@ -242,11 +195,103 @@ asio::awaitable<bool> Exchanger::send_request() {
       drop_connection();
       continue;
     }
-    backend_timed_out_ = ec == beast::error::timeout;
-    drop_connection();
-    co_await answer_error(backend_timed_out_ ? 504 : 502, "backend failed: " + ec.message());
+    co_await answer_backend_failure(ec);
     co_return false;
   }
+}
+
+// The backend's head for the request, framed as its body will be sent: a buffered body goes
+// with its length, a pending one with the client's length or else chunked.
+void Exchanger::frame_request(http::request<http::buffer_body>& forward, bool body) const {
+  backend_head(e_.head(),
+               Forwarded{e_.tenant->name, e_.client_address, config_.proxy.host, backend_.address(),
+                         e_.request_id, e_.header_fields},
+               forward.base());
+  if (e_.body_buffered) {
+    if (e_.parser->content_length() || e_.parser->chunked()) forward.content_length(e_.body.size());
+  } else if (const auto length = e_.parser->content_length()) {
+    forward.content_length(*length);
+  } else if (body) {
+    forward.chunked(true);
+  }
+}
+
+// A buffered body's file, a scratch buffer at a time; false when the exchange is answered.
+asio::awaitable<bool> Exchanger::send_body_from_file(
+    http::request<http::buffer_body>& forward, http::request_serializer<http::buffer_body>& sr,
+    beast::error_code& ec) {
+  for (std::uint64_t sent = 0; !ec && sent < e_.body.size();) {
+    std::size_t got = 0;
+    if (const std::error_code disk =
+            e_.body.read_at(sent, {client_.scratch, client_.scratch_size}, got)) {
+      // The backend has part of a request it will never see whole: its connection goes.
+      drop_connection();
+      std::fprintf(stderr, "creditloop-server: cannot read a buffered request body back: %s\n",
+                   disk.message().c_str());
+      co_await answer_error(500, "cannot read the buffered request body");
+      co_return false;
+    }
+    sent += got;
+    forward.body().data = client_.scratch;
+    forward.body().size = got;
+    forward.body().more = sent < e_.body.size();
+    conn_->stream.expires_after(backend_.timeout());
+    co_await http::async_write(conn_->stream, sr, redirect(ec));
+    if (ec == http::error::need_buffer) ec = {};
+  }
+  co_return true;
+}
+
+// A pending body, as it arrives from the client; false when the exchange is answered.
+asio::awaitable<bool> Exchanger::stream_client_body(http::request<http::buffer_body>& forward,
+                                                    http::request_serializer<http::buffer_body>& sr,
+                                                    beast::error_code& ec) {
+  while (!ec && !e_.parser->is_done()) {
+    auto& in = e_.parser->get().body();
+    in.data = client_.scratch;
+    in.size = client_.scratch_size;
+    client_.stream.expires_after(config_.limits.read_timeout);
+    beast::error_code client_ec;
+    co_await http::async_read_some(client_.stream, client_.buffer, *e_.parser, redirect(client_ec));
+    if (client_ec == http::error::need_buffer) client_ec = {};
+    if (client_ec) {
+      // The client's body broke off or was malformed: the backend got part of a request.
+      drop_connection();
+      server_.bad_requests.fetch_add(1, std::memory_order_relaxed);  // a statistic
+      const bool malformed = client_ec != beast::error::timeout && client_ec != asio::error::eof &&
+                             client_ec != http::error::partial_message &&
+                             client_ec != asio::error::connection_reset;
+      if (malformed) {
+        co_await answer_error(client_ec == http::error::body_limit ? 413 : 400,
+                              "malformed request body: " + client_ec.message());
+      } else {
+        settle();
+      }
+      co_return false;
+    }
+    const std::size_t n = client_.scratch_size - in.size;
+    forward.body().data = n > 0 ? client_.scratch : nullptr;
+    forward.body().size = n;
+    forward.body().more = !e_.parser->is_done();
+    conn_->stream.expires_after(backend_.timeout());
+    co_await http::async_write(conn_->stream, sr, redirect(ec));
+    if (ec == http::error::need_buffer) ec = {};
+  }
+  co_return true;
+}
+
+// A fresh parser for the backend's next response head.
+void Exchanger::expect_response() {
+  response_.emplace();
+  response_->header_limit(static_cast<std::uint32_t>(Backend::kHeaderBytes));
+  response_->body_limit(std::numeric_limits<std::uint64_t>::max());
+  if (e_.head().method() == http::verb::head) response_->skip(true);
+}
+
+asio::awaitable<void> Exchanger::answer_backend_failure(const beast::error_code& ec) {
+  backend_timed_out_ = ec == beast::error::timeout;
+  drop_connection();
+  co_await answer_error(backend_timed_out_ ? 504 : 502, "backend failed: " + ec.message());
 }
 
 // Past the interim responses to the final one's head.
@@ -261,16 +306,11 @@ asio::awaitable<bool> Exchanger::read_response_head() {
     }
     if (status >= 200) break;
     // An interim answer (100, 102, 103) is dropped; the final one follows on the same connection.
-    response_.emplace();
-    response_->header_limit(static_cast<std::uint32_t>(Backend::kHeaderBytes));
-    response_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    if (e_.head().method() == http::verb::head) response_->skip(true);
+    expect_response();
     conn_->stream.expires_after(backend_.timeout());
     co_await http::async_read_header(conn_->stream, conn_->buffer, *response_, redirect(ec));
     if (ec) {
-      backend_timed_out_ = ec == beast::error::timeout;
-      drop_connection();
-      co_await answer_error(backend_timed_out_ ? 504 : 502, "backend failed: " + ec.message());
+      co_await answer_backend_failure(ec);
       co_return false;
     }
   }
@@ -302,8 +342,8 @@ asio::awaitable<std::size_t> Exchanger::fill(beast::error_code& ec) {
 }
 
 // Answers the client: whole when the backend's response is all here, else streamed as it
-// arrives, framed as the client can read it. One coroutine for the same reason as send_request():
-// the framing chosen at the head governs every later write, and each write suspends.
+// arrives, framed as the client can read it. The framing chosen at the head governs every later
+// write, so the writes stay in one coroutine.
 asio::awaitable<void> Exchanger::relay_response() {
   const RequestHead& req = e_.head();
   auto& backend_res = response_->get();
@@ -317,27 +357,7 @@ asio::awaitable<void> Exchanger::relay_response() {
   const bool whole = !ec && response_->is_done();
 
   http::response<http::buffer_body> res;
-  res.result(backend_res.result_int());
-  res.reason(backend_res.reason());
-  res.version(11);
-  copy_end_to_end(backend_res, res, header_fields_);
-  bool keep_alive = keeps_alive(req) && !client_body_pending();
-  if (head_only) {
-    // HEAD keeps the length the backend announced; 204 and 304 carry none.
-    if (req.method() == http::verb::head && status >= 200 && !bodiless(status)) {
-      if (const auto cl = backend_res.find(http::field::content_length); cl != backend_res.end()) {
-        res.set(http::field::content_length, cl->value());
-      }
-    }
-  } else if (whole) {
-    res.content_length(got);
-  } else if (length) {
-    res.content_length(*length);
-  } else if (req.version() >= 11) {
-    res.chunked(true);
-  } else {
-    keep_alive = false;  // HTTP/1.0: the close marks the end
-  }
+  const bool keep_alive = frame_response(res, length, got, whole);
 
   const auto finish_backend = [this, &ec] {
     // The backend's part is over: its slot goes back before the client has the last bytes.
@@ -392,6 +412,40 @@ asio::awaitable<void> Exchanger::relay_response() {
   } else if (!e_.cost) {
     finish_backend();
   }
+}
+
+// The client's head for the backend's response, framed as the client can read it: `length` as
+// the backend announced it, `got` bytes in hand, `whole` when they are all. Returns whether the
+// connection is kept alive.
+bool Exchanger::frame_response(http::response<http::buffer_body>& res,
+                               boost::optional<std::uint64_t> length, std::size_t got,
+                               bool whole) const {
+  const RequestHead& req = e_.head();
+  const auto& backend_res = response_->get();
+  const unsigned status = backend_res.result_int();
+  const bool head_only = req.method() == http::verb::head || bodiless(status);
+  res.result(backend_res.result_int());
+  res.reason(backend_res.reason());
+  res.version(11);
+  copy_end_to_end(backend_res, res, header_fields_);
+  bool keep_alive = keeps_alive(req) && !client_body_pending();
+  if (head_only) {
+    // HEAD keeps the length the backend announced; 204 and 304 carry none.
+    if (req.method() == http::verb::head && status >= 200 && !bodiless(status)) {
+      if (const auto cl = backend_res.find(http::field::content_length); cl != backend_res.end()) {
+        res.set(http::field::content_length, cl->value());
+      }
+    }
+  } else if (whole) {
+    res.content_length(got);
+  } else if (length) {
+    res.content_length(*length);
+  } else if (req.version() >= 11) {
+    res.chunked(true);
+  } else {
+    keep_alive = false;  // HTTP/1.0: the close marks the end
+  }
+  return keep_alive;
 }
 
 asio::awaitable<void> Exchanger::answer_error(unsigned status, const std::string& why) {

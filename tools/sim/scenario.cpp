@@ -344,7 +344,8 @@ std::vector<ArrivalSpec> parse_arrivals(const json& root,
                                           : 0;
     last_arrival = std::max(last_arrival, own_last);
     total_service += static_cast<I128>(spec.in_run) * spec.service;
-    if (spec.withdraw_after && own_last + *spec.withdraw_after > std::numeric_limits<Nanos>::max()) {
+    if (spec.withdraw_after &&
+        own_last + *spec.withdraw_after > std::numeric_limits<Nanos>::max()) {
       refuse(
           child(path, "withdraw_after"),
           "a withdrawal could fall beyond the virtual clock (2^63 nanoseconds, about 292 years)");

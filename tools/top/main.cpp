@@ -178,9 +178,60 @@ int run_once(const Options& o, const Url& url, View view) {
   return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
+// A key typed at the filter's prompt; true when it closes the prompt (Enter applies what is
+// typed, Esc clears the filter).
+bool edit_filter(const Key& key, std::string& typed, View& view) {
+  if (key.kind == Key::Kind::enter) {
+    view.filter = typed;
+    return true;
+  }
+  if (key.kind == Key::Kind::escape) {
+    view.filter.clear();
+    typed.clear();
+    return true;
+  }
+  if (key.kind == Key::Kind::backspace) {
+    if (!typed.empty()) typed.pop_back();
+  } else if (key.kind == Key::Kind::text && typed.size() < 64) {
+    typed += key.ch;
+  }
+  return false;
+}
+
+// What a key typed over the table asks of the live view beyond the sort and order it changes
+// in `view` itself.
+enum class TableKey : unsigned char { none, quit, filter, help, poll };
+TableKey table_key(char ch, View& view) {
+  switch (ch) {
+    case 'q':
+    case 'Q':
+      return TableKey::quit;
+    case 's':
+      view.sort = next_sort_key(view.sort, +1);
+      break;
+    case 'S':
+      view.sort = next_sort_key(view.sort, -1);
+      break;
+    case 'r':
+    case 'R':
+      view.reversed = !view.reversed;
+      break;
+    case '/':
+      return TableKey::filter;
+    case 'h':
+    case 'H':
+    case '?':
+      return TableKey::help;
+    case ' ':
+      return TableKey::poll;
+    default:
+      break;
+  }
+  return TableKey::none;
+}
+
 // The live view: polls, reads keys, redraws. One loop over one frame's state (the mode, what is
-// typed, when to poll next), longer than most functions here: split, that state would travel
-// through every part.
+// typed, when to poll next); the keys' meanings are edit_filter() and table_key().
 int run_interactive(const Options& o, const Url& url, View view) {
   HttpClient client;
   Poller poller;
@@ -225,18 +276,7 @@ int run_interactive(const Options& o, const Url& url, View view) {
         mode = Mode::table;  // any key closes the help
         break;
       case Mode::filter:
-        if (key.kind == Key::Kind::enter) {
-          view.filter = typed;
-          mode = Mode::table;
-        } else if (key.kind == Key::Kind::escape) {
-          view.filter.clear();
-          typed.clear();
-          mode = Mode::table;
-        } else if (key.kind == Key::Kind::backspace) {
-          if (!typed.empty()) typed.pop_back();
-        } else if (key.kind == Key::Kind::text && typed.size() < 64) {
-          typed += key.ch;
-        }
+        if (edit_filter(key, typed, view)) mode = Mode::table;
         break;
       case Mode::table:
         if (key.kind == Key::Kind::escape) {
@@ -245,33 +285,20 @@ int run_interactive(const Options& o, const Url& url, View view) {
           break;
         }
         if (key.kind != Key::Kind::text) break;
-        switch (key.ch) {
-          case 'q':
-          case 'Q':
+        switch (table_key(key.ch, view)) {
+          case TableKey::quit:
             return 0;
-          case 's':
-            view.sort = next_sort_key(view.sort, +1);
-            break;
-          case 'S':
-            view.sort = next_sort_key(view.sort, -1);
-            break;
-          case 'r':
-          case 'R':
-            view.reversed = !view.reversed;
-            break;
-          case '/':
+          case TableKey::filter:
             typed = view.filter;
             mode = Mode::filter;
             break;
-          case 'h':
-          case 'H':
-          case '?':
+          case TableKey::help:
             mode = Mode::help;
             break;
-          case ' ':
+          case TableKey::poll:
             next_poll = Clock::now();
             break;
-          default:
+          case TableKey::none:
             break;
         }
         break;

@@ -102,7 +102,8 @@ ngx_http_creditloop_help(
 /* Each family's lines for one room. */
 
 static u_char *
-ngx_http_creditloop_requests(u_char *p, ngx_http_creditloop_room_t *room)
+ngx_http_creditloop_requests(
+    u_char *p, ngx_http_creditloop_room_t *room, int64_t now)
 {
     ngx_http_creditloop_tenant_t *t = room->tenants.elts;
     ngx_uint_t                    i;
@@ -124,7 +125,8 @@ ngx_http_creditloop_requests(u_char *p, ngx_http_creditloop_room_t *room)
 
 
 static u_char *
-ngx_http_creditloop_queue_depth(u_char *p, ngx_http_creditloop_room_t *room)
+ngx_http_creditloop_queue_depth(
+    u_char *p, ngx_http_creditloop_room_t *room, int64_t now)
 {
     ngx_http_creditloop_tenant_t *t = room->tenants.elts;
     ngx_uint_t                    i;
@@ -184,7 +186,8 @@ ngx_http_creditloop_balances(
 
 
 static u_char *
-ngx_http_creditloop_costs(u_char *p, ngx_http_creditloop_room_t *room)
+ngx_http_creditloop_costs(
+    u_char *p, ngx_http_creditloop_room_t *room, int64_t now)
 {
     ngx_http_creditloop_tenant_t *t = room->tenants.elts;
     ngx_uint_t                    i;
@@ -204,7 +207,8 @@ ngx_http_creditloop_costs(u_char *p, ngx_http_creditloop_room_t *room)
 
 
 static u_char *
-ngx_http_creditloop_refusals(u_char *p, ngx_http_creditloop_room_t *room)
+ngx_http_creditloop_refusals(
+    u_char *p, ngx_http_creditloop_room_t *room, int64_t now)
 {
     ngx_http_creditloop_tenant_t *t = room->tenants.elts;
     ngx_uint_t                    i;
@@ -291,7 +295,8 @@ ngx_http_creditloop_wait_quantile(uint64_t *counts, uint64_t total, double q)
 
 
 static u_char *
-ngx_http_creditloop_waits(u_char *p, ngx_http_creditloop_room_t *room)
+ngx_http_creditloop_waits(
+    u_char *p, ngx_http_creditloop_room_t *room, int64_t now)
 {
     ngx_http_creditloop_tenant_t *t = room->tenants.elts;
     uint64_t                      counts[NGX_HTTP_CREDITLOOP_WAIT_BUCKETS];
@@ -346,7 +351,8 @@ ngx_http_creditloop_withdrawn(ngx_http_creditloop_room_t *room)
 
 
 static u_char *
-ngx_http_creditloop_turns(u_char *p, ngx_http_creditloop_room_t *room)
+ngx_http_creditloop_turns(
+    u_char *p, ngx_http_creditloop_room_t *room, int64_t now)
 {
     int c;
 
@@ -361,6 +367,120 @@ ngx_http_creditloop_turns(u_char *p, ngx_http_creditloop_room_t *room)
     }
     return p;
 }
+
+
+static u_char *
+ngx_http_creditloop_withdrawals(
+    u_char *p, ngx_http_creditloop_room_t *room, int64_t now)
+{
+    return ngx_sprintf(p, "creditloop_server_requests_withdrawn_total%V %uL\n",
+        &room->selector, ngx_http_creditloop_withdrawn(room));
+}
+
+
+static u_char *
+ngx_http_creditloop_loop_in_flight(
+    u_char *p, ngx_http_creditloop_room_t *room, int64_t now)
+{
+    return ngx_sprintf(p, "creditloop_loop_in_flight%V %uL\n", &room->selector,
+        ngx_http_creditloop_sum(
+            room, ngx_http_creditloop_entry_worker(
+                      room, NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)));
+}
+
+
+static u_char *
+ngx_http_creditloop_room_slots(
+    u_char *p, ngx_http_creditloop_room_t *room, int64_t now)
+{
+    return ngx_sprintf(p, "creditloop_loop_room_slots%V %uL\n", &room->selector,
+        room->learned ? ngx_http_creditloop_learned(
+                            room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS)
+                      : (uint64_t) room->slots);
+}
+
+
+static u_char *
+ngx_http_creditloop_room_latency(
+    u_char *p, ngx_http_creditloop_room_t *room, int64_t now)
+{
+    if (!room->learned) {
+        return p;
+    }
+    return ngx_sprintf(p, "creditloop_loop_room_latency_seconds%V %.6f\n",
+        &room->selector,
+        (double) ngx_http_creditloop_learned(
+            room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_LATENCY) /
+            1e9);
+}
+
+
+static u_char *
+ngx_http_creditloop_unauthorized(
+    u_char *p, ngx_http_creditloop_room_t *room, int64_t now)
+{
+    return ngx_sprintf(p,
+        "creditloop_server_unauthorized_total{%Vlistener=\"tenants\"} "
+        "%uL\n",
+        &room->label,
+        ngx_http_creditloop_sum(
+            room, ngx_http_creditloop_entry_worker(
+                      room, NGX_HTTP_CREDITLOOP_ENTRY_UNAUTHORIZED)));
+}
+
+
+typedef struct {
+    const char *name;
+    const char *type;
+    const char *help;
+    u_char *(*lines)(u_char *p, ngx_http_creditloop_room_t *room, int64_t now);
+} ngx_http_creditloop_family_t;
+
+
+/* The families in the order of a scrape, each with its lines for one room. */
+static ngx_http_creditloop_family_t ngx_http_creditloop_families[] = {
+    {"creditloop_tenant_requests_total", "counter",
+        "Requests answered (their upstream or content handler "
+        "done), by the class they went out under.",
+        ngx_http_creditloop_requests},
+    {"creditloop_tenant_queue_depth", "gauge", "Requests queued now.",
+        ngx_http_creditloop_queue_depth},
+    {"creditloop_tenant_queue_wait_seconds", "histogram",
+        "Time from arrival to dispatch.", ngx_http_creditloop_waits},
+    {"creditloop_tenant_balance_credits", "gauge",
+        "Bucket balance per class, summed over the workers' buckets "
+        "(each holds its share of the plan); another worker's as of its "
+        "last epoch.",
+        ngx_http_creditloop_balances},
+    {"creditloop_tenant_cost_charged_credits_total", "counter",
+        "Cost charged back; another worker's as of its last epoch.",
+        ngx_http_creditloop_costs},
+    {"creditloop_nginx_refused_total", "counter",
+        "Requests answered 503 by the queue limit or the queue timeout.",
+        ngx_http_creditloop_refusals},
+    {"creditloop_server_requests_withdrawn_total", "counter",
+        "Requests whose client went away while they were queued.",
+        ngx_http_creditloop_withdrawals},
+    {"creditloop_loop_turns_total", "counter",
+        "Turns begun, by class; another worker's as of its last "
+        "epoch.",
+        ngx_http_creditloop_turns},
+    {"creditloop_loop_in_flight", "gauge",
+        "Requests dispatched and not finished.",
+        ngx_http_creditloop_loop_in_flight},
+    {"creditloop_loop_room_slots", "gauge",
+        "The room: requests in flight at most, all workers "
+        "together (creditloop_slots, creditloop_room); a learned room's, "
+        "learned from every worker's requests.",
+        ngx_http_creditloop_room_slots},
+    {"creditloop_loop_room_latency_seconds", "gauge",
+        "A learned room's latency without a queue in the backend "
+        "(creditloop_slots auto), from every worker's requests; 0 until "
+        "measured.",
+        ngx_http_creditloop_room_latency},
+    {"creditloop_server_unauthorized_total", "counter",
+        "Requests answered 401: no tenant.", ngx_http_creditloop_unauthorized},
+    {NULL, NULL, NULL, NULL}};
 
 
 /* The most one room's lines take: each line's fixed text and numbers fit in
@@ -395,13 +515,14 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
 {
     ngx_http_creditloop_main_conf_t *mcf =
         ngx_http_get_module_main_conf(r, ngx_http_creditloop_module);
-    ngx_http_creditloop_room_t **rooms = mcf->rooms.elts;
-    ngx_uint_t                   i, n = mcf->rooms.nelts;
-    size_t                       size = 4096;
-    ngx_buf_t                   *b;
-    ngx_int_t                    rc;
-    int64_t                      now = ngx_http_creditloop_now();
-    u_char                      *p;
+    ngx_http_creditloop_room_t  **rooms = mcf->rooms.elts;
+    ngx_uint_t                    i, n = mcf->rooms.nelts;
+    size_t                        size = 4096;
+    ngx_buf_t                    *b;
+    ngx_int_t                     rc;
+    int64_t                       now = ngx_http_creditloop_now();
+    u_char                       *p;
+    ngx_http_creditloop_family_t *family;
 
     rc = ngx_http_creditloop_report_start(r);
     if (rc != NGX_OK) {
@@ -416,103 +537,149 @@ ngx_http_creditloop_metrics_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
     p = b->last;
-
-    p = ngx_http_creditloop_help(p, "creditloop_tenant_requests_total",
-        "counter",
-        "Requests answered (their upstream or content handler "
-        "done), by the class they went out under.");
-    for (i = 0; i < n; ++i) {
-        p = ngx_http_creditloop_requests(p, rooms[i]);
-    }
-    p = ngx_http_creditloop_help(
-        p, "creditloop_tenant_queue_depth", "gauge", "Requests queued now.");
-    for (i = 0; i < n; ++i) {
-        p = ngx_http_creditloop_queue_depth(p, rooms[i]);
-    }
-    p = ngx_http_creditloop_help(p, "creditloop_tenant_queue_wait_seconds",
-        "histogram", "Time from arrival to dispatch.");
-    for (i = 0; i < n; ++i) {
-        p = ngx_http_creditloop_waits(p, rooms[i]);
-    }
-    p = ngx_http_creditloop_help(p, "creditloop_tenant_balance_credits",
-        "gauge",
-        "Bucket balance per class, summed over the workers' buckets "
-        "(each holds its share of the plan); another worker's as of its "
-        "last epoch.");
-    for (i = 0; i < n; ++i) {
-        p = ngx_http_creditloop_balances(p, rooms[i], now);
-    }
-    p = ngx_http_creditloop_help(p,
-        "creditloop_tenant_cost_charged_credits_total", "counter",
-        "Cost charged back; another worker's as of its last epoch.");
-    for (i = 0; i < n; ++i) {
-        p = ngx_http_creditloop_costs(p, rooms[i]);
-    }
-    p = ngx_http_creditloop_help(p, "creditloop_nginx_refused_total", "counter",
-        "Requests answered 503 by the queue limit or the queue timeout.");
-    for (i = 0; i < n; ++i) {
-        p = ngx_http_creditloop_refusals(p, rooms[i]);
-    }
-    p = ngx_http_creditloop_help(p,
-        "creditloop_server_requests_withdrawn_total", "counter",
-        "Requests whose client went away while they were queued.");
-    for (i = 0; i < n; ++i) {
-        p = ngx_sprintf(p, "creditloop_server_requests_withdrawn_total%V %uL\n",
-            &rooms[i]->selector, ngx_http_creditloop_withdrawn(rooms[i]));
-    }
-    p = ngx_http_creditloop_help(p, "creditloop_loop_turns_total", "counter",
-        "Turns begun, by class; another worker's as of its last "
-        "epoch.");
-    for (i = 0; i < n; ++i) {
-        p = ngx_http_creditloop_turns(p, rooms[i]);
-    }
-    p = ngx_http_creditloop_help(p, "creditloop_loop_in_flight", "gauge",
-        "Requests dispatched and not finished.");
-    for (i = 0; i < n; ++i) {
-        p = ngx_sprintf(p, "creditloop_loop_in_flight%V %uL\n",
-            &rooms[i]->selector,
-            ngx_http_creditloop_sum(
-                rooms[i], ngx_http_creditloop_entry_worker(
-                              rooms[i], NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)));
-    }
-    p = ngx_http_creditloop_help(p, "creditloop_loop_room_slots", "gauge",
-        "The room: requests in flight at most, all workers "
-        "together (creditloop_slots, creditloop_room); a learned room's, "
-        "learned from every worker's requests.");
-    for (i = 0; i < n; ++i) {
-        p = ngx_sprintf(p, "creditloop_loop_room_slots%V %uL\n",
-            &rooms[i]->selector,
-            rooms[i]->learned ? ngx_http_creditloop_learned(rooms[i],
-                                    NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS)
-                              : (uint64_t) rooms[i]->slots);
-    }
-    p = ngx_http_creditloop_help(p, "creditloop_loop_room_latency_seconds",
-        "gauge",
-        "A learned room's latency without a queue in the backend "
-        "(creditloop_slots auto), from every worker's requests; 0 until "
-        "measured.");
-    for (i = 0; i < n; ++i) {
-        if (rooms[i]->learned) {
-            p = ngx_sprintf(p, "creditloop_loop_room_latency_seconds%V %.6f\n",
-                &rooms[i]->selector,
-                (double) ngx_http_creditloop_learned(
-                    rooms[i], NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_LATENCY) /
-                    1e9);
+    for (family = ngx_http_creditloop_families; family->name; family++) {
+        p = ngx_http_creditloop_help(
+            p, family->name, family->type, family->help);
+        for (i = 0; i < n; ++i) {
+            p = family->lines(p, rooms[i], now);
         }
-    }
-    p = ngx_http_creditloop_help(p, "creditloop_server_unauthorized_total",
-        "counter", "Requests answered 401: no tenant.");
-    for (i = 0; i < n; ++i) {
-        p = ngx_sprintf(p,
-            "creditloop_server_unauthorized_total{%Vlistener=\"tenants\"} "
-            "%uL\n",
-            &rooms[i]->label,
-            ngx_http_creditloop_sum(
-                rooms[i], ngx_http_creditloop_entry_worker(rooms[i],
-                              NGX_HTTP_CREDITLOOP_ENTRY_UNAUTHORIZED)));
     }
     b->last = p;
     return ngx_http_creditloop_send(r, b, "text/plain; version=0.0.4");
+}
+
+
+/* The size of the document below: the fixed text, then per tenant its escaped
+ * name and plan and, per class, four numbers of at most NGX_INT64_LEN + 16
+ * characters each. */
+static size_t
+ngx_http_creditloop_participants_size(ngx_http_creditloop_room_t *room)
+{
+    ngx_http_creditloop_tenant_t *t = room->tenants.elts;
+    ngx_uint_t                    i;
+    size_t                        size;
+
+    size = 512 + (size_t) (room->classes + 1) * (NGX_INT64_LEN + 16) * 2;
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        size += 256 + t[i].name.len +
+                ngx_escape_json(NULL, t[i].name.data, t[i].name.len) +
+                t[i].plan.len +
+                ngx_escape_json(NULL, t[i].plan.data, t[i].plan.len) +
+                (size_t) (room->classes + 1) * (NGX_INT64_LEN + 16) * 4 +
+                4 * (NGX_INT64_LEN + 16);
+    }
+    return size;
+}
+
+
+/* The document's opening: the classes and the loop's counts, summed over the
+ * workers. */
+static u_char *
+ngx_http_creditloop_loop_json(u_char *p, ngx_http_creditloop_room_t *room)
+{
+    ngx_uint_t i;
+    int        c;
+    uint64_t   waiting, answered;
+
+    p = ngx_sprintf(p,
+        "{\"scheduler\":\"nginx\",\"classes\":%d,\"class_names\":[",
+        room->classes);
+    for (c = 0; c <= room->classes; ++c) {
+        p = ngx_sprintf(p, "%s\"P%d\"", c ? "," : "", c + 1);
+    }
+    waiting = 0;
+    answered = 0;
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        waiting += ngx_http_creditloop_sum(
+            room, ngx_http_creditloop_entry_tenant(
+                      room, i, NGX_HTTP_CREDITLOOP_ENTRY_QUEUED));
+        for (c = 0; c <= room->classes; ++c) {
+            answered += ngx_http_creditloop_sum(
+                room, ngx_http_creditloop_entry_answered(room, i, c));
+        }
+    }
+    p = ngx_sprintf(p,
+        "],\"loop\":{\"participants\":%ui,\"waiting\":%uL,"
+        "\"in_flight\":%uL,\"dispatched\":%uL,\"turns\":[",
+        room->tenants.nelts, waiting,
+        ngx_http_creditloop_sum(room, ngx_http_creditloop_entry_worker(room,
+                                          NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)),
+        answered);
+    for (c = 0; c <= room->classes; ++c) {
+        p = ngx_sprintf(p, "%s%uL", c ? "," : "",
+            ngx_http_creditloop_sum(
+                room, ngx_http_creditloop_entry_worker(
+                          room, NGX_HTTP_CREDITLOOP_ENTRY_TURNS + (size_t) c)));
+    }
+    p = ngx_sprintf(p, "]},\"tenants\":[");
+    return p;
+}
+
+
+/* One tenant's entry: its counts from the zone, its next credits and oldest
+ * request from this worker's core (snapshot `s`). */
+static u_char *
+ngx_http_creditloop_tenant_json(u_char *p, ngx_http_creditloop_room_t *room,
+    ngx_uint_t i, creditloop_participant_snapshot *s, int64_t now,
+    ngx_uint_t first)
+{
+    ngx_http_creditloop_tenant_t *t = room->tenants.elts;
+    int                           c;
+    uint64_t                      sum, total;
+    uint64_t                      counts[NGX_HTTP_CREDITLOOP_WAIT_BUCKETS];
+
+    p = ngx_sprintf(p, "%s{\"name\":\"", first ? "" : ",");
+    p = (u_char *) ngx_escape_json(p, t[i].name.data, t[i].name.len);
+    p = ngx_sprintf(p, "\",\"plan\":\"");
+    p = (u_char *) ngx_escape_json(p, t[i].plan.data, t[i].plan.len);
+    p = ngx_sprintf(p,
+        "\",\"shares\":%uD,\"queue_limit\":%ui,\"queue_timeout_ms\":%M,"
+        "\"queued\":%uL,\"served\":[",
+        t[i].shares, t[i].queue_limit, t[i].queue_timeout,
+        ngx_http_creditloop_sum(room, ngx_http_creditloop_entry_tenant(room, i,
+                                          NGX_HTTP_CREDITLOOP_ENTRY_QUEUED)));
+    for (c = 0; c <= room->classes; ++c) {
+        p = ngx_sprintf(p, "%s%uL", c ? "," : "",
+            ngx_http_creditloop_sum(
+                room, ngx_http_creditloop_entry_answered(room, i, c)));
+    }
+    sum =
+        ngx_http_creditloop_sum(room, ngx_http_creditloop_entry_tenant(room, i,
+                                          NGX_HTTP_CREDITLOOP_ENTRY_COST_NANO));
+    p = ngx_sprintf(
+        p, "],\"cost_charged\":%.3f,\"balance\":{", (double) sum / 1e9);
+    for (c = 0; c < room->classes; ++c) {
+        if (!(s->holds & (1u << c))) {
+            continue;
+        }
+        sum = ngx_http_creditloop_sum(
+            room, ngx_http_creditloop_entry_tenant(room, i,
+                      NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO + (size_t) c));
+        p = ngx_sprintf(p, "%s\"P%d\":%.3f", p[-1] == '{' ? "" : ",", c + 1,
+            (double) (int64_t) sum / 1e9);
+    }
+    p = ngx_sprintf(p, "},\"next_credit_in_s\":{");
+    for (c = 0; c < room->classes; ++c) {
+        if (s->next_credit[c] < 0) {
+            continue;
+        }
+        p = ngx_sprintf(p, "%s\"P%d\":%.6f", p[-1] == '{' ? "" : ",", c + 1,
+            (double) ngx_max(s->next_credit[c] - now, 0) / 1e9);
+    }
+    total = ngx_http_creditloop_wait_counts(room, i, counts);
+    p = ngx_sprintf(p,
+        "},\"wait_s\":{\"count\":%uL,\"p50\":%.6f,\"p99\":%.6f,"
+        "\"p999\":%.6f}",
+        total, ngx_http_creditloop_wait_quantile(counts, total, 0.50),
+        ngx_http_creditloop_wait_quantile(counts, total, 0.99),
+        ngx_http_creditloop_wait_quantile(counts, total, 0.999));
+    if (s->oldest_queued_at < 0) {
+        p = ngx_sprintf(p, ",\"oldest_queued_age_s\":null}");
+    } else {
+        p = ngx_sprintf(p, ",\"oldest_queued_age_s\":%.6f}",
+            (double) ngx_max(now - s->oldest_queued_at, 0) / 1e9);
+    }
+    return p;
 }
 
 
@@ -530,14 +697,10 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
     ngx_http_creditloop_room_t     *room = lcf->room;
     ngx_http_creditloop_tenant_t   *t;
     ngx_uint_t                      i;
-    int                             c;
-    size_t                          size;
     ngx_buf_t                      *b;
     ngx_int_t                       rc;
     int64_t                         now = ngx_http_creditloop_now();
     creditloop_participant_snapshot s;
-    uint64_t                        sum, waiting, answered, total;
-    uint64_t                        counts[NGX_HTTP_CREDITLOOP_WAIT_BUCKETS];
 
     rc = ngx_http_creditloop_report_start(r);
     if (rc != NGX_OK) {
@@ -548,116 +711,21 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
     }
     ngx_http_creditloop_store_core(room, now);
     t = room->tenants.elts;
-    /* The fixed text, then per tenant its escaped name and plan and, per
-     * class, four numbers of at most NGX_INT64_LEN + 16 characters each. */
-    size = 512 + (size_t) (room->classes + 1) * (NGX_INT64_LEN + 16) * 2;
-    for (i = 0; i < room->tenants.nelts; ++i) {
-        size += 256 + t[i].name.len +
-                ngx_escape_json(NULL, t[i].name.data, t[i].name.len) +
-                t[i].plan.len +
-                ngx_escape_json(NULL, t[i].plan.data, t[i].plan.len) +
-                (size_t) (room->classes + 1) * (NGX_INT64_LEN + 16) * 4 +
-                4 * (NGX_INT64_LEN + 16);
-    }
-    b = ngx_create_temp_buf(r->pool, size);
+    b = ngx_create_temp_buf(
+        r->pool, ngx_http_creditloop_participants_size(room));
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    b->last = ngx_sprintf(b->last,
-        "{\"scheduler\":\"nginx\",\"classes\":%d,\"class_names\":[",
-        room->classes);
-    for (c = 0; c <= room->classes; ++c) {
-        b->last = ngx_sprintf(b->last, "%s\"P%d\"", c ? "," : "", c + 1);
-    }
-    waiting = 0;
-    answered = 0;
-    for (i = 0; i < room->tenants.nelts; ++i) {
-        waiting += ngx_http_creditloop_sum(
-            room, ngx_http_creditloop_entry_tenant(
-                      room, i, NGX_HTTP_CREDITLOOP_ENTRY_QUEUED));
-        for (c = 0; c <= room->classes; ++c) {
-            answered += ngx_http_creditloop_sum(
-                room, ngx_http_creditloop_entry_answered(room, i, c));
-        }
-    }
-    b->last = ngx_sprintf(b->last,
-        "],\"loop\":{\"participants\":%ui,\"waiting\":%uL,"
-        "\"in_flight\":%uL,\"dispatched\":%uL,\"turns\":[",
-        room->tenants.nelts, waiting,
-        ngx_http_creditloop_sum(room, ngx_http_creditloop_entry_worker(room,
-                                          NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)),
-        answered);
-    for (c = 0; c <= room->classes; ++c) {
-        b->last = ngx_sprintf(b->last, "%s%uL", c ? "," : "",
-            ngx_http_creditloop_sum(
-                room, ngx_http_creditloop_entry_worker(
-                          room, NGX_HTTP_CREDITLOOP_ENTRY_TURNS + (size_t) c)));
-    }
-    b->last = ngx_sprintf(b->last, "]},\"tenants\":[");
-
+    b->last = ngx_http_creditloop_loop_json(b->last, room);
     for (i = 0; i < room->tenants.nelts; ++i) {
         s.size = sizeof(s);
         if (creditloop_snapshot(room->core, t[i].id, now, &s) !=
             CREDITLOOP_OK) {
             continue;
         }
-        b->last = ngx_sprintf(b->last, "%s{\"name\":\"", i ? "," : "");
         b->last =
-            (u_char *) ngx_escape_json(b->last, t[i].name.data, t[i].name.len);
-        b->last = ngx_sprintf(b->last, "\",\"plan\":\"");
-        b->last =
-            (u_char *) ngx_escape_json(b->last, t[i].plan.data, t[i].plan.len);
-        b->last = ngx_sprintf(b->last,
-            "\",\"shares\":%uD,\"queue_limit\":%ui,\"queue_timeout_ms\":%M,"
-            "\"queued\":%uL,\"served\":[",
-            t[i].shares, t[i].queue_limit, t[i].queue_timeout,
-            ngx_http_creditloop_sum(
-                room, ngx_http_creditloop_entry_tenant(
-                          room, i, NGX_HTTP_CREDITLOOP_ENTRY_QUEUED)));
-        for (c = 0; c <= room->classes; ++c) {
-            b->last = ngx_sprintf(b->last, "%s%uL", c ? "," : "",
-                ngx_http_creditloop_sum(
-                    room, ngx_http_creditloop_entry_answered(room, i, c)));
-        }
-        sum = ngx_http_creditloop_sum(
-            room, ngx_http_creditloop_entry_tenant(
-                      room, i, NGX_HTTP_CREDITLOOP_ENTRY_COST_NANO));
-        b->last = ngx_sprintf(b->last, "],\"cost_charged\":%.3f,\"balance\":{",
-            (double) sum / 1e9);
-        for (c = 0; c < room->classes; ++c) {
-            if (!(s.holds & (1u << c))) {
-                continue;
-            }
-            sum = ngx_http_creditloop_sum(
-                room, ngx_http_creditloop_entry_tenant(room, i,
-                          NGX_HTTP_CREDITLOOP_ENTRY_BALANCE_NANO + (size_t) c));
-            b->last = ngx_sprintf(b->last, "%s\"P%d\":%.3f",
-                b->last[-1] == '{' ? "" : ",", c + 1,
-                (double) (int64_t) sum / 1e9);
-        }
-        b->last = ngx_sprintf(b->last, "},\"next_credit_in_s\":{");
-        for (c = 0; c < room->classes; ++c) {
-            if (s.next_credit[c] < 0) {
-                continue;
-            }
-            b->last = ngx_sprintf(b->last, "%s\"P%d\":%.6f",
-                b->last[-1] == '{' ? "" : ",", c + 1,
-                (double) ngx_max(s.next_credit[c] - now, 0) / 1e9);
-        }
-        total = ngx_http_creditloop_wait_counts(room, i, counts);
-        b->last = ngx_sprintf(b->last,
-            "},\"wait_s\":{\"count\":%uL,\"p50\":%.6f,\"p99\":%.6f,"
-            "\"p999\":%.6f}",
-            total, ngx_http_creditloop_wait_quantile(counts, total, 0.50),
-            ngx_http_creditloop_wait_quantile(counts, total, 0.99),
-            ngx_http_creditloop_wait_quantile(counts, total, 0.999));
-        if (s.oldest_queued_at < 0) {
-            b->last = ngx_sprintf(b->last, ",\"oldest_queued_age_s\":null}");
-        } else {
-            b->last = ngx_sprintf(b->last, ",\"oldest_queued_age_s\":%.6f}",
-                (double) ngx_max(now - s.oldest_queued_at, 0) / 1e9);
-        }
+            ngx_http_creditloop_tenant_json(b->last, room, i, &s, now, i == 0);
     }
     b->last = ngx_sprintf(b->last, "]}\n");
     return ngx_http_creditloop_send(r, b, "application/json");

@@ -227,13 +227,75 @@ ngx_http_creditloop_find_tenant(ngx_array_t *tenants, ngx_str_t *name)
 }
 
 
+/* The configuration file is opened here too, for nginx's own words on a path
+ * that is no file. */
+static ngx_int_t
+ngx_http_creditloop_check_file(ngx_conf_t *cf, ngx_str_t *path)
+{
+    ngx_file_t      file;
+    ngx_file_info_t fi;
+
+    ngx_memzero(&file, sizeof(file));
+    file.name = *path;
+    file.log = cf->log;
+    file.fd = ngx_open_file(path->data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    if (file.fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+            "creditloop_config: cannot open \"%V\"", path);
+        return NGX_ERROR;
+    }
+    if (ngx_fd_info(file.fd, &fi) == NGX_FILE_ERROR || !ngx_is_file(&fi) ||
+        ngx_file_size(&fi) > 16 * 1024 * 1024) {
+        ngx_close_file(file.fd);
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+            "creditloop_config: \"%V\" is not a regular file of at most 16 MiB",
+            path);
+        return NGX_ERROR;
+    }
+    ngx_close_file(file.fd);
+    return NGX_OK;
+}
+
+
+/* The library's tenant `i`, copied into the configuration's pool. */
+static ngx_int_t
+ngx_http_creditloop_add_tenant(
+    ngx_conf_t *cf, ngx_http_creditloop_main_conf_t *mcf, size_t i)
+{
+    creditloop_tenant_config      tc;
+    ngx_http_creditloop_tenant_t *t;
+
+    tc.size = sizeof(tc);
+    if (creditloop_config_tenant(mcf->config, i, &tc) != CREDITLOOP_OK) {
+        return NGX_ERROR;
+    }
+    t = ngx_array_push(&mcf->tenants);
+    if (t == NULL) {
+        return NGX_ERROR;
+    }
+    ngx_memzero(t, sizeof(*t));
+    t->name.len = ngx_strlen(tc.name);
+    t->name.data =
+        ngx_pstrdup(cf->pool, &(ngx_str_t){t->name.len, (u_char *) tc.name});
+    t->plan.len = ngx_strlen(tc.plan);
+    t->plan.data = ngx_pnalloc(cf->pool, t->plan.len + 1);
+    if (t->name.data == NULL || t->plan.data == NULL) {
+        return NGX_ERROR;
+    }
+    ngx_cpystrn(t->plan.data, (u_char *) tc.plan, t->plan.len + 1);
+    t->shares = tc.shares;
+    t->queue_limit = tc.queue_limit;
+    t->queue_timeout = (ngx_msec_t) tc.queue_timeout_ms;
+    t->config_index = i;
+    return NGX_OK;
+}
+
+
 static char *
 ngx_http_creditloop_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_creditloop_main_conf_t *mcf = conf;
     ngx_str_t                       *value = cf->args->elts;
-    ngx_file_t                       file;
-    ngx_file_info_t                  fi;
     char                             message[512];
     creditloop_status                status;
     ngx_pool_cleanup_t              *cln;
@@ -248,26 +310,9 @@ ngx_http_creditloop_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    ngx_memzero(&file, sizeof(file));
-    file.name = mcf->config_path;
-    file.log = cf->log;
-    file.fd =
-        ngx_open_file(mcf->config_path.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
-    if (file.fd == NGX_INVALID_FILE) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
-            "creditloop_config: cannot open \"%V\"", &mcf->config_path);
+    if (ngx_http_creditloop_check_file(cf, &mcf->config_path) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
-    /* Checked here too, for nginx's own words on a path that is no file. */
-    if (ngx_fd_info(file.fd, &fi) == NGX_FILE_ERROR || !ngx_is_file(&fi) ||
-        ngx_file_size(&fi) > 16 * 1024 * 1024) {
-        ngx_close_file(file.fd);
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-            "creditloop_config: \"%V\" is not a regular file of at most 16 MiB",
-            &mcf->config_path);
-        return NGX_CONF_ERROR;
-    }
-    ngx_close_file(file.fd);
 
     /* Read by the library, as creditloop-server reads it: key_file beside the
      * JSON, key_env from the environment now. */
@@ -290,31 +335,9 @@ ngx_http_creditloop_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     mcf->classes = creditloop_config_classes(mcf->config);
     count = creditloop_config_tenants(mcf->config);
     for (i = 0; i < count; ++i) {
-        creditloop_tenant_config      tc;
-        ngx_http_creditloop_tenant_t *t;
-
-        tc.size = sizeof(tc);
-        if (creditloop_config_tenant(mcf->config, i, &tc) != CREDITLOOP_OK) {
+        if (ngx_http_creditloop_add_tenant(cf, mcf, i) != NGX_OK) {
             return NGX_CONF_ERROR;
         }
-        t = ngx_array_push(&mcf->tenants);
-        if (t == NULL) {
-            return NGX_CONF_ERROR;
-        }
-        ngx_memzero(t, sizeof(*t));
-        t->name.len = ngx_strlen(tc.name);
-        t->name.data = ngx_pstrdup(
-            cf->pool, &(ngx_str_t){t->name.len, (u_char *) tc.name});
-        t->plan.len = ngx_strlen(tc.plan);
-        t->plan.data = ngx_pnalloc(cf->pool, t->plan.len + 1);
-        if (t->name.data == NULL || t->plan.data == NULL) {
-            return NGX_CONF_ERROR;
-        }
-        ngx_cpystrn(t->plan.data, (u_char *) tc.plan, t->plan.len + 1);
-        t->shares = tc.shares;
-        t->queue_limit = tc.queue_limit;
-        t->queue_timeout = (ngx_msec_t) tc.queue_timeout_ms;
-        t->config_index = i;
     }
     if (mcf->tenants.nelts == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

@@ -314,6 +314,123 @@ ngx_http_creditloop_find(ngx_http_creditloop_loc_conf_t *lcf,
 }
 
 
+/* A request the handler has seen before: it waits while queued; it is resumed
+ * once dispatched, unless the client left between the dispatch and now; an
+ * internal redirect keeps its place. */
+static ngx_int_t
+ngx_http_creditloop_seen(ngx_http_request_t *r, ngx_http_creditloop_ctx_t *ctx)
+{
+    if (ctx->state == NGX_HTTP_CREDITLOOP_CTX_QUEUED) {
+        return NGX_AGAIN;
+    }
+    if (ctx->state == NGX_HTTP_CREDITLOOP_CTX_DISPATCHED &&
+        r->connection->error) {
+        return NGX_HTTP_CLIENT_CLOSED_REQUEST;
+    }
+    return NGX_DECLINED;
+}
+
+
+/* A request whose tenant value is empty or names no tenant, and the location
+ * has no default: refused as unauthorized, or let through in a dry run. */
+static ngx_int_t
+ngx_http_creditloop_no_tenant(ngx_http_request_t *r,
+    ngx_http_creditloop_loc_conf_t *lcf, ngx_http_creditloop_ctx_t *ctx,
+    ngx_uint_t empty)
+{
+    ngx_table_elt_t            *h;
+    ngx_http_creditloop_room_t *room;
+
+    room = lcf->room;
+    /* Never the value: it may be a credential. */
+    ngx_log_error(lcf->log_level, r->connection->log, 0,
+        empty         ? "creditloop: %s: the tenant value is empty"
+        : lcf->by_key ? "creditloop: %s: the key is no tenant's"
+                      : "creditloop: %s: the tenant value names no tenant",
+        lcf->dry_run ? "dry run, would refuse" : "refused");
+    if (lcf->dry_run) {
+        ctx->state = NGX_HTTP_CREDITLOOP_CTX_DRY_RUN;
+        return NGX_DECLINED;
+    }
+    creditloop_zone_add(room->own,
+        ngx_http_creditloop_entry_worker(
+            room, NGX_HTTP_CREDITLOOP_ENTRY_UNAUTHORIZED),
+        1);
+    if (lcf->basic) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+        h->hash = 1;
+        ngx_str_set(&h->key, "WWW-Authenticate");
+        ngx_str_set(&h->value, "Basic realm=\"creditloop\"");
+        r->headers_out.www_authenticate = h;
+    }
+    return NGX_HTTP_UNAUTHORIZED;
+}
+
+
+/* Into its tenant's queue in the core; urgent (the room asked for it at once)
+ * when the tenant already holds a P1 credit. */
+static ngx_int_t
+ngx_http_creditloop_enqueue(
+    ngx_http_request_t *r, ngx_http_creditloop_ctx_t *ctx)
+{
+    ngx_http_creditloop_room_t   *room;
+    ngx_http_creditloop_tenant_t *tenant;
+    creditloop_status             status;
+    int64_t                       at;
+
+    room = ctx->room;
+    tenant = ctx->tenant;
+    ctx->queued_at = ngx_http_creditloop_now();
+    status =
+        creditloop_submit(room->core, tenant->id, &ctx->record, ctx->queued_at);
+    if (status != CREDITLOOP_OK) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+            "creditloop: submit: %s", creditloop_strerror(status));
+        return NGX_ERROR;
+    }
+    ctx->state = NGX_HTTP_CREDITLOOP_CTX_QUEUED;
+    ngx_http_creditloop_queued(room, tenant, 1);
+    if (room->shared_room != NULL &&
+        creditloop_next_credit(
+            room->core, tenant->id, 0, ctx->queued_at, &at) == CREDITLOOP_OK &&
+        at <= ctx->queued_at) {
+        ctx->urgent = 1;
+        room->urgent++;
+        ngx_http_creditloop_urge(room);
+    }
+    return NGX_OK;
+}
+
+
+/* A queued request waits for its dispatch, its tenant's queue timeout, or its
+ * client's leaving. */
+static ngx_int_t
+ngx_http_creditloop_wait(ngx_http_request_t *r, ngx_http_creditloop_ctx_t *ctx)
+{
+    if (ctx->tenant->queue_timeout != 0) {
+        ctx->timeout.handler = ngx_http_creditloop_timeout_handler;
+        ctx->timeout.data = ctx;
+        ctx->timeout.log = r->connection->log;
+        ngx_add_timer(&ctx->timeout, ctx->tenant->queue_timeout);
+    }
+    /* Waiting: a client that goes away is noticed (ngx_http_test_reading
+     * finalizes the request, whose cleanup withdraws it). Its close may have
+     * come with the request itself, leaving the read event ready with no edge
+     * to come: looked at now, as limit_req does. */
+    if (r->connection->read->ready) {
+        ngx_post_event(r->connection->read, &ngx_posted_events);
+    } else if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_request_empty_handler;
+    return NGX_AGAIN;
+}
+
+
 ngx_int_t
 ngx_http_creditloop_handler(ngx_http_request_t *r)
 {
@@ -322,24 +439,13 @@ ngx_http_creditloop_handler(ngx_http_request_t *r)
     ngx_http_creditloop_ctx_t      *ctx;
     ngx_http_creditloop_tenant_t   *tenant;
     ngx_str_t                       name;
-    creditloop_status               status;
-    int64_t                         at;
 
     if (r != r->main) {
         return NGX_DECLINED;
     }
     ctx = ngx_http_creditloop_get_ctx(r);
     if (ctx != NULL) {
-        if (ctx->state == NGX_HTTP_CREDITLOOP_CTX_QUEUED) {
-            return NGX_AGAIN;
-        }
-        /* Resumed once dispatched, unless the client left between the dispatch
-         * and now; an internal redirect keeps its place. */
-        if (ctx->state == NGX_HTTP_CREDITLOOP_CTX_DISPATCHED &&
-            r->connection->error) {
-            return NGX_HTTP_CLIENT_CLOSED_REQUEST;
-        }
-        return NGX_DECLINED;
+        return ngx_http_creditloop_seen(r, ctx);
     }
     /* An error page is nginx's own answer to a request already decided (refused
      * here, or by an access check): it is never queued again. */
@@ -367,32 +473,7 @@ ngx_http_creditloop_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
     if (tenant == NULL) {
-        /* Never the value: it may be a credential. */
-        ngx_log_error(lcf->log_level, r->connection->log, 0,
-            name.len == 0 ? "creditloop: %s: the tenant value is empty"
-            : lcf->by_key ? "creditloop: %s: the key is no tenant's"
-                          : "creditloop: %s: the tenant value names no tenant",
-            lcf->dry_run ? "dry run, would refuse" : "refused");
-        if (lcf->dry_run) {
-            ctx->state = NGX_HTTP_CREDITLOOP_CTX_DRY_RUN;
-            return NGX_DECLINED;
-        }
-        creditloop_zone_add(room->own,
-            ngx_http_creditloop_entry_worker(
-                room, NGX_HTTP_CREDITLOOP_ENTRY_UNAUTHORIZED),
-            1);
-        if (lcf->basic) {
-            ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
-
-            if (h == NULL) {
-                return NGX_HTTP_INTERNAL_SERVER_ERROR;
-            }
-            h->hash = 1;
-            ngx_str_set(&h->key, "WWW-Authenticate");
-            ngx_str_set(&h->value, "Basic realm=\"creditloop\"");
-            r->headers_out.www_authenticate = h;
-        }
-        return NGX_HTTP_UNAUTHORIZED;
+        return ngx_http_creditloop_no_tenant(r, lcf, ctx, name.len == 0);
     }
     if (tenant->queue_limit != 0 && tenant->queued >= tenant->queue_limit &&
         room->in_flight >= room->share) {
@@ -416,23 +497,8 @@ ngx_http_creditloop_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    ctx->queued_at = ngx_http_creditloop_now();
-    status =
-        creditloop_submit(room->core, tenant->id, &ctx->record, ctx->queued_at);
-    if (status != CREDITLOOP_OK) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-            "creditloop: submit: %s", creditloop_strerror(status));
+    if (ngx_http_creditloop_enqueue(r, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-    ctx->state = NGX_HTTP_CREDITLOOP_CTX_QUEUED;
-    ngx_http_creditloop_queued(room, tenant, 1);
-    if (room->shared_room != NULL &&
-        creditloop_next_credit(
-            room->core, tenant->id, 0, ctx->queued_at, &at) == CREDITLOOP_OK &&
-        at <= ctx->queued_at) {
-        ctx->urgent = 1;
-        room->urgent++;
-        ngx_http_creditloop_urge(room);
     }
 
     ngx_http_creditloop_dispatch(room);
@@ -444,24 +510,7 @@ ngx_http_creditloop_handler(ngx_http_request_t *r)
         r->write_event_handler = ngx_http_core_run_phases;
         return NGX_DECLINED;
     }
-    if (tenant->queue_timeout != 0) {
-        ctx->timeout.handler = ngx_http_creditloop_timeout_handler;
-        ctx->timeout.data = ctx;
-        ctx->timeout.log = r->connection->log;
-        ngx_add_timer(&ctx->timeout, tenant->queue_timeout);
-    }
-    /* Waiting: a client that goes away is noticed (ngx_http_test_reading
-     * finalizes the request, whose cleanup withdraws it). Its close may have
-     * come with the request itself, leaving the read event ready with no edge
-     * to come: looked at now, as limit_req does. */
-    if (r->connection->read->ready) {
-        ngx_post_event(r->connection->read, &ngx_posted_events);
-    } else if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-    r->read_event_handler = ngx_http_test_reading;
-    r->write_event_handler = ngx_http_request_empty_handler;
-    return NGX_AGAIN;
+    return ngx_http_creditloop_wait(r, ctx);
 }
 
 

@@ -217,15 +217,13 @@ ngx_http_creditloop_epoch_handler(ngx_event_t *ev)
 }
 
 
+/* The worker's core (and a learned room's controller), with room reserved. */
 static ngx_int_t
-ngx_http_creditloop_init_room(
+ngx_http_creditloop_new_core(
     ngx_cycle_t *cycle, ngx_http_creditloop_room_t *room)
 {
-    ngx_http_creditloop_tenant_t *t;
-    ngx_uint_t                    i;
-    char                          message[512];
-    creditloop_status             status;
-    int64_t                       now;
+    char              message[512];
+    creditloop_status status;
 
     status = creditloop_core_new(
         room->mcf->config, &room->core, message, sizeof(message));
@@ -250,8 +248,18 @@ ngx_http_creditloop_init_room(
         CREDITLOOP_OK) {
         return NGX_ERROR;
     }
-    now = ngx_http_creditloop_now();
-    t = room->tenants.elts;
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_creditloop_add_tenants(
+    ngx_cycle_t *cycle, ngx_http_creditloop_room_t *room, int64_t now)
+{
+    ngx_http_creditloop_tenant_t *t = room->tenants.elts;
+    ngx_uint_t                    i;
+    creditloop_status             status;
+
     for (i = 0; i < room->tenants.nelts; ++i) {
         status = creditloop_add(room->core, (const char *) t[i].name.data,
             (const char *) t[i].plan.data, t[i].shares, now, &t[i].id);
@@ -262,90 +270,132 @@ ngx_http_creditloop_init_room(
             return NGX_ERROR;
         }
     }
+    return NGX_OK;
+}
+
+
+/* The worker's entry in the zone, taken over from a crashed worker's if one
+ * held it, and published live. */
+static ngx_int_t
+ngx_http_creditloop_take_entry(
+    ngx_cycle_t *cycle, ngx_http_creditloop_room_t *room, int64_t now)
+{
+    ngx_http_creditloop_tenant_t *t = room->tenants.elts;
+    ngx_uint_t                    i;
+
+    if (ngx_worker >= room->zone_workers) {
+        /* The zone's start refuses a configuration with more: never
+         * reached. */
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+            "creditloop: worker %ui has no zone entry", ngx_worker);
+        return NGX_ERROR;
+    }
+    room->own = ngx_http_creditloop_entry(room, ngx_worker);
+    if (room->workers > 1) {
+        /* A worker started in a crashed one's place gives back the shared
+         * room the crashed one held: its last in-flight count, and its
+         * marks as owed and urgent. */
+        room->shared_room = room->room_words;
+        room->shared_learned = room->learned_words;
+        creditloop_room_give(room->shared_room,
+            creditloop_zone_load(
+                room->own, ngx_http_creditloop_entry_worker(
+                               room, NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)));
+        ngx_http_creditloop_unmark(
+            room, NGX_HTTP_CREDITLOOP_ENTRY_OWING, creditloop_room_owe);
+        ngx_http_creditloop_unmark(
+            room, NGX_HTTP_CREDITLOOP_ENTRY_URGENT, creditloop_room_urge);
+        room->room_event.handler = ngx_http_creditloop_dispatch_handler;
+        room->room_event.data = room;
+        room->room_event.log = cycle->log;
+        room->room_event.cancelable = 1;
+    }
+    /* A worker started in a crashed one's place has nothing queued or in
+     * flight yet. */
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        ngx_http_creditloop_queued(room, &t[i], 0);
+    }
+    ngx_http_creditloop_in_flight(room, 0);
+    creditloop_zone_store(room->own,
+        ngx_http_creditloop_entry_worker(
+            room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS),
+        room->slots);
+    creditloop_zone_store(room->own,
+        ngx_http_creditloop_entry_worker(
+            room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_LATENCY),
+        0);
+    ngx_http_creditloop_store_core(room, now);
+    /* The entry is live for the metrics from the start, whatever the worker
+     * count. */
+    creditloop_zone_publish(
+        room->own, NGX_HTTP_CREDITLOOP_GENERATION, ngx_current_msec);
+    return NGX_OK;
+}
+
+
+/* Each tenant's first fraction of its plan, and with more than one worker the
+ * epochs that set it from then on. */
+static void
+ngx_http_creditloop_start_shares(
+    ngx_cycle_t *cycle, ngx_http_creditloop_room_t *room, int64_t now)
+{
+    ngx_http_creditloop_tenant_t *t = room->tenants.elts;
+    ngx_uint_t                    i;
+    uint32_t                      even;
+
+    if (room->workers <= 1) {
+        for (i = 0; i < room->tenants.nelts; ++i) {
+            t[i].fraction = CREDITLOOP_WHOLE_PLAN;
+        }
+        return;
+    }
+    even = creditloop_share_even((uint32_t) room->workers);
+    /* Until the first epoch, each worker enforces 1/n of every plan and of
+     * the room, as a fleet's server does at start. */
+    for (i = 0; i < room->tenants.nelts; ++i) {
+        (void) creditloop_scale(room->core, t[i].id, even, now);
+        t[i].fraction = even;
+    }
+    room->fraction = even;
+    room->share = ngx_http_creditloop_share(room, even);
+    room->epoch_event.handler = ngx_http_creditloop_epoch_handler;
+    room->epoch_event.data = room;
+    room->epoch_event.log = cycle->log;
+    /* Cancelable: a worker shutting down does not wait for its next epoch. */
+    room->epoch_event.cancelable = 1;
+    ngx_add_timer(&room->epoch_event, room->mcf->epoch);
+}
+
+
+static ngx_int_t
+ngx_http_creditloop_init_room(
+    ngx_cycle_t *cycle, ngx_http_creditloop_room_t *room)
+{
+    ngx_core_conf_t *ccf;
+    int64_t          now;
+
+    if (ngx_http_creditloop_new_core(cycle, room) != NGX_OK) {
+        return NGX_ERROR;
+    }
+    now = ngx_http_creditloop_now();
+    if (ngx_http_creditloop_add_tenants(cycle, room, now) != NGX_OK) {
+        return NGX_ERROR;
+    }
     room->dispatch_event.handler = ngx_http_creditloop_dispatch_handler;
     room->dispatch_event.data = room;
     room->dispatch_event.log = cycle->log;
 
-    {
-        ngx_core_conf_t *ccf =
-            (ngx_core_conf_t *) ngx_get_conf(cycle->conf_ctx, ngx_core_module);
-        /* Without a master there is one process, whatever worker_processes
-         * says. */
-        room->workers = ngx_process == NGX_PROCESS_SINGLE
-                            ? 1
-                            : (ngx_uint_t) ccf->worker_processes;
-    }
+    ccf = (ngx_core_conf_t *) ngx_get_conf(cycle->conf_ctx, ngx_core_module);
+    /* Without a master there is one process, whatever worker_processes
+     * says. */
+    room->workers = ngx_process == NGX_PROCESS_SINGLE
+                        ? 1
+                        : (ngx_uint_t) ccf->worker_processes;
     room->share = room->slots;
-    {
-        if (ngx_worker >= room->zone_workers) {
-            /* The zone's start refuses a configuration with more: never
-             * reached. */
-            ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
-                "creditloop: worker %ui has no zone entry", ngx_worker);
-            return NGX_ERROR;
-        }
-        room->own = ngx_http_creditloop_entry(room, ngx_worker);
-        if (room->workers > 1) {
-            /* A worker started in a crashed one's place gives back the shared
-             * room the crashed one held: its last in-flight count, and its
-             * marks as owed and urgent. */
-            room->shared_room = room->room_words;
-            room->shared_learned = room->learned_words;
-            creditloop_room_give(room->shared_room,
-                creditloop_zone_load(
-                    room->own, ngx_http_creditloop_entry_worker(
-                                   room, NGX_HTTP_CREDITLOOP_ENTRY_IN_FLIGHT)));
-            ngx_http_creditloop_unmark(
-                room, NGX_HTTP_CREDITLOOP_ENTRY_OWING, creditloop_room_owe);
-            ngx_http_creditloop_unmark(
-                room, NGX_HTTP_CREDITLOOP_ENTRY_URGENT, creditloop_room_urge);
-            room->room_event.handler = ngx_http_creditloop_dispatch_handler;
-            room->room_event.data = room;
-            room->room_event.log = cycle->log;
-            room->room_event.cancelable = 1;
-        }
-        /* A worker started in a crashed one's place has nothing queued or in
-         * flight yet. */
-        for (i = 0; i < room->tenants.nelts; ++i) {
-            ngx_http_creditloop_queued(room, &t[i], 0);
-        }
-        ngx_http_creditloop_in_flight(room, 0);
-        creditloop_zone_store(room->own,
-            ngx_http_creditloop_entry_worker(
-                room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_SLOTS),
-            room->slots);
-        creditloop_zone_store(room->own,
-            ngx_http_creditloop_entry_worker(
-                room, NGX_HTTP_CREDITLOOP_ENTRY_LEARNED_LATENCY),
-            0);
-        ngx_http_creditloop_store_core(room, now);
-        /* The entry is live for the metrics from the start, whatever the worker
-         * count. */
-        creditloop_zone_publish(
-            room->own, NGX_HTTP_CREDITLOOP_GENERATION, ngx_current_msec);
+    if (ngx_http_creditloop_take_entry(cycle, room, now) != NGX_OK) {
+        return NGX_ERROR;
     }
-    if (room->workers > 1) {
-        uint32_t even = creditloop_share_even((uint32_t) room->workers);
-        /* Until the first epoch, each worker enforces 1/n of every plan and of
-         * the room, as a fleet's server does at start. */
-        for (i = 0; i < room->tenants.nelts; ++i) {
-            (void) creditloop_scale(room->core, t[i].id, even, now);
-            t[i].fraction = even;
-        }
-        room->fraction = even;
-        room->share = ngx_http_creditloop_share(room, even);
-        room->epoch_event.handler = ngx_http_creditloop_epoch_handler;
-        room->epoch_event.data = room;
-        room->epoch_event.log = cycle->log;
-        /* Cancelable: a worker shutting down does not wait for its next epoch.
-         */
-        room->epoch_event.cancelable = 1;
-        ngx_add_timer(&room->epoch_event, room->mcf->epoch);
-    } else {
-        for (i = 0; i < room->tenants.nelts; ++i) {
-            t[i].fraction = CREDITLOOP_WHOLE_PLAN;
-        }
-    }
+    ngx_http_creditloop_start_shares(cycle, room, now);
     return NGX_OK;
 }
 
