@@ -32,7 +32,7 @@ using namespace runtime_tests;
 
 // A sink that throws did not take its request: it is completed at cost 0 and handed back
 // through on_error, the caller's again; the runtime runs on.
-TEST(Runtime, ASinkThatThrowsHandsItsRequestBackThroughOnError) {
+TEST(Dispatcher, ASinkThatThrowsHandsItsRequestBackThroughOnError) {
   Recorder recorder;
   Errors errors;
   RuntimeOptions o = options_with(recorder);
@@ -68,7 +68,7 @@ TEST(Runtime, ASinkThatThrowsHandsItsRequestBackThroughOnError) {
 
 // A room test, a clock and an observer that throw are reported and change nothing else: every
 // request still goes out and comes back.
-TEST(Runtime, ARoomTestClockOrObserverThatThrowsIsReportedAndTheRuntimeRunsOn) {
+TEST(Dispatcher, ARoomTestClockOrObserverThatThrowsIsReportedAndTheRuntimeRunsOn) {
   struct ThrowingObserver : RuntimeObserver {
     std::atomic<int> submits{0};
     void on_submit(ParticipantId, const RequestHook&, Nanos) override {
@@ -121,7 +121,7 @@ TEST(Runtime, ARoomTestClockOrObserverThatThrowsIsReportedAndTheRuntimeRunsOn) {
   EXPECT_EQ(observed, 10);  // every other of the 20 submits
 }
 
-TEST(Runtime, TheSlotModelKeepsAtMostSlotsInFlightAndACompletionReturnsOne) {
+TEST(Dispatcher, TheSlotModelKeepsAtMostSlotsInFlightAndACompletionReturnsOne) {
   Recorder recorder;
   Runtime rt(options_with(recorder, 2));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
@@ -142,7 +142,7 @@ TEST(Runtime, TheSlotModelKeepsAtMostSlotsInFlightAndACompletionReturnsOne) {
   complete_all(rt, recorder, 10);
 }
 
-TEST(Runtime, ACustomRoomTestIsObeyedAndWakeReTestsIt) {
+TEST(Dispatcher, ACustomRoomTestIsObeyedAndWakeReTestsIt) {
   Recorder recorder;
   std::atomic<bool> room{false};
   RuntimeOptions o = options_with_room_flag(recorder, room);
@@ -163,7 +163,7 @@ TEST(Runtime, ACustomRoomTestIsObeyedAndWakeReTestsIt) {
   for (const Dispatched& d : recorder.seen()) ASSERT_TRUE(rt.complete(d.ticket, 0).ok());
 }
 
-TEST(Runtime, TheChargeLandsInTheAdmittingBucketBeforeTheNextDecision) {
+TEST(Dispatcher, TheChargeLandsInTheAdmittingBucketBeforeTheNextDecision) {
   // A manual clock that never moves: the P1 bucket changes only by debits and charges.
   Recorder recorder;
   RuntimeOptions o = options_with(recorder, 1);
@@ -187,7 +187,7 @@ TEST(Runtime, TheChargeLandsInTheAdmittingBucketBeforeTheNextDecision) {
   ASSERT_TRUE(rt.complete(recorder.seen()[1].ticket, 0).ok());
 }
 
-TEST(Runtime, AnIdleDispatcherSleepsAndASubmissionWakesIt) {
+TEST(Dispatcher, AnIdleDispatcherSleepsAndASubmissionWakesIt) {
   Recorder recorder;
   RuntimeOptions o = options_with(recorder);
   o.spin = std::chrono::nanoseconds{0};
@@ -449,18 +449,18 @@ void replay_what_the_observer_saw(bool batches) {
   }
 }
 
-TEST(Runtime, TheObserverSeesEveryCoreInputAndReplayingItReproducesEveryDecision) {
+TEST(Dispatcher, TheObserverSeesEveryCoreInputAndReplayingItReproducesEveryDecision) {
   replay_what_the_observer_saw(false);
 }
 
-TEST(Runtime, AnObserverOfBatchesSeesEveryCoreInputAndReplayingItReproducesEveryDecision) {
+TEST(Dispatcher, AnObserverOfBatchesSeesEveryCoreInputAndReplayingItReproducesEveryDecision) {
   replay_what_the_observer_saw(true);
 }
 
 // A sink may remove and re-add a participant inline while the rest of a batch the core decided in
 // one call is still being handed out: those hand-outs are the removed participant's, and count
 // nowhere in the new one's counters (they used to drive its `queued` below zero, to 2^64 - 1).
-TEST(Runtime, ASinkThatReAddsAParticipantInlineLeavesTheNewOnesCountersAlone) {
+TEST(Dispatcher, ASinkThatReAddsAParticipantInlineLeavesTheNewOnesCountersAlone) {
   constexpr std::size_t kBatch = 4;
   Recorder recorder;
   std::atomic<Runtime*> runtime{nullptr};
