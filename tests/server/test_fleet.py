@@ -41,7 +41,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import wait_for  # noqa: E402  (a poll with a deadline, never a fixed sleep)
+from server_harness import wait_for  # noqa: E402  (a poll with a deadline, never a fixed sleep)
 
 EPOCH_MS = 200
 GRACE_MS = 1000
