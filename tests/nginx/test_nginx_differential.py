@@ -52,7 +52,7 @@ import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 sys.dont_write_bytecode = True  # nothing left beside the sources
 import server_harness  # noqa: E402 - the Server helper: starts the binary, reads its ports
 

@@ -40,7 +40,7 @@ import tempfile
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from server_harness import wait_for  # noqa: E402  (a poll with a deadline, never a fixed sleep)
 
 EPOCH_MS = 200
