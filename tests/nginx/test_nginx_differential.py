@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# One file: one harness; its corpus, backend, nginx setup and allowed differences are one comparison.
 """creditloop-server's proxy mode against Debian's nginx: one corpus, one backend, every difference.
 
 Usage: test_nginx_differential.py --server PATH [--nginx /usr/sbin/nginx] [--cases GLOB] [--dump]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# One file: one fuzzing harness; its generators, fake backend and oracle serve its one loop.
 """creditloop-server under hostile HTTP, in work mode and in proxy mode, on loopback.
 
 Usage: test_http_fuzz.py --server PATH [--seconds N] [--seed S] [--threads N] [--no-isolate]
