@@ -219,13 +219,8 @@ class Recorder {
 
 // Waits until the runtime has applied `n` completions (a snapshot round-trips through the
 // dispatcher).
-bool wait_completed(Runtime& rt, std::uint64_t n) {
-  const auto until = std::chrono::steady_clock::now() + kDeadline;
-  while (rt.snapshot().completed < n) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::yield();
-  }
-  return true;
+void wait_completed(Runtime& rt, std::uint64_t n) {
+  test::spin_until([&] { return rt.snapshot().completed >= n; }, "the runtime's completions");
 }
 
 TEST(CaptureObserver, TheLinesSayWhoWasDispatchedUnderWhichClassWhenAndAtWhatCost) {
@@ -264,16 +259,16 @@ TEST(CaptureObserver, TheLinesSayWhoWasDispatchedUnderWhichClassWhenAndAtWhatCos
       return Ticket{};
     };
     ASSERT_TRUE(rt.complete(ticket_of(r[0]), 1.25));
-    ASSERT_TRUE(wait_completed(rt, 1));
+    wait_completed(rt, 1);
     clock.store(7'000, std::memory_order_relaxed);
     ASSERT_TRUE(rt.complete(ticket_of(r[1]), 0.5));
-    ASSERT_TRUE(wait_completed(rt, 2));
+    wait_completed(rt, 2);
     ASSERT_TRUE(rt.scale(bob, 500'000));
     // Removed with a request in flight: its completion still names it.
     ASSERT_TRUE(rt.remove(alice));
     clock.store(9'000, std::memory_order_relaxed);
     ASSERT_TRUE(rt.complete(ticket_of(r[2]), 2));
-    ASSERT_TRUE(wait_completed(rt, 3));
+    wait_completed(rt, 3);
     rt.shutdown();
   }
   capture.close();
@@ -350,7 +345,7 @@ TEST(CaptureObserver, AFullRingDropsCountsAndReportsWhatItCouldNotHandOver) {
     self = &rt;
     const ParticipantId alice = *rt.add("alice", "pro", 1);
     for (Req& q : r) ASSERT_TRUE(rt.submit(alice, q));
-    ASSERT_TRUE(wait_completed(rt, kRequests));
+    wait_completed(rt, kRequests);
     rt.shutdown();
   }
   capture.close();
@@ -391,7 +386,7 @@ TEST(CaptureObserver, AnUnwritableCaptureNeverStopsTheRuntime) {
     self = &rt;
     const ParticipantId alice = *rt.add("alice", "pro", 1);
     for (Req& q : r) ASSERT_TRUE(rt.submit(alice, q));
-    ASSERT_TRUE(wait_completed(rt, r.size()));
+    wait_completed(rt, r.size());
     rt.shutdown();
   }
   capture.close();
@@ -447,7 +442,7 @@ TEST(CaptureStress, EveryCompletedRequestIsWrittenOrCountedAsDropped) {
       });
     }
     for (std::thread& t : producers) t.join();
-    ASSERT_TRUE(wait_completed(rt, kProducers * kPerProducer));
+    wait_completed(rt, kProducers * kPerProducer);
     rt.shutdown();
   }
   capture.close();

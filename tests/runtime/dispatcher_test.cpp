@@ -196,11 +196,7 @@ TEST(Dispatcher, AnIdleDispatcherSleepsAndASubmissionWakesIt) {
   for (int round = 1; round <= 20; ++round) {
     // Wait until the dispatcher has gone to sleep, then submit: only a wake-up gets that request
     // dispatched.
-    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
-    while (!rt.dispatcher_sleeping()) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline);
-      std::this_thread::yield();
-    }
+    test::spin_until([&] { return rt.dispatcher_sleeping(); }, "the dispatcher to sleep");
     Req r;
     ASSERT_TRUE(rt.submit(alice, r).ok());
     ASSERT_TRUE(recorder.wait_for(static_cast<std::size_t>(round)));

@@ -30,6 +30,21 @@ namespace {
 
 using namespace runtime_tests;
 
+// Submits `r` to `p` as soon as a hand-back has made it the caller's again (already_queued until
+// then); any other refusal is counted in `unexpected`.
+void submit_once_handed_back(Runtime& rt, ParticipantId p, Req& r,
+                             std::atomic<std::size_t>& unexpected) {
+  test::spin_until(
+      [&] {
+        const Status s = rt.submit(p, r);
+        if (s.ok()) return true;
+        if (s.error() == Errc::already_queued) return false;
+        unexpected.fetch_add(1, std::memory_order_relaxed);  // a test count: no pairing
+        return true;
+      },
+      "a handed-back request to be the caller's again");
+}
+
 TEST(SubmitComplete, EachParticipantsRequestsAreDispatchedInSubmissionOrder) {
   Recorder recorder;
   Runtime rt(options_with(recorder, 1'000'000));
@@ -186,15 +201,7 @@ TEST(SubmitComplete, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHa
       test::spin_until([&] { return round.load(std::memory_order_acquire) >= r; },
                        "the next round");
       for (std::size_t i = (r - 1) * kPerRound; i < r * kPerRound; ++i) {
-        for (;;) {
-          const Status s = rt.submit(bob, requests[i]);
-          if (s.ok()) break;
-          if (s.error() != Errc::already_queued) {
-            unexpected.fetch_add(1, std::memory_order_relaxed);  // a test count: no pairing
-            break;
-          }
-          std::this_thread::yield();
-        }
+        submit_once_handed_back(rt, bob, requests[i], unexpected);
       }
       finished.store(r, std::memory_order_release);  // pairs with the main thread's acquire
     }
@@ -245,15 +252,7 @@ TEST(SubmitComplete, RequestsSubmittedElsewhereWhileTheRemovalsListIsWalkedAreAl
       test::spin_until([&] { return round.load(std::memory_order_acquire) >= r; },
                        "the next round");
       for (std::size_t i = (r - 1) * kPerRound; i < r * kPerRound; ++i) {
-        for (;;) {
-          const Status s = rt.submit(bob, requests[i]);
-          if (s.ok()) break;
-          if (s.error() != Errc::already_queued) {
-            unexpected.fetch_add(1, std::memory_order_relaxed);  // a test count: no pairing
-            break;
-          }
-          std::this_thread::yield();
-        }
+        submit_once_handed_back(rt, bob, requests[i], unexpected);
       }
       finished.store(r, std::memory_order_release);  // pairs with the main thread's acquire
     }

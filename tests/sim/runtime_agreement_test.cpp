@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
@@ -16,7 +15,6 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <variant>
 #include <vector>
 
@@ -26,12 +24,14 @@
 #include "replay.hpp"
 #include "scenario.hpp"
 #include "simulator.hpp"
+#include "spin_until.hpp"
 
 namespace sim = creditloop::sim;
 
 namespace {
 
 using creditloop::Nanos;
+using creditloop::test::spin_until;
 using sim::Capture;
 using sim::CaptureText;
 using sim::Refusal;
@@ -56,16 +56,6 @@ class PassLog final : public sim::RunObserver {
   }
   void withdrawn(Nanos, std::uint32_t, std::uint64_t) override {}
 };
-
-template <class F>
-bool eventually(F&& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 // alice spends her one P1 credit at 0 and is charged 2.7 at 0.1, so that her next credit lands
 // on an instant no decimal rounding hits (rate 3/s: 0.1 + (1 - (0 + 0.3 - 2.7)) / 3 s). Then
@@ -116,13 +106,15 @@ TEST(NextCredit, RuntimeSnapshotAgreesWithTheSimulatorOnTheSameInputs) {
   ASSERT_TRUE(rt.add("bob", "fast", 1).ok());
   std::deque<creditloop::RequestHook> requests(1);
   ASSERT_TRUE(rt.submit(*alice_id, requests[0]).ok());
-  ASSERT_TRUE(eventually([&] { return dispatched.load(std::memory_order_acquire) == 1; }));
+  spin_until([&] { return dispatched.load(std::memory_order_acquire) == 1; }, "the first dispatch");
   clock.store(100'000'000, std::memory_order_relaxed);
   ASSERT_TRUE(rt.complete_nano(first_ticket, 2'700'000'000).ok());
-  ASSERT_TRUE(eventually([&] {
-    const auto c = rt.counters(*alice_id);
-    return c && c->completed == 1;
-  }));
+  spin_until(
+      [&] {
+        const auto c = rt.counters(*alice_id);
+        return c && c->completed == 1;
+      },
+      "alice's completion");
 
   // Between 0.1 and the first credit, nothing else touches alice's P1 bucket in either run (her
   // later requests go out unmetered): each ignored pass's instant is a snapshot's instant.
@@ -258,7 +250,8 @@ TEST(RuntimeCapture, ReplaysToTheSameDecisions) {
         ASSERT_TRUE(rt.complete_nano(t, step.cost_nano).ok());
         ++completed;
       }
-      ASSERT_TRUE(eventually(settled)) << "at " << step.at;
+      const std::string awaited = "the runtime to take in the step at " + std::to_string(step.at);
+      spin_until(settled, awaited.c_str());
     }
     ASSERT_EQ(completed, submitted[0] + submitted[1]);
     (void)rt.shutdown();
