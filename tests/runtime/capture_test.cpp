@@ -223,6 +223,7 @@ void wait_completed(Runtime& rt, std::uint64_t n) {
   test::spin_until([&] { return rt.snapshot().completed >= n; }, "the runtime's completions");
 }
 
+// Long by nature: one scripted run at set instants, then each line it wrote, top to bottom.
 TEST(CaptureObserver, TheLinesSayWhoWasDispatchedUnderWhichClassWhenAndAtWhatCost) {
   Scratch scratch;
   const std::string path = scratch.path("c.jsonl");
