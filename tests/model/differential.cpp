@@ -1,3 +1,4 @@
+// One file: one harness, the core against the model; its operations and checks are its methods.
 #include "model/differential.hpp"
 
 #include <algorithm>
