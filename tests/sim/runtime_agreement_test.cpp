@@ -61,7 +61,7 @@ class PassLog final : public sim::RunObserver {
 // on an instant no decimal rounding hits (rate 3/s: 0.1 + (1 - (0 + 0.3 - 2.7)) / 3 s). Then
 // bob, whose plan always has credit, arrives at 0.3, 0.5, 0.7 and 0.9 while alice has requests
 // queued: each of his P1 passes ignores alice for want of a credit and says when it lands.
-TEST(NextCredit, RuntimeSnapshotAgreesWithTheSimulatorOnTheSameInputs) {
+TEST(RuntimeAgreement, ASnapshotsNextCreditIsTheSimulatorsOnTheSameInputs) {
   constexpr const char* kScenario = R"({
     "classes": ["P1"],
     "plans": {"slow": {"P1": {"rate": 3, "burst": 1}}, "fast": {"P1": {"rate": 1000, "burst": 10}}},
@@ -293,7 +293,7 @@ void expect_the_replay_to_agree(const std::string& path) {
 
 // A runtime's capture replays to the same decisions (record_the_script,
 // expect_the_replay_to_agree).
-TEST(RuntimeCapture, ReplaysToTheSameDecisions) {
+TEST(RuntimeAgreement, ACaptureReplaysToTheSameDecisions) {
   char dir_template[] = "/tmp/creditloop-replay-test-XXXXXX";
   ASSERT_NE(mkdtemp(dir_template), nullptr);
   const std::filesystem::path dir = dir_template;
