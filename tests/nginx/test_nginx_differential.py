@@ -55,7 +55,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 sys.dont_write_bytecode = True  # nothing left beside the sources
-import server_harness  # noqa: E402 - the Server helper: starts the binary, reads its ports
+import server_harness  # noqa: E402 - the Server wrapper: starts the binary, reads its ports
 
 NGINX = "/usr/sbin/nginx"
 KEY = "alice-key-0001"

@@ -14,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import server_harness  # noqa: E402 - the Server helper, the base configuration, main()
+import server_harness  # noqa: E402 - the Server wrapper, the base configuration, main()
 from server_harness import PLANS, base_config, wait_for, Server  # noqa: E402
 
 

@@ -51,7 +51,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import server_harness  # noqa: E402  (the Server helper, base_config and wait_for)
+import server_harness  # noqa: E402  (the Server wrapper, base_config and wait_for)
 from server_harness import base_config, wait_for  # noqa: E402
 
 GOOD_KEY = "good-key-00001"

@@ -12,7 +12,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import server_harness  # noqa: E402 - the Server helper, the base configuration, main()
+import server_harness  # noqa: E402 - the Server wrapper, the base configuration, main()
 from server_harness import base_config, Server  # noqa: E402
 
 

@@ -12,7 +12,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import server_harness  # noqa: E402 - the Server helper, the base configuration, main()
+import server_harness  # noqa: E402 - the Server wrapper, the base configuration, main()
 from server_harness import ALICE, BOB, Server  # noqa: E402
 from proxy_harness import Backend, proxy_config, Client, request, names  # noqa: E402
 

@@ -13,7 +13,7 @@ import unittest
 from http.server import BaseHTTPRequestHandler
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import server_harness  # noqa: E402 - the Server helper, the base configuration, main()
+import server_harness  # noqa: E402 - the Server wrapper, the base configuration, main()
 from server_harness import base_config, wait_for, Server, start_http, free_port  # noqa: E402
 
 

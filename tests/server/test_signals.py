@@ -15,7 +15,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import server_harness  # noqa: E402 - the Server helper, the base configuration, main()
+import server_harness  # noqa: E402 - the Server wrapper, the base configuration, main()
 from server_harness import ALICE, base_config, wait_for, Server, Async  # noqa: E402
 
 
