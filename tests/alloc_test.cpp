@@ -486,11 +486,8 @@ TEST_F(CapturedRuntimeRun, ACaptureOfTheSteadyStateAllocatesNothingOnAnyThread) 
   ASSERT_EQ(cycle(2'000), 0);
   // The writer has taken in the registrations (each allocates its name's entry) and written
   // their lines: the header and one per participant.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (capture_->stats().lines < 1 + ids_.size()) {
-    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the capture wrote nothing";
-    std::this_thread::yield();
-  }
+  test::spin_until([&] { return capture_->stats().lines >= 1 + ids_.size(); },
+                   "the capture's header and participant lines");
   g_counting.store(true, std::memory_order_relaxed);
   const int refused = cycle(50'000);
   g_counting.store(false, std::memory_order_relaxed);

@@ -4,6 +4,7 @@
 // printed with its seed and step.
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,177 +56,245 @@ int status_of(creditloop::Status s) {
   }
 }
 
-struct Run {
-  unsigned seed;
-  int step = 0;
-  bool failed = false;
+// The same random plans, built once for the C++ core and once through the C API.
+struct Plans {
+  creditloop::Config config;
+  creditloop_config* cconfig = nullptr;
+  int count = 0;
+};
+
+// The two cores side by side, driven by one random sequence: each operation runs on both and
+// compares what they say. The first difference is printed with its seed and step.
+class Twins {
+ public:
+  explicit Twins(unsigned seed) : seed_(seed), rng_(seed) {}
+  Twins(const Twins&) = delete;
+  Twins& operator=(const Twins&) = delete;
+  // Both cores are freed with requests still theirs: nothing is touched.
+  ~Twins() { creditloop_core_free(ccore_); }
+
+  bool start() {
+    classes_ = 1 + pick(3);
+    Plans plans = random_plans();
+    plans_ = plans.count;
+    core_.emplace(plans.config);
+    if (creditloop_core_new(plans.cconfig, &ccore_, nullptr, 0) != CREDITLOOP_OK) return false;
+    creditloop_config_free(plans.cconfig);
+    for (int i = 0; i < kRequests; ++i) {
+      cpp_requests_[i].id = i;
+      c_requests_[i].id = i;
+      creditloop_request_init(&c_requests_[i].record, &c_requests_[i]);
+    }
+    return true;
+  }
+
+  bool run(int steps) {
+    for (step_ = 0; step_ < steps && !failed_; ++step_) {
+      now_ += pick(4) == 0 ? 0 : pick(50'000'000);
+      one_operation(pick(100));
+      expect(creditloop_waiting(ccore_) == core_->waiting(), "waiting");
+      expect(creditloop_in_flight(ccore_) == core_->in_flight(), "in flight");
+    }
+    return !failed_;
+  }
+
+ private:
+  static constexpr int kRequests = 64;
+
+  int pick(int n) { return static_cast<int>(rng_() % static_cast<unsigned>(n)); }
+  int pick_participant() { return pick(static_cast<int>(cpp_ids_.size())); }
+
   void expect(bool ok, const char* what) {
-    if (!ok && !failed) {
-      std::fprintf(stderr, "seed %u step %d: %s differs\n", seed, step, what);
-      failed = true;
+    if (!ok && !failed_) {
+      std::fprintf(stderr, "seed %u step %d: %s differs\n", seed_, step_, what);
+      failed_ = true;
     }
   }
+
+  Plans random_plans() {
+    Plans plans;
+    plans.config.classes = classes_;
+    plans.cconfig = creditloop_config_new(classes_);
+    plans.count = 1 + pick(3);
+    for (int p = 0; p < plans.count; ++p) {
+      creditloop::Plan plan;
+      plan.name = "plan" + std::to_string(p);
+      creditloop_config_add_plan(plans.cconfig, plan.name.c_str());
+      for (int c = 0; c < classes_; ++c) {
+        if (pick(3) == 0) continue;
+        const double rate = 0.5 + pick(40) / 4.0;
+        const double burst = 1 + pick(8);
+        plan.terms[static_cast<std::size_t>(c)] = creditloop::ClassTerms{rate, burst};
+        creditloop_config_set_class(plans.cconfig, plan.name.c_str(), c, rate, burst);
+      }
+      plans.config.plans.push_back(plan);
+    }
+    return plans;
+  }
+
+  // `op` out of 100: the share of each operation is the width of its range.
+  void one_operation(int op) {
+    if (op < 8 || cpp_ids_.empty()) {
+      add();
+    } else if (op < 12) {
+      remove();
+    } else if (op < 16) {
+      withdraw();
+    } else if (op < 50) {
+      submit();
+    } else if (op < 70) {
+      dispatch();
+    } else if (op < 90 && !cpp_tickets_.empty()) {
+      complete();
+    } else if (op < 94) {
+      replan();
+    } else if (op < 97) {
+      scale();
+    } else {
+      snapshot();
+    }
+  }
+
+  void add() {
+    const std::string name = "t" + std::to_string(pick(12));
+    const std::string plan = "plan" + std::to_string(pick(plans_ + 1));  // may be unknown
+    const auto shares = static_cast<std::uint32_t>(pick(5));             // 0 is refused
+    auto a = core_->add(name, plan, shares, now_);
+    creditloop_participant cid{};
+    const int cs = creditloop_add(ccore_, name.c_str(), plan.c_str(), shares, now_, &cid);
+    expect(status_of(a.status()) == cs, "add status");
+    if (a) {
+      cpp_ids_.push_back(*a);
+      c_ids_.push_back(cid);
+    }
+  }
+
+  void remove() {
+    const int i = pick_participant();
+    auto r = core_->remove(cpp_ids_[i]);
+    creditloop_request* back = nullptr;
+    const int cs = creditloop_remove(ccore_, c_ids_[i], &back);
+    expect(status_of(r.status()) == cs, "remove status");
+    if (!r) return;
+    for (auto* h = r->front(); h != nullptr;
+         h = h->next_in_queue, back = creditloop_request_next(back)) {
+      expect(back != nullptr &&
+                 static_cast<CppRequest*>(h)->id == static_cast<CRequest*>(back->user)->id,
+             "handed-back request");
+      if (back == nullptr) break;
+    }
+    auto list = std::move(r.value());
+    while (list.pop_front() != nullptr) {
+    }
+  }
+
+  void withdraw() {
+    const int req = pick(kRequests);
+    const int cs = creditloop_withdraw(ccore_, &c_requests_[req].record);
+    expect(status_of(core_->withdraw(cpp_requests_[req])) == cs, "withdraw status");
+  }
+
+  void submit() {
+    const int i = pick_participant();
+    const int req = pick(kRequests);
+    const int cs = creditloop_submit(ccore_, c_ids_[i], &c_requests_[req].record, now_);
+    const int s = status_of(core_->submit(cpp_ids_[i], cpp_requests_[req], now_));
+    expect(s == cs, "submit status");
+  }
+
+  void dispatch() {
+    const auto room = static_cast<std::size_t>(pick(6));
+    std::vector<creditloop::Decision> cpp_out(room);
+    std::vector<creditloop_decision> c_out(room + 1);
+    const std::size_t n = core_->dispatch(now_, cpp_out);
+    std::size_t cn = 0;
+    expect(creditloop_dispatch(ccore_, now_, c_out.data(), room, &cn) == CREDITLOOP_OK,
+           "dispatch status");
+    expect(n == cn, "dispatch count");
+    for (std::size_t j = 0; j < n && j < cn; ++j) {
+      expect(static_cast<CppRequest*>(cpp_out[j].request)->id ==
+                 static_cast<CRequest*>(c_out[j].request->user)->id,
+             "dispatched request");
+      expect(cpp_out[j].out == c_out[j].out_class, "class gone out under");
+      expect(cpp_out[j].turn == c_out[j].turn_class, "turn class");
+      cpp_tickets_.push_back(cpp_out[j].ticket);
+      c_tickets_.push_back(c_out[j].ticket);
+    }
+    if (pick(2) == 0) {
+      core_->end_turn();
+      creditloop_end_turn(ccore_);
+    }
+  }
+
+  void complete() {
+    const int i = pick(static_cast<int>(cpp_tickets_.size()));
+    const double cost = pick(10) == 0 ? -1.0 : pick(40) / 8.0;
+    creditloop_completion done{};
+    auto r = core_->complete(cpp_tickets_[i], cost, now_);
+    const int cs = creditloop_complete(ccore_, c_tickets_[i], cost, now_, &done);
+    expect(status_of(r.status()) == cs, "complete status");
+    if (r) expect(r->bucket == done.bucket && r->charged == (done.charged != 0), "completion");
+    if (r && pick(2) == 0) {  // keep some, to complete again as stale
+      cpp_tickets_.erase(cpp_tickets_.begin() + i);
+      c_tickets_.erase(c_tickets_.begin() + i);
+    }
+  }
+
+  void replan() {
+    const int i = pick_participant();
+    const std::string plan = "plan" + std::to_string(pick(plans_));
+    const auto shares = static_cast<std::uint32_t>(1 + pick(4));
+    const auto pid = core_->find_plan(plan);
+    const int s = status_of(core_->replan(cpp_ids_[i], *pid, shares, now_));
+    expect(s == creditloop_replan(ccore_, c_ids_[i], plan.c_str(), shares, now_), "replan");
+  }
+
+  void scale() {
+    const int i = pick_participant();
+    const auto m = static_cast<std::uint32_t>(pick(1'100'001));
+    expect(status_of(core_->scale(cpp_ids_[i], m, now_)) ==
+               creditloop_scale(ccore_, c_ids_[i], m, now_),
+           "scale");
+  }
+
+  void snapshot() {
+    const int i = pick_participant();
+    creditloop_participant_snapshot snap{};
+    snap.size = sizeof snap;
+    const int cs = creditloop_snapshot(ccore_, c_ids_[i], now_, &snap);
+    expect((cs == CREDITLOOP_OK) == core_->contains(cpp_ids_[i]), "snapshot status");
+    if (cs != CREDITLOOP_OK) return;
+    expect(snap.queued == core_->queued(cpp_ids_[i]), "queued");
+    for (int c = 0; c < classes_; ++c) {
+      const auto cls = static_cast<creditloop::ClassId>(c);
+      const auto b = core_->balance(cpp_ids_[i], cls, now_);
+      expect(!b || snap.balance_nano[c] == static_cast<std::int64_t>(*b), "balance");
+    }
+    const auto st = core_->stats(cpp_ids_[i]);
+    expect(snap.completed == st.completed, "completed");
+    expect(snap.cost_charged_nano == static_cast<std::int64_t>(st.cost_charged), "cost charged");
+  }
+
+  unsigned seed_;
+  std::mt19937_64 rng_;
+  int step_ = 0;
+  bool failed_ = false;
+  int classes_ = 0;
+  int plans_ = 0;
+  std::optional<Core> core_;
+  creditloop_core* ccore_ = nullptr;
+  std::int64_t now_ = 0;
+  std::vector<CppRequest> cpp_requests_ = std::vector<CppRequest>(kRequests);
+  std::vector<CRequest> c_requests_ = std::vector<CRequest>(kRequests);
+  std::vector<ParticipantId> cpp_ids_;
+  std::vector<creditloop_participant> c_ids_;
+  std::vector<creditloop::Ticket> cpp_tickets_;
+  std::vector<creditloop_ticket> c_tickets_;
 };
 
 bool run_one(unsigned seed) {
-  Run run{seed};
-  std::mt19937_64 rng(seed);
-  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
-
-  const int k = 1 + pick(3);
-  creditloop::Config config;
-  config.classes = k;
-  creditloop_config* cconfig = creditloop_config_new(k);
-  const int plans = 1 + pick(3);
-  for (int p = 0; p < plans; ++p) {
-    creditloop::Plan plan;
-    plan.name = "plan" + std::to_string(p);
-    creditloop_config_add_plan(cconfig, plan.name.c_str());
-    for (int c = 0; c < k; ++c) {
-      if (pick(3) == 0) continue;
-      const double rate = 0.5 + pick(40) / 4.0;
-      const double burst = 1 + pick(8);
-      plan.terms[static_cast<std::size_t>(c)] = creditloop::ClassTerms{rate, burst};
-      creditloop_config_set_class(cconfig, plan.name.c_str(), c, rate, burst);
-    }
-    config.plans.push_back(plan);
-  }
-  Core core(config);
-  creditloop_core* ccore = nullptr;
-  if (creditloop_core_new(cconfig, &ccore, nullptr, 0) != CREDITLOOP_OK) return false;
-  creditloop_config_free(cconfig);
-
-  constexpr int kRequests = 64;
-  std::vector<CppRequest> cpp_requests(kRequests);
-  std::vector<CRequest> c_requests(kRequests);
-  for (int i = 0; i < kRequests; ++i) {
-    cpp_requests[i].id = i;
-    c_requests[i].id = i;
-    creditloop_request_init(&c_requests[i].record, &c_requests[i]);
-  }
-  std::vector<std::string> names;
-  std::vector<ParticipantId> cpp_ids;
-  std::vector<creditloop_participant> c_ids;
-  std::vector<creditloop::Ticket> cpp_tickets;
-  std::vector<creditloop_ticket> c_tickets;
-  std::int64_t now = 0;
-  for (run.step = 0; run.step < 3000 && !run.failed; ++run.step) {
-    now += pick(4) == 0 ? 0 : pick(50'000'000);
-    const int op = pick(100);
-    if (op < 8 || cpp_ids.empty()) {
-      const std::string name = "t" + std::to_string(pick(12));
-      const std::string plan = "plan" + std::to_string(pick(plans + 1));  // may be unknown
-      const auto shares = static_cast<std::uint32_t>(pick(5));            // 0 is refused
-      auto a = core.add(name, plan, shares, now);
-      creditloop_participant cid{};
-      const int cs = creditloop_add(ccore, name.c_str(), plan.c_str(), shares, now, &cid);
-      run.expect(status_of(a.status()) == cs, "add status");
-      if (a) {
-        names.push_back(name);
-        cpp_ids.push_back(*a);
-        c_ids.push_back(cid);
-      }
-    } else if (op < 12) {
-      const int i = pick(static_cast<int>(cpp_ids.size()));
-      auto r = core.remove(cpp_ids[i]);
-      creditloop_request* back = nullptr;
-      const int cs = creditloop_remove(ccore, c_ids[i], &back);
-      run.expect(status_of(r.status()) == cs, "remove status");
-      if (r) {
-        for (auto* h = r->front(); h != nullptr;
-             h = h->next_in_queue, back = creditloop_request_next(back)) {
-          run.expect(back != nullptr &&
-                         static_cast<CppRequest*>(h)->id == static_cast<CRequest*>(back->user)->id,
-                     "handed-back request");
-          if (back == nullptr) break;
-        }
-        auto list = std::move(r.value());
-        while (list.pop_front() != nullptr) {
-        }
-      }
-    } else if (op < 16) {
-      const int req = pick(kRequests);
-      const int cs = creditloop_withdraw(ccore, &c_requests[req].record);
-      run.expect(status_of(core.withdraw(cpp_requests[req])) == cs, "withdraw status");
-    } else if (op < 50) {
-      const int i = pick(static_cast<int>(cpp_ids.size()));
-      const int req = pick(kRequests);
-      const int cs = creditloop_submit(ccore, c_ids[i], &c_requests[req].record, now);
-      const int s = status_of(core.submit(cpp_ids[i], cpp_requests[req], now));
-      run.expect(s == cs, "submit status");
-    } else if (op < 70) {
-      const auto room = static_cast<std::size_t>(pick(6));
-      std::vector<creditloop::Decision> cpp_out(room);
-      std::vector<creditloop_decision> c_out(room + 1);
-      const std::size_t n = core.dispatch(now, cpp_out);
-      std::size_t cn = 0;
-      run.expect(creditloop_dispatch(ccore, now, c_out.data(), room, &cn) == CREDITLOOP_OK,
-                 "dispatch status");
-      run.expect(n == cn, "dispatch count");
-      for (std::size_t j = 0; j < n && j < cn; ++j) {
-        run.expect(static_cast<CppRequest*>(cpp_out[j].request)->id ==
-                       static_cast<CRequest*>(c_out[j].request->user)->id,
-                   "dispatched request");
-        run.expect(cpp_out[j].out == c_out[j].out_class, "class gone out under");
-        run.expect(cpp_out[j].turn == c_out[j].turn_class, "turn class");
-        cpp_tickets.push_back(cpp_out[j].ticket);
-        c_tickets.push_back(c_out[j].ticket);
-      }
-      if (pick(2) == 0) {
-        core.end_turn();
-        creditloop_end_turn(ccore);
-      }
-    } else if (op < 90 && !cpp_tickets.empty()) {
-      const int i = pick(static_cast<int>(cpp_tickets.size()));
-      const double cost = pick(10) == 0 ? -1.0 : pick(40) / 8.0;
-      creditloop_completion done{};
-      auto r = core.complete(cpp_tickets[i], cost, now);
-      const int cs = creditloop_complete(ccore, c_tickets[i], cost, now, &done);
-      run.expect(status_of(r.status()) == cs, "complete status");
-      if (r)
-        run.expect(r->bucket == done.bucket && r->charged == (done.charged != 0), "completion");
-      if (r && pick(2) == 0) {  // keep some, to complete again as stale
-        cpp_tickets.erase(cpp_tickets.begin() + i);
-        c_tickets.erase(c_tickets.begin() + i);
-      }
-    } else if (op < 94) {
-      const int i = pick(static_cast<int>(cpp_ids.size()));
-      const std::string plan = "plan" + std::to_string(pick(plans));
-      const auto shares = static_cast<std::uint32_t>(1 + pick(4));
-      const auto pid = core.find_plan(plan);
-      const int s = status_of(core.replan(cpp_ids[i], *pid, shares, now));
-      run.expect(s == creditloop_replan(ccore, c_ids[i], plan.c_str(), shares, now), "replan");
-    } else if (op < 97) {
-      const int i = pick(static_cast<int>(cpp_ids.size()));
-      const auto m = static_cast<std::uint32_t>(pick(1'100'001));
-      run.expect(
-          status_of(core.scale(cpp_ids[i], m, now)) == creditloop_scale(ccore, c_ids[i], m, now),
-          "scale");
-    } else {
-      const int i = pick(static_cast<int>(cpp_ids.size()));
-      creditloop_participant_snapshot snap{};
-      snap.size = sizeof snap;
-      const int cs = creditloop_snapshot(ccore, c_ids[i], now, &snap);
-      run.expect((cs == CREDITLOOP_OK) == core.contains(cpp_ids[i]), "snapshot status");
-      if (cs == CREDITLOOP_OK) {
-        run.expect(snap.queued == core.queued(cpp_ids[i]), "queued");
-        for (int c = 0; c < k; ++c) {
-          const auto cls = static_cast<creditloop::ClassId>(c);
-          const auto b = core.balance(cpp_ids[i], cls, now);
-          run.expect(!b || snap.balance_nano[c] == static_cast<std::int64_t>(*b), "balance");
-        }
-        const auto st = core.stats(cpp_ids[i]);
-        run.expect(snap.completed == st.completed, "completed");
-        run.expect(snap.cost_charged_nano == static_cast<std::int64_t>(st.cost_charged),
-                   "cost charged");
-      }
-    }
-    run.expect(creditloop_waiting(ccore) == core.waiting(), "waiting");
-    run.expect(creditloop_in_flight(ccore) == core.in_flight(), "in flight");
-  }
-  // Both cores are freed with requests still theirs: nothing is touched.
-  creditloop_core_free(ccore);
-  return !run.failed;
+  Twins twins(seed);
+  return twins.start() && twins.run(3000);
 }
 
 }  // namespace

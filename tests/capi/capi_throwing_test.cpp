@@ -60,9 +60,11 @@ void* operator new(std::size_t size) {
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
-int main() {
-  // Before libcrypto's first allocation, or it refuses.
-  CHECK(CRYPTO_set_mem_functions(crypto_malloc, crypto_realloc, crypto_free) == 1);
+namespace {
+
+// The configuration is parsed (which allocates, and is refused), then a key is looked up (which
+// allocates nothing, neither here nor in libcrypto).
+creditloop_config* parse_and_look_up() {
   static const char file[] =
       R"({"plans": {"pro": {"P1": {"rate": 2, "burst": 4}}, "lite": {"P1": {"rate": 1, "burst": 2}}},
           "tenants": [{"name": "alice", "key": "alice-key-1", "plan": "pro"}]})";
@@ -87,7 +89,12 @@ int main() {
           return creditloop_config_find_key(config, "another-key", 11, &index);
         }) == CREDITLOOP_NOT_FOUND);
   CHECK(crypto_allocations == crypto_before);
+  return config;
+}
 
+// Every entry point of a core built from `config`, and the configuration's own while it lives.
+void check_core(creditloop_config* config) {
+  char message[128];
   creditloop_core* core = nullptr;
   CHECK(failing_alloc("creditloop_core_new", [&] {
           return creditloop_core_new(config, &core, message, sizeof message);
@@ -133,6 +140,15 @@ int main() {
   CHECK(creditloop_remove(core, alice, &back) == CREDITLOOP_OK);
   CHECK(creditloop_find(core, "alice", &found) == CREDITLOOP_NOT_FOUND);
   creditloop_core_free(core);
+}
+
+}  // namespace
+
+int main() {
+  // Before libcrypto's first allocation, or it refuses.
+  CHECK(CRYPTO_set_mem_functions(crypto_malloc, crypto_realloc, crypto_free) == 1);
+  creditloop_config* config = parse_and_look_up();
+  check_core(config);
   creditloop_config_free(config);
   if (failures != 0) {
     std::fprintf(stderr, "%d checks failed\n", failures);

@@ -1,3 +1,4 @@
+// One file: one harness, the core against the model; its operations and checks are its methods.
 #include "model/differential.hpp"
 
 #include <algorithm>
@@ -132,6 +133,13 @@ class Harness {
   std::size_t register_who(ParticipantId core, Pid model, std::string name);
   void retire_who(std::size_t i);
   std::optional<std::size_t> pick_who(bool allow_stale);
+
+  // ---- the run's parts ----
+  bool start();                       // the configuration, both engines, and their plans compared
+  void roll_the_setting();            // the clock's start, the slots, the check cadences, a reserve
+  void one_step(std::uint64_t roll);  // `roll` out of 100: each operation's share is its range
+  void compare_after_step();
+  void explain_divergence();
 
   // ---- random inputs ----
   Config make_config(int k);
@@ -379,6 +387,29 @@ double Harness::gen_cost() {
 // ---- the run ----------------------------------------------------------------------------------
 
 DiffReport Harness::run() {
+  if (!start()) return report_;
+  roll_the_setting();
+  for (std::size_t i = 0; i < o_.initial_participants && !report_.divergence; ++i) op_add(true);
+  compare_global();
+  if (o_.initial_participants > 0) compare_everyone();
+
+  for (step_ = 1; step_ <= o_.steps && source_.more() && !report_.divergence; ++step_) {
+    touched_.clear();
+    ++report_.steps;
+    one_step(dice_.below(100));
+    if (report_.divergence) break;
+    compare_after_step();
+  }
+  if (!report_.divergence) {
+    // A final look at everything, whatever the cadence of full checks.
+    op_ = "final check";
+    compare_everyone();
+  }
+  if (report_.divergence) explain_divergence();
+  return report_;
+}
+
+bool Harness::start() {
   k_ = o_.classes >= 1 && o_.classes <= kMaxClasses
            ? o_.classes
            : static_cast<int>(1 + dice_.below(kMaxClasses));
@@ -387,7 +418,7 @@ DiffReport Harness::run() {
     core_ = std::make_unique<Core>(config_);
   } catch (const std::exception& e) {
     fail(std::string("core refused a valid configuration: ") + e.what());
-    return report_;
+    return false;
   }
   model_ = std::make_unique<Model>(config_, o_.flaw);
   note("config k=" + std::to_string(k_) + " plans=" + std::to_string(config_.plans.size()));
@@ -403,7 +434,10 @@ DiffReport Harness::run() {
       }
     }
   }
+  return true;
+}
 
+void Harness::roll_the_setting() {
   switch (dice_.below(4)) {
     case 0:
       now_ = 0;
@@ -434,68 +468,58 @@ DiffReport Harness::run() {
     core_->reserve(static_cast<std::size_t>(dice_.below(2 * o_.max_participants + 2)),
                    static_cast<std::size_t>(dice_.below(64)));
   }
+}
 
-  for (std::size_t i = 0; i < o_.initial_participants && !report_.divergence; ++i) op_add(true);
+void Harness::one_step(std::uint64_t roll) {
+  if (roll < 19) {
+    op_submit();
+  } else if (roll < 22) {
+    op_withdraw();
+  } else if (roll < 42) {
+    op_loop();
+  } else if (roll < 62) {
+    op_complete();
+  } else if (roll < 75) {
+    op_clock();
+  } else if (roll < 80) {
+    op_slots();
+  } else if (roll < 85) {
+    if (o_.churn) op_add(false);
+  } else if (roll < 88) {
+    if (o_.churn) op_remove();
+  } else if (roll < 92) {
+    if (o_.churn) op_replan();
+  } else if (roll < 95) {
+    if (o_.churn) op_scale();
+  } else if (roll < 99) {
+    op_probe();
+  } else {
+    op_take_all();
+  }
+}
+
+void Harness::compare_after_step() {
+  std::sort(touched_.begin(), touched_.end());
+  touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
+  for (const std::size_t i : touched_) compare_who(i, step_ % balance_every_ == 0);
   compare_global();
-  if (o_.initial_participants > 0) compare_everyone();
+  if (step_ % full_every_ == 0) compare_everyone();
+}
 
-  for (step_ = 1; step_ <= o_.steps && source_.more() && !report_.divergence; ++step_) {
-    touched_.clear();
-    ++report_.steps;
-    const std::uint64_t roll = dice_.below(100);
-    if (roll < 19) {
-      op_submit();
-    } else if (roll < 22) {
-      op_withdraw();
-    } else if (roll < 42) {
-      op_loop();
-    } else if (roll < 62) {
-      op_complete();
-    } else if (roll < 75) {
-      op_clock();
-    } else if (roll < 80) {
-      op_slots();
-    } else if (roll < 85) {
-      if (o_.churn) op_add(false);
-    } else if (roll < 88) {
-      if (o_.churn) op_remove();
-    } else if (roll < 92) {
-      if (o_.churn) op_replan();
-    } else if (roll < 95) {
-      if (o_.churn) op_scale();
-    } else if (roll < 99) {
-      op_probe();
-    } else {
-      op_take_all();
-    }
-    if (report_.divergence) break;
-    std::sort(touched_.begin(), touched_.end());
-    touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
-    for (const std::size_t i : touched_) compare_who(i, step_ % balance_every_ == 0);
-    compare_global();
-    if (step_ % full_every_ == 0) compare_everyone();
-  }
-  if (!report_.divergence) {
-    // A final look at everything, whatever the cadence of full checks.
-    op_ = "final check";
-    compare_everyone();
-  }
-  if (report_.divergence) {
-    std::string& d = *report_.divergence;
-    d += "\nk=" + std::to_string(k_) + "; plans (rate/burst per class, nano):";
-    for (const Plan& plan : config_.plans) {
-      d += "\n  " + plan.name + ":";
-      for (int c = 0; c < k_; ++c) {
-        if (plan.terms[c]) {
-          d += " P" + std::to_string(c + 1) + "{" + str(plan.terms[c]->rate) + "/" +
-               str(plan.terms[c]->burst) + "}";
-        }
+void Harness::explain_divergence() {
+  std::string& d = *report_.divergence;
+  d += "\nk=" + std::to_string(k_) + "; plans (rate/burst per class, nano):";
+  for (const Plan& plan : config_.plans) {
+    d += "\n  " + plan.name + ":";
+    for (int c = 0; c < k_; ++c) {
+      if (plan.terms[c]) {
+        d += " P" + std::to_string(c + 1) + "{" + str(plan.terms[c]->rate) + "/" +
+             str(plan.terms[c]->burst) + "}";
       }
     }
-    d += "\nlast operations:";
-    for (const std::string& h : history_) d += "\n  " + h;
   }
-  return report_;
+  d += "\nlast operations:";
+  for (const std::string& h : history_) d += "\n  " + h;
 }
 
 // ---- operations -------------------------------------------------------------------------------

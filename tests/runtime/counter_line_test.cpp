@@ -31,7 +31,7 @@ using namespace runtime_tests;
 
 // A scrape on another thread reads counters while the dispatcher writes them: each read is a
 // consistent cut of one participant, never goes backwards, and ends at the exact totals.
-TEST(Runtime, CountersReadFromAnotherThreadAreMonotonicAndEndExact) {
+TEST(CounterLine, CountersReadFromAnotherThreadAreMonotonicAndEndExact) {
   constexpr int kRequests = 3000;
   RuntimeOptions o;
   o.config = reference_config();

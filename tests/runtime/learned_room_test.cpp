@@ -14,11 +14,11 @@
 #include <limits>
 #include <queue>
 #include <stdexcept>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "runtime_support.hpp"
+#include "spin_until.hpp"
 
 namespace creditloop::runtime_tests {
 namespace {
@@ -60,11 +60,7 @@ class ModelBackend {
 };
 
 void wait_until_asleep(Runtime& rt) {
-  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
-  while (!rt.dispatcher_sleeping()) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
-    std::this_thread::yield();
-  }
+  test::spin_until([&] { return rt.dispatcher_sleeping(); }, "the dispatcher to sleep");
 }
 
 constexpr std::uint32_t kCapacity = 8;

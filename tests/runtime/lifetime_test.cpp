@@ -36,7 +36,7 @@ namespace {
 
 using namespace runtime_tests;
 
-TEST(Runtime, ShutdownHandsBackWhatIsQueuedRefusesSubmissionsAndWaitsForWhatIsInFlight) {
+TEST(RuntimeLifetime, ShutdownHandsBackWhatIsQueuedRefusesSubmissionsAndWaitsForWhatIsInFlight) {
   Recorder recorder;
   Runtime rt(options_with(recorder, 1));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
@@ -84,7 +84,7 @@ TEST(Runtime, ShutdownHandsBackWhatIsQueuedRefusesSubmissionsAndWaitsForWhatIsIn
 
 // Shutdown returns at its deadline with what is still in flight, goes on accepting those
 // completions, and finishes on a later call once they came.
-TEST(Runtime, ShutdownWithADeadlineReturnsAndReportsWhatIsStillInFlight) {
+TEST(RuntimeLifetime, ShutdownWithADeadlineReturnsAndReportsWhatIsStillInFlight) {
   Recorder recorder;
   Runtime rt(options_with(recorder, 2));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
@@ -128,7 +128,7 @@ TEST(Runtime, ShutdownWithADeadlineReturnsAndReportsWhatIsStillInFlight) {
 
 // From the dispatcher thread (a sink) or a pool worker (a handler), shutdown would wait for its
 // own thread: it reports wrong_thread and does nothing, and the runtime runs on.
-TEST(Runtime, ShutdownFromASinkOrAHandlerIsRefusedNotADeadlock) {
+TEST(RuntimeLifetime, ShutdownFromASinkOrAHandlerIsRefusedNotADeadlock) {
   std::atomic<int> refused{0};
   Runtime* self = nullptr;
   RuntimeOptions o;
@@ -172,7 +172,7 @@ TEST(Runtime, ShutdownFromASinkOrAHandlerIsRefusedNotADeadlock) {
 // Producers submit until a submit is refused, so shutdown always lands while every one of them is
 // still submitting: each ends with a refusal, and every refusal says shut_down. Every accepted
 // request is dispatched or handed back, none lost.
-TEST(Runtime, ASubmitThatRacesShutdownIsRefusedWithShutDown) {
+TEST(RuntimeLifetime, ASubmitThatRacesShutdownIsRefusedWithShutDown) {
   constexpr int kProducers = 3;
   constexpr std::size_t kOwn = 64;  // each producer's requests, reused once completed
   RuntimeOptions o;
@@ -227,7 +227,7 @@ TEST(Runtime, ASubmitThatRacesShutdownIsRefusedWithShutDown) {
             static_cast<std::size_t>(accepted.load(std::memory_order_relaxed)));
 }
 
-TEST(Runtime, ShutdownCanDrainEverythingQueuedFirst) {
+TEST(RuntimeLifetime, ShutdownCanDrainEverythingQueuedFirst) {
   Recorder recorder;
   RuntimeOptions o = options_with(recorder, 4);
   Runtime* self = nullptr;
@@ -256,7 +256,7 @@ class ReleaseOnTakeAll : public RuntimeObserver {
   std::atomic<bool>& flag_;
 };
 
-TEST(Runtime, DestructionWithoutShutdownIsSafe) {
+TEST(RuntimeLifetime, DestructionWithoutShutdownIsSafe) {
   // The first handler holds its request until the destructor has begun (its hand-back tells the
   // observer): the destructor must wait for it, so every handler that started has finished when
   // it returns.
@@ -346,14 +346,18 @@ void complete_after_finished(bool batched) {
   completer.join();
 }
 
-TEST(Runtime, FinishedMeansNoCompleterIsInsideTheRuntime) { complete_after_finished(false); }
+TEST(RuntimeLifetime, FinishedMeansNoCompleterIsInsideTheRuntime) {
+  complete_after_finished(false);
+}
 
-TEST(Runtime, FinishedMeansNoCompletionBatchIsInsideTheRuntime) { complete_after_finished(true); }
+TEST(RuntimeLifetime, FinishedMeansNoCompletionBatchIsInsideTheRuntime) {
+  complete_after_finished(true);
+}
 
 // A drain that ran out of time can be escalated: a later shutdown(hand_back) hands back what is
 // still queued (the backend here never completes on its own), and the runtime finishes once the
 // request in flight completes.
-TEST(Runtime, AHandBackAfterADrainThatTimedOutHandsBackWhatIsStillQueued) {
+TEST(RuntimeLifetime, AHandBackAfterADrainThatTimedOutHandsBackWhatIsStillQueued) {
   Recorder recorder;
   Runtime rt(options_with(recorder, 1));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
@@ -391,7 +395,7 @@ class TakeAllSignal : public RuntimeObserver {
 
 // The destructor after a drain that timed out hands back what is still queued too, instead of
 // waiting for a backend that completes only the request in flight.
-TEST(Runtime, TheDestructorAfterADrainThatTimedOutHandsBackWhatIsStillQueued) {
+TEST(RuntimeLifetime, TheDestructorAfterADrainThatTimedOutHandsBackWhatIsStillQueued) {
   TakeAllSignal signal;
   Recorder recorder;
   std::atomic<Runtime*> runtime{nullptr};
@@ -438,7 +442,7 @@ struct FailingThreadStart {
 
 // A thread that cannot start fails the constructor with the system's error, every thread it
 // started already joined (a joinable std::thread destroyed would end the process).
-TEST(Runtime, AThreadThatCannotStartFailsTheConstructorWithEveryStartedThreadJoined) {
+TEST(RuntimeLifetime, AThreadThatCannotStartFailsTheConstructorWithEveryStartedThreadJoined) {
   constexpr unsigned kWorkers = 3;
   for (std::size_t fail_at = 0; fail_at <= kWorkers; ++fail_at) {
     SCOPED_TRACE("thread " + std::to_string(fail_at));

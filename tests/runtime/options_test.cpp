@@ -29,7 +29,7 @@ namespace {
 
 using namespace runtime_tests;
 
-TEST(Runtime, TheDispatcherThreadIsNamedAndPinned) {
+TEST(RuntimeOptions, TheDispatcherThreadIsNamedAndPinned) {
   // Pinned to the last CPU this process may use, whichever that is; the dispatcher's own
   // affinity must then be that CPU alone, which it is not unless the runtime pinned it.
   cpu_set_t allowed;
@@ -73,7 +73,7 @@ TEST(Runtime, TheDispatcherThreadIsNamedAndPinned) {
   EXPECT_TRUE(CPU_ISSET(target, &seen_affinity));
 }
 
-TEST(Runtime, BadOptionsAreRefusedAtConstruction) {
+TEST(RuntimeOptions, BadOptionsAreRefusedAtConstruction) {
   auto make = [](auto change) {
     RuntimeOptions o;
     o.config = reference_config();
@@ -98,7 +98,7 @@ TEST(Runtime, BadOptionsAreRefusedAtConstruction) {
 
 // Unless told, the dispatcher spins only when a CPU is left over for it beyond itself and the
 // workers; otherwise its spin would take the CPU from the threads it waits on.
-TEST(Runtime, TheDispatcherSpinsByDefaultOnlyWithACpuToSpare) {
+TEST(RuntimeOptions, TheDispatcherSpinsByDefaultOnlyWithACpuToSpare) {
   using creditloop::detail::default_spin;
   const std::chrono::nanoseconds none{0};
   EXPECT_EQ(default_spin(2, 1), none);

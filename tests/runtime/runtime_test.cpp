@@ -28,6 +28,7 @@
 #include "internal/spin.hpp"
 #include "internal/test_hooks.hpp"
 #include "runtime_support.hpp"
+#include "spin_until.hpp"
 
 namespace creditloop {
 namespace {
@@ -267,15 +268,7 @@ TEST(Runtime, ScaleFromAnotherThreadWhileRequestsFlowTakesEffectAtOnceAndSnapsho
     const ParticipantCounters c = *rt.counters(p);
     return metered ? c.dispatched[0] + c.dispatched[1] : c.dispatched[2];
   };
-  const auto wait_until = [&](auto condition) {
-    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
-    while (!condition()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::yield();
-    }
-    return true;
-  };
-  ASSERT_TRUE(wait_until([&] { return dispatched(alice, true) >= 200; }));
+  test::spin_until([&] { return dispatched(alice, true) >= 200; }, "alice's metered dispatches");
 
   // A thousandth: P1 holds at most 4 credits, P2 at most 10.
   ASSERT_TRUE(rt.scale(alice, 1'000).ok());
@@ -289,7 +282,8 @@ TEST(Runtime, ScaleFromAnotherThreadWhileRequestsFlowTakesEffectAtOnceAndSnapsho
   ASSERT_TRUE(rt.scale(alice, 0).ok());
   const std::uint64_t metered = dispatched(alice, true);
   const std::uint64_t unmetered = dispatched(alice, false);
-  ASSERT_TRUE(wait_until([&] { return dispatched(alice, false) >= unmetered + 500; }));
+  test::spin_until([&] { return dispatched(alice, false) >= unmetered + 500; },
+                   "alice's unmetered dispatches");
   EXPECT_EQ(dispatched(alice, true), metered);
   s = *rt.snapshot(alice);
   EXPECT_EQ(s.scale, 0u);
@@ -301,7 +295,8 @@ TEST(Runtime, ScaleFromAnotherThreadWhileRequestsFlowTakesEffectAtOnceAndSnapsho
   // Whole again: metered dispatches resume once the kept debt is repaid.
   ASSERT_TRUE(rt.scale(alice, kWholePlan).ok());
   EXPECT_EQ(rt.snapshot(alice)->scale, kWholePlan);
-  ASSERT_TRUE(wait_until([&] { return dispatched(alice, true) > metered; }));
+  test::spin_until([&] { return dispatched(alice, true) > metered; },
+                   "alice's metered dispatches to resume");
 
   EXPECT_EQ(rt.scale(alice, kWholePlan + 1).error(), Errc::bad_scale);
   EXPECT_EQ(rt.scale(ParticipantId{alice.place, 99, alice.issuer}, 1).error(),

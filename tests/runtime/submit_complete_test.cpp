@@ -30,7 +30,22 @@ namespace {
 
 using namespace runtime_tests;
 
-TEST(Runtime, EachParticipantsRequestsAreDispatchedInSubmissionOrder) {
+// Submits `r` to `p` as soon as a hand-back has made it the caller's again (already_queued until
+// then); any other refusal is counted in `unexpected`.
+void submit_once_handed_back(Runtime& rt, ParticipantId p, Req& r,
+                             std::atomic<std::size_t>& unexpected) {
+  test::spin_until(
+      [&] {
+        const Status s = rt.submit(p, r);
+        if (s.ok()) return true;
+        if (s.error() == Errc::already_queued) return false;
+        unexpected.fetch_add(1, std::memory_order_relaxed);  // a test count: no pairing
+        return true;
+      },
+      "a handed-back request to be the caller's again");
+}
+
+TEST(SubmitComplete, EachParticipantsRequestsAreDispatchedInSubmissionOrder) {
   Recorder recorder;
   Runtime rt(options_with(recorder, 1'000'000));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
@@ -53,7 +68,8 @@ TEST(Runtime, EachParticipantsRequestsAreDispatchedInSubmissionOrder) {
   complete_all(rt, recorder, 2000);
 }
 
-TEST(Runtime, SubmissionToAnUnknownOrRemovedParticipantIsRefusedAndTheRequestStaysTheCallers) {
+TEST(SubmitComplete,
+     SubmissionToAnUnknownOrRemovedParticipantIsRefusedAndTheRequestStaysTheCallers) {
   Recorder recorder;
   Runtime rt(options_with(recorder));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
@@ -80,7 +96,7 @@ TEST(Runtime, SubmissionToAnUnknownOrRemovedParticipantIsRefusedAndTheRequestSta
 // above bit 47 (the AArch64 top byte of MTE or HWASan, x86 LAM's bits 57-62 or 48-62) is refused
 // with unsupported_address, never masked into another address. The tagged references stand for
 // what a tagging allocator hands out; nothing dereferences them.
-TEST(Runtime, ARequestWhoseAddressCarriesATagIsRefused) {
+TEST(SubmitComplete, ARequestWhoseAddressCarriesATagIsRefused) {
   Recorder recorder;
   Runtime rt(options_with(recorder));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
@@ -104,7 +120,7 @@ TEST(Runtime, ARequestWhoseAddressCarriesATagIsRefused) {
 
 // A second submit before the request is the caller's again is refused whether the request still
 // waits in the inbox, in the core's queue or is in flight, and relinks nothing.
-TEST(Runtime, ARequestSubmittedTwiceBeforeItsCompletionIsRefused) {
+TEST(SubmitComplete, ARequestSubmittedTwiceBeforeItsCompletionIsRefused) {
   Recorder recorder;
   std::atomic<bool> room{false};
   Runtime rt(options_with_room_flag(recorder, room));
@@ -138,7 +154,7 @@ TEST(Runtime, ARequestSubmittedTwiceBeforeItsCompletionIsRefused) {
 
 // Requests handed back by a removal (once its list hands them back) or refused by a submit are the
 // caller's to submit again.
-TEST(Runtime, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
+TEST(SubmitComplete, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
   Recorder recorder;
   std::atomic<bool> room{false};
   Runtime rt(options_with_room_flag(recorder, room));
@@ -167,7 +183,7 @@ TEST(Runtime, HandedBackAndRefusedRequestsCanBeSubmittedAgain) {
 // unwalked, and its end hands them back (the next test walks it). ThreadSanitizer reports any
 // read or write of a given-back request's link by the removal (the walk that gives the requests
 // back, or the splice of the inbox's requests after the core's) as a race with the submit's push.
-TEST(Runtime, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHandBack) {
+TEST(SubmitComplete, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHandBack) {
   Recorder recorder;
   std::atomic<bool> room{false};
   Runtime rt(options_with_room_flag(recorder, room));
@@ -185,15 +201,7 @@ TEST(Runtime, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHandBack)
       test::spin_until([&] { return round.load(std::memory_order_acquire) >= r; },
                        "the next round");
       for (std::size_t i = (r - 1) * kPerRound; i < r * kPerRound; ++i) {
-        for (;;) {
-          const Status s = rt.submit(bob, requests[i]);
-          if (s.ok()) break;
-          if (s.error() != Errc::already_queued) {
-            unexpected.fetch_add(1, std::memory_order_relaxed);  // a test count: no pairing
-            break;
-          }
-          std::this_thread::yield();
-        }
+        submit_once_handed_back(rt, bob, requests[i], unexpected);
       }
       finished.store(r, std::memory_order_release);  // pairs with the main thread's acquire
     }
@@ -227,7 +235,7 @@ TEST(Runtime, ARequestSubmittedTheMomentItIsHandedBackIsNotTouchedByTheHandBack)
 // that submit's inbox push rewrites: a walk that reads a link after its request was handed back
 // follows it into bob's inbox, and its unlink cuts that inbox's chain, so the requests behind the
 // cut are never queued nor dispatched. Every request must reach bob's queue, and be dispatched.
-TEST(Runtime, RequestsSubmittedElsewhereWhileTheRemovalsListIsWalkedAreAllDispatched) {
+TEST(SubmitComplete, RequestsSubmittedElsewhereWhileTheRemovalsListIsWalkedAreAllDispatched) {
   Recorder recorder;
   std::atomic<bool> room{false};
   Runtime rt(options_with_room_flag(recorder, room));
@@ -244,15 +252,7 @@ TEST(Runtime, RequestsSubmittedElsewhereWhileTheRemovalsListIsWalkedAreAllDispat
       test::spin_until([&] { return round.load(std::memory_order_acquire) >= r; },
                        "the next round");
       for (std::size_t i = (r - 1) * kPerRound; i < r * kPerRound; ++i) {
-        for (;;) {
-          const Status s = rt.submit(bob, requests[i]);
-          if (s.ok()) break;
-          if (s.error() != Errc::already_queued) {
-            unexpected.fetch_add(1, std::memory_order_relaxed);  // a test count: no pairing
-            break;
-          }
-          std::this_thread::yield();
-        }
+        submit_once_handed_back(rt, bob, requests[i], unexpected);
       }
       finished.store(r, std::memory_order_release);  // pairs with the main thread's acquire
     }
@@ -283,7 +283,7 @@ TEST(Runtime, RequestsSubmittedElsewhereWhileTheRemovalsListIsWalkedAreAllDispat
 
 // Both runtimes number their places and tickets from 0: without the issuer, a sharded embedder
 // that used the wrong shard would queue for, and complete, a stranger's request there.
-TEST(Runtime, AnotherRuntimesIdsAndTicketsAreRefused) {
+TEST(SubmitComplete, AnotherRuntimesIdsAndTicketsAreRefused) {
   Recorder mine_seen;
   Recorder theirs_seen;
   Runtime mine(options_with(mine_seen));
@@ -311,7 +311,7 @@ TEST(Runtime, AnotherRuntimesIdsAndTicketsAreRefused) {
   EXPECT_TRUE(theirs.complete(foreign, 1).ok());
 }
 
-TEST(Runtime, BadCompletionsAreRefusedInOrderAndChangeNothing) {
+TEST(SubmitComplete, BadCompletionsAreRefusedInOrderAndChangeNothing) {
   Recorder recorder;
   Runtime rt(options_with(recorder));
   const ParticipantId alice = *rt.add("alice", "pro", 1);
@@ -344,7 +344,7 @@ TEST(Runtime, BadCompletionsAreRefusedInOrderAndChangeNothing) {
   EXPECT_EQ(rt.snapshot(alice)->stats.cost_charged, static_cast<Balance>(2'500'000'000));
 }
 
-TEST(Runtime, ACompletionBatchClaimsAtOnceAndPublishesOnFlush) {
+TEST(SubmitComplete, ACompletionBatchClaimsAtOnceAndPublishesOnFlush) {
   Recorder recorder;
   Runtime rt(options_with(recorder, 8));
   const ParticipantId alice = *rt.add("alice", "pro", 1);

@@ -30,7 +30,7 @@ namespace {
 using namespace runtime_tests;
 
 // The pool's handler learns the class its request went out under and its ticket.
-TEST(Runtime, ThePoolHandlerSeesTheClassOutAndTheTicket) {
+TEST(WorkerPool, ThePoolHandlerSeesTheClassOutAndTheTicket) {
   RuntimeOptions o;
   o.config = reference_config();
   o.slots = 1;
@@ -62,7 +62,7 @@ TEST(Runtime, ThePoolHandlerSeesTheClassOutAndTheTicket) {
 
 // A handler that throws: its request is completed at cost 0, and on_error hears of it, with the
 // request and its ticket.
-TEST(Runtime, AHandlerThatThrowsIsReportedThroughOnError) {
+TEST(WorkerPool, AHandlerThatThrowsIsReportedThroughOnError) {
   Errors errors;
   RuntimeOptions o;
   o.config = reference_config();
@@ -93,7 +93,7 @@ TEST(Runtime, AHandlerThatThrowsIsReportedThroughOnError) {
   EXPECT_EQ(rt.snapshot().completed, 10u);
 }
 
-TEST(Runtime, TheWorkerPoolCompletesEachRequestWithTheCostItsHandlerReturns) {
+TEST(WorkerPool, TheWorkerPoolCompletesEachRequestWithTheCostItsHandlerReturns) {
   RuntimeOptions o;
   o.config = reference_config();
   o.slots = 16;
@@ -134,7 +134,7 @@ TEST(Runtime, TheWorkerPoolCompletesEachRequestWithTheCostItsHandlerReturns) {
 // And while the dispatcher is slow to give a worker's completion blocks back (here it is held in
 // the observer's first on_complete until every request has been handled), the worker completes
 // through the ticket records instead: nothing waits and nothing is lost.
-TEST(Runtime, PoolTicketsAreTheirWorkersAndNoCompletionIsLostWhileTheDispatcherLags) {
+TEST(WorkerPool, PoolTicketsAreTheirWorkersAndNoCompletionIsLostWhileTheDispatcherLags) {
   // More completions than a worker has completion blocks (8, one completion each): the blocks
   // run out.
   constexpr std::size_t kRequests = 1000;
@@ -204,7 +204,7 @@ struct RefusingPool {
 
 // A hand-over to the pool that fails loses no job: the dispatcher keeps the batch and hands it
 // over again, so every request is handled and the runtime finishes.
-TEST(Runtime, APoolHandOverThatFailsLosesNoJob) {
+TEST(WorkerPool, APoolHandOverThatFailsLosesNoJob) {
   constexpr int kRequests = 40;
   Counter handled;
   RuntimeOptions o;
@@ -243,7 +243,7 @@ class DispatchCount : public RuntimeObserver {
 // test, the other three workers must start and complete all of bob's. A worker once took up to 32
 // jobs at a time and held the rest of its bulk behind hers, and published a bulk's completions
 // only after its last job.
-TEST(Runtime, JobsHandedOverBehindABlockedJobRunAndCompleteOnTheIdleWorkers) {
+TEST(WorkerPool, JobsHandedOverBehindABlockedJobRunAndCompleteOnTheIdleWorkers) {
   constexpr std::size_t kOthers = 40;
   Latch started;
   Latch release;
@@ -293,7 +293,7 @@ TEST(Runtime, JobsHandedOverBehindABlockedJobRunAndCompleteOnTheIdleWorkers) {
 // eight jobs are handed over while all eight workers are held in earlier jobs, so that the first
 // worker set free finds them all in the queue: it must take one and leave the rest to the others.
 // Each of the eight handlers waits until all eight are running.
-TEST(Runtime, EightWorkersRunEightJobsAtOnce) {
+TEST(WorkerPool, EightWorkersRunEightJobsAtOnce) {
   constexpr std::size_t kWorkers = 8;
   DispatchCount watch;
   Counter holding;

@@ -21,10 +21,10 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_server  # noqa: E402  (the Server wrapper and the base configuration)
+import server_harness  # noqa: E402  (the Server wrapper and the base configuration)
 
 SIM = None
-PLANS = test_server.PLANS
+PLANS = server_harness.PLANS
 
 
 def replay(capture, *args):
@@ -49,8 +49,8 @@ class CaptureReplay(unittest.TestCase):
     def run_load(self):
         # Each request holds its slot 5 ms and is charged 5 credits: two tenants with six
         # connections each keep the four slots full, so every decision is a real choice.
-        config = test_server.base_config(capture={"path": self.capture, "max_bytes": 1 << 28})
-        server = test_server.Server(config)
+        config = server_harness.base_config(capture={"path": self.capture, "max_bytes": 1 << 28})
+        server = server_harness.Server(config)
         loads = []
         try:
             for key in ["alice-key-0001", "bob-key-00001"]:
@@ -104,6 +104,6 @@ if __name__ == "__main__":
     parser.add_argument("--server", required=True)
     parser.add_argument("--sim", required=True)
     args, rest = parser.parse_known_args()
-    test_server.SERVER = args.server
+    server_harness.SERVER = args.server
     SIM = args.sim
     unittest.main(argv=[sys.argv[0], *rest], verbosity=2)

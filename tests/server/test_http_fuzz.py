@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# One file: one fuzzing harness; its generators, fake backend and oracle serve its one loop.
 """creditloop-server under hostile HTTP, in work mode and in proxy mode, on loopback.
 
 Usage: test_http_fuzz.py --server PATH [--seconds N] [--seed S] [--threads N] [--no-isolate]
@@ -50,8 +51,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_server  # noqa: E402  (the Server helper, base_config and wait_for)
-from test_server import base_config, wait_for  # noqa: E402
+import server_harness  # noqa: E402  (the Server wrapper, base_config and wait_for)
+from server_harness import base_config, wait_for  # noqa: E402
 
 GOOD_KEY = "good-key-00001"
 NOISE_KEY = "noise-key-0001"
@@ -1181,7 +1182,7 @@ class Phase:
         backend = FakeBackend(self.seed) if self.mode == "proxy" else None
         config = config_for(self.mode, backend.port if backend else None)
         bound = bound_ms(config)
-        server = test_server.Server(config)
+        server = server_harness.Server(config)
         good = GoodTenant(server, self.mode, bound, config, backend)
         noise = Noise(server, self.mode, self.seed, self.threads, self.skip)
         if backend:
@@ -1265,7 +1266,7 @@ class Phase:
                 break
             backend = FakeBackend(self.seed) if self.mode == "proxy" else None
             cfg = config_for(self.mode, backend.port if backend else None)
-            server = test_server.Server(cfg)
+            server = server_harness.Server(cfg)
             try:
                 s = socket.create_connection(("127.0.0.1", server.port), timeout=2)
                 try:
@@ -1322,12 +1323,12 @@ def main():
     # timeout behind a few hundred busy ones.
     sys.setswitchinterval(0.001)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big")
-    test_server.SERVER = os.path.abspath(args.server)
+    server_harness.SERVER = os.path.abspath(args.server)
     extra = "".join(f" --skip {w}" for w in args.skip) + \
         (f" --mode {args.mode}" if args.mode != "both" else "")
     print(f"seed {seed} (replay: {sys.argv[0]} --server {args.server} --seconds {args.seconds:g} "
           f"--seed {seed}{extra})", flush=True)
-    if not os.access(test_server.SERVER, os.X_OK):
+    if not os.access(server_harness.SERVER, os.X_OK):
         print(f"{args.server}: not an executable", file=sys.stderr)
         return 3
     modes = ["work", "proxy"] if args.mode == "both" else [args.mode]

@@ -2,25 +2,14 @@
 // format (docs/replay.md) and the rules of docs/contract.md §2-3, never from a previous run.
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <deque>
-#include <filesystem>
-#include <fstream>
-#include <functional>
-#include <memory>
-#include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
-#include <thread>
+#include <utility>
 #include <variant>
 #include <vector>
 
 #include "capture_file.hpp"
-#include "creditloop/capture.hpp"
-#include "creditloop/runtime.hpp"
 #include "replay.hpp"
 #include "scenario.hpp"
 #include "simulator.hpp"

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
@@ -16,7 +15,6 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <variant>
 #include <vector>
 
@@ -26,12 +24,14 @@
 #include "replay.hpp"
 #include "scenario.hpp"
 #include "simulator.hpp"
+#include "spin_until.hpp"
 
 namespace sim = creditloop::sim;
 
 namespace {
 
 using creditloop::Nanos;
+using creditloop::test::spin_until;
 using sim::Capture;
 using sim::CaptureText;
 using sim::Refusal;
@@ -57,21 +57,11 @@ class PassLog final : public sim::RunObserver {
   void withdrawn(Nanos, std::uint32_t, std::uint64_t) override {}
 };
 
-template <class F>
-bool eventually(F&& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
-
 // alice spends her one P1 credit at 0 and is charged 2.7 at 0.1, so that her next credit lands
 // on an instant no decimal rounding hits (rate 3/s: 0.1 + (1 - (0 + 0.3 - 2.7)) / 3 s). Then
 // bob, whose plan always has credit, arrives at 0.3, 0.5, 0.7 and 0.9 while alice has requests
 // queued: each of his P1 turns ignores alice for want of a credit and says when it lands.
-TEST(NextCredit, RuntimeSnapshotAgreesWithTheSimulatorOnTheSameInputs) {
+TEST(RuntimeAgreement, ASnapshotsNextCreditIsTheSimulatorsOnTheSameInputs) {
   constexpr const char* kScenario = R"({
     "classes": ["P1"],
     "plans": {"slow": {"P1": {"rate": 3, "burst": 1}}, "fast": {"P1": {"rate": 1000, "burst": 10}}},
@@ -116,13 +106,15 @@ TEST(NextCredit, RuntimeSnapshotAgreesWithTheSimulatorOnTheSameInputs) {
   ASSERT_TRUE(rt.add("bob", "fast", 1).ok());
   std::deque<creditloop::RequestHook> requests(1);
   ASSERT_TRUE(rt.submit(*alice_id, requests[0]).ok());
-  ASSERT_TRUE(eventually([&] { return dispatched.load(std::memory_order_acquire) == 1; }));
+  spin_until([&] { return dispatched.load(std::memory_order_acquire) == 1; }, "the first dispatch");
   clock.store(100'000'000, std::memory_order_relaxed);
   ASSERT_TRUE(rt.complete_nano(first_ticket, 2'700'000'000).ok());
-  ASSERT_TRUE(eventually([&] {
-    const auto c = rt.counters(*alice_id);
-    return c && c->completed == 1;
-  }));
+  spin_until(
+      [&] {
+        const auto c = rt.counters(*alice_id);
+        return c && c->completed == 1;
+      },
+      "alice's completion");
 
   // Between 0.1 and the first credit, nothing else touches alice's P1 bucket in either run (her
   // later requests go out unmetered): each ignored pass's instant is a snapshot's instant.
@@ -151,27 +143,48 @@ std::string slurp(const std::filesystem::path& p) {
   return text.str();
 }
 
-// A runtime with a hand-moved clock and one slot, recorded by its CaptureObserver: each event at
-// an instant of its own, the test waiting for its effect before moving the clock, so that the
-// capture holds everything the decisions depended on. Its replay under the same plans makes the
-// same decisions: the same waits and classes, request by request.
-TEST(RuntimeCapture, ReplaysToTheSameDecisions) {
-  char dir_template[] = "/tmp/creditloop-replay-test-XXXXXX";
-  ASSERT_NE(mkdtemp(dir_template), nullptr);
-  const std::filesystem::path dir = dir_template;
-  const std::string path = (dir / "c.jsonl").string();
+// The script: each step at an instant of its own.
+struct Step {
+  Nanos at;
+  int who;  // 0 alice, 1 bob: a submission; -1: the request in the slot completes
+  std::int64_t cost_nano;
+};
+constexpr Step kSteps[] = {{0, 0, 0},
+                           {10'000'000, 0, 0},
+                           {20'000'000, 1, 0},
+                           {30'000'000, 0, 0},
+                           {40'000'000, 1, 0},
+                           {100'000'000, -1, 3'000'000'000},
+                           {150'000'000, 0, 0},
+                           {200'000'000, -1, 0},
+                           {220'000'000, 1, 0},
+                           {250'000'000, -1, 7'250'000'000},
+                           {400'000'000, -1, 1'500'000},
+                           {410'000'000, 0, 0},
+                           {500'000'000, -1, 0},
+                           {650'000'000, -1, 2'000'000'000},
+                           {700'000'000, -1, 0},
+                           {1'300'000'000, -1, 500'000'000}};
 
+// The script's two plans: pro with P1 and P2, lite with P2 only, read as a scenario reads them.
+creditloop::Config two_plans() {
   auto parsed = sim::parse_scenario(R"({
     "classes": ["P1", "P2"],
     "plans": {"pro": {"P1": {"rate": 2, "burst": 2}, "P2": {"rate": 5, "burst": 3}},
               "lite": {"P2": {"rate": 4, "burst": 2}}},
     "server": {"slots": 1}, "participants": [], "arrivals": []})");
-  ASSERT_TRUE(std::holds_alternative<sim::Scenario>(parsed));
+  return std::get<sim::Scenario>(parsed).config;  // std::get throws if the scenario was refused
+}
+
+// Runs the script on a runtime with a hand-moved clock and one slot, recorded by its
+// CaptureObserver into `path`: each event at an instant of its own, the test waiting for its
+// effect before moving the clock, so that the capture holds everything the decisions depended on.
+void record_the_script(const std::string& path) {
   std::atomic<Nanos> clock{0};
   std::mutex mutex;
   std::vector<creditloop::Ticket> tickets;  // in dispatch order
   creditloop::RuntimeOptions o;
-  o.config = std::get<sim::Scenario>(parsed).config;
+  o.config = two_plans();
   o.slots = 1;
   o.clock = [&clock] { return clock.load(std::memory_order_relaxed); };  // a test knob: no pairing
   o.sink = [&](const creditloop::Decision& d) {
@@ -221,28 +234,7 @@ TEST(RuntimeCapture, ReplaysToTheSameDecisions) {
       return rt.counters().completed == completed &&
              out == std::min(submitted[0] + submitted[1], completed + 1) && tickets.size() == out;
     };
-    struct Step {
-      Nanos at;
-      int who;  // 0 alice, 1 bob: a submission; -1: the request in the slot completes
-      std::int64_t cost_nano;
-    };
-    const Step steps[] = {{0, 0, 0},
-                          {10'000'000, 0, 0},
-                          {20'000'000, 1, 0},
-                          {30'000'000, 0, 0},
-                          {40'000'000, 1, 0},
-                          {100'000'000, -1, 3'000'000'000},
-                          {150'000'000, 0, 0},
-                          {200'000'000, -1, 0},
-                          {220'000'000, 1, 0},
-                          {250'000'000, -1, 7'250'000'000},
-                          {400'000'000, -1, 1'500'000},
-                          {410'000'000, 0, 0},
-                          {500'000'000, -1, 0},
-                          {650'000'000, -1, 2'000'000'000},
-                          {700'000'000, -1, 0},
-                          {1'300'000'000, -1, 500'000'000}};
-    for (const Step& step : steps) {
+    for (const Step& step : kSteps) {
       clock.store(step.at, std::memory_order_relaxed);
       if (step.who >= 0) {
         hooks.emplace_back();
@@ -258,13 +250,18 @@ TEST(RuntimeCapture, ReplaysToTheSameDecisions) {
         ASSERT_TRUE(rt.complete_nano(t, step.cost_nano).ok());
         ++completed;
       }
-      ASSERT_TRUE(eventually(settled)) << "at " << step.at;
+      const std::string awaited = "the runtime to take in the step at " + std::to_string(step.at);
+      spin_until(settled, awaited.c_str());
     }
     ASSERT_EQ(completed, submitted[0] + submitted[1]);
     (void)rt.shutdown();
   }
   capture.close();
+}
 
+// The capture at `path`, replayed under the same plans, makes the same decisions: the same waits
+// and classes, request by request.
+void expect_the_replay_to_agree(const std::string& path) {
   auto read = sim::read_capture({CaptureText{path, slurp(path)}});
   ASSERT_TRUE(std::holds_alternative<Capture>(read)) << std::get<Refusal>(read).message;
   const Capture& captured = std::get<Capture>(read);
@@ -292,6 +289,17 @@ TEST(RuntimeCapture, ReplaysToTheSameDecisions) {
   for (const auto& row : want.rows) metered += row.by_class[0] + row.by_class[1];
   EXPECT_GT(metered, 0u);
   EXPECT_GT(unmetered + want.rows[0].by_class[1], 0u);
+}
+
+// A runtime's capture replays to the same decisions (record_the_script,
+// expect_the_replay_to_agree).
+TEST(RuntimeAgreement, ACaptureReplaysToTheSameDecisions) {
+  char dir_template[] = "/tmp/creditloop-replay-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::filesystem::path dir = dir_template;
+  const std::string path = (dir / "c.jsonl").string();
+  ASSERT_NO_FATAL_FAILURE(record_the_script(path));
+  ASSERT_NO_FATAL_FAILURE(expect_the_replay_to_agree(path));
   std::filesystem::remove_all(dir);
 }
 

@@ -40,8 +40,8 @@ import tempfile
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import wait_for  # noqa: E402  (a poll with a deadline, never a fixed sleep)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from server_harness import wait_for  # noqa: E402  (a poll with a deadline, never a fixed sleep)
 
 EPOCH_MS = 200
 GRACE_MS = 1000

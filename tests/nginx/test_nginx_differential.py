@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# One file: one harness; its corpus, backend, nginx setup and allowed differences are one comparison.
 """creditloop-server's proxy mode against Debian's nginx: one corpus, one backend, every difference.
 
 Usage: test_nginx_differential.py --server PATH [--nginx /usr/sbin/nginx] [--cases GLOB] [--dump]
@@ -52,9 +53,9 @@ import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 sys.dont_write_bytecode = True  # nothing left beside the sources
-import test_server  # noqa: E402 - the Server helper: starts the binary, reads its ports
+import server_harness  # noqa: E402 - the Server wrapper: starts the binary, reads its ports
 
 NGINX = "/usr/sbin/nginx"
 KEY = "alice-key-0001"
@@ -668,7 +669,7 @@ class Creditloop:
     name, letter = "creditloop", "c"
 
     def __init__(self, backend):
-        self.config = test_server.base_config(
+        self.config = server_harness.base_config(
             mode="proxy", slots=4, io_threads=2,
             plans={"plenty": {"P1": {"rate": 10000, "burst": 10000}}},
             tenants=[{"name": TENANT, "key": KEY, "plan": "plenty", "shares": 1}],
@@ -682,7 +683,7 @@ class Creditloop:
         self._start()
 
     def _start(self):
-        self.server = test_server.Server(self.config)
+        self.server = server_harness.Server(self.config)
         self.port = self.server.port
 
     def exited(self, wait=0.0):
@@ -1443,6 +1444,6 @@ if __name__ == "__main__":
     parser.add_argument("--cases", default="*", help="run only the cases whose name matches")
     parser.add_argument("--dump", action="store_true", help="print every exchange as received")
     args, rest = parser.parse_known_args()
-    test_server.SERVER = os.path.abspath(args.server)
+    server_harness.SERVER = os.path.abspath(args.server)
     NGINX, CASE_GLOB, DUMP = args.nginx, args.cases, args.dump
     unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
