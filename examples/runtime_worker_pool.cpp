@@ -54,7 +54,7 @@ int run() {
   bob_producer.join();
 
   // [readme]
-  // Decision everything queued, wait for everything in flight, join the threads.
+  // Dispatch everything queued, wait for everything in flight, join the threads.
   const creditloop::RequestList left = runtime.shutdown(creditloop::ShutdownMode::drain);
   // [/readme]
 

@@ -261,7 +261,7 @@ class Core {
   Result<Completion> retire_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
     return complete_ticket(t, cost_nano, now, false);
   }
-  /// Decision and not yet completed.
+  /// Dispatched and not yet completed.
   [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
 
   // ---- reading balances (each read refills to `now` first) --------------------------------
