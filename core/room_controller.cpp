@@ -113,37 +113,11 @@ void RoomController::close_window(Nanos now) noexcept {
       schedule_probe();
       return;
     case Phase::probe:
-      // Halfway to the probe's mean, which is noisy by a percent or two; all the way when it is
-      // lower by more than the tolerance, a backend that got faster. A mean higher by more than
-      // that is a queue the probe did not empty (a capacity that just fell), which the cuts
-      // handle, or a backend slow for everyone, which they find: it is not taken.
-      if (above(no_queue_, mean, kTolerancePerMille)) {
-        no_queue_ = mean;
-      } else if (!above(mean, no_queue_, kTolerancePerMille)) {
-        no_queue_ = (no_queue_ + mean) / 2;
-      }
-      phase_ = Phase::steady;
-      set_slots(resume_slots_, now);
-      schedule_probe();
+      end_probe(mean, now);
       return;
     case Phase::judge:
       phase_ = Phase::steady;
-      // Only a cut of a quarter or more tells: a smaller one moves the mean by less than its
-      // noise.
-      if (above(mean, no_queue_, 2 * kTolerancePerMille) && slots_ * 4 <= before_cut_ * 3 &&
-          mean * 8 > cut_mean_ * 7 && mean * 8 < cut_mean_ * 9) {
-        // The cut left the mean where it was. Twice in a row, the backend is slow for everyone
-        // (once may be a window that straddled a fall in capacity): its latency now is its
-        // no-queue latency, and the room grows back to where it was before the cuts.
-        if (++unchanged_ >= 2) {
-          unchanged_ = 0;
-          no_queue_ = mean;
-          threshold_ = std::max(threshold_, before_cuts_);
-          return;
-        }
-      } else {
-        unchanged_ = 0;
-      }
+      if (slow_for_everyone(mean)) return;
       cutting = true;
       break;
     case Phase::steady:
@@ -157,33 +131,75 @@ void RoomController::close_window(Nanos now) noexcept {
   if (above(no_queue_, mean, 2 * kTolerancePerMille)) {
     no_queue_ = mean;  // the backend got faster: what it does now is its no-queue latency
   }
-  if (above(mean, no_queue_, kTolerancePerMille) && slots_ == bounds_.least) {
-    // No cut is left, and the least room is taken to be within the backend: what it sees is the
-    // no-queue latency (the first window's few completions may have set it low): halfway there.
-    no_queue_ = (no_queue_ + mean) / 2;
-    return;
-  }
   if (above(mean, no_queue_, kTolerancePerMille)) {
-    // Little's law: the backend serves about slots x base / mean at once.
-    const Wide served =
-        static_cast<Wide>(slots_) * static_cast<Wide>(std::max<Nanos>(no_queue_, 1)) *
-        (1000 + kTolerancePerMille / 2) / (static_cast<Wide>(std::max<Nanos>(mean, 1)) * 1000);
-    const std::uint64_t next =
-        std::min<std::uint64_t>(std::max<std::uint64_t>(static_cast<std::uint64_t>(served),
-                                                        (std::uint64_t{slots_} + 1) / 2),
-                                slots_ > bounds_.least ? slots_ - 1 : slots_);
-    // A run of cuts begins: remember where it began, unless the room had just grown back there
-    // after the last run, and found a queue: then the capacity truly fell.
-    if (!cutting) before_cuts_ = regrowing_ ? 0 : slots_;
-    regrowing_ = false;
-    calm_ = 0;
-    before_cut_ = slots_;
-    cut_mean_ = mean;
-    set_slots(next, now);
-    threshold_ = slots_;
-    phase_ = Phase::judge;
+    if (slots_ == bounds_.least) {
+      // No cut is left, and the least room is taken to be within the backend: what it sees is
+      // the no-queue latency (the first window's few completions may have set it low): halfway
+      // there.
+      no_queue_ = (no_queue_ + mean) / 2;
+      return;
+    }
+    cut(mean, cutting, now);
     return;
   }
+  grow(was_full, cutting, now);
+}
+
+void RoomController::end_probe(Nanos mean, Nanos now) noexcept {
+  // Halfway to the probe's mean, which is noisy by a percent or two; all the way when it is
+  // lower by more than the tolerance, a backend that got faster. A mean higher by more than
+  // that is a queue the probe did not empty (a capacity that just fell), which the cuts
+  // handle, or a backend slow for everyone, which they find: it is not taken.
+  if (above(no_queue_, mean, kTolerancePerMille)) {
+    no_queue_ = mean;
+  } else if (!above(mean, no_queue_, kTolerancePerMille)) {
+    no_queue_ = (no_queue_ + mean) / 2;
+  }
+  phase_ = Phase::steady;
+  set_slots(resume_slots_, now);
+  schedule_probe();
+}
+
+bool RoomController::slow_for_everyone(Nanos mean) noexcept {
+  // Only a cut of a quarter or more tells: a smaller one moves the mean by less than its noise.
+  if (above(mean, no_queue_, 2 * kTolerancePerMille) && slots_ * 4 <= before_cut_ * 3 &&
+      mean * 8 > cut_mean_ * 7 && mean * 8 < cut_mean_ * 9) {
+    // The cut left the mean where it was. Twice in a row, the backend is slow for everyone
+    // (once may be a window that straddled a fall in capacity): its latency now is its
+    // no-queue latency, and the room grows back to where it was before the cuts.
+    if (++unchanged_ >= 2) {
+      unchanged_ = 0;
+      no_queue_ = mean;
+      threshold_ = std::max(threshold_, before_cuts_);
+      return true;
+    }
+  } else {
+    unchanged_ = 0;
+  }
+  return false;
+}
+
+void RoomController::cut(Nanos mean, bool cutting, Nanos now) noexcept {
+  // Little's law: the backend serves about slots x base / mean at once.
+  const Wide served = static_cast<Wide>(slots_) * static_cast<Wide>(std::max<Nanos>(no_queue_, 1)) *
+                      (1000 + kTolerancePerMille / 2) /
+                      (static_cast<Wide>(std::max<Nanos>(mean, 1)) * 1000);
+  const std::uint64_t next = std::min<std::uint64_t>(
+      std::max<std::uint64_t>(static_cast<std::uint64_t>(served), (std::uint64_t{slots_} + 1) / 2),
+      slots_ > bounds_.least ? slots_ - 1 : slots_);
+  // A run of cuts begins: remember where it began, unless the room had just grown back there
+  // after the last run, and found a queue: then the capacity truly fell.
+  if (!cutting) before_cuts_ = regrowing_ ? 0 : slots_;
+  regrowing_ = false;
+  calm_ = 0;
+  before_cut_ = slots_;
+  cut_mean_ = mean;
+  set_slots(next, now);
+  threshold_ = slots_;
+  phase_ = Phase::judge;
+}
+
+void RoomController::grow(bool was_full, bool cutting, Nanos now) noexcept {
   if (cutting && before_cuts_ > slots_) {
     // A run of cuts ended with the queue gone. If the backend was slow for everyone (a pause),
     // the room it had before serves again: grow back there at once, by doubling. If its

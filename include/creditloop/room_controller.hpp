@@ -59,6 +59,12 @@ class RoomController {
   enum class Phase { start, steady, judge, probe };
 
   void close_window(Nanos now) noexcept;
+  // close_window's steps: a probe's end takes its mean; a judged cut that left the mean where it
+  // was (twice) says the backend is slow for everyone; a queue cuts; no queue may grow.
+  void end_probe(Nanos mean, Nanos now) noexcept;
+  [[nodiscard]] bool slow_for_everyone(Nanos mean) noexcept;
+  void cut(Nanos mean, bool cutting, Nanos now) noexcept;
+  void grow(bool was_full, bool cutting, Nanos now) noexcept;
   void set_slots(std::uint64_t slots, Nanos now) noexcept;
   void start_probe(Nanos now) noexcept;
   void schedule_probe() noexcept;
