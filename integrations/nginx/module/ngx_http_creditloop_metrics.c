@@ -696,7 +696,7 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
         ngx_http_get_module_loc_conf(r, ngx_http_creditloop_module);
     ngx_http_creditloop_room_t     *room = lcf->room;
     ngx_http_creditloop_tenant_t   *t;
-    ngx_uint_t                      i;
+    ngx_uint_t                      i, written;
     ngx_buf_t                      *b;
     ngx_int_t                       rc;
     int64_t                         now = ngx_http_creditloop_now();
@@ -718,14 +718,18 @@ ngx_http_creditloop_participants_handler(ngx_http_request_t *r)
     }
 
     b->last = ngx_http_creditloop_loop_json(b->last, room);
+    /* Counted, not read from the index: a tenant whose snapshot failed is
+     * left out, and the next one written must not open with a comma. */
+    written = 0;
     for (i = 0; i < room->tenants.nelts; ++i) {
         s.size = sizeof(s);
         if (creditloop_snapshot(room->core, t[i].id, now, &s) !=
             CREDITLOOP_OK) {
             continue;
         }
-        b->last =
-            ngx_http_creditloop_tenant_json(b->last, room, i, &s, now, i == 0);
+        b->last = ngx_http_creditloop_tenant_json(
+            b->last, room, i, &s, now, written == 0);
+        written++;
     }
     b->last = ngx_sprintf(b->last, "]}\n");
     return ngx_http_creditloop_send(r, b, "application/json");
