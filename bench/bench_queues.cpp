@@ -12,8 +12,9 @@
 //  - mailbox: detail::Mailbox + detail::LockFreeBag, as the runtime's submit() and take_inbox()
 //    use them: a CAS on the participant's line per push, one activation per empty-to-non-empty
 //    transition, and the consumer takes a participant's whole backlog with one exchange.
-//  - vyukov: Vyukov's intrusive MPSC queue per participant (one exchange per push, through the
-//    same RequestHook link), activated through a per-queue flag and the same LockFreeBag.
+//  - vyukov: Vyukov's intrusive MPSC queue per participant (vyukov_queue.hpp: one exchange per
+//    push, through the same RequestHook link), activated through a per-queue flag and the same
+//    LockFreeBag.
 //  - moodycamel_per_participant: a moodycamel::ConcurrentQueue per participant with one producer
 //    token per (producer, participant) and a consumer token per participant, activated like
 //    vyukov. Each token is a sub-queue that allocates its own block index and blocks: memory grows
@@ -58,6 +59,7 @@
 #include "internal/mailbox.hpp"
 #include "internal/queue_link.hpp"
 #include "internal/spin.hpp"
+#include "vyukov_queue.hpp"
 
 namespace {
 
@@ -261,70 +263,7 @@ class Activations {
 
 // ---- vyukov: an intrusive MPSC queue per participant (a contender only) -------------------------
 
-// Dmitry Vyukov's non-blocking intrusive MPSC queue, linked through RequestHook::next_in_queue
-// (accessed as an atomic_ref, so requests need no other field). Push is one exchange and one
-// store, wait-free; a consumer that meets a producer between the two sees the queue as busy.
-struct alignas(64) VyukovQueue {
-  enum class Pop : std::uint8_t { item, empty, busy };
-
-  VyukovQueue() noexcept : head(&stub), tail(&stub) {}
-  VyukovQueue(const VyukovQueue&) = delete;
-  VyukovQueue& operator=(const VyukovQueue&) = delete;
-
-  static std::atomic_ref<RequestHook*> link(RequestHook& node) noexcept {
-    return std::atomic_ref<RequestHook*>(node.next_in_queue);
-  }
-
-  void push(RequestHook& node) noexcept {
-    link(node).store(nullptr, std::memory_order_relaxed);  // published by the exchange
-    // seq_cst: also the producer's half of the activation flag's store-then-load pair.
-    RequestHook* const previous = head.exchange(&node, std::memory_order_seq_cst);
-    link(*previous).store(&node, std::memory_order_release);  // pairs with pop()'s acquire
-  }
-
-  // Consumer only.
-  RequestHook* pop(Pop& outcome) noexcept {
-    RequestHook* first = tail;
-    RequestHook* next = link(*first).load(std::memory_order_acquire);
-    if (first == &stub) {
-      if (next == nullptr) {
-        outcome = head.load(std::memory_order_acquire) == &stub ? Pop::empty : Pop::busy;
-        return nullptr;
-      }
-      tail = next;
-      first = next;
-      next = link(*next).load(std::memory_order_acquire);
-    }
-    if (next != nullptr) {
-      tail = next;
-      outcome = Pop::item;
-      return first;
-    }
-    if (first != head.load(std::memory_order_acquire)) {
-      outcome = Pop::busy;
-      return nullptr;
-    }
-    push(stub);  // the last node is handed out only once something follows it
-    next = link(*first).load(std::memory_order_acquire);
-    if (next == nullptr) {
-      outcome = Pop::busy;
-      return nullptr;
-    }
-    tail = next;
-    outcome = Pop::item;
-    return first;
-  }
-
-  std::atomic<RequestHook*> head;  // producers
-  RequestHook* tail;               // consumer
-  RequestHook stub;
-  std::atomic<bool> listed{false};
-  std::atomic<VyukovQueue*> next_listed{nullptr};
-  std::uint32_t place = 0;
-};
-// Its stub is a whole request hook (40 bytes since the hook links both ways), which takes it past
-// one line: the comparison with the shipped inbox, which keeps no stub, got no fairer for it.
-static_assert(sizeof(VyukovQueue) == 128);
+using creditloop::bench::VyukovQueue;
 
 class VyukovDesign {
  public:

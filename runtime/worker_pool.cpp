@@ -28,7 +28,7 @@ namespace {
 
 // The queue's blocks come from operator new (nothrow: a failure is a null, as from malloc, and
 // enqueue_bulk() then reports it), not from malloc: the same heap, and a replaced operator new
-// sees them, so tests/alloc_test.cpp counts the pool's allocations too.
+// sees them, so tests/alloc/allocation_test.cpp counts the pool's allocations too.
 struct JobQueueTraits : moodycamel::ConcurrentQueueDefaultTraits {
   static void* malloc(std::size_t size) noexcept { return ::operator new(size, std::nothrow); }
   static void free(void* p) noexcept { ::operator delete(p); }

@@ -2,7 +2,8 @@
 """fleet_sim.smoke: creditloop-fleet-sim on a small fleet (10 servers, 100 tenants), checking the
 properties docs/fleet.md states: each saturating tenant gets its plan fleet-wide in steady state,
 moved tenants converge within a few epochs, an outage over-grants no more than one burst per
-window, and a seed gives the same output byte for byte."""
+window, a seed gives the same output byte for byte, and the configuration the output reports
+reads back as the same run."""
 import argparse
 import json
 import os
@@ -46,6 +47,17 @@ def main():
         other = run(args.sim, config_path, "--seed", "2")
         check(first != other, "another seed gives another run")
         r = json.loads(first)
+
+        # Every field the output reports is one a configuration file may set: the reported
+        # configuration, read back, is the same run.
+        echoed_path = os.path.join(tmp, "echoed.json")
+        with open(echoed_path, "w") as f:
+            json.dump(r["config"], f)
+        echoed = subprocess.run([args.sim, "-c", echoed_path], capture_output=True, text=True,
+                                timeout=120)
+        same = echoed.returncode == 0 and echoed.stdout == first
+        check(same, "the reported configuration reads back as the same run" +
+              ("" if same else f" ({echoed.stderr.strip()})"))
 
         share = r["steady"]["saturating_share"]
         check(share["count"] >= 40, f"{share['count']} saturating tenants measured in steady state")

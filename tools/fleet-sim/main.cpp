@@ -113,6 +113,7 @@ void read_config(const json& j, SimConfig& c) {
                                            "deaths",
                                            "bin_ms",
                                            "window_s",
+                                           "over_grant_window_s",
                                            "band"};
   for (const auto& [key, value] : j.items()) {
     if (!known.contains(key)) throw BadInput(key + ": unknown field");

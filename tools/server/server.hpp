@@ -195,7 +195,8 @@ class Server {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> keep_running_;
   // The acceptors and their pause timers, and the close at shutdown, run on this strand: an
   // acceptor is not safe to use from two threads at once, and an I/O thread re-arms its accept
-  // while the signal's thread closes it (ThreadSanitizer saw the two race in test_proxy.py).
+  // while the signal's thread closes it (ThreadSanitizer saw the two race in the connection tests,
+  // now tests/server/test_connections.py).
   boost::asio::strand<boost::asio::io_context::executor_type> accept_strand_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::ip::tcp::acceptor admin_acceptor_;

@@ -2,11 +2,16 @@
  * ngx_http_creditloop_module's types and the functions its files share
  * (docs/nginx.md):
  *   ngx_http_creditloop_module.c   directives, configuration, the zone's size
+ *   ngx_http_creditloop_config_file.c
+ *                                  the configuration file and its tenants
  *   ngx_http_creditloop_worker.c   each worker's core, epoch, shared room and
  *                                  dispatch
  *   ngx_http_creditloop_request.c  a request's life: the phase handler,
  *                                  completion, the filters, the variables
  *   ngx_http_creditloop_metrics.c  the Prometheus text, summed over workers
+ *   ngx_http_creditloop_participants.c
+ *                                  the participants document, for
+ *                                  creditloop-top
  */
 
 #ifndef _NGX_HTTP_CREDITLOOP_H_INCLUDED_
@@ -334,7 +339,11 @@ ngx_http_creditloop_wait_bucket(int64_t wait_ns)
 
 
 /* ngx_http_creditloop_module.c */
-int64_t                       ngx_http_creditloop_now(void);
+int64_t ngx_http_creditloop_now(void);
+
+/* ngx_http_creditloop_config_file.c */
+char *ngx_http_creditloop_config(
+    ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 ngx_http_creditloop_tenant_t *ngx_http_creditloop_find_tenant(
     ngx_array_t *tenants, ngx_str_t *name);
 
@@ -391,6 +400,17 @@ ngx_int_t ngx_http_creditloop_add_variables(ngx_conf_t *cf);
 
 /* ngx_http_creditloop_metrics.c */
 ngx_int_t ngx_http_creditloop_metrics_handler(ngx_http_request_t *r);
+uint64_t  ngx_http_creditloop_sum(
+     ngx_http_creditloop_room_t *room, size_t value);
+ngx_int_t ngx_http_creditloop_report_start(ngx_http_request_t *r);
+ngx_int_t ngx_http_creditloop_send(
+    ngx_http_request_t *r, ngx_buf_t *b, const char *content_type);
+uint64_t ngx_http_creditloop_wait_counts(
+    ngx_http_creditloop_room_t *room, size_t t, uint64_t *counts);
+double ngx_http_creditloop_wait_quantile(
+    uint64_t *counts, uint64_t total, double q);
+
+/* ngx_http_creditloop_participants.c */
 ngx_int_t ngx_http_creditloop_participants_handler(ngx_http_request_t *r);
 
 
