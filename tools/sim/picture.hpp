@@ -8,13 +8,13 @@
 // completions: about 60 bytes a request, more for passes with many participants waiting.
 //
 // The page embeds that record as columnar JSON (docs/pictures.md describes it) in a template
-// kept as a real file, tools/sim/picture.html, and compiled in: it needs no network and no other
-// file. The SVG is drawn here, and its size does not grow with the number of requests: a lane
-// with many requests, a pass lane with many passes, a balance line with many samples are drawn
-// as aggregates over 500 time bins, so it stays within about 30 KB per class (P1..Pk and the
-// unmetered one) and participant, plus 10 KB per participant, whatever the number of requests:
-// 0.5 MB for 100,000 requests among 12 participants on 2 classes (tests/sim/pictures_test.cpp holds
-// it under 2 MB).
+// kept as real files (tools/sim/page/: a skeleton and its script's parts) and compiled in: it
+// needs no network and no other file. The SVG is drawn here, and its size does not grow with the
+// number of requests: a lane with many requests, a pass lane with many passes, a balance line with
+// many samples are drawn as aggregates over 500 time bins, so it stays within about 30 KB per class
+// (P1..Pk and the unmetered one) and participant, plus 10 KB per participant, whatever the number
+// of requests: 0.5 MB for 100,000 requests among 12 participants on 2 classes
+// (tests/sim/pictures_test.cpp holds it under 2 MB).
 #pragma once
 
 #include <cstdint>

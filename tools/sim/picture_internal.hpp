@@ -91,7 +91,7 @@ inline std::string xml_escape(std::string_view s) {
 
 // Colours by class: P1.. from a palette that colour-blind readers can tell apart (Okabe and
 // Ito); the unmetered class is dark grey, a request never dispatched light grey, and the tick
-// where a withdrawn one left its queue near black. The same values are in picture.html.
+// where a withdrawn one left its queue near black. The same values are in page/open.js.
 inline constexpr std::array<const char*, creditloop::kMaxClasses> kClassColour = {
     "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#b8a800"};
 inline constexpr std::array<const char*, creditloop::kMaxClasses> kClassTint = {
