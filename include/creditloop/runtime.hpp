@@ -1,39 +1,26 @@
-// creditloop/runtime.hpp: the piece a server embeds. The deterministic core, wrapped in threads.
+// creditloop/runtime.hpp: the piece a server embeds: the deterministic core (core.hpp) behind
+// one dispatcher thread, with lock-free queues in front of it and completions from any thread.
 //
-// What it gives:
-//  - submit() from any thread: lock-free, allocation-free, into the participant's own queue.
-//  - One dispatcher thread (named, optionally pinned) running the loop of docs/contract.md §2
-//    on the monotonic clock, handing each dispatched request to a sink: your callback on the
-//    dispatcher thread, or the built-in worker pool, which runs your handler and completes the
-//    request with the cost it returns (a pool's tickets are its own: completing one yourself is
-//    refused as stale).
-//  - complete() from any thread: lock-free, never blocks, never takes a lock. It claims the ticket
-//    (a repeated or stale one, one of another runtime, or one naming no ticket issued is
-//    refused and changes nothing; a ticket is not a secret: one guessed or copied that names a
-//    ticket now in flight completes it, as its holder would), returns the room, and
-//    hands the cost to the dispatcher, which charges it to the admitting bucket before its next
-//    decision.
-//  - Room: a slot count (in-flight limit, released by completions), a slot count learned from
-//    the backend's latency (room_controller.hpp), or your own room test.
-//  - Lifecycle from any thread while producers and workers run: add, remove (hands back the
-//    queued requests), replan, scale (a fraction of the plan), withdraw (one queued
-//    request), shutdown (hands back or drains what is queued, then waits for everything in
-//    flight). Destruction without shutdown is safe: it
-//    shuts down handing back.
-//  - Snapshots per participant and per class, from any thread.
+//  - submit(), any thread: O(1), lock-free, allocation-free, into the participant's own queue.
+//  - The dispatcher (named, optionally pinned) runs the loop of docs/contract.md §2 on the
+//    monotonic clock and hands each decision to a sink: a callback on the dispatcher thread, or
+//    the worker pool, which runs a handler and completes with the cost it returns (a pool's
+//    tickets are its own: completing one yourself is refused as stale).
+//  - complete(), any thread: O(1), lock-free, takes no lock. It claims the ticket (a repeated,
+//    stale, foreign or never-issued one is refused and changes nothing; one copied or guessed that
+//    names a ticket in flight completes it), returns the room, and passes the cost on; the
+//    dispatcher charges the admitting bucket before its next decision.
+//  - Room: a slot count, a slot count learned from latency (room_controller.hpp), or a room test.
+//  - add, remove (hands back the queued requests), replan, scale, withdraw, shutdown (hands back
+//    or drains the queue, then waits for what is in flight) and snapshots: any thread, while
+//    producers and workers run; each a round trip to the dispatcher. Destruction without
+//    shutdown shuts down handing back.
+//  - A sink callback must not block (the dispatcher waits for it; a slow handler only delays
+//    room). It may call submit(), complete() and the lifecycle calls, which run inline.
+//  - Not promised: an order across participants beyond the core's; that a request submitted
+//    during a turn is seen by that turn (docs/contract.md §5a); any bound on a callback's time.
 //
-// What it does not promise: an order between requests of different participants beyond what the
-// core decides; that a request submitted during a turn is seen by that turn (docs/contract.md §5a);
-// any bound on how long a sink callback or a handler may take (the dispatcher waits for the former;
-// the latter only delays room). A sink callback must not block; it may call submit(),
-// complete() and the lifecycle calls, which then run inline.
-//
-// Threads and cost: docs/design.md, "The runtime" ("Cost of each call" lists each call's atomics,
-// "Progress" what a stopped thread can delay). In short: submit() and complete() are O(1),
-// lock-free and allocate nothing, and a thread stopped inside either delays only its own
-// participant's requests or its own completion; the dispatcher pays the core's O(log64 N) per
-// decision and sleeps when it has nothing to do or no room; the lifecycle calls and snapshots
-// are a round trip to it.
+// Why: docs/design.md#the-runtime
 #pragma once
 
 #include <chrono>
