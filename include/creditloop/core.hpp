@@ -1,30 +1,19 @@
-// creditloop/core.hpp: the deterministic dispatcher core.
+// creditloop/core.hpp: the deterministic dispatcher core: the scheduling contract
+// (docs/contract.md §1-5) as a single-threaded state machine that reads no clock and starts no
+// thread.
 //
-// What it is: the scheduling contract (docs/contract.md §1-5) as a single-threaded state machine.
-// It never reads a clock and never touches a thread: every call that depends on time takes `now`,
-// and the embedder says when the server has room by calling the loop only while it has. The same
-// code runs under the simulator's virtual clock, the tests' manual clock, and (wrapped) the
-// multithreaded runtime's real clock.
+//  - Every call that depends on time takes `now`; the embedder runs the loop only while its
+//    server has room. Use the core directly in a simulator, a test, or an embedder that already
+//    serialises all calls on one thread; otherwise use the runtime (runtime.hpp).
+//  - run() is the loop of docs/design.md#calls with a small handler: prefer it. dispatch() runs
+//    it for a known room (a slot count) into a span of decisions: the cheapest per decision.
+//  - O(log64 N) per visit, O(1) per submission and completion, nothing allocated on either once
+//    reserve() has been called. Past the reservation a visit grows the in-flight records a chunk
+//    at a time and dispatches nothing if that fails: the loop never throws.
+//  - No atomics but a request's hand-back state: a runtime's dispatcher calls complete_nano()
+//    with each completion's cost before its next decision.
 //
-// When to use it directly: in a simulator, a test, or an embedder that already serialises all
-// calls on one thread. Otherwise use the runtime, which owns the thread and the queues.
-//
-// The loop, as calls:
-//     while (server has room) {
-//       if (!core.in_turn() && !core.begin_turn(now)) break;   // every queue empty
-//       if (auto d = core.visit(now)) hand d->request to the server;
-//     }
-//     core.end_turn();                                           // no room ends a turn
-// run() does exactly this with a small handler; prefer it. dispatch() does it for a known room
-// (a slot count), storing a batch of decisions in a span: the cheapest way per decision.
-//
-// Data structures, the cost of each call, and how a charge-back is taken: docs/design.md, "The
-// core". In short: O(log64 N) per visit, O(1) per submission and completion, nothing allocated
-// on either once capacity is reserved (reserve()); past the reservation a visit grows the
-// in-flight records a chunk at a time, and dispatches nothing if that fails: the loop never
-// throws. The core holds no atomics but a request's hand-back state: a runtime (runtime.hpp)
-// hands each completion's cost to its dispatcher, which calls complete_nano() before its next
-// decision.
+// Why: docs/design.md#the-core
 #pragma once
 
 #include <array>
