@@ -1,9 +1,8 @@
-// runtime/internal/parker.hpp: how the dispatcher sleeps without losing a wake-up.
-// Internal to the runtime: not installed, not part of the public API.
+// runtime/internal/parker.hpp: how the dispatcher sleeps without losing a wake-up, an event count
+// on one 32-bit word. Internal to the runtime: not installed, not part of the public API.
 //
-// An event count on one 32-bit word: bits 0-1 say what the dispatcher is (about to be) asleep
-// for, the remaining bits count wake-ups. The protocol is the classic store-then-load pair on
-// both sides, made safe by putting every access involved in the single seq_cst order:
+//   bits 0-1    what the dispatcher is (about to be) asleep for
+//   bits 2-31   the count of wake-ups
 //
 //   dispatcher                                 any waker (producer, completer, admin call)
 //   token = prepare(reasons)  seq_cst RMW      publish work                seq_cst RMW
@@ -11,18 +10,10 @@
 //   if none: wait(token)      futex(token)       if it has the reason: CAS  -> wake count + 1,
 //                                                reasons cleared, futex wake
 //
-// In the seq_cst order either the dispatcher's re-check comes after the waker's publication (it
-// sees the work and does not sleep), or the waker's load comes after prepare() (it sees the reason
-// and bumps the word, so the futex wait on the old value returns at once or is woken). A waker
-// that finds no reason set does nothing but that one load: the common case costs no RMW and no
-// system call.
+// idle_wait() is the dispatcher's whole wait for work: spin, yield, then park(), timed.
+// `Atomic` and the `Futex` policy are template parameters so that tests/relacy runs this code.
 //
-// idle_wait() is the dispatcher's whole wait for work: spin, yield, then park(), with the timed
-// sleep that a retry no waker announces needs. The runtime's idle() and the Relacy parking model
-// both run it, each through an environment that says where work comes from.
-//
-// `Atomic` and the `Futex` policy are template parameters so that the memory-model checks
-// (tests/relacy) run this code with a model of the wait.
+// Why: docs/design.md#parking
 #pragma once
 
 #include <algorithm>
