@@ -1,26 +1,19 @@
-/* creditloop/creditloop.h: the core's loop for C and every language with a C FFI.
+/* creditloop/creditloop.h: the core's loop for C and every language with a C FFI, a C99 view of
+ * creditloop::Core (core.hpp): the same decisions, the same errors, the same costs.
  *
- * A C99 view of creditloop::Core (core.hpp): the same decisions, the same errors, the same
- * costs. Handles are opaque; ids and tickets are small values the caller copies; a request is a
- * record the caller owns (creditloop_request), which the core links into its queues without
- * allocating or copying anything. No exception crosses this interface: every call that can fail
- * returns a creditloop_status, and a C++ exception inside (only an allocation failure can throw)
- * becomes CREDITLOOP_NO_MEMORY with nothing changed.
+ *  - Handles are opaque; ids and tickets are small values the caller copies; a request is a
+ *    record the caller owns (creditloop_request), linked into queues without allocation or copy.
+ *  - Every call that can fail returns a creditloop_status. No exception crosses: one inside (only
+ *    an allocation failure can throw) becomes CREDITLOOP_NO_MEMORY with nothing changed.
+ *  - Each function says whether it allocates; those on the request path (submit, dispatch,
+ *    complete, withdraw, the readings) never do once creditloop_reserve() has been called.
+ *  - Not thread-safe: every call on one core comes from one thread at a time. Time is always an
+ *    argument, nanoseconds of a monotonic clock, never read here.
+ *  - A stable ABI (versions, growing structs with their `size`, creditloop_* alone exported); a
+ *    null handle is CREDITLOOP_BAD_ARGUMENT, never "nothing": a reading that returns a count
+ *    returns CREDITLOOP_BAD_COUNT (or -1 for an int).
  *
- * Each function says whether it allocates. Those on the request path (submit, dispatch,
- * complete, withdraw, the readings) never do once creditloop_reserve() has been called.
- *
- * Like the core, a creditloop_core is not thread-safe: every call on one core comes from one
- * thread at a time. Time is always an argument: nanoseconds of a monotonic clock, never read here.
- *
- * A stable ABI, as zstd's and SQLite's are: CREDITLOOP_VERSION_NUMBER says which header a caller
- * was built with and creditloop_version_number() which library it runs with; a struct that may
- * grow (creditloop_tenant_config, creditloop_participant_snapshot) carries its `size`, which the
- * caller sets to sizeof before the call, so that an older caller's smaller struct is filled only
- * as far as it reaches; the other structs will not change. The shared object exports the
- * creditloop_* functions and nothing else. A null pointer where an object is required is
- * CREDITLOOP_BAD_ARGUMENT, never a "nothing" answer: readings that return a count return
- * CREDITLOOP_BAD_COUNT (or -1 for an int) for a null handle.
+ * Why: docs/design.md#the-c-api
  */
 #ifndef CREDITLOOP_CREDITLOOP_H
 #define CREDITLOOP_CREDITLOOP_H
