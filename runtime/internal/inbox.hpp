@@ -1,26 +1,22 @@
-// runtime/internal/inbox.hpp: one participant's submission queue, many producers and the
-// dispatcher: producers push onto a LIFO chain with one compare-and-swap on the head, and the
-// dispatcher takes the whole chain with one exchange and reverses it. docs/design.md, "The inbox",
-// gives the reasons (the tag, its wrap, pointer tags, why not an exchange). Internal to the
-// runtime: not installed, not part of the public API.
+// runtime/internal/inbox.hpp: one participant's submission queue, from many producers to the
+// dispatcher: a push is one compare-and-swap onto a LIFO chain, a take one exchange of the whole
+// chain, which it reverses. Internal to the runtime: not installed, not part of the public API.
 //
 //   head, bits 48-63   the low 16 bits of the registration's generation
 //   head, bits 0-47    the newest request's address (a multiple of 8); 1: closed; empty: the
 //                      generation's high 16 bits shifted left by 3, with bit 1 set
 //   generation_        the open registration's whole 32-bit generation
 //
-// Memory orders:
-//   push(), CAS          seq_cst: its release publishes the request and its link to take() and
-//                        close(); seq_cst for the activation protocol (runtime.cpp)
-//   push(), head loads   acquire: pairs with close()'s release (a refused producer sees the
-//                        shutdown flag cleared: tests/relacy/shutdown_flag_model) and open()'s
-//   take(), exchange     seq_cst: acquire pairs with every push's CAS; seq_cst as push's
-//   close(), exchange    acq_rel: acquire as take()'s; release for the pushes it refuses
-//   open()               the generation relaxed, then the head with release: a push reads the
+//   push(), CAS          seq_cst: releases the request and its link; the activation protocol
+//   push(), head loads   acquire: pairs with close()'s release (shutdown_flag_model) and open()'s
+//   take(), exchange     seq_cst: acquires every push's CAS; seq_cst as push's
+//   close(), exchange    acq_rel: acquires as take()'s; releases to the pushes it refuses
+//   open()               the generation relaxed, then the head release: a push reads the
 //                        generation after each acquire load of the head
 //
-// `Atomic` and `Link` are template parameters so that the memory-model checks (tests/relacy) run
-// this code, with the link a Relacy variable.
+// `Atomic` and `Link` (a Relacy variable there) are template parameters for tests/relacy.
+//
+// Why: docs/design.md#the-inbox
 #pragma once
 
 #include <atomic>
