@@ -1,26 +1,17 @@
 // runtime/internal/command_list.hpp: the commands other threads post to the dispatcher (add,
-// remove, snapshots, shutdown). Internal to the runtime: not installed, not part of the public API.
+// remove, snapshots, shutdown): a Treiber list that the dispatcher takes whole and closes once,
+// as it exits. Internal to the runtime: not installed, not part of the public API.
 //
-// A Treiber list of intrusive nodes, as lock_free_bag.hpp, with one more state: closed, which the
-// dispatcher sets once, as it exits. A post is one compare-and-swap; the dispatcher takes every
-// command posted so far with one exchange and never waits. This replaced a vector under a mutex
-// that the dispatcher took whenever a command was pending: a poster preempted inside that critical
-// section (which could allocate) held up every decision until it ran again
-// (tests/runtime/dispatcher_path_test.cpp), and a scrape of a million participants took the lock
-// once per chunk of 256 places. A post that finds the list closed is refused, and its caller runs
-// the command itself, serialized with the dispatcher's last commands by a mutex that only the
-// exiting dispatcher and such callers take.
-//
-// Memory orders, in pairs:
-//  - post's CAS (release half) / take's and close's exchange (acquire): the command, written
-//    before the CAS, is visible to the dispatcher that runs it. Every change of the head is a
-//    read-modify-write, so a chain taken at once is visible as a whole, links included.
-//  - The CAS is seq_cst because it is the "work published" half of the runtime's parking protocol
-//    (parker.hpp), against the seq_cst load of maybe_nonempty() in the dispatcher's re-check.
-//  - close()'s exchange also releases, and post reads the head with acquire: a poster refused by
-//    the close sees what the dispatcher wrote before it (the caller then takes the mutex anyway).
+//   post(), CAS           seq_cst: releases the command to take() and close(); seq_cst as the
+//                         "work published" half of parking (parker.hpp)
+//   post(), head loads    acquire: pairs with close()'s release
+//   take(), exchange      acquire: pairs with every post's CAS, so a chain is visible whole
+//   close(), exchange     acq_rel: acquires as take()'s; releases to the posts it refuses
+//   maybe_nonempty()      seq_cst: the dispatcher's re-check before it sleeps (parker.hpp)
 //
 // `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
+//
+// Why: docs/design.md#the-command-list
 #pragma once
 
 #include <atomic>
