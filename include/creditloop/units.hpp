@@ -1,12 +1,9 @@
 // creditloop/units.hpp: time, credits and the documented limits.
 //
 // Time is a signed count of nanoseconds of a monotonic clock, always passed in by the caller.
-// Credits are fixed point in units of 1e-9 credit ("nano-credits"): rates, bursts and costs are
-// taken to 9 decimal places (rounded to the nearest unit) and every balance is an exact integer
-// count of units, so the arithmetic agrees with exact rational arithmetic over any run length.
-//
-// Limits. They are checked where a value enters (config validation, registration, completion)
-// and a value above them is rejected with an error; inside those limits nothing overflows.
+// Credits are fixed point in nano-credits (1e-9 credit): rates, bursts and costs are taken to 9
+// decimal places, rounded to the nearest unit. Each limit is checked where a value enters (config
+// validation, registration, completion), and a value above it is rejected with an error:
 // clang-format off
 //   shares                        1 .. kMaxShares         1,000,000
 //   scale, millionths of a plan   0 .. kWholePlan         1,000,000
@@ -17,10 +14,8 @@
 //   participants registered       kMaxParticipants        16,777,216 at once
 //   requests in flight            kMaxInFlight            16,777,216 at once
 // clang-format on
-// So a bucket's capacity (burst x shares) is at most 1e10 credits and its refill (rate x shares)
-// at most 1e10 credits/s: both fit 64 bits in nano-credits, and a rate times any gap of the clock
-// fits the 128 bits of a bucket's exact value (bucket.hpp), whose debt is held at 1.6e20 credits
-// (kDeepestDebt), beyond the reach of any refill within the clock.
+//
+// Why: docs/design.md#numbers
 #pragma once
 
 #include <cstdint>
