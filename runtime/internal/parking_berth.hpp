@@ -1,25 +1,13 @@
-// runtime/internal/parking_berth.hpp: where a runtime's dispatcher parks, in memory that outlives
-// the runtime. Internal to the runtime.
+// runtime/internal/parking_berth.hpp: where a runtime's parking word (parker.hpp) lives, a cache
+// line leased from a process-wide list when the runtime is constructed and recycled onto it when
+// it is destroyed, never freed. Internal to the runtime.
 //
-// A completer publishes its completion with one exchange, then wakes the dispatcher through the
-// parking word (parker.hpp). Between the two the dispatcher may take the completion, apply it,
-// reach zero in flight and exit; shutdown() reports finished and the embedder destroys the
-// runtime, while the completer has still to read the parking word. So the word must not be freed
-// with the runtime: a runtime leases a berth from a process-wide list when it is constructed and
-// recycles it onto that list when it is destroyed, and berths are never freed. A completer reads
-// the berth's address before its exchange, and touches nothing else of the runtime's after it.
+//  - A completer loads the berth's address before its push and touches nothing else of the
+//    runtime after it: it may still notify after shutdown() has reported finished.
+//  - A completer late by a whole runtime may wake a later runtime on the same berth, once, for
+//    nothing; no wake-up is lost.
 //
-// A completer late by a whole runtime's lifetime may then notify a later runtime that leased the
-// same berth: it finds a reason bit of that runtime's dispatcher, or none. At worst it wakes that
-// dispatcher once for nothing, which re-checks its work and parks again, as after any spurious
-// futex return; a wake-up is never lost, since the later runtime's own wakers notify the same
-// word.
-//
-// Why this and not a count of the threads inside complete() that shutdown waits for: that count
-// would cost every completion two read-modify-writes on one line shared by every completer, and
-// this costs none (the completion path does exactly what it did, with the word's address loaded
-// from the runtime instead of computed). The memory it keeps is one cache line per runtime alive
-// at once, at the process's peak, reused by later runtimes.
+// Why: docs/design.md#shutdown
 #pragma once
 
 #include <atomic>
