@@ -1,24 +1,17 @@
 // runtime/internal/ticket_cell.hpp: the state of one runtime ticket, completed from any thread.
 // Internal to the runtime: not installed, not part of the public API.
 //
-// One 64-bit word: the generation of the cell's current use (62 bits: no wrap in practice, see
-// ticket.hpp) and its phase: free, in
-// flight (issued by the dispatcher), or claimed (completed by some thread, not yet applied by the
-// dispatcher). A completion claims the cell with one compare-and-swap from (its generation, in
-// flight) to (its generation, claimed): exactly one completion of a ticket wins, and a repeated,
-// stale or forged ticket fails and changes nothing. No loop, so the claim is wait-free. Only the
-// dispatcher moves a cell from claimed to free and from free to in flight, each with one store.
-// A ticket the dispatcher hands to its own worker pool goes straight from free to claimed
-// (issue_claimed()): the worker owns it from the start, and every other completion of it fails.
+//   bits 2-63   the generation of the cell's current use (62 bits: no wrap in practice, ticket.hpp)
+//   bits 0-1    its phase: free, in flight (issued), claimed (completed, not yet applied)
 //
-// Memory orders: issue()'s store (release) / claim()'s CAS (acquire on success and failure): a
-// completer that wins sees everything the dispatcher wrote into the cell's record before issuing
-// it. The claimed cell is then the completer's alone until it hands it back to the dispatcher
-// through the completion bag, whose exchange publishes what the completer wrote (the cost).
-// release() is relaxed: the dispatcher is the only writer of the free phase, and a completer
-// that reads it only fails.
+//   free -> in flight      issue(), the dispatcher: a store, release
+//   free -> claimed        issue_claimed(), the dispatcher for its own pool: a store, relaxed
+//   in flight -> claimed   claim(), any completer: one CAS, acquire on success and failure
+//   claimed -> free        release(), the dispatcher: a store, relaxed
 //
 // `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
+//
+// Why: docs/design.md#the-hand-offs
 #pragma once
 
 #include <atomic>
