@@ -1,24 +1,17 @@
 // runtime/internal/spsc_ring.hpp: a bounded ring from one producer thread to one consumer
-// thread. Internal to the runtime: not installed, not part of the public API.
+// thread, whose push never waits: on a full ring it fails at once. Internal to the runtime: not
+// installed, not part of the public API.
 //
-// Why: the capture observer (capture.cpp) hands each record from the dispatcher to its writer
-// thread. The dispatcher must never wait for the writer, so a push that finds the ring full fails
-// at once (the caller counts what it dropped); a push is two plain stores of the record, one
-// relaxed load and one release store, and, only when the ring looks full, one acquire load.
-//
-// Two positions, each written by one side only, count records since the start (they never wrap
-// in practice: 2^64 records):
-//   tail_  the producer's: records published. release store in try_push() pairs with the
-//          consumer's acquire load in drain(), so a record's contents are visible before its cell
-//          is counted.
-//   head_  the consumer's: records consumed. release store in drain() pairs with the producer's
-//          acquire load in try_push(), so the consumer's reads of a cell happen before the
-//          producer writes that cell again.
-// Each side keeps a private copy of the other's position and reloads it only when its copy says
-// the ring is full (producer) or empty (consumer), so in steady state neither reads the other's
-// cache line per record.
+//   tail_  records published, the producer's: release store in try_push(), whose relaxed reload
+//          is its own; acquire load in drain() (a record's contents before its count)
+//   head_  records consumed, the consumer's: release store in drain(), whose relaxed reload is
+//          its own; acquire load in try_push() (the reads of a cell before it is written again)
+// Each side reloads the other's position only when its own copy says full (producer) or empty
+// (consumer). The counts never wrap in practice (2^64 records).
 //
 // `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
+//
+// Why: docs/design.md#the-captures-ring
 #pragma once
 
 #include <cstddef>
