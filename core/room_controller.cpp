@@ -1,24 +1,9 @@
-// core/room_controller.cpp: the learned room (room_controller.hpp; docs/design.md, "A room that
-// finds itself"). Time is cut into windows of at least kWindowCompletions completions and eight
-// no-queue latencies; at each window's end its mean latency is set against the no-queue latency:
-// - Above it by more than the tolerance: a queue in the backend. The room shrinks to what
-//   Little's law says the backend serves (slots x no-queue / mean, half the tolerance above), at
-//   most halving. The window after a cut tells a queue (its mean fell with the room) from a
-//   backend slow for everyone (two cuts in a row of a quarter or more each left it within an
-//   eighth): then the mean is the new no-queue latency and the room grows back to where it was.
-// After the room changes, a window counts only the requests dispatched since: those before tell
-// of the room before (a queue in the backend that a cut drains, or none yet where a room grew).
-// - Otherwise, if the room was full at some dispatch of the window, it grows: doubling below the
-//   threshold (the slow start, and the way back after a slow backend); above it by a sixteenth
-//   (at least one) after two such windows in a row.
-// - A mean far below the no-queue latency (a backend that recovered) is the new no-queue latency.
-// - When a run of cuts ends (a window without a queue), the room doubles back towards where the
-//   run began: a backend that was slow for everyone serves that room again at once. If it finds a
-//   queue there, the capacity truly fell, and the next run of cuts does not grow back.
-// Every kProbeEvery windows (give or take a quarter, deterministically) the room is cut to three
-// quarters for one window: its mean is the no-queue latency,
-// since a room the rule keeps within a quarter of the backend's capacity is then inside it. The
-// probe costs about 1 % of capacity.
+// core/room_controller.cpp: the learned room (room_controller.hpp). At each window's end the
+// window's mean latency, set against the no-queue latency, cuts the room to what Little's law
+// says the backend serves, grows it while it fills, or becomes the new no-queue latency; every
+// kProbeEvery windows a probe at three quarters of the room measures the no-queue latency again.
+//
+// Why: docs/design.md#a-room-that-finds-itself
 #include "creditloop/room_controller.hpp"
 
 #include <algorithm>
