@@ -1,23 +1,15 @@
-// creditloop/request.hpp: the intrusive hook a queued request carries, and lists of handed-back
-// ones.
+// creditloop/request.hpp: the intrusive hook a queued request carries (derive from RequestHook),
+// and RequestList, the list that hands requests back.
 //
-// The core never allocates per request: a participant's FIFO is a singly linked list threaded
-// through a hook that lives inside the embedder's own request object (derive from RequestHook).
-// The embedder owns the storage; the core only links and unlinks. While a request is queued its
-// hook belongs to the core; it comes back in a Decision or in a RequestList.
+//  - A participant's FIFO is linked through the hooks inside the embedder's own objects: the
+//    embedder owns the storage, the core only links and unlinks and never allocates per request.
+//  - The hook says whose the request is: the caller's, or the library's from submit until its
+//    completion or its hand-back (in a Decision's completion or a RequestList). A submit in
+//    between is refused with Errc::already_queued.
+//  - A request in a RequestList stays the library's until the list's walk has passed it
+//    (pop_front()) or the list is dropped. How it is handed back: detail/hand_back.hpp.
 //
-// A request submitted again while it is still queued or in flight would be relinked into a second
-// place of a queue and corrupt it, so the hook also says whose the request is: the caller's, or
-// the library's from submit until its completion or its hand-back. A second submit in between is
-// refused with Errc::already_queued. The state is an atomic byte on the hook's own line, which
-// the submitter writes anyway: one uncontended compare-and-swap for the runtime's submit, a plain
-// load and store for the core's. How the library takes and hands back a request across threads,
-// and why handing it back is its last access to it: creditloop/detail/hand_back.hpp.
-//
-// A RequestList is linked through the same links, so a request in it stays the library's until
-// the list's walk has read its link and passed it (pop_front()), or the list is dropped: a request
-// handed back earlier could be submitted again at once, from any thread, and that submit rewrites
-// the very link the walk would read next.
+// Why: docs/design.md#whose-a-request-is
 #pragma once
 
 #include <atomic>
