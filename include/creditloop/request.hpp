@@ -3,9 +3,9 @@
 //
 //  - A participant's FIFO is linked through the hooks inside the embedder's own objects: the
 //    embedder owns the storage, the core only links and unlinks and never allocates per request.
-//  - The hook says whose the request is: the caller's, or the library's from submit until its
-//    completion or its hand-back (in a Decision's completion or a RequestList). A submit in
-//    between is refused with Errc::already_queued.
+//  - While a request is queued its hook is the core's; it comes back in a Decision or in a
+//    RequestList. The hook also says whose the request is: the caller's, or the library's from
+//    submit until its completion or hand-back; a submit in between is refused (already_queued).
 //  - A request in a RequestList stays the library's until the list's walk has passed it
 //    (pop_front()) or the list is dropped. How it is handed back: detail/hand_back.hpp.
 //
