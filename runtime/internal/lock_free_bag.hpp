@@ -1,22 +1,19 @@
 // runtime/internal/lock_free_bag.hpp: an unordered multi-producer, single-consumer bag of
-// intrusive nodes: a producer pushes with one compare-and-swap (a Treiber push), the consumer
-// takes the whole bag with one exchange. It holds the activation list, the completion list and
-// the pool's list of completion blocks; docs/design.md, "The lock-free bag", says why by hand and
-// why a stopped producer hides nobody's node. Internal to the runtime: not installed.
+// intrusive nodes: a push is one compare-and-swap (a Treiber push), a drain one exchange of the
+// whole bag. Internal to the runtime: not installed.
 //
-// A push touches nothing of the bag after its CAS, and the node only before it: once the consumer
-// has taken a node it may recycle it at once.
+// A push touches nothing of the bag after its CAS, and the node only before it: once the
+// consumer has taken a node it may recycle it at once.
 //
-// Memory orders:
-//   push(), CAS             seq_cst: its release publishes the node and its link to drain()'s
-//                           exchange (each push continues the release sequence of the ones
-//                           before); seq_cst as the "work published" half of parking (parker.hpp)
-//   push(), first load and  relaxed: the head read is only stored as the node's link, which the
-//   failed CAS              successful CAS publishes
-//   drain(), exchange       acquire: pairs with every push's CAS
-//   maybe_nonempty()        seq_cst: the dispatcher's re-check after announcing sleep (parker.hpp)
+//   push(), CAS              seq_cst: releases the node and its link to drain() (each push
+//                            continues the release sequence); parking's "work published"
+//   push(), load, failed CAS relaxed: the head read is only stored as the node's link
+//   drain(), exchange        acquire: pairs with every push's CAS
+//   maybe_nonempty()         seq_cst: the dispatcher's re-check after announcing sleep
 //
 // `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
+//
+// Why: docs/design.md#the-lock-free-bag
 #pragma once
 
 #include <atomic>
