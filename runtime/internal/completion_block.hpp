@@ -1,22 +1,20 @@
-// runtime/internal/completion_block.hpp: a pool worker's completions, lent to the dispatcher in
-// one piece. Internal to the runtime: not installed, not part of the public API.
-//
-// Why: a completion that writes its cost into its ticket's record moves the record's cache line
-// from the dispatcher (which wrote it at dispatch and reads it again to apply the completion) to
-// the completer and back: two cross-core transfers per request. A worker of the built-in pool
-// instead writes (ticket, cost) entries, four to a line, into a block of its own and hands the
-// block over whole; the ticket records stay in the dispatcher's cache.
+// runtime/internal/completion_block.hpp: a pool worker's completions, (ticket, cost) entries four
+// to a line, lent to the dispatcher in one piece. Internal to the runtime: not installed, not
+// part of the public API.
 //
 // Ownership alternates, and `lent` says who has the block:
 //   worker      available(): lent is false -> fill entries and count -> lend() -> push on a bag
 //   dispatcher  drain the bag -> read entries and count -> return_to_worker()
-// The bag's push (lock_free_bag.hpp) publishes what the worker wrote. return_to_worker()'s release
-// store pairs with available()'s acquire load, so the worker writes into the block again only
-// after the dispatcher's reads of it have happened. A worker keeps several blocks, so it fills one
-// while the dispatcher reads others, and when all of its blocks are lent it completes through
-// the ticket records instead (runtime.cpp): it never waits for the dispatcher.
 //
+//   the bag's push       publishes what the worker wrote (lock_free_bag.hpp)
+//   return_to_worker()   release store of lent: pairs with available()'s acquire load, so the
+//                        worker writes the block again only after the dispatcher's reads
+//
+// A worker keeps several blocks; with all of them lent it completes through the ticket records
+// (runtime.cpp): it never waits for the dispatcher.
 // `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
+//
+// Why: docs/design.md#the-hand-offs
 #pragma once
 
 #include <array>
