@@ -1,22 +1,21 @@
 // creditloop/detail/timer_heap.hpp: places keyed by the instant a bucket reaches a credit, in a
-// radix heap with 6-bit digits. docs/design.md, "Data structures" (Timers), gives the layout's
-// reasons and the layouts it was measured against. Internal to the core; not part of the public
-// API.
+// radix heap with 6-bit digits. Internal to the core; not part of the public API.
 //
-// - It relies on the core's clock never running backwards, and on every filed instant being at
-//   or after the latest `now` it was asked about (a due instant is computed from the present).
+// - Needs a clock that never runs backwards, and every filed instant at or after the latest `now`
+//   asked about (a due instant is computed from the present).
 // - An entry above the floor (the latest `now` at which an entry may have been due) sits in the
-//   list for the highest 6-bit digit in which its key differs from the floor, and its key's value
+//   list of the highest 6-bit digit where its key differs from the floor, at its key's value
 //   there; the due list holds the keys at or below the floor. Moving the floor re-sorts only the
-//   lists it overtook, and an entry only moves to a lower digit: at most 11 times over its life.
+//   lists it overtook, and an entry only moves down a digit: at most 11 times over its life.
 // - set (file or move), erase: O(1). find_due: O(1) amortized.
-// - Lists are unrolled: blocks of 31 entries (key, place, id; 512 bytes) from a dense pool of the
-//   filed entries, every block of a list full but its first; free blocks are a stack of indices.
-// - Each place's TimerHandle (its key and its timer's id) is kept where the caller chooses
-//   (`Handles`); the heap touches it only when that place is filed or erased. An erased handle
-//   keeps its key: the core reads it as "the credit instant last filed".
-// - Where each entry sits is a dense table indexed by timer id; ids are given out when a place
-//   first files and kept until forget().
+// - Lists are blocks of 31 entries (key, place, id; 512 bytes), all full but a list's first, in a
+//   dense pool; free blocks are a stack of indices; each entry's position is in a dense table by
+//   timer id (given out when a place first files, kept until forget()).
+// - Each place's TimerHandle (its key and timer id) lives where the caller chooses (`Handles`),
+//   touched only when that place is filed or erased; an erased handle keeps its key, which the
+//   core reads as "the credit instant last filed".
+//
+// Why: docs/design.md#data-structures
 #pragma once
 
 #include <algorithm>
