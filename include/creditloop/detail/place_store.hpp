@@ -1,22 +1,15 @@
-// creditloop/detail/place_store.hpp: one contiguous record per ring place: a header, then one
-// bucket per metered class. Internal to the core; not part of the public API.
+// creditloop/detail/place_store.hpp: one contiguous record per ring place, in ring order: a
+// header, then one bucket per metered class. Internal to the core; not part of the public API.
 //
-// A visit reads the header (queue, refill time, plan) and then the buckets; keeping them in one
-// record of a few adjacent cache lines, in ring order, lets the hardware prefetcher follow the
-// cursor instead of paying a miss per array. The record size depends on k, known only at run
-// time, so the layout is computed here rather than by the compiler. Records live in chunks that
-// never move, so they may hold atomics and other threads may keep pointers into them.
+// - The record size depends on k, known only at run time, so the layout is computed here rather
+//   than by the compiler.
+// - Records live in chunks that never move, so they may hold atomics and other threads may keep
+//   pointers into them. The first chunk is allocated whole and its records are constructed as
+//   the store grows into them.
+// - Past the first few chunks, records come in 2 MiB-aligned slabs offered to the kernel as
+//   transparent huge pages.
 //
-// The first chunk's records are constructed as the store grows into them, not all at once:
-// constructing the whole chunk (768 KiB at k = 2) made the first registration into a core with
-// nothing reserved cost tens of microseconds. Its memory is allocated whole, so its records never
-// move either, and the store writes no page of it before reaching it.
-//
-// Past the first few chunks, records come in slabs aligned to 2 MiB and offered to the kernel as
-// transparent huge pages: at a million participants the records span hundreds of megabytes, and
-// a visit that lands on a new 4 KiB page each time pays a page walk as well as a cache miss.
-// Small rings stay in small chunks, so a core with a handful of participants does not commit
-// megabytes.
+// Why: docs/design.md#data-structures
 #pragma once
 
 #include <cstddef>
