@@ -1,21 +1,16 @@
 // creditloop/detail/hand_back.hpp: the hand-off of a request between its caller and the library,
-// through its hook's state (request.hpp, RequestHook::held).
+// through its hook's state (request.hpp, RequestHook::held). Every path that ends the library's
+// hold (completion, the pool's handler, removal, withdrawal, shutdown, a refused submit) uses it.
 //
-// A runtime's submit takes the request with a compare-and-swap from kIdle; whatever ends the
-// library's hold on it (a completion, the worker pool handing it to its handler, a removal, a
-// withdrawal, a shutdown's hand-back, a refused submit) hands it back with a release store of
-// kIdle. The moment that store is visible another thread may submit the request again and rewrite
-// its links, so the store is the library's last access to the request: a chain is walked by
-// reading each link before its request is handed back. Every such path goes through these
-// functions, which take the atomic type as a parameter so that the Relacy model
-// (tests/relacy/hand_back_model.cpp) runs them as shipped.
+//   take       a runtime's submit: CAS from kIdle
+//   hand back  a release store of kIdle, the library's last access to the request: a chain is
+//              walked by reading each link before its request is handed back
+//   kInList    keep_for_list(): a removal's or shutdown's requests, handed back by their
+//              RequestList as its walk passes each, or all when it is dropped
 //
-// A removal or a shutdown hands its requests back in a RequestList (request.hpp) linked through
-// those same links, walked by its caller on the caller's thread. So the core does not hand them
-// back: it marks them kInList (keep_for_list()), and the list hands each back as its walk passes
-// it, or all of them when it is dropped. Handing the whole chain back first, as the core once did,
-// let a request be submitted again while the caller's walk was still to read its link: the walk
-// then followed the link into another participant's inbox, and its unlink cut that inbox's chain.
+// The atomic type is a parameter so that tests/relacy/hand_back_model.cpp runs these as shipped.
+//
+// Why: docs/design.md#whose-a-request-is
 #pragma once
 
 #include <atomic>
