@@ -1,21 +1,17 @@
-// creditloop/capture.hpp: recording what a runtime sees, for a replay (docs/capture.md).
+// creditloop/capture.hpp: recording what a runtime sees, for a replay: JSON Lines, format
+// version 1 (a header, then a line per event: `plan`, `remove`, `request`, `dropped`), in files
+// rotated by size. docs/capture.md gives the format.
 //
-// A capture is JSON Lines, format version 1: every file starts with a header (classes, plans,
-// room, the participants registered then), followed by one line per event: a participant added,
-// re-planned or scaled (`plan`), removed (`remove`), a completed request (`request`: participant,
-// arrival, dispatch, completion, class out, cost), and records lost because the writer fell
-// behind (`dropped`). Files rotate by size.
-//
-// Two pieces:
 //  - CaptureWriter formats and writes the lines. It reads no clock: every time is the caller's,
-//    on the caller's clock, so the simulator writes captures of runs on its virtual clock with
-//    it. One thread at a time.
-//  - CaptureObserver is a RuntimeObserver: on the dispatcher thread it does O(1), allocation-free
-//    work per event and hands fixed-size records to a thread of its own, which writes them with
-//    a CaptureWriter. The dispatcher never waits for it: when the hand-off is full it drops the
-//    record and counts it (a `dropped` line says how many).
-// A capture that cannot write (no such directory, disk full) never stops the runtime: the errors
-// are counted, the first of a run is reported, and writing is tried again later.
+//    so the simulator writes captures of its virtual clock with it. One thread at a time.
+//  - CaptureObserver is a RuntimeObserver: O(1), allocation-free work per event on the
+//    dispatcher thread, fixed-size records handed to a thread of its own that writes them with a
+//    CaptureWriter. The dispatcher never waits for it: a full hand-off drops the record and
+//    counts it (a `dropped` line says how many).
+//  - A capture that cannot write (no such directory, disk full) never stops the runtime: the
+//    errors are counted, the first of a run is reported, and writing is tried again later.
+//
+// Why: docs/capture.md#how-it-works
 #pragma once
 
 #include <atomic>
