@@ -1,28 +1,15 @@
-// fleet/apportion.hpp: the fleet rule of docs/fleet.md as pure functions over the
-// store's data, so that the simulator's store and the Redis function (Lua) compute the same
-// fractions from the same entries.
+// fleet/apportion.hpp: the fleet rule of docs/fleet.md as pure integer functions over one
+// tenant's entries (per server, its demand and the store's milliseconds when it wrote it) and the
+// live servers (per server, the store's milliseconds at its last heartbeat).
 //
-// The data of one tenant is a set of entries, one per server: the demand that server reported and
-// the store's own clock (milliseconds) when it wrote it. The live servers are a second set:
-// server -> the store's milliseconds at its last heartbeat. An entry is *stale*, and is dropped,
-// when now_ms - written_ms > ttl_ms (an entry written exactly ttl_ms ago still counts) or when it
-// is stamped more than kMaxAheadMs ahead of now_ms (the store's clock stepped back further than
-// that, or the entry was not written by a server).
-//
-// The rule, for one report (server s, demand d, at now_ms):
+// An entry is stale, and dropped, when now_ms - written_ms > ttl_ms or when it is stamped more
+// than kMaxAheadMs ahead of now_ms. For one report (server s, demand d <= kMaxDemand, at now_ms):
 //   1. write s's entry (d, now_ms), replacing any earlier one of s;
 //   2. drop the entries older than the TTL;
 //   3. D = the sum of the live entries' demands (s's own included);
 //      f = floor(d * 1e6 / D) if D > 0, else floor(1e6 / live entries).
-// Rounding down makes a tenant's fractions, computed from one state of its entries, add up to at
-// most kWhole; fractions computed at different instants (servers report at different points of
-// an epoch) may add up to more, which is the over-grant the simulator measures.
 //
-// All arithmetic is on integers. A demand is at most kMaxDemand, the one reported and every one
-// read back alike (an entry above it was not written by a server), so d * 1e6 fits 64 bits and,
-// in the Lua port, a double holds it and D exactly (below 2^53).
-//
-// Cost: O(entries of the tenant) per report, O(live servers) per heartbeat; nothing else.
+// Why: docs/design.md#the-fleet-rule
 #pragma once
 
 #include <algorithm>
