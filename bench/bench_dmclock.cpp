@@ -11,34 +11,10 @@
 //                                          tools/versus-dmclock runs it); 3 repetitions
 //   bench_dmclock --time PARTICIPANTS [REPS]   the same work timed natively; 9 repetitions
 //
-// Both schedulers get the same participants, every one with a queue 8 deep, the same clock
-// advancing per decision, and the same pattern: batches of kBatch decisions, then the requests
-// dispatched one batch earlier complete with costs 0, 0.5 and 2 credits and are submitted again
-// (bench/workloads.hpp's DecisionLoop, whose creditloop side this runs unchanged: plentiful
-// credit, every visit metered, one visit per call). dmclock's participants have reservation 0,
-// limit 0 (none) and a weight equal to creditloop's shares (1 to 3), so that both divide by the
-// same proportions and neither has work the other is spared. A *decision* is Core::begin_turn and
-// Core::visit against PullPriorityQueue::pull_request; a *cycle* adds the completion and the
-// submission (Core::complete and Core::submit against add_request), still counted per decision.
-//
-// dmclock has no completion call on a pull queue: the server learns of a completion only through
-// the cost and the (delta, rho) a client sends with its next request (ServiceTracker, on the
-// client, derives them from the replies of *other* servers). With one server delta and rho stay 0,
-// so the faithful equivalent of creditloop's charge-back is the completion's cost given to
-// add_request when the request is submitted again: 1 for the dispatch plus the cost rounded up (a
-// dmclock cost is a positive integer), as creditloop debits 1 at dispatch and the cost at the
-// completion. The client-side tracker is not counted: it runs in another process in dmclock's
-// design and would only ever report zeros here.
-//
-// Two dmclock configurations are measured: its defaults (tags computed when a request is added,
-// as ceph's RGW uses it) and ceph's OSD scheduler's (mClockScheduler: tags computed when a
-// request reaches the front of its queue, client information looked up on each). Both take the
-// queue's mutex on every call, as they do in ceph. Their cleaning thread is given hours, so that
-// it never runs during a measurement.
-//
-// The repetitions alternate (creditloop, dmclock, dmclock as the OSD configures it, then again);
-// after each the counts are dumped under its name (CALLGRIND_DUMP_STATS_AT), and the script sums
-// the dumps of each name and divides by the operations this program prints.
+// A decision is Core::begin_turn and Core::visit against PullPriorityQueue::pull_request; a cycle
+// adds Core::complete and Core::submit against add_request, still counted per decision.
+// What both sides get, and why a completion's cost goes with the next add_request:
+// docs/performance.md#how-bench_dmclock-counts
 #include <valgrind/callgrind.h>
 
 #include <algorithm>

@@ -1,23 +1,13 @@
-// The measured choice of the runtime's worker-pool hand-off.
+// The measured choice of the runtime's worker-pool hand-off: one thread hands jobs to 2 workers,
+// with gap_ns of busy work before each job (0 or 200, as a dispatcher decides between hand-offs).
 //
-// BM_Pool/<design>/gap_ns:G: one thread hands kJobs jobs (the runtime's 24-byte Job) to 2 workers
-// that each run an empty handler (a std::function, as the runtime calls it). gap_ns 0: the thread
-// does nothing but enqueue; gap_ns 200: it busy-works about 200 ns before each job, as the
-// dispatcher decides before each hand-off, so workers outrun it and keep running dry.
-//  - moodycamel_bulk32: the runtime's pool: moodycamel::BlockingConcurrentQueue, one enqueue per
-//    job with a producer token (the runtime's hand_out()), each worker dequeuing up to 32 with
-//    wait_dequeue_bulk.
-//  - moodycamel_bulk32_enqueue64: the same workers, the producer handing over 64 jobs at a time
-//    with enqueue_bulk (one semaphore signal per 64), as a dispatcher could per batch.
-//  - tbb_arena_enqueue: tbb::task_arena(2 slots, none reserved) and one enqueue() per job.
-//  - tbb_task_group: tbb::task_group::run() per job inside a task_arena(3 slots, 1 for the
-//    producer); the producer then waits in task_group::wait(), which lets it run jobs too.
-// Each worker counts what it ran on a line of its own (per bulk for moodycamel, per job for oneTBB,
-// which has no bulk); the producer, done enqueueing, polls those counts every 20 us. Time: wall
-// clock from the first enqueue to the last job run.
+//  - moodycamel_bulk32: the runtime's pool (BlockingConcurrentQueue, workers take up to 32).
+//  - moodycamel_bulk32_enqueue64: the same, the producer enqueuing 64 jobs at a time.
+//  - tbb_arena_enqueue / tbb_task_group: oneTBB's task_arena::enqueue and task_group::run.
 //
 // Run: cmake --build build/release --target bench_pool
 //      build/release/bench/bench_pool --benchmark_repetitions=5
+// How it measures: docs/performance.md#how-bench_pool-measures
 #include <benchmark/benchmark.h>
 #include <concurrentqueue/blockingconcurrentqueue.h>
 #include <oneapi/tbb/global_control.h>

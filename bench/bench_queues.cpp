@@ -1,40 +1,18 @@
 // The measured choice of the runtime's per-participant queue and activation path (the worker
-// pool's hand-off is bench_pool.cpp).
+// pool's hand-off is bench_pool.cpp): P producers push over N participants, one consumer drains.
 //
-// BM_Queue/<design>/producers:P/participants:N. P producer threads (1, 2, 4) push kItems requests
-// per iteration, each producer spreading its share round robin over N participants (10 or 10,000,
-// the producers starting at different participants); one consumer (the benchmark's thread) learns
-// which participants have work and drains them, counting each request into its participant's
-// tally (a stand-in for the dispatcher's move into the core). Time runs from a start gate that
-// releases the producers to the consumer's last request (manual time: thread start-up is outside
-// it). Every consumer spins 64 times and then yields when it finds nothing, and never sleeps: the
-// runtime's parking word (one load per activation) is left out of every design alike. Designs:
-//  - mailbox: detail::Mailbox + detail::LockFreeBag, as the runtime's submit() and take_inbox()
-//    use them: a CAS on the participant's line per push, one activation per empty-to-non-empty
-//    transition, and the consumer takes a participant's whole backlog with one exchange.
-//  - vyukov: Vyukov's intrusive MPSC queue per participant (vyukov_queue.hpp: one exchange per
-//    push, through the same RequestHook link), activated through a per-queue flag and the same
-//    LockFreeBag.
-//  - moodycamel_per_participant: a moodycamel::ConcurrentQueue per participant with one producer
-//    token per (producer, participant) and a consumer token per participant, activated like
-//    vyukov. Each token is a sub-queue that allocates its own block index and blocks: memory grows
-//    with participants x producers (see bytes_per_participant).
-//  - moodycamel_shared: no per-participant queue: one moodycamel queue of (participant, request)
-//    pairs, a producer token per producer, bulk dequeue by the consumer. Nothing to activate.
-//  - boost_per_participant / boost_shared: boost::lockfree::queue (a Michael-Scott queue with a
-//    node free list), either per participant (activated like vyukov) or one shared queue of pairs.
-// Where a design pairs a queue of its own with a flag, the producer's enqueue and its read of the
-// flag, and the consumer's clear of the flag and its dequeue, are two store-then-load pairs on two
-// locations: seq_cst operations or seq_cst fences on both sides, as mailbox.hpp argues.
-// Counters: items_per_second; bytes_per_participant: the queue objects, tokens and what they hold
-// on the heap after the run (request objects excluded); rescues: times the consumer, idle for
-// 200 ms, swept every queue and found requests the activation path had not reported (a check:
-// must be 0).
+//  - mailbox: detail::Mailbox + detail::LockFreeBag, as the runtime uses them.
+//  - vyukov: Vyukov's intrusive MPSC queue per participant, a flag and the same LockFreeBag.
+//  - moodycamel_per_participant: a moodycamel queue per participant, tokens per producer.
+//  - moodycamel_shared: one moodycamel queue of (participant, request) pairs.
+//  - boost_per_participant / boost_shared: boost::lockfree::queue, per participant or shared.
+// A queue paired with a flag: seq_cst on both sides of both store-then-load pairs (mailbox.hpp).
+// The counter rescues must be 0.
 //
 // Run: cmake --build build/release --target bench_queues
 //      build/release/bench/bench_queues --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
-// On 2 cores, P producers + 1 consumer oversubscribe the CPU from P = 2 on; nothing is pinned.
+// How it measures, and why: docs/performance.md#how-bench_queues-measures
 #include <benchmark/benchmark.h>
 #include <concurrentqueue/concurrentqueue.h>
 #include <malloc.h>

@@ -1,66 +1,19 @@
 // End to end: requests per second and queueing delay through creditloop::Runtime, against the
 // same contract behind one mutex and against a bare moodycamel hand-off, in one binary and run.
 //
-// Every benchmark iteration pushes kRequests requests through and waits until each has been
-// handled and its completion applied. Producers run on threads of their own, each submitting its
-// share round robin over the participants (starting at different ones). Each producer keeps at
-// most kOutstanding / P of its requests in the system (a closed loop): without a bound, the
-// queueing delay would only measure how far ahead producers run. By Little's law the delay at
-// saturation is then about kOutstanding / throughput; its tail shows what the threads' scheduling
-// adds. A producer stamps the submit time into its request; whoever runs the request (the handler,
-// or the raw consumer) stamps the delay to the moment it starts, marks the request done and counts
-// it for its producer, which sleeps (atomic wait) when its window is full and is woken once a
-// quarter of it has drained, so nobody pays a wake-up per request. Handlers are empty and return a
-// cost of 0 or 0.25 credits, alternately.
-//
-// Designs:
-//  - BM_Runtime/producers:P/participants:N/workers:W: creditloop::Runtime with its worker pool (W
-//    workers), slots = kSlots.
-//  - BM_RuntimeInlineSink/...: the same runtime with no pool: a sink callback runs the handler on
-//    the dispatcher thread and completes the request there. Not a deployment (a real handler would
-//    stall the dispatcher); it separates the dispatcher's own cost from the pool's hand-off.
-//  - BM_RuntimeCapture/...: BM_Runtime's cases with 2 workers, with a CaptureObserver recording
-//    every request to a file in a scratch directory (docs/capture.md). Its counter
-//    capture_dropped_per_kreq says how many records the writer thread could not keep up with.
-//  - BM_Mutex/...: the reference model (tests/model, creditloop::model::Model) behind one
-//    std::mutex and a condition variable: producers lock, submit, unlock and notify; one dispatcher
-//    thread locks, runs begin_turn/visit for up to 64 dispatches while slots are free, and hands
-//    them to W workers through a std::deque under a second mutex and condition variable; workers
-//    run the handler and complete through the model's lock. The model is a plain reading of the
-//    spec that scans participants (O(N) per turn): that is part of what a straightforward
-//    implementation costs.
-//  - BM_RuntimeScaling/...: BM_Runtime with P producers and P workers, P from 1 to the machine's
-//    cores: a row per count (docs/performance.md, "Toward many cores").
-//  - BM_Raw/moodycamel: one producer thread enqueues request pointers into a
-//    moodycamel::ConcurrentQueue with a producer token; one consumer thread dequeues in bulk of 32
-//    with a consumer token and runs the same bookkeeping as a handler. No scheduling at all: the
-//    floor a dispatcher is measured against.
-// Plans: reference_config()'s shape (pro: P1 and P2, lite: P2) with participants alternating pro
-// and lite with 1 share, but rates raised so that the refill summed over participants is about
-// kMeteredRefill credits/s (capped at the per-share maximum, 10,000/s): a share of dispatches is
-// metered. Counters P1, P2, P3 give the split of dispatches by class they went out under.
-// Counters: requests_per_s, ns_per_request (the end-to-end cost: wall time / requests), p50_us,
-// p99_us, p999_us (queueing delay over every request of the run), threads (busy threads: producers
-// + dispatcher + workers, or producer + consumer; the machine has std::thread::hardware_concurrency
-// cores, printed in the summary), cpus_used (the process's CPU time over wall time in the timed
-// loop: below the core count when threads wait on each other or the machine is busy), and for the
-// runtime parks_per_kreq (dispatcher sleeps per 1,000 dispatches) and dispatcher_ns_per_req (the
-// dispatcher thread's CPU time per request: the serial part, which bounds throughput however many
-// cores producers and workers have).
-// Iteration counts are fixed, so that every run of a case is a repetition. After the benchmarks, a
-// summary prints the median ns_per_request of each case over the repetitions and the two target
-// ratios: runtime / raw hand-off (target at most 2) and mutex / runtime (target at least 10); then
-// the median dispatcher_ns_per_req of each runtime case against the raw hand-off's ns per request
-// (target at most 1.5: the dispatcher's serial work per request next to what moving a pointer
-// between two threads costs); then the inline-sink runtime against the raw hand-off; then, for
-// the cases run with and without a capture, both ns per request and dispatcher_ns_per_req side by
-// side, with their ratios (run them interleaved: docs/capture.md).
+//  - BM_Runtime/producers:P/participants:N/workers:W: the runtime with its worker pool.
+//  - BM_RuntimeInlineSink/...: no pool; the handler runs on the dispatcher thread.
+//  - BM_RuntimeCapture/...: BM_Runtime with 2 workers and a CaptureObserver writing a file.
+//  - BM_Mutex/...: the reference model behind one std::mutex, a dispatcher and W workers.
+//  - BM_RuntimeScaling/...: P producers and P workers, P from 1 to the machine's cores.
+//  - BM_Raw/moodycamel: a pointer from one thread to another; the floor.
+// The summary's targets: runtime / raw at most 2, mutex / runtime at least 10, dispatcher CPU per
+// request / raw at most 1.5.
 //
 // Run: cmake --build build/release --target bench_runtime
 //      build/release/bench/bench_runtime --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
-// Nothing is pinned. On 2 cores, producers + dispatcher + workers oversubscribe the CPU from 3
-// busy threads on (the threads counter).
+// How it measures, and why: docs/performance.md#how-bench_runtime-measures
 #include <benchmark/benchmark.h>
 #include <stdlib.h>
 

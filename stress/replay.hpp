@@ -1,29 +1,12 @@
 // stress/replay.hpp: the observer's events through the reference model (checks 4 and 5).
 //
-// The replay thread applies each recorded core input to creditloop::model::Model with the same
-// `now` and requires the same outcome: the same turn class for every turn, the same participant,
-// request, class out and turn class for every visit, the end of a turn at the same visit, every
-// completion accepted, the same requests handed back by remove() and shutdown(). A batch (one
-// Core::dispatch() call, reported as such with --decide batches) is replayed as the loop it
-// stands for: the model begins turns as they end and must make the same dispatches, and find
-// every queue empty where the batch stopped short of its span. Since the model
-// shares no code with the core, agreement proves the threaded runtime made exactly the
-// decisions of the contract given the inputs it saw. After the run the main thread compares the
-// model's balances and statistics with the runtime's snapshot, to the nano-credit.
-//
-// The bounded wait (docs/contract.md §3) is checked here too, because the model knows exactly when
-// a bucket reaches a credit: for a participant that holds P1 and has a request queued, C is the
-// instant its P1 bucket holds a credit (recomputed whenever its own dispatch, charge-back or
-// re-plan moves it). Its next dispatch D must come
-//  - within the turn in progress plus one P1 turn: at most 2 x (places in the ring) dispatches
-//    made at or after C (exact, from the recorded sequence), and
-//  - within the stated slack in real time: D - C <= --wait-slack-ms. The slack covers what the
-//    contract leaves to the server (how fast completions free room for that turn) and the
-//    scheduling noise of a loaded machine.
-//
-// Memory: the model keeps a record of every ticket it ever issued, so a replay is limited to a
-// number of dispatches (--replay-limit); the recorder stops logging at that dispatch and the
-// ledger checks carry on alone.
+//  - Classes (4): each recorded core input goes to creditloop::model::Model with the same `now`,
+//    which must take the same decisions; after the run, balances and statistics must equal the
+//    runtime's snapshot to the nano-credit.
+//  - Bounded wait (5): from the instant C a queued P1 holder's P1 bucket holds a credit, its next
+//    dispatch comes within 2 x (places in the ring) dispatches and within --wait-slack-ms.
+//  - The model keeps every ticket it issued, so the replay stops at --replay-limit dispatches.
+// Why: docs/testing.md#the-replay
 #pragma once
 
 #include <array>

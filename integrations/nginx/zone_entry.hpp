@@ -1,29 +1,20 @@
 // integrations/nginx/zone_entry.hpp: one nginx worker's entry in the module's shared-memory zone,
-// written by that worker alone and read by every worker. Internal to the module: its C code
-// reaches it through creditloop_zone.h.
+// written by that worker alone and read by every worker, without a lock. Internal to the module:
+// its C code reaches it through creditloop_zone.h.
 //
-// Why: the workers share their demands (for the fleet's apportioning rule) and their metrics (so
-// that a scrape, whichever worker serves it, answers for the whole nginx) without a lock. An
-// entry is a run of 64-bit words:
-//   stamp       when the worker last published, in nginx's milliseconds; 0: never. release store
-//               in publish() pairs with the acquire load in live(), so a reader that sees a stamp
-//               sees every value stored before it (and the generation beside it).
+// An entry is a run of 64-bit words:
+//   stamp       nginx's milliseconds at the worker's last publish; 0: never. Release store in
+//               publish(), acquire load in live(): a reader that sees a stamp sees every value
+//               stored before it, and the generation beside it.
 //   generation  of the configuration the worker runs; relaxed, ordered by the stamp.
 //   values      what the worker publishes (the module decides the layout); relaxed stores by the
 //               one writer, relaxed loads by readers after live(). Each value stands alone: a
-//               reader may see one value from the latest publish beside a later one's, never one
-//               from before the publish whose stamp it saw.
-// A reader that finds live() true on a stamp of this generation therefore reads values of this
-// generation only, no older than that stamp's publish (tests/relacy/zone_entry_model.cpp checks
-// this, and that weakening the stamp's release breaks it). What it does not promise: a reader
-// can load an older generation's stamp beside the new generation, which publish() stores before
-// its stamp, and would take the older values as live if that stamp passed its time-to-live. The
-// module never lets an entry pass from one generation to the next: each configuration's block is
-// cleared (every stamp 0) in the master before its workers fork, and only they write it (a block
-// serves again two reloads later, by when a reload's old workers have normally finished).
+//               reader may see one from the latest publish beside a later one's, never one from
+//               before the publish whose stamp it saw.
 // Every operation is a few loads and stores: no allocation, no wait.
 //
 // `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
+// Why: docs/nginx.md#the-hand-off-through-the-zone
 #pragma once
 
 #include <atomic>

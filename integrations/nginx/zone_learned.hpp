@@ -10,17 +10,12 @@
 //                     feed an instant a little older than another's, taken before it)
 // and the controller after them, touched only while holding the lock.
 //
-// A worker that finds the lock taken drops its sample rather than wait: the controller judges
-// windows of many completions, and a worker never stalls behind another that was descheduled
-// holding the lock. The lock's release in unlock() pairs with the acquire of the next try_lock(),
-// which orders one worker's writes to the controller before the next one's reads
-// (tests/relacy/zone_learned_model.cpp checks it, and that a relaxed try_lock() breaks it).
-// slots and latency are values a reader uses alone: relaxed. A worker that crashes while it holds
-// the lock (a few hundred instructions) leaves the room where it was, learning no more until the
-// configuration is reloaded; nothing waits on it.
+// Orders: unlock()'s release -> the next try_lock()'s acquire, ordering one feed's writes to the
+// controller before the next one's reads; slots and latency are read alone: relaxed.
 //
 // `Atomic` and `Controller` are template parameters so that the memory-model check runs this
 // code with a stand-in controller.
+// Why: docs/nginx.md#a-room-that-finds-itself
 #pragma once
 
 #include <algorithm>

@@ -6,17 +6,13 @@
 //   word 1  owed   workers that have a queue, are below their share of the room, and found it
 //                  full: while any is owed, no worker borrows beyond its own share
 //   word 2  urgent workers holding a queued request whose tenant had a P1 credit when it came:
-//                  while any is, only such a worker takes a slot, so that the next slot freed
-//                  anywhere goes to the credited request, as it would with one worker
+//                  while any is, only such a worker takes a slot
 //
-// A slot is handed from the worker that gives it back to the one that takes it next: give()'s
-// release pairs with take()'s acquire, so whatever the giver's request did in its slot happens
-// before what the taker's does. The bound itself rests on the compare-and-swap's atomicity on one
-// word; `owed` is a count that publishes nothing (tests/relacy/zone_room_model.cpp checks the
-// hand-off on every interleaving of a small case, and that a relaxed give() breaks it).
-// Operations are a few atomic instructions: no allocation, no wait, no lock.
+// Orders: give()'s release -> take()'s acquire hands a slot on; the bound is the CAS on `used`;
+// `owed` and `urgent` are counts that publish nothing. No allocation, no wait, no lock.
 //
 // `Atomic` is a template parameter so that the memory-model checks (tests/relacy) run this code.
+// Why: docs/nginx.md#several-workers
 #pragma once
 
 #include <atomic>

@@ -1,11 +1,8 @@
-// tests/model/model.hpp: a reference model of the scheduling contract (docs/contract.md §1-5).
+// tests/model/model.hpp: a reference model of the scheduling contract (docs/contract.md §1-5),
+// deliberately plain and sharing nothing with the core but the public plain types, so that the
+// differential test compares two independent readings of the contract.
 //
-// Deliberately plain: a vector of participants indexed by ring place, linear scans, std::deque
-// queues, and exact integer arithmetic in units of 1e-18 credit. It shares nothing with the core
-// but the public plain types (Config, Plan, ClassTerms, Errc, Result, ClassId, Nanos, the limits),
-// so that the differential test compares two independent readings of the contract. Where the
-// contract leaves a choice open, the model makes the core's (core.hpp documents all but the two on
-// `now` and on add's order of refusals, which the model mirrors so that both refuse alike):
+// Where the contract leaves a choice open, the model makes the core's:
 //  - a new participant takes the most recently freed ring place, else a new place at the end;
 //  - class c's cursor is the place of the last dispatch of a turn of class c; a turn starts just
 //    after it (at place 0 before the first), and visits places in place order once round;
@@ -15,8 +12,7 @@
 //  - a participant registered during a turn is not visited by that turn;
 //  - a re-plan that drops a class and a later one that adds it back make a new bucket, so tickets
 //    admitted by the old one charge nowhere.
-// Speed is not a goal; most operations scan every participant (only names are indexed, so that
-// registering 10,000 participants stays quick).
+// Why: docs/testing.md#the-reference-model
 #pragma once
 
 #include <array>

@@ -1,27 +1,14 @@
-// The activation of a queue (internal/mailbox.hpp, internal/lock_free_bag.hpp, runtime.cpp submit()
-// and take_inbox()): producers submit to two participants' mailboxes; a submit that finds the
-// inbox empty and wins the `listed` flag pushes the mailbox on the activation list, and the
-// dispatcher drains the list and takes each listed mailbox's inbox. Producer 0 submits to
-// mailbox 0 then 1, producer 1 to mailbox 1 then 0; the dispatcher drains twice during the run and
-// after() keeps draining until nothing is listed, as the runtime's dispatcher does once the
-// producers are quiet.
+// Relacy model of a queue's activation (internal/mailbox.hpp, internal/lock_free_bag.hpp,
+// runtime.cpp submit() and take_inbox()): two producers submit to two mailboxes, the dispatcher
+// drains the activation list and takes each listed inbox.
 //
-// Checked: no request is stranded (once nothing is listed, every submitted request was taken,
-// each exactly once, with its contents visible); a mailbox is never on the list twice; the flag is
-// clear once nothing is listed.
-//
-// The orders that matter: the activation list's push (its compare-and-swap's release half)
-// publishes the relaxed store of the mailbox's link, and drain's acquire exchange reads it, so the
-// dispatcher never follows a link from before this push. The twin drops that release (seq_cst ->
-// acquire on the list head's compare-and-swap only): the dispatcher can read the mailbox's link as
-// it was before the push, so it walks past or off the list, loses a listed mailbox whose flag stays
-// set, and that mailbox's requests are stranded, as after() reports.
-//
-// Not a twin: weakening the `listed` exchange and store, even to relaxed. mailbox.hpp asks for
-// seq_cst there, reading them as a store-then-load pair; but a submit reaches the flag only after
-// its CAS found the inbox emptied, that is after reading take()'s exchange, which releases the
-// cleared flag to the CAS's acquire, so the flag exchange that follows cannot miss the clear. Such
-// a twin passes (checked, both relaxed), so it would show nothing.
+// Checked: no request is stranded or taken twice; a mailbox is never listed twice.
+// Orders:
+//  - the list head's CAS (push): seq_cst; its release half publishes the mailbox's relaxed link.
+//  - drain's exchange of the list head: acquire, reads that link.
+//  - `listed` exchange and store: seq_cst, as mailbox.hpp asks (relaxed would pass; no twin).
+// Twin: the push's CAS weakened to acquire; a listed mailbox is lost and its requests stranded.
+// Why: docs/testing.md#the-activation-model
 #include <array>
 #include <memory>
 

@@ -1,21 +1,12 @@
-// A request's hand-back to its caller (creditloop/detail/hand_back.hpp, run by a RequestList's
-// walk and its destructor after a removal or a shutdown, the runtime's withdraw(), completions, the
-// worker pool and a refused submit). The dispatcher links two requests into a chain (the writes a
-// removal's splice makes) and hands back the chain as a dropped list does; two threads race to
-// submit them
-// again the moment they are the caller's, as a submit may: thread 1 takes request 0 and, refused
-// (its participant is gone), hands it back at once; thread 2 takes request 1, then tries request 0
-// too. Each submit that takes a request writes its link, as the inbox's push does.
+// Relacy model of a request's hand-back to its caller (creditloop/detail/hand_back.hpp): the
+// dispatcher hands back a chain of two requests as a dropped list does, while two threads race to
+// submit them again the moment they are the caller's.
 //
-// Checked: a request has one owner at a time, the links are never written or read by two threads
-// without the hand-off ordering them (Relacy vars), and a request ends the caller's exactly when
-// nobody kept it.
-//
-// The order that matters: hand_back()'s release store, acquired by take_from_caller()'s
-// compare-and-swap, orders the library's last writes of a link before the next submitter's. The
-// twin weakens that store to relaxed: the submitter's write of the link then races the
-// dispatcher's. hand_back_chain() reads each link before handing its request back; the walk as it
-// was written before (reading the link after) fails this model as written, with a data race.
+// Checked: a request has one owner at a time; its link is never touched by two threads without
+// the hand-off ordering them; a request ends the caller's exactly when nobody kept it.
+// Order: hand_back()'s release store -> take_from_caller()'s acquiring compare-and-swap.
+// Twin: that store weakened to relaxed; the submitter's write of the link races the dispatcher's.
+// Why: docs/testing.md#the-hand_back-model
 #include <array>
 
 #include "creditloop/detail/hand_back.hpp"

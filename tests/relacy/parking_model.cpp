@@ -1,25 +1,14 @@
-// Parking and waking (internal/parker.hpp idle_wait(), runtime.cpp idle(), submit() and
-// publish()): the dispatcher sleeps on the Parker while two wakers publish work and notify it,
-// one a submission (an activation pushed on one bag, kWakeOnWork) and one a completion (a record
-// pushed on another, kWakeOnRoom). The dispatcher runs the runtime's own idle loop,
-// detail::idle_wait(), between drains: re-check both bags with their seq_cst loads, yield, then
-// park(): prepare() for both reasons, re-check, then cancel() or wait() without a timeout (a push
-// is one seq_cst compare-and-swap, so a waker has no step outside the seq_cst order whose notify()
-// could miss the announcement). It stops once it has drained both items. Only the spin, which
-// reads the clock and can only end the wait early, is switched off, and the retry of a batch the
-// pool could not take, which the model has no pool for.
+// Relacy model of parking and waking (internal/parker.hpp idle_wait(), runtime.cpp idle(),
+// submit() and publish()): the dispatcher runs the runtime's idle loop on the Parker while a
+// submission (kWakeOnWork) and a completion (kWakeOnRoom) publish work and notify it. The futex is
+// modelled (ModelFutex), so a lost wake-up is a deadlock Relacy reports.
 //
-// The futex is modelled (ModelFutex) so that a wait returns only if the word no longer holds the
-// token or a wake comes: a dispatcher asleep with work pending and no notify still to come stays
-// asleep, and Relacy reports the deadlock. Checked: no wake-up is lost, including when the two
-// notify() calls race and one of them finds the reasons already cleared by the other.
-//
-// The orders that matter: the Dekker pair. prepare()'s RMW on the word and the re-check loads on
-// one side, the waker's compare-and-swap on a bag head and notify()'s load of the word on the
-// other, all seq_cst, so that either the re-check sees the work or the notify sees the reason. The
-// twin weakens prepare()'s fetch_or to acq_rel: notify() may then read the word from before the
-// announcement while the re-check reads the bag from before the push, and the dispatcher sleeps
-// for good.
+// Checked: no wake-up is lost, also when the two notify() calls race.
+// Orders (the Dekker pair, all seq_cst):
+//  - prepare()'s RMW on the word, then the re-check loads of both bags;
+//  - the waker's CAS on a bag head, then notify()'s load of the word.
+// Twin: prepare()'s fetch_or weakened to acq_rel; the dispatcher sleeps for good.
+// Why: docs/testing.md#the-parking-model
 #include <array>
 
 #include "internal/lock_free_bag.hpp"

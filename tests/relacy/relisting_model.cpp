@@ -1,21 +1,14 @@
-// A mailbox's listing across a removal and re-registration of its place (internal/mailbox.hpp,
-// runtime.cpp remove() and add(), submit_complete.cpp submit(), dispatcher.cpp service()): a
-// producer of the old registration pushes a request and sets `listed`, and may then stop for good
-// before it pushes the mailbox (a preemption that outlasts the model); the dispatcher closes the
-// inbox (the removal) and opens it for the next registration (the add), and then serves the place
-// as its loop does: drain the activation list, take the stale listings when the flag says so,
-// sleep through the runtime's idle loop otherwise. A producer of the new registration, once it has
-// its id, submits one request, and lists the mailbox, raises StaleListings, or neither, as
-// submit() does.
+// Relacy model of a mailbox's listing across a removal and re-registration of its place
+// (internal/mailbox.hpp, runtime.cpp remove() and add(), submit_complete.cpp submit(),
+// dispatcher.cpp service()): an old producer sets `listed` and may never push the mailbox; the
+// dispatcher closes and reopens the inbox; a new producer submits one request.
 //
-// Checked: the new registration's request is taken although the old producer never pushes the
-// mailbox (a dispatcher that never sees it sleeps for good: Relacy reports the deadlock); the old
+// Checked: the new registration's request is taken (else Relacy reports the deadlock); the old
 // one is taken by the close or refused.
-//
-// The orders that matter: StaleListings::raise()'s seq_cst store against the dispatcher's seq_cst
-// re-check after prepare() (the Dekker pair of parker.hpp). The twin weakens the store to release:
-// the re-check may then miss it while notify() misses the announcement, and the dispatcher sleeps
-// for good. Random search: three threads, the idle loop and a wait for the registration.
+// Order: StaleListings::raise()'s seq_cst store against the dispatcher's seq_cst re-check after
+// prepare() (parker.hpp's Dekker pair).
+// Twin: the store weakened to release; the dispatcher sleeps for good. Random search.
+// Why: docs/testing.md#the-relisting-model
 #include "internal/lock_free_bag.hpp"
 #include "internal/mailbox.hpp"
 #include "internal/parker.hpp"

@@ -1,20 +1,12 @@
-// A withdrawal's look into an inbox (internal/mailbox.hpp take_unlisted(), runtime.cpp
-// Runtime::Impl::withdraw()): Runtime::withdraw takes the participant's inbox into the core while
-// its mailbox may be listed, half-listed (a submitter between its push onto the empty inbox and
-// its exchange of the flag) or not listed at all, and the activation list carries on around it.
-// Two producers submit to one mailbox (producer 0 two requests, producer 1 one); the dispatcher
-// takes the inbox as a withdrawal does, then drains the activation list once; after() drains until
-// nothing is listed, as the dispatcher's next turns do.
+// Relacy model of a withdrawal's look into an inbox (internal/mailbox.hpp take_unlisted(),
+// runtime.cpp Runtime::Impl::withdraw()): the dispatcher takes a mailbox's inbox while two
+// producers submit to it, the mailbox listed, half-listed or not, then drains the activation list.
 //
-// Checked: every request is taken exactly once, by the withdrawal's take or by an activation,
-// with its contents visible; the mailbox is never on the list twice (a take that cleared the flag
-// while the mailbox stayed listed would let the next submit list it again); the flag is clear and
-// the inbox empty once nothing is listed.
-//
-// The order that matters: the take's exchange acquires the pushes' release CAS, so the dispatcher
-// reads each request's link and contents as its producer wrote them. The twin weakens that
-// exchange (seq_cst, the only read-modify-write on the inbox head here) to relaxed: the
-// dispatcher's read of a link is then a data race with the producer's write of it.
+// Checked: every request is taken exactly once with its contents visible; the mailbox is never
+// listed twice; the flag is clear and the inbox empty once nothing is listed.
+// Order: the producers' release CAS on the inbox head -> the take's acquiring exchange (seq_cst).
+// Twin: that exchange weakened to relaxed; the read of a link races the producer's write of it.
+// Why: docs/testing.md#the-withdrawal-model
 #include <array>
 #include <memory>
 

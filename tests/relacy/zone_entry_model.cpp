@@ -1,22 +1,12 @@
-// The nginx workers' hand-off through the shared zone (integrations/nginx/zone_entry.hpp, which
-// the module reaches through creditloop_zone.cpp): one worker's entry starts in the state a
-// stale configuration left (an old generation, its stamp and its values); the writer, a worker
-// of the new generation, publishes twice, new values each time; the reader, another worker,
-// reads the entry twice, as an epoch does.
+// Relacy model of the nginx workers' hand-off through the shared zone
+// (integrations/nginx/zone_entry.hpp, reached through creditloop_zone.cpp): a writer of the new
+// generation publishes twice over an entry a stale configuration left; a reader reads it twice.
 //
-// Checked: a read that finds the entry live for the new generation, with a time-to-live the
-// stale stamp does not pass (as an epoch's reader finds a configuration's worker that stopped
-// writing), counts only values the new generation published, never the stale generation's; and a
-// read whose time-to-live only the second publish's stamp passes counts exactly that publish's
-// values (the writer's last, so nothing later can stand beside them). The stale entry is never
-// live for the new generation. What the protocol does not promise, and this model therefore does
-// not assert: a reader that loads the stale stamp, fresh enough for its time-to-live, may load
-// the new generation beside it (see zone_entry.hpp).
-//
-// The order that matters: publish()'s release store of the stamp publishes the values and the
-// generation to live()'s acquire load of it. The twin weakens that release to relaxed (the only
-// release store of the model's 64-bit atomics): the reader can then see the new stamp beside
-// stale values, and the model's assertion fails.
+// Checked: a read live for the new generation counts only that generation's values, never the
+// stale one's; the stale entry is never live for the new generation.
+// Order: publish()'s release store of the stamp -> live()'s acquire load of it.
+// Twin: that store weakened to relaxed; the reader sees the new stamp beside stale values.
+// Why: docs/testing.md#the-zone_entry-model
 #include <array>
 #include <cstdint>
 

@@ -3,18 +3,14 @@
 //
 //   GET /anything?cpu_ms=N&wait_ms=M[&cost=C][&status=S][&fail=1]
 //
-// burns N ms of CPU on a worker thread, then waits M ms on a timer (a modelled database or disk:
-// the wait holds the request, not a thread, so a few threads serve any concurrency), and answers
-// 200 with `X-Cost: credits`, the milliseconds used unless `cost` names the credits. `status`
-// answers that status instead, any final one (200 to 599), framed as HTTP/1.1 says: no body on a
-// 204 or a 304, an empty one on a 205, and the headers a 206, 401, 405, 407 or 426 must carry; a
-// 1xx is an interim answer, never a final one, and is refused with a 400 like any other value.
-// `fail=1` closes the connection without answering, after the work, as a backend that dies
-// part-way does. Any path and method are taken, so that a proxy may forward whatever its clients
-// asked for; a HEAD is answered without its body. Connections are kept alive as HTTP/1.1 says.
-//
-// `--listen HOST:PORT` (port 0: any free port) prints `... listening on HOST:PORT` on standard
-// output once it accepts. SIGINT or SIGTERM stops it.
+//  - cpu_ms: N ms of CPU on a worker thread; wait_ms: then M ms on a timer, holding no thread.
+//  - answers 200 with `X-Cost`: the milliseconds used, or C credits when `cost` is given.
+//  - status: answers S instead (200 to 599, framed as HTTP/1.1 says); anything else is a 400.
+//  - fail=1: closes the connection without answering, after the work.
+//  - any path and method; HEAD without its body; connections kept alive as HTTP/1.1 says.
+//  - `--listen HOST:PORT` (port 0: any free port) prints `... listening on HOST:PORT` on standard
+//    output once it accepts. SIGINT or SIGTERM stops it.
+// Why: docs/loadtest.md#the-demo-backend
 #include <time.h>
 
 #include <chrono>

@@ -1,20 +1,13 @@
 // The loop, live: what the page at /ui draws, and the Server-Sent Events stream it draws from.
 //
-// What is recorded: every answered request (tenant, arrival, start, finish, the class it went out
-// under, its cost), handed over by the thread that finished it; and every kTick a sample of the
-// loop from the runtime's snapshots: per tenant its queue, balances, next-credit instants and
-// dispatches per class since the last sample (tenants idle since then, with full buckets, left
-// out), and the passes the loop settled on each class since the last sample. Each tick becomes one
-// event, encoded once and sent to every stream; the events of the last kWindow are kept (at most
-// kMaxRequests requests in them), so that a page that connects gets the last minute first, then the
-// loop live.
-//
-// Threads: record() on the threads that finish requests (I/O and workers; never the runtime's
-// dispatcher), under a mutex held for one push_back. A sampler thread of its own takes the
-// snapshots (two round trips to the dispatcher per tick, which never wait on anything of ours)
-// and encodes the events. Streams write on their connection's strand. Each stream's unsent events
-// are bounded (kMaxBacklogBytes): a client that does not keep up is dropped, never buffered
-// without bound; at most kMaxStreams stream at once, and one more is answered 503.
+// Threads:
+//  - record(): on the threads that finish requests (I/O and workers, never the runtime's
+//    dispatcher), under a mutex held for one push_back.
+//  - a sampler of its own: every kTick, the runtime's snapshots become one event, encoded once
+//    for every stream; the events of the last kWindow are kept (at most kMaxRequests requests).
+//  - streams: on their connection's strand; at most kMaxStreams, each with at most
+//    kMaxBacklogBytes unsent (a client that does not keep up is dropped).
+// Why: docs/server.md#the-live-picture-ui
 #pragma once
 
 #include <chrono>

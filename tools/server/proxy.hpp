@@ -1,27 +1,17 @@
-// Proxy mode's exchange: one dispatched request carried to the backend and its response back.
-//
-// In order, on the client connection's strand:
-// 1. `Expect: 100-continue` is answered by the proxy once the request is dispatched (never
-//    before: a queued request's body would only wait in buffers), and not passed on.
-// 2. The request head goes to the backend (forwarding.hpp), then its body: a buffered one with its
-//    length, from memory or read back from its temporary file through one buffer of the
-//    session's (buffered_body.hpp), which then goes; else streamed through that buffer as it
-//    arrives, re-framed chunked when the client's length was not known: `limits.body_bytes`
-//    bounds what is held, not what may pass.
-// 3. Interim responses (100, 102, 103) are read and dropped, as nginx 1.22 drops them; 101 is
-//    refused (the proxy forwards no Upgrade). HEAD, 204 and 304 responses have no body, whatever
-//    their Content-Length says.
-// 4. A response whose body is all there at once is answered with a Content-Length and its cost in
-//    X-Creditloop-Cost; any other is relayed piece by piece as the backend sends it (SSE, long
-//    downloads), with the client's pace holding the backend back: one buffer, never more. Its
-//    framing for the client is the backend's length, else chunked (HTTP/1.1), else the close of
-//    the connection (HTTP/1.0). Its cost is charged when the backend has finished sending.
-// 5. The slot is returned the moment the backend's part is over, before the last bytes reach the
-//    client. The backend connection is pooled again only after a response that ended exactly at
-//    its framing with nothing left over.
-// Errors before any of the response reached the client answer 502 (unreachable, broken,
-// malformed) or 504 (no response within proxy.timeout_ms); after, the client's connection is
-// closed, as nginx does. Either way the request's cost is the time it held its slot.
+// Proxy mode's exchange: one dispatched request carried to the backend and its response back, in
+// this order on the client connection's strand:
+//  1. `Expect: 100-continue` is answered once the request is dispatched, and not passed on.
+//  2. The head goes to the backend (forwarding.hpp), then the body: buffered (buffered_body.hpp),
+//     with its length; or streamed through one buffer, chunked when its length was not known.
+//  3. Interim responses (100, 102, 103) are dropped; 101 is refused. HEAD, 204 and 304 responses
+//     have no body, whatever their Content-Length says.
+//  4. A response all there at once gets a Content-Length and X-Creditloop-Cost; any other is
+//     relayed through one buffer at the client's pace, its cost charged when the backend is done.
+//  5. The slot is returned when the backend's part is over; the backend connection is pooled
+//     again only after a response that ended exactly at its framing with nothing left over.
+// Errors: 502 or 504 before any of the response reached the client, a closed connection after;
+// either way the cost is the time the request held its slot.
+// Why: docs/server.md#proxy-mode-as-a-reverse-proxy
 #pragma once
 
 #include <utility>  // before Asio's awaitable.hpp, which uses std::exchange without it

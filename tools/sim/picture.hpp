@@ -1,20 +1,11 @@
 // tools/sim/picture.hpp: a picture of one run, as a self-contained HTML page or a static SVG.
 //
-// The recorder listens to the simulator as a RunObserver, so every value it draws is one the
-// trace would print for the same event (times and balances rounded to the microsecond and the
-// micro-credit, as the trace rounds them). It keeps per request its arrival, dispatch and
-// completion, per pass its class and its waiting participants with the reason each ignored one
-// was passed over, and per participant its balances after each of its dispatches and
-// completions: about 60 bytes a request, more for passes with many participants waiting.
-//
-// The page embeds that record as columnar JSON (docs/pictures.md describes it) in a template
-// kept as real files (tools/sim/page/: a skeleton and its script's parts) and compiled in: it
-// needs no network and no other file. The SVG is drawn here, and its size does not grow with the
-// number of requests: a lane with many requests, a pass lane with many passes, a balance line with
-// many samples are drawn as aggregates over 500 time bins, so it stays within about 30 KB per class
-// (P1..Pk and the unmetered one) and participant, plus 10 KB per participant, whatever the number
-// of requests: 0.5 MB for 100,000 requests among 12 participants on 2 classes
-// (tests/sim/pictures_test.cpp holds it under 2 MB).
+//  - The recorder is a RunObserver: every value it draws is one the trace would print for the
+//    same event, rounded as the trace rounds it. About 60 bytes a request.
+//  - The page embeds the record as columnar JSON in a template compiled in from tools/sim/page/.
+//  - The SVG is drawn here; crowded lanes become aggregates over 500 time bins, so its size does
+//    not grow with the number of requests.
+// Why: docs/pictures.md#the-record
 #pragma once
 
 #include <cstdint>

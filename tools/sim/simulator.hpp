@@ -1,23 +1,13 @@
 // tools/sim/simulator.hpp: runs a scenario through the real dispatcher core on a virtual clock.
+// The simulator owns the clock, the server (a slot model, with an optional backend FIFO) and the
+// requests; every scheduling decision is the core's (creditloop::Core::run).
 //
-// The simulator owns the clock, the server and the requests; every scheduling decision is the
-// core's (creditloop::Core::run). The server is a slot model: a dispatch takes a slot for the
-// request's `service`, and room is "a slot is free". A scenario's `backend` serves at most its
-// capacity at once and queues the rest in its own FIFO, so that a slot is held from dispatch to
-// completion, wait included; `"slots": "auto"` lets a RoomController set the number of slots
-// from the dispatch and completion instants, as a server would. Events at one instant go in the
-// order docs/contract.md §6 fixes: completions due (in dispatch order), arrivals due (scenario
-// order), then the loop; completions that fall due at the same instant while the loop runs (service
-// 0) wait for it to stop, and the instant is handled again. Withdrawals (an entry's
-// `withdraw_after`, an extension of that order) come after the arrivals and before the loop, in
-// request order.
-//
-// Cost: the arrival stream is a heap of one cursor per scenario entry, the completions a heap
-// of at most `slots` requests and the withdrawals a heap of the requests that may still be
-// withdrawn, so an event costs O(log entries + log slots + log requests) plus the core's own
-// work and the trace line. Requests live in a pool sized before the run: nothing allocates per
-// request. A `pass` line lists every waiting participant, so a run with W participants waiting is
-// O(W) per turn by the trace format itself; without a trace or an observer that cost is skipped.
+//  - Events at one instant go in the order docs/contract.md §6 fixes: completions, arrivals,
+//    withdrawals, then the loop.
+//  - An event costs O(log entries + log slots + log requests) plus the core's work and the trace
+//    line; a `pass` line is O(W) in the W participants waiting, skipped without a trace or an
+//    observer. Nothing allocates per request.
+// Why: docs/contract.md#what-a-run-costs
 #pragma once
 
 #include <array>
