@@ -8,7 +8,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -20,6 +19,7 @@
 #include "capture_support.hpp"
 #include "creditloop/capture.hpp"
 #include "creditloop/runtime.hpp"
+#include "runtime_support.hpp"
 #include "spin_until.hpp"
 
 namespace creditloop {
@@ -27,7 +27,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace capture_tests;
-constexpr auto kDeadline = 60s;
 
 struct Req : RequestHook {};
 
@@ -35,27 +34,7 @@ struct Req : RequestHook {};
 // when it completes the request, so the runtime's last use of it happens before the caller's.
 bool returned(const Req& q) { return q.held.load(std::memory_order_acquire) == RequestHook::kIdle; }
 
-class Recorder {
- public:
-  void operator()(const Decision& d) {
-    std::lock_guard lock(mutex_);
-    seen_.push_back(d);
-    changed_.notify_all();
-  }
-  bool wait_for(std::size_t n) {
-    std::unique_lock lock(mutex_);
-    return changed_.wait_for(lock, kDeadline, [&] { return seen_.size() >= n; });
-  }
-  std::vector<Decision> seen() {
-    std::lock_guard lock(mutex_);
-    return seen_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::vector<Decision> seen_;
-};
+using runtime_tests::Recorder;
 
 // Waits until the runtime has applied `n` completions (a snapshot round-trips through the
 // dispatcher).
