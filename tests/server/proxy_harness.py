@@ -8,9 +8,10 @@ import json
 import os
 import socket
 import threading
+import unittest
 from http.server import BaseHTTPRequestHandler
 
-from server_harness import ALICE, base_config, start_http
+from server_harness import ALICE, Server, base_config, start_http
 
 
 class Recorder:
@@ -145,6 +146,21 @@ def proxy_config(backend, **overrides):
     config["limits"]["read_timeout_ms"] = 5000
     config.update(overrides)
     return config
+
+
+class ProxyCase(unittest.TestCase):
+    """A proxy with the default configuration in front of a fresh backend, per test; the server
+    must exit cleanly."""
+
+    def setUp(self):
+        self.backend = Backend()
+        self.server = Server(proxy_config(self.backend))
+
+    def tearDown(self):
+        try:
+            self.assertEqual(self.server.stop(), 0, self.server.log())
+        finally:
+            self.backend.close()
 
 
 class Client:

@@ -14,20 +14,10 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import server_harness  # noqa: E402 - the Server wrapper, the base configuration, main()
 from server_harness import ALICE, BOB, Server  # noqa: E402
-from proxy_harness import Backend, proxy_config, Client, request, names  # noqa: E402
+from proxy_harness import Backend, ProxyCase, proxy_config, Client, request, names  # noqa: E402
 
 
-class ProxyFraming(unittest.TestCase):
-    def setUp(self):
-        self.backend = Backend()
-        self.server = Server(proxy_config(self.backend))
-
-    def tearDown(self):
-        try:
-            self.assertEqual(self.server.stop(), 0, self.server.log())
-        finally:
-            self.backend.close()
-
+class ProxyFraming(ProxyCase):
     def test_expect_100_continue_answers_its_own_request_and_the_pool_stays_in_step(self):
         c = Client(self.server.port)
         c.send(request("POST", "/upload?n=1", headers=[("Expect", "100-continue"),
@@ -195,18 +185,8 @@ class ProxyFraming(unittest.TestCase):
         self.assertNotIn("/bounded", self.backend.recorder.paths())
 
 
-class ReviewItems(unittest.TestCase):
+class ReviewItems(ProxyCase):
     """Corner cases compared with Debian's nginx 1.22 (docs/server.md)."""
-
-    def setUp(self):
-        self.backend = Backend()
-        self.server = Server(proxy_config(self.backend))
-
-    def tearDown(self):
-        try:
-            self.assertEqual(self.server.stop(), 0, self.server.log())
-        finally:
-            self.backend.close()
 
     def answer_then_close(self, raw):
         c = Client(self.server.port)
