@@ -21,6 +21,16 @@ std::optional<KeyDigest> key_digest(std::string_view key) noexcept {
   return d;
 }
 
+std::optional<KeyDigest> KeyDigestMemo::digest(std::string_view key) {
+  if (digest_ && key.size() == key_.size() &&
+      CRYPTO_memcmp(key.data(), key_.data(), key.size()) == 0) {
+    return digest_;
+  }
+  digest_ = key_digest(key);
+  key_.assign(key);
+  return digest_;
+}
+
 std::optional<KeyDigest> hex_digest(std::string_view text) noexcept {
   KeyDigest d{};
   if (text.size() != 2 * d.size()) return std::nullopt;

@@ -24,7 +24,8 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using nlohmann::json;
 
-/// One client of /ui/events: what it has not yet been sent, written in order on its strand.
+/// One client of /ui/events: what it has not yet been sent, written in order on its connection's
+/// thread.
 class LiveStream : public std::enable_shared_from_this<LiveStream> {
  public:
   explicit LiveStream(tcp::socket socket) : socket_(std::move(socket)) {}

@@ -5,7 +5,7 @@
 //    dispatcher), under a mutex held for one push_back.
 //  - a sampler of its own: every kTick, the runtime's snapshots become one event, encoded once
 //    for every stream; the events of the last kWindow are kept (at most kMaxRequests requests).
-//  - streams: on their connection's strand; at most kMaxStreams, each with at most
+//  - streams: on their connection's thread; at most kMaxStreams, each with at most
 //    kMaxBacklogBytes unsent (a client that does not keep up is dropped).
 // Why: docs/server.md#the-live-picture-ui
 #pragma once

@@ -2,6 +2,7 @@
 
 #include <sys/ioctl.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <iterator>
@@ -70,6 +71,26 @@ std::optional<double> cost_from(const http::fields& f, const std::string& name) 
 }
 
 bool bodiless(unsigned status) { return status == 204 || status == 304 || status < 200; }
+
+// A head as Beast's serializer would send it (its own `writer`, so the bytes are the same), copied
+// into `room`; 0 when it does not fit. A message whose body is all in hand then goes out as head
+// and body in one gathered write: Beast's serializer walks its view of every field's buffer again
+// on each step of a write, and that walk was about a sixth of a proxied request's instructions
+// (callgrind).
+template <bool isRequest>
+std::size_t copy_head(const http::header<isRequest>& h, char* room, std::size_t size) {
+  const auto writer = [&h] {
+    if constexpr (isRequest) {
+      return http::fields::writer(h, h.version(), h.method());
+    } else {
+      return http::fields::writer(h, h.version(), h.result_int());
+    }
+  };
+  const http::fields::writer w = writer();
+  const auto pieces = w.get();
+  if (beast::buffer_bytes(pieces) > size) return 0;
+  return asio::buffer_copy(asio::buffer(room, size), pieces);
+}
 
 // One exchange's state: what is needed to settle it on whatever path it ends.
 class Exchanger {
@@ -172,7 +193,19 @@ asio::awaitable<bool> Exchanger::send_request() {
     forward.body().size = in_memory ? e_.body.memory().size() : 0;
     forward.body().more = body && (!buffered || from_file);
     conn_->stream.expires_after(backend_.timeout());
-    co_await http::async_write(conn_->stream, sr, redirect(ec));
+    // All in hand (no body, or one in memory): head and body in one write, the head in the
+    // scratch buffer, which nothing else uses before the response.
+    const std::size_t head = forward.body().more || forward.chunked()
+                                 ? 0
+                                 : copy_head(forward.base(), client_.scratch, client_.scratch_size);
+    if (head > 0) {
+      const std::array<asio::const_buffer, 2> whole{
+          asio::buffer(client_.scratch, head),
+          asio::buffer(forward.body().data, forward.body().size)};
+      co_await asio::async_write(conn_->stream, whole, redirect(ec));
+    } else {
+      co_await http::async_write(conn_->stream, sr, redirect(ec));
+    }
     if (ec == http::error::need_buffer) ec = {};
     if (from_file) {
       if (!co_await send_body_from_file(forward, sr, ec)) co_return false;
@@ -334,6 +367,7 @@ asio::awaitable<std::size_t> Exchanger::fill(beast::error_code& ec) {
     if (ec == http::error::need_buffer) ec = {};
     if (ec) break;
     got = client_.scratch_size - body.size;
+    if (response_->is_done()) break;  // not asking the kernel: the usual response ends here
     // Nothing more in hand (at most a chunk's closing CRLF, which the parser keeps for the next
     // chunk's header) and nothing in the kernel: the backend paused.
     if (got > 0 && conn_->buffer.size() <= 2 && !more_waiting(*conn_)) break;
@@ -387,8 +421,19 @@ asio::awaitable<void> Exchanger::relay_response() {
   res.body().more = !whole && !ec && !head_only;
   client_.stream.expires_after(config_.limits.send_timeout);
   beast::error_code client_ec;
-  co_await http::async_write(client_.stream, sr, redirect(client_ec));
-  if (client_ec == http::error::need_buffer) client_ec = {};
+  // All here and framed by its length: head and body in one write, the head in the scratch
+  // buffer behind the body.
+  const std::size_t head = whole && !res.chunked() ? copy_head(res.base(), client_.scratch + got,
+                                                               client_.scratch_size - got)
+                                                   : 0;
+  if (head > 0) {
+    const std::array<asio::const_buffer, 2> answer{asio::buffer(client_.scratch + got, head),
+                                                   asio::buffer(client_.scratch, got)};
+    co_await asio::async_write(client_.stream, answer, redirect(client_ec));
+  } else {
+    co_await http::async_write(client_.stream, sr, redirect(client_ec));
+    if (client_ec == http::error::need_buffer) client_ec = {};
+  }
   out_.bytes += got;
   // Then piece by piece: the next read from the backend waits for the client to take this one.
   while (!client_ec && !ec && !whole && !head_only && !response_->is_done()) {

@@ -1,5 +1,5 @@
 // Proxy mode's exchange: one dispatched request carried to the backend and its response back, in
-// this order on the client connection's strand:
+// this order on the client connection's thread:
 //  1. `Expect: 100-continue` is answered once the request is dispatched, and not passed on.
 //  2. The head goes to the backend (forwarding.hpp), then the body: buffered (buffered_body.hpp),
 //     with its length; or streamed through one buffer, chunked when its length was not known.

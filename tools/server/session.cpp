@@ -81,9 +81,10 @@ Response make_response(const RequestHead& request, http::status status, std::str
   return res;
 }
 
-Session::Session(asio::ip::tcp::socket socket, Server& server, bool admin)
+Session::Session(asio::ip::tcp::socket socket, Server& server, bool admin, Backend* backend)
     : stream_(std::move(socket)),
       server_(server),
+      backend_(backend),
       admin_(admin),
       wake_(stream_.get_executor()),
       queue_timer_(stream_.get_executor()),
@@ -92,7 +93,7 @@ Session::Session(asio::ip::tcp::socket socket, Server& server, bool admin)
   beast::error_code ec;
   const auto peer = stream_.socket().remote_endpoint(ec);
   address_ = ec ? std::string("unknown") : peer.address().to_string();
-  // The departure watch reads whatever is waiting without blocking the strand.
+  // The departure watch reads whatever is waiting without blocking the thread.
   stream_.socket().non_blocking(true, ec);
 }
 
@@ -255,7 +256,7 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
   turn_events_ = 0;
   // From here until this coroutine leaves the exchange, a shutdown waits for its answer.
   const Server::Outstanding outstanding(server_);
-  if (std::optional<Response> refusal = server_.admit(*e)) {
+  if (std::optional<Response> refusal = server_.admit(*e, keys_)) {
     const bool body_pending = !e->parser->is_done();
     const bool more = co_await write(*refusal, body_pending);
     server_.log_access(*e, refusal->result_int(), refusal->body().size());
@@ -309,7 +310,7 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
   std::size_t size = 0;
   char* buffer = scratch(size);
   const ProxyOutcome o =
-      co_await proxy(server_, server_.backend(), ClientSide{stream_, buffer_, buffer, size}, *e);
+      co_await proxy(server_, *backend_, ClientSide{stream_, buffer_, buffer, size}, *e);
   server_.log_access(*e, o.status, o.bytes);
   if (!o.keep_alive || server_.stopping()) {
     close();

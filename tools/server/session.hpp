@@ -1,7 +1,7 @@
-// One client connection, as one coroutine on its strand: reads a request's head under the size and
-// time limits, authenticates it before reading any of its body, queues it, waits for its turn while
-// watching whether the client is still there, serves it (work mode: on a worker; proxy mode:
-// proxy.hpp), writes the answer, and keeps the connection alive while both sides want it.
+// One client connection, as one coroutine on its lane's thread: reads a request's head under the
+// size and time limits, authenticates it before reading any of its body, queues it, waits for its
+// turn while watching whether the client is still there, serves it (work mode: on a worker; proxy
+// mode: proxy.hpp), writes the answer, and keeps the connection alive while both sides want it.
 //
 // Every buffer that holds the client's bytes is bounded: the head by `limits.header_bytes`; what
 // is read ahead of the parser (a chunk header, a trailer, a pipelined request) by the session's
@@ -32,6 +32,7 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include "buffered_body.hpp"
+#include "key_digest.hpp"
 #include "last_holder.hpp"
 #include "scheduler.hpp"
 
@@ -42,6 +43,7 @@ using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
 using RequestHead = http::request_header<>;
 
+class Backend;
 class Server;
 class Session;
 
@@ -106,7 +108,8 @@ class Session : public std::enable_shared_from_this<Session> {
     watch_ended = 16,
   };
 
-  Session(boost::asio::ip::tcp::socket socket, Server& server, bool admin);
+  /// `backend`: its lane's connections to the backend (proxy mode), null otherwise.
+  Session(boost::asio::ip::tcp::socket socket, Server& server, bool admin, Backend* backend);
   ~Session();
   void start();
   /// Any thread.
@@ -153,6 +156,8 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;
   Server& server_;
+  Backend* backend_;
+  config_file::KeyDigestMemo keys_;  // the bearer key this connection presented last
   const bool admin_;
   std::string address_;
   boost::asio::steady_timer wake_;
