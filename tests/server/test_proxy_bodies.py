@@ -162,6 +162,10 @@ class SpilledBodies(unittest.TestCase):
                 self.assertEqual((seen["body_len"], seen["framing"]), (size, "length"), path)
                 self.assertEqual(seen["body_sha"], hashlib.sha256(body).hexdigest(), path)
             self.no_file_left(server, "bodies forwarded")
+            # The three past the memory bound went to a file; the small one did not.
+            self.assertEqual(metric(server, "creditloop_server_request_bodies_spilled_total"), 3)
+            self.assertEqual(
+                metric(server, "creditloop_server_request_body_spill_failures_total"), 0)
         finally:
             self.assertEqual(server.stop(), 0, server.log())
 
@@ -270,6 +274,9 @@ class SpilledBodies(unittest.TestCase):
                            check=True)
             self.assertEqual(self.post(server, "/disk-back", os.urandom(self.BODY))[0], 200)
             self.assertEqual(self.backend.recorder.paths(), ["/in-memory", "/disk-back"])
+            self.assertEqual(
+                metric(server, "creditloop_server_request_body_spill_failures_total"), 1)
+            self.assertEqual(metric(server, "creditloop_server_request_bodies_spilled_total"), 1)
         finally:
             self.assertEqual(server.stop(), 0, server.log())
 

@@ -225,6 +225,13 @@ void add_server_metrics(Families& families, const Server& server) {
   add_single(families, "creditloop_server_requests_timed_out_total",
              "Queued requests answered 503 at their tenant's queue timeout", counter,
              count(server.timed_out));
+  add_single(families, "creditloop_server_request_bodies_spilled_total",
+             "Buffered request bodies longer than limits.body_buffer_bytes, kept in a temporary "
+             "file",
+             counter, count(server.bodies_spilled));
+  add_single(families, "creditloop_server_request_body_spill_failures_total",
+             "Request bodies answered 500 because their temporary file could not be written",
+             counter, count(server.body_spill_failures));
   add_single(families, "creditloop_server_connections_refused_total",
              "Client connections refused at the connection limits", counter,
              count(server.connections_refused));

@@ -156,6 +156,8 @@ class Server {
   std::atomic<std::uint64_t> departed{0};   // queued requests whose client left
   std::atomic<std::uint64_t> timed_out{0};  // queued requests past their queue timeout
   std::atomic<std::uint64_t> connections_refused{0};
+  std::atomic<std::uint64_t> bodies_spilled{0};       // buffered bodies that went to a file
+  std::atomic<std::uint64_t> body_spill_failures{0};  // bodies a file could not take: 500
   std::atomic<std::uint64_t> accept_pauses{0};
   /// Requests answered 401 (no key, an unknown one, another scheme), per listener.
   std::atomic<std::uint64_t> unauthorized_tenants{0};

@@ -357,7 +357,11 @@ asio::awaitable<bool> Session::read_body(Exchange& e, bool keep) {
     if (ec == http::error::need_buffer) ec = {};
     if (keep) disk = e.body.commit(into.size() - parser.get().body().size);
   }
+  if (!ec && !disk && keep && e.body.in_file()) {
+    server_.bodies_spilled.fetch_add(1, std::memory_order_relaxed);  // a statistic
+  }
   if (disk) {
+    server_.body_spill_failures.fetch_add(1, std::memory_order_relaxed);  // a statistic
     // As nginx answers a temporary file it cannot write: the request ends, the server goes on.
     std::fprintf(stderr, "creditloop-server: cannot buffer a request body in \"%s\": %s\n",
                  dir->config->proxy.body_temp_dir.c_str(), disk.message().c_str());
