@@ -352,17 +352,14 @@ ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
     } else if (mode == ShutdownMode::hand_back && phase_ == Phase::draining) {
       hand_back_queued();
     }
-    if (mode == ShutdownMode::hand_back && step.answer()) {
-      step.handed_back = std::move(handed_back_);
-    }
+    // Before the release of `done` in run_commands(), which publishes the list to the caller.
+    if (mode == ShutdownMode::hand_back) (void)step.answer.answer(handed_back_);
   };
-  bool answered = run_on_dispatcher_until(step.command, until);
-  if (!answered && !step.abandon()) {  // the dispatcher is answering it now: a matter of moments
-    step.command.done.acquire();       // pairs with the release in run_commands()
-    answered = true;
-  }
+  const bool answered = step.answer.answered(run_on_dispatcher_until(step.command, until), [&] {
+    step.command.done.acquire();  // pairs with the release in run_commands()
+  });
   report.answered = answered;
-  report.handed_back = std::move(step.handed_back);
+  if (answered) report.handed_back = step.answer.take();
   // The wait for the dispatcher's exit is made without a lock: another thread's hand_back
   // escalates a drain that waits here (tests/runtime/dispatcher_path_test.cpp).
   bool exited = false;
