@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "internal/announce.hpp"
 #include "internal/options.hpp"
 #include "internal/runtime_impl.hpp"
 #include "internal/unflushed_batches.hpp"
@@ -95,29 +96,25 @@ void Runtime::Impl::run_on_dispatcher(Command& command) {
     command.work();
     return;
   }
-  if (!commands_.post(command)) {  // the dispatcher has exited: the core is quiescent
+  if (!detail::announce_command(commands_, command, parker_)) {
+    // The dispatcher has exited: the core is quiescent.
     std::lock_guard lock(exit_mutex_);
     command.work();
     return;
   }
-  CREDITLOOP_TEST_HOOK(command_posted);
-  // The post's seq_cst CAS is the work the dispatcher re-checks after Parker::prepare().
-  parker_.notify(detail::kWakeOnWork | detail::kWakeOnRoom);
   command.done.acquire();  // pairs with the release in run_commands(): the result is visible
   if (command.error) std::rethrow_exception(command.error);
 }
 
 bool Runtime::Impl::run_on_dispatcher_until(Command& command,
                                             std::chrono::steady_clock::time_point until) {
-  if (!commands_.post(command)) {  // the dispatcher has exited: the core is quiescent
+  if (!detail::announce_command(commands_, command, parker_)) {
+    // The dispatcher has exited: the core is quiescent.
     const std::shared_ptr<void> owner = std::move(command.keep_alive);  // run here, and done
     std::lock_guard lock(exit_mutex_);
     command.work();
     return true;
   }
-  CREDITLOOP_TEST_HOOK(command_posted);
-  // The post's seq_cst CAS is the work the dispatcher re-checks after Parker::prepare().
-  parker_.notify(detail::kWakeOnWork | detail::kWakeOnRoom);
   // Both pair with the release in run_commands(): the result is visible.
   if (until == std::chrono::steady_clock::time_point::max()) {
     command.done.acquire();

@@ -36,6 +36,7 @@
 #include "internal/command_list.hpp"
 #include "internal/counter_line.hpp"
 #include "internal/futex.hpp"
+#include "internal/idle_env.hpp"
 #include "internal/learned_room.hpp"
 #include "internal/lock_free_bag.hpp"
 #include "internal/mailbox.hpp"
@@ -234,7 +235,6 @@ class Runtime::Impl {
     return growth_failed_ && tickets_left() == 0;
   }
   void idle();
-  [[nodiscard]] bool work_visible(std::uint32_t reasons) const;
   void begin_shutdown(ShutdownMode mode, Nanos now);
   // Every request still queued, into handed_back_; the loop then only waits for what is in flight.
   void hand_back_queued();

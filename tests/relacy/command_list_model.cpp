@@ -14,6 +14,7 @@
 // three threads the full search does not end in minutes.
 #include <array>
 
+#include "internal/announce.hpp"
 #include "internal/command_list.hpp"
 #include "internal/parker.hpp"
 #include "model.hpp"
@@ -52,26 +53,13 @@ struct CommandListModel : rl::test_suite<CommandListModel<Policy>, 3> {
     }
     Node& c = commands[index];
     c.payload($) = 42;
-    if (list.post(c)) {
-      parker.notify(detail::kWakeOnWork | detail::kWakeOnRoom);
-    } else {
+    if (!detail::announce_command(list, c, parker)) {
       run(c);  // the dispatcher has exited: the caller runs it (under the exit mutex)
     }
   }
 
-  struct Env {
-    CommandListModel& m;
-    bool work_visible() const { return m.list.maybe_nonempty(); }
-    static bool room_polled() { return false; }
-    static bool room_ready() { return false; }
-    static std::int64_t room_recheck_ns() { return 1'000'000; }
-    static bool retry_pending() { return false; }
-    static bool start_spin() { return false; }
-    static bool spin_more(std::uint32_t) { return false; }
-    static void relax() {}
-    static void yield() {}
-    static void parked(std::int64_t) {}
-  };
+  // The runtime's idle environment over the command list alone, without the spin.
+  using Sources = detail::WorkSources<List, NoWork, NoWork, NoWork, NoWork>;
 
   void run_chain(Node* c) {
     while (c != nullptr) {
@@ -84,7 +72,10 @@ struct CommandListModel : rl::test_suite<CommandListModel<Policy>, 3> {
 
   void dispatch() {
     detail::RetryBackoff backoff;
-    Env env{*this};
+    const NoWork none;
+    const Sources sources{list, none, none, none, none};
+    QuietHost host;
+    ModelIdleEnv<Sources> env(sources, host, {.reasons = detail::kWakeOnWork});
     for (;;) {
       run_chain(list.take());
       if (ran > 0) break;
