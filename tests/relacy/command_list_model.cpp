@@ -1,9 +1,10 @@
-// Commands posted to the dispatcher (internal/command_list.hpp, runtime.cpp run_on_dispatcher()
-// and dispatcher.cpp service() and its exit): two threads each write a command and post it, then
-// notify the parker; the dispatcher takes and runs what is posted, sleeping between takes through
-// the runtime's idle loop (detail::idle_wait()) with the list's seq_cst re-check, and once it ran
-// a command it closes the list, as it does when it exits, and runs what the close took. A post
-// refused by the close runs its command itself (in the runtime, under the exit mutex).
+// Commands posted to the dispatcher (internal/command_list.hpp, internal/announce.hpp as
+// runtime.cpp run_on_dispatcher() runs it, and dispatcher.cpp service() and its exit): two threads
+// each write a command and post it, then notify the parker; the dispatcher takes and runs what is
+// posted, sleeping between takes through the runtime's idle loop (detail::idle_wait() with
+// internal/idle_env.hpp) with the list's seq_cst re-check, and once it ran a command it closes
+// the list, as it does when it exits, and runs what the close took. A post refused by the close
+// runs its command itself (in the runtime, under the exit mutex).
 //
 // Checked: every command runs exactly once, and its contents (a Relacy variable written before the
 // post) are visible where it runs; no wake-up is lost (a lost one sleeps for good: deadlock).
@@ -16,6 +17,7 @@
 
 #include "internal/announce.hpp"
 #include "internal/command_list.hpp"
+#include "internal/idle_env.hpp"
 #include "internal/parker.hpp"
 #include "model.hpp"
 

@@ -1,4 +1,5 @@
-// Relacy model of parking and waking (internal/parker.hpp idle_wait(), runtime.cpp idle(),
+// Relacy model of parking and waking (internal/parker.hpp idle_wait() through
+// internal/idle_env.hpp, as dispatcher.cpp idle() runs it; the wakers of submit_complete.cpp
 // submit() and publish()): the dispatcher runs the runtime's idle loop on the Parker while a
 // submission (kWakeOnWork) and a completion (kWakeOnRoom) publish work and notify it. The futex is
 // modelled (ModelFutex), so a lost wake-up is a deadlock Relacy reports.
@@ -11,6 +12,7 @@
 // Why: docs/testing.md#the-parking-model
 #include <array>
 
+#include "internal/idle_env.hpp"
 #include "internal/lock_free_bag.hpp"
 #include "internal/parker.hpp"
 #include "model.hpp"

@@ -1,7 +1,8 @@
 // Relacy model of a mailbox's listing across a removal and re-registration of its place
-// (internal/mailbox.hpp, runtime.cpp remove() and add(), submit_complete.cpp submit(),
-// dispatcher.cpp service()): an old producer sets `listed` and may never push the mailbox; the
-// dispatcher closes and reopens the inbox; a new producer submits one request.
+// (internal/mailbox.hpp, runtime.cpp remove() and add(), submit_complete.cpp submit() with
+// internal/announce.hpp, dispatcher.cpp service() and idle() with internal/idle_env.hpp): an old
+// producer sets `listed` and may never push the mailbox; the dispatcher closes and reopens the
+// inbox; a new producer submits one request.
 //
 // Checked: the new registration's request is taken (else Relacy reports the deadlock); the old
 // one is taken by the close or refused.
@@ -10,6 +11,7 @@
 // Twin: the store weakened to release; the dispatcher sleeps for good. Random search.
 // Why: docs/testing.md#the-relisting-model
 #include "internal/announce.hpp"
+#include "internal/idle_env.hpp"
 #include "internal/lock_free_bag.hpp"
 #include "internal/mailbox.hpp"
 #include "internal/parker.hpp"

@@ -1,7 +1,8 @@
 // Runtime::wake() (internal/parker.hpp wake()) after an embedder's room flag: the embedder stores
 // its flag relaxed, as the runtime's own tests do, and calls wake(); the dispatcher, out of room,
-// runs the runtime's idle loop, detail::idle_wait(), whose re-check asks the embedder's room test
-// (a relaxed load of the flag) after prepare(). It stops once the test says room.
+// runs the runtime's idle loop, detail::idle_wait() with internal/idle_env.hpp, whose re-check asks
+// the embedder's room test (a relaxed load of the flag) after prepare(). It stops once the test
+// says room.
 //
 // The futex is modelled (ModelFutex) and the sleep has no timeout: in the runtime a room test
 // bounds the sleep by room_recheck, so a lost wake-up costs that long; here it sleeps for good and
@@ -13,6 +14,7 @@
 // read-modify-write that releases the flag: if it comes before prepare()'s RMW in the word's
 // modification order, prepare() acquires it and the re-check sees the flag; if after, it reads
 // the reason prepare() set and wakes the dispatcher. The twin weakens that RMW to relaxed.
+#include "internal/idle_env.hpp"
 #include "internal/parker.hpp"
 #include "model.hpp"
 
