@@ -18,6 +18,16 @@
 #include "internal/runtime_impl.hpp"
 
 namespace creditloop {
+namespace {
+
+// The dispatcher's clock for its spin, and its pauses (idle_env.hpp).
+struct SystemPause {
+  static Nanos now() noexcept { return detail::monotonic_now(); }
+  static void relax() noexcept { detail::cpu_relax(); }
+  static void yield() noexcept { std::this_thread::yield(); }
+};
+
+}  // namespace
 
 void Runtime::Impl::dispatcher_main() {
   detail::place_this_thread(options_.thread_name, options_.cpu);
@@ -355,20 +365,6 @@ void Runtime::Impl::sink_failed(TicketRecord& record, const Decision& d, std::ex
   report(CallbackKind::sink, std::move(error), ours ? d.request : nullptr, ticket, d.participant);
 }
 
-bool Runtime::Impl::work_visible(std::uint32_t reasons) const {
-  // seq_cst loads (inside the bags and here): the re-check half of the parking protocol.
-  if (commands_.maybe_nonempty()) return true;
-  if ((reasons & detail::kWakeOnWork) != 0 &&
-      (activations_.maybe_nonempty() || stale_listings_.raised())) {
-    return true;
-  }
-  if ((reasons & detail::kWakeOnRoom) != 0 &&
-      (completions_.maybe_nonempty() || pool_completions_.maybe_nonempty())) {
-    return true;
-  }
-  return false;
-}
-
 void Runtime::Impl::idle() {
   // What can end this wait: a completion when room or the end of shutdown waits on one; a
   // submission when there is room to use it. Commands always wake.
@@ -380,39 +376,29 @@ void Runtime::Impl::idle() {
   if (!finishing && has_room()) reasons |= detail::kWakeOnWork;
   if (reasons == 0) return;
 
-  // Where work comes from, for detail::idle_wait(), which the Relacy parking model runs too.
-  struct Env {
+  // Where work comes from (idle_env.hpp, which the Relacy models that sleep the dispatcher run).
+  using Sources =
+      detail::WorkSources<decltype(commands_), decltype(activations_), decltype(stale_listings_),
+                          decltype(completions_), decltype(pool_completions_)>;
+  const Sources sources{commands_, activations_, stale_listings_, completions_, pool_completions_};
+  struct Host {
     Impl& rt;
-    const std::uint32_t reasons;
-    const bool room_poll = rt.options_.room && (reasons & detail::kWakeOnRoom) != 0;
-    Nanos spin_until = 0;
-
-    bool work_visible() const { return rt.work_visible(reasons); }
-    bool room_polled() const { return room_poll; }
-    // has_room(), not the test alone: with every record in use the room is full whatever the
-    // test says, and a yes would only spin the loop.
-    bool room_ready() const { return room_poll && rt.has_room(); }
-    std::int64_t room_recheck_ns() const { return rt.options_.room_recheck.count(); }
+    bool has_room() const { return rt.has_room(); }
     // A batch the pool's queue could not take, or a growth of the ticket tables that failed with
     // every record in use: no waker will say when memory is back, so the sleep has a timeout,
     // and the loop tries again after it.
     bool retry_pending() const { return !rt.batch_jobs_.empty() || rt.growth_retry_pending(); }
-    // Without a spin (no CPU to spare) the clock is not read at all.
-    bool start_spin() {
-      if (rt.spin_.count() <= 0) return false;
-      spin_until = detail::monotonic_now() + rt.spin_.count();
-      return true;
-    }
-    bool spin_more(std::uint32_t i) const {
-      return (i & 63) != 0 || detail::monotonic_now() < spin_until;
-    }
-    static void relax() noexcept { detail::cpu_relax(); }
-    static void yield() noexcept { std::this_thread::yield(); }
-    void parked(std::int64_t /*timeout_ns*/) {
-      CREDITLOOP_PROBE2(park, reasons, rt.in_flight());
+    void parked(std::uint32_t why, std::int64_t /*timeout_ns*/) {
+      CREDITLOOP_PROBE2(park, why, rt.in_flight());
       ++rt.parks_;
     }
-  } env{*this, reasons};
+  } host{*this};
+  detail::IdleEnv<Sources, Host, SystemPause> env(
+      sources, host,
+      {.reasons = reasons,
+       .room_polled = options_.room && (reasons & detail::kWakeOnRoom) != 0,
+       .room_recheck_ns = options_.room_recheck.count(),
+       .spin_ns = spin_.count()});
   if (detail::idle_wait(parker_, reasons, env, retry_backoff_)) {
     ++wakeups_;
     CREDITLOOP_PROBE2(wake, reasons, in_flight());

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "internal/announce.hpp"
 #include "internal/options.hpp"
 #include "internal/runtime_impl.hpp"
 #include "internal/unflushed_batches.hpp"
@@ -95,29 +96,25 @@ void Runtime::Impl::run_on_dispatcher(Command& command) {
     command.work();
     return;
   }
-  if (!commands_.post(command)) {  // the dispatcher has exited: the core is quiescent
+  if (!detail::announce_command(commands_, command, parker_)) {
+    // The dispatcher has exited: the core is quiescent.
     std::lock_guard lock(exit_mutex_);
     command.work();
     return;
   }
-  CREDITLOOP_TEST_HOOK(command_posted);
-  // The post's seq_cst CAS is the work the dispatcher re-checks after Parker::prepare().
-  parker_.notify(detail::kWakeOnWork | detail::kWakeOnRoom);
   command.done.acquire();  // pairs with the release in run_commands(): the result is visible
   if (command.error) std::rethrow_exception(command.error);
 }
 
 bool Runtime::Impl::run_on_dispatcher_until(Command& command,
                                             std::chrono::steady_clock::time_point until) {
-  if (!commands_.post(command)) {  // the dispatcher has exited: the core is quiescent
+  if (!detail::announce_command(commands_, command, parker_)) {
+    // The dispatcher has exited: the core is quiescent.
     const std::shared_ptr<void> owner = std::move(command.keep_alive);  // run here, and done
     std::lock_guard lock(exit_mutex_);
     command.work();
     return true;
   }
-  CREDITLOOP_TEST_HOOK(command_posted);
-  // The post's seq_cst CAS is the work the dispatcher re-checks after Parker::prepare().
-  parker_.notify(detail::kWakeOnWork | detail::kWakeOnRoom);
   // Both pair with the release in run_commands(): the result is visible.
   if (until == std::chrono::steady_clock::time_point::max()) {
     command.done.acquire();
@@ -352,17 +349,14 @@ ShutdownReport Runtime::Impl::shutdown(ShutdownMode mode,
     } else if (mode == ShutdownMode::hand_back && phase_ == Phase::draining) {
       hand_back_queued();
     }
-    if (mode == ShutdownMode::hand_back && step.answer()) {
-      step.handed_back = std::move(handed_back_);
-    }
+    // Before the release of `done` in run_commands(), which publishes the list to the caller.
+    if (mode == ShutdownMode::hand_back) (void)step.answer.answer(handed_back_);
   };
-  bool answered = run_on_dispatcher_until(step.command, until);
-  if (!answered && !step.abandon()) {  // the dispatcher is answering it now: a matter of moments
-    step.command.done.acquire();       // pairs with the release in run_commands()
-    answered = true;
-  }
+  const bool answered = step.answer.answered(run_on_dispatcher_until(step.command, until), [&] {
+    step.command.done.acquire();  // pairs with the release in run_commands()
+  });
   report.answered = answered;
-  report.handed_back = std::move(step.handed_back);
+  if (answered) report.handed_back = step.answer.take();
   // The wait for the dispatcher's exit is made without a lock: another thread's hand_back
   // escalates a drain that waits here (tests/runtime/dispatcher_path_test.cpp).
   bool exited = false;

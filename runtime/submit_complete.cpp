@@ -6,6 +6,7 @@
 
 #include "creditloop/detail/hand_back.hpp"
 #include "creditloop/runtime.hpp"
+#include "internal/announce.hpp"
 #include "internal/runtime_impl.hpp"
 #include "internal/unflushed_batches.hpp"
 
@@ -34,14 +35,8 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
     return Errc::unsupported_address;  // checked above already; the inbox keeps its own guard
   }
   CREDITLOOP_PROBE2(submit, p.place, p.generation);
-  if (outcome == Mailbox::Submit::queued_and_listed) {
-    CREDITLOOP_TEST_HOOK(submit_listed);
-    activations_.push(*mailbox);  // seq_cst exchange: the work the dispatcher re-checks
-    parker_.notify(detail::kWakeOnWork);
-  } else if (outcome == Mailbox::Submit::queued_behind_stale) [[unlikely]] {
-    stale_listings_.raise();  // seq_cst store: the work the dispatcher re-checks
-    parker_.notify(detail::kWakeOnWork);
-  }
+  // The berth, not parker_: the parker's address is then loaded only where a notify needs it.
+  detail::announce_submit(outcome, *mailbox, activations_, stale_listings_, parking_);
   return {};
 }
 

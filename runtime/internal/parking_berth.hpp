@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -30,6 +31,9 @@ class ParkingBerth {
   ParkingBerth& operator=(const ParkingBerth&) = delete;
 
   [[nodiscard]] RuntimeParker& parker() const noexcept { return berth_->parker; }
+  /// The parker's notify(), for a caller that reaches the parker only on the paths that wake:
+  /// the berth's address is known without a load, so the load of the parker's stays on them.
+  void notify(std::uint32_t reasons) const noexcept { berth_->parker.notify(reasons); }
 
  private:
   struct alignas(64) Berth {  // a line of its own: producers and completers load it on every wake

@@ -36,6 +36,7 @@
 #include "internal/command_list.hpp"
 #include "internal/counter_line.hpp"
 #include "internal/futex.hpp"
+#include "internal/idle_env.hpp"
 #include "internal/learned_room.hpp"
 #include "internal/lock_free_bag.hpp"
 #include "internal/mailbox.hpp"
@@ -43,6 +44,7 @@
 #include "internal/parking_berth.hpp"
 #include "internal/probes.hpp"
 #include "internal/queue_link.hpp"
+#include "internal/shutdown_answer.hpp"
 #include "internal/spin.hpp"
 #include "internal/test_hooks.hpp"
 #include "internal/ticket_record.hpp"
@@ -169,27 +171,11 @@ class Runtime::Impl {
     // release of `done`, so whichever of the two finishes last frees it.
     std::shared_ptr<void> keep_alive;
   };
-  // A shutdown call's command, which outlives a caller that returned at its deadline. What the
-  // command hands back is the caller's only if the caller still waits when the dispatcher gets
-  // there; otherwise it stays in handed_back_ for the next call. `waiter` decides that once.
+  // A shutdown call's command, which outlives a caller that returned at its deadline, and who
+  // takes what it hands back (shutdown_answer.hpp).
   struct ShutdownStep {
     Command command;
-    std::atomic<std::uint8_t> waiter{kWaiting};
-    RequestList handed_back;  // the dispatcher's until `done`, then the caller's
-
-    // Dispatcher: whether the caller still waits (and takes what is handed back).
-    bool answer() noexcept { return settle(kAnswered); }
-    // Caller, at its deadline: whether it leaves before the dispatcher answered.
-    bool abandon() noexcept { return settle(kGone); }
-
-   private:
-    static constexpr std::uint8_t kWaiting = 0, kAnswered = 1, kGone = 2;
-    bool settle(std::uint8_t outcome) noexcept {
-      std::uint8_t expected = kWaiting;
-      // relaxed: the word's modification order alone says which side won; what the dispatcher
-      // hands over is published by the command's `done` (release in run_commands()).
-      return waiter.compare_exchange_strong(expected, outcome, std::memory_order_relaxed);
-    }
+    detail::ShutdownAnswer<RequestList, std::atomic> answer;
   };
   using Job = Decision;  // a null request: the worker stops
   struct DispatcherDone {};
@@ -249,7 +235,6 @@ class Runtime::Impl {
     return growth_failed_ && tickets_left() == 0;
   }
   void idle();
-  [[nodiscard]] bool work_visible(std::uint32_t reasons) const;
   void begin_shutdown(ShutdownMode mode, Nanos now);
   // Every request still queued, into handed_back_; the loop then only waits for what is in flight.
   void hand_back_queued();

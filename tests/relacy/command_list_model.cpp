@@ -1,9 +1,10 @@
-// Commands posted to the dispatcher (internal/command_list.hpp, runtime.cpp run_on_dispatcher()
-// and dispatcher.cpp service() and its exit): two threads each write a command and post it, then
-// notify the parker; the dispatcher takes and runs what is posted, sleeping between takes through
-// the runtime's idle loop (detail::idle_wait()) with the list's seq_cst re-check, and once it ran
-// a command it closes the list, as it does when it exits, and runs what the close took. A post
-// refused by the close runs its command itself (in the runtime, under the exit mutex).
+// Commands posted to the dispatcher (internal/command_list.hpp, internal/announce.hpp as
+// runtime.cpp run_on_dispatcher() runs it, and dispatcher.cpp service() and its exit): two threads
+// each write a command and post it, then notify the parker; the dispatcher takes and runs what is
+// posted, sleeping between takes through the runtime's idle loop (detail::idle_wait() with
+// internal/idle_env.hpp) with the list's seq_cst re-check, and once it ran a command it closes
+// the list, as it does when it exits, and runs what the close took. A post refused by the close
+// runs its command itself (in the runtime, under the exit mutex).
 //
 // Checked: every command runs exactly once, and its contents (a Relacy variable written before the
 // post) are visible where it runs; no wake-up is lost (a lost one sleeps for good: deadlock).
@@ -14,7 +15,9 @@
 // three threads the full search does not end in minutes.
 #include <array>
 
+#include "internal/announce.hpp"
 #include "internal/command_list.hpp"
+#include "internal/idle_env.hpp"
 #include "internal/parker.hpp"
 #include "model.hpp"
 
@@ -52,26 +55,13 @@ struct CommandListModel : rl::test_suite<CommandListModel<Policy>, 3> {
     }
     Node& c = commands[index];
     c.payload($) = 42;
-    if (list.post(c)) {
-      parker.notify(detail::kWakeOnWork | detail::kWakeOnRoom);
-    } else {
+    if (!detail::announce_command(list, c, parker)) {
       run(c);  // the dispatcher has exited: the caller runs it (under the exit mutex)
     }
   }
 
-  struct Env {
-    CommandListModel& m;
-    bool work_visible() const { return m.list.maybe_nonempty(); }
-    static bool room_polled() { return false; }
-    static bool room_ready() { return false; }
-    static std::int64_t room_recheck_ns() { return 1'000'000; }
-    static bool retry_pending() { return false; }
-    static bool start_spin() { return false; }
-    static bool spin_more(std::uint32_t) { return false; }
-    static void relax() {}
-    static void yield() {}
-    static void parked(std::int64_t) {}
-  };
+  // The runtime's idle environment over the command list alone, without the spin.
+  using Sources = detail::WorkSources<List, NoWork, NoWork, NoWork, NoWork>;
 
   void run_chain(Node* c) {
     while (c != nullptr) {
@@ -84,7 +74,10 @@ struct CommandListModel : rl::test_suite<CommandListModel<Policy>, 3> {
 
   void dispatch() {
     detail::RetryBackoff backoff;
-    Env env{*this};
+    const NoWork none;
+    const Sources sources{list, none, none, none, none};
+    QuietHost host;
+    ModelIdleEnv<Sources> env(sources, host, {.reasons = detail::kWakeOnWork});
     for (;;) {
       run_chain(list.take());
       if (ran > 0) break;

@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
       {"command_list", command_list_model},
       {"relisting", relisting_model},
       {"last_holder", last_holder_model},
+      {"shutdown_answer", shutdown_answer_model},
   };
   const std::string_view variant = argc == 3 ? argv[2] : "";
   if (variant != "correct" && variant != "twin") {

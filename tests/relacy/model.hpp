@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <version>
 
+#include "internal/idle_env.hpp"
 #include "internal/ticket_cell.hpp"
 
 namespace creditloop::relacy {
@@ -238,6 +239,34 @@ struct ModelFence {
   static void back_off(unsigned) noexcept { pause(); }
 };
 
+// ---- the dispatcher's idle environment (internal/idle_env.hpp)
+// -----------------------------------
+
+/// A source of work the model does not have: WorkSources asks every one.
+struct NoWork {
+  static bool maybe_nonempty() noexcept { return false; }
+  static bool raised() noexcept { return false; }
+};
+
+/// The dispatcher's host in a model with no room test and nothing to retry.
+struct QuietHost {
+  static bool has_room() noexcept { return false; }
+  static bool retry_pending() noexcept { return false; }
+  static void parked(std::uint32_t, std::int64_t) noexcept {}
+};
+
+/// IdleEnv's clock and pauses in a model. The models set no spin, so the clock is never read; the
+/// yields before a sleep are no scheduling points of their own (each re-check's loads are).
+struct ModelPause {
+  static std::int64_t now() noexcept { return 0; }
+  static void relax() noexcept {}
+  static void yield() noexcept {}
+};
+
+/// The runtime's idle environment over a model's sources.
+template <class Sources, class Host = QuietHost>
+using ModelIdleEnv = detail::IdleEnv<Sources, Host, ModelPause>;
+
 // ---- running a model ---------------------------------------------------------------------------
 
 enum class Variant : std::uint8_t { correct, twin };
@@ -299,6 +328,7 @@ bool wake_model(Variant variant);
 bool command_list_model(Variant variant);
 bool relisting_model(Variant variant);
 bool last_holder_model(Variant variant);
+bool shutdown_answer_model(Variant variant);
 
 // A ticket's record as the completion models use it: the cell, the completion list's link, and
 // the cost a completer writes (a Relacy var: the dispatcher reading it unordered is a data race).

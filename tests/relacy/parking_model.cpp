@@ -1,4 +1,5 @@
-// Relacy model of parking and waking (internal/parker.hpp idle_wait(), runtime.cpp idle(),
+// Relacy model of parking and waking (internal/parker.hpp idle_wait() through
+// internal/idle_env.hpp, as dispatcher.cpp idle() runs it; the wakers of submit_complete.cpp
 // submit() and publish()): the dispatcher runs the runtime's idle loop on the Parker while a
 // submission (kWakeOnWork) and a completion (kWakeOnRoom) publish work and notify it. The futex is
 // modelled (ModelFutex), so a lost wake-up is a deadlock Relacy reports.
@@ -11,6 +12,7 @@
 // Why: docs/testing.md#the-parking-model
 #include <array>
 
+#include "internal/idle_env.hpp"
 #include "internal/lock_free_bag.hpp"
 #include "internal/parker.hpp"
 #include "model.hpp"
@@ -50,29 +52,18 @@ struct ParkingModel : rl::test_suite<ParkingModel<Policy>, 3> {
     }
   }
 
-  // idle_wait()'s sources of work, as the runtime's idle() gives them, but for two bags and no
-  // clock: the spin phase, which only returns early, is left out.
-  struct Env {
-    ParkingModel& m;
-    bool work_visible() const {
-      return m.activations.maybe_nonempty() || m.completions.maybe_nonempty();
-    }
-    static bool room_polled() { return false; }
-    static bool room_ready() { return false; }
-    static std::int64_t room_recheck_ns() { return 1'000'000; }
-    static bool retry_pending() { return false; }
-    static bool start_spin() { return false; }
-    static bool spin_more(std::uint32_t) { return false; }
-    static void relax() {}
-    static void yield() {}
-    static void parked(std::int64_t) {}
-  };
+  // The runtime's idle environment over the two bags, without the spin (which reads the clock and
+  // can only end the wait early).
+  using Sources = detail::WorkSources<NoWork, Bag, NoWork, Bag, NoWork>;
 
   void dispatch() {
     std::size_t seen = 0;
     auto take = [](Item<Policy>&) {};
     detail::RetryBackoff backoff;
-    Env env{*this};
+    const NoWork none;
+    const Sources sources{none, activations, none, completions, none};
+    QuietHost host;
+    ModelIdleEnv<Sources> env(sources, host, {.reasons = kReasons});
     for (;;) {
       seen += activations.drain(take) + completions.drain(take);
       if (seen == items.size()) return;

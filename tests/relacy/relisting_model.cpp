@@ -1,7 +1,8 @@
 // Relacy model of a mailbox's listing across a removal and re-registration of its place
-// (internal/mailbox.hpp, runtime.cpp remove() and add(), submit_complete.cpp submit(),
-// dispatcher.cpp service()): an old producer sets `listed` and may never push the mailbox; the
-// dispatcher closes and reopens the inbox; a new producer submits one request.
+// (internal/mailbox.hpp, runtime.cpp remove() and add(), submit_complete.cpp submit() with
+// internal/announce.hpp, dispatcher.cpp service() and idle() with internal/idle_env.hpp): an old
+// producer sets `listed` and may never push the mailbox; the dispatcher closes and reopens the
+// inbox; a new producer submits one request.
 //
 // Checked: the new registration's request is taken (else Relacy reports the deadlock); the old
 // one is taken by the close or refused.
@@ -9,6 +10,8 @@
 // prepare() (parker.hpp's Dekker pair).
 // Twin: the store weakened to release; the dispatcher sleeps for good. Random search.
 // Why: docs/testing.md#the-relisting-model
+#include "internal/announce.hpp"
+#include "internal/idle_env.hpp"
 #include "internal/lock_free_bag.hpp"
 #include "internal/mailbox.hpp"
 #include "internal/parker.hpp"
@@ -37,16 +40,11 @@ struct RelistingModel : rl::test_suite<RelistingModel<Policy>, 3> {
 
   void before() { mailbox.open(kOld); }
 
-  // submit()'s outcome handling; `stops` leaves out the push of the mailbox after listing it.
+  // submit() and its announcement; `stops` stops the producer before it, after the listing (the
+  // old producer's submit can only list: nobody else lists the old registration's mailbox).
   typename Box::Submit submit(Request& r, std::uint32_t registration, bool stops) {
     const typename Box::Submit outcome = mailbox.submit(r, registration);
-    if (outcome == Box::Submit::queued_and_listed && !stops) {
-      activations.push(mailbox);
-      parker.notify(detail::kWakeOnWork);
-    } else if (outcome == Box::Submit::queued_behind_stale) {
-      stale.raise();
-      parker.notify(detail::kWakeOnWork);
-    }
+    if (!stops) detail::announce_submit(outcome, mailbox, activations, stale, parker);
     return outcome;
   }
 
@@ -65,19 +63,10 @@ struct RelistingModel : rl::test_suite<RelistingModel<Policy>, 3> {
     }
   }
 
-  struct Env {
-    RelistingModel& m;
-    bool work_visible() const { return m.activations.maybe_nonempty() || m.stale.raised(); }
-    static bool room_polled() { return false; }
-    static bool room_ready() { return false; }
-    static std::int64_t room_recheck_ns() { return 1'000'000; }
-    static bool retry_pending() { return false; }
-    static bool start_spin() { return false; }
-    static bool spin_more(std::uint32_t) { return false; }
-    static void relax() {}
-    static void yield() {}
-    static void parked(std::int64_t) {}
-  };
+  // The runtime's idle environment over the activation list and the stale listings, without the
+  // spin.
+  using Sources = detail::WorkSources<NoWork, Bag, detail::StaleListings<Atomics::template Atomic>,
+                                      NoWork, NoWork>;
 
   // Walks a taken chain; whether it held the new request.
   bool takes_new(Request* r) {
@@ -95,7 +84,10 @@ struct RelistingModel : rl::test_suite<RelistingModel<Policy>, 3> {
     mailbox.open(kNew);                      // add(), on the same place
     registered.store(kNew, std::memory_order_release);
     detail::RetryBackoff backoff;
-    Env env{*this};
+    const NoWork none;
+    const Sources sources{none, activations, stale, none, none};
+    QuietHost host;
+    ModelIdleEnv<Sources> env(sources, host, {.reasons = detail::kWakeOnWork});
     bool found = false;
     for (;;) {
       activations.drain([&](Box& m) { found |= takes_new(m.take_listed(true, kNew)); });

@@ -1,7 +1,8 @@
 // Runtime::wake() (internal/parker.hpp wake()) after an embedder's room flag: the embedder stores
 // its flag relaxed, as the runtime's own tests do, and calls wake(); the dispatcher, out of room,
-// runs the runtime's idle loop, detail::idle_wait(), whose re-check asks the embedder's room test
-// (a relaxed load of the flag) after prepare(). It stops once the test says room.
+// runs the runtime's idle loop, detail::idle_wait() with internal/idle_env.hpp, whose re-check asks
+// the embedder's room test (a relaxed load of the flag) after prepare(). It stops once the test
+// says room.
 //
 // The futex is modelled (ModelFutex) and the sleep has no timeout: in the runtime a room test
 // bounds the sleep by room_recheck, so a lost wake-up costs that long; here it sleeps for good and
@@ -13,6 +14,7 @@
 // read-modify-write that releases the flag: if it comes before prepare()'s RMW in the word's
 // modification order, prepare() acquires it and the re-check sees the flag; if after, it reads
 // the reason prepare() set and wakes the dispatcher. The twin weakens that RMW to relaxed.
+#include "internal/idle_env.hpp"
 #include "internal/parker.hpp"
 #include "model.hpp"
 
@@ -35,25 +37,24 @@ struct WakeModel : rl::test_suite<WakeModel<Policy>, 2> {
     parker.wake(detail::kWakeOnRoom | detail::kWakeOnWork);  // Runtime::wake()
   }
 
-  // idle_wait()'s sources, as the runtime's idle() gives them when it is out of room and has a
-  // room test, but without the sleep's timeout (see the file comment) and without the spin.
-  struct Env {
+  // The runtime's idle environment when it is out of room and has a room test: no list has work,
+  // and the room test reads the flag. The sleep is untimed (room_recheck_ns negative; see the file
+  // comment) and there is no spin.
+  using Sources = detail::WorkSources<NoWork, NoWork, NoWork, NoWork, NoWork>;
+  struct Host : QuietHost {
     WakeModel& m;
-    static bool work_visible() { return false; }
-    static bool room_polled() { return false; }
-    bool room_ready() const { return m.room.load(std::memory_order_relaxed); }
-    static std::int64_t room_recheck_ns() { return 1'000'000; }
-    static bool retry_pending() { return false; }
-    static bool start_spin() { return false; }
-    static bool spin_more(std::uint32_t) { return false; }
-    static void relax() {}
-    static void yield() {}
-    static void parked(std::int64_t) {}
+    explicit Host(WakeModel& model) : m(model) {}
+    bool has_room() const { return m.room.load(std::memory_order_relaxed); }
   };
 
   void dispatch() {
     detail::RetryBackoff backoff;
-    Env env{*this};
+    const NoWork none;
+    const Sources sources{none, none, none, none, none};
+    Host host(*this);
+    ModelIdleEnv<Sources, Host> env(
+        sources, host,
+        {.reasons = detail::kWakeOnRoom, .room_polled = true, .room_recheck_ns = -1});
     while (!env.room_ready()) detail::idle_wait(parker, detail::kWakeOnRoom, env, backoff);
   }
 };
