@@ -1,7 +1,8 @@
 // core/room_controller.cpp: the learned room (room_controller.hpp). At each window's end the
 // window's mean latency, set against the no-queue latency, cuts the room to what Little's law
-// says the backend serves, grows it while it fills, or becomes the new no-queue latency; every
-// kProbeEvery windows a probe at three quarters of the room measures the no-queue latency again.
+// says the backend serves, grows it while it fills (above the last cut, a trial that the next
+// window keeps or takes back), or becomes the new no-queue latency; every kProbeEvery windows a
+// probe at three quarters of the room measures the no-queue latency again.
 //
 // Why: docs/design.md#a-room-that-finds-itself
 #include "creditloop/room_controller.hpp"
@@ -109,7 +110,10 @@ void RoomController::close_window(Nanos now) noexcept {
       break;
   }
 
-  if (windows_to_probe_ > 0 && --windows_to_probe_ == 0) {
+  if (trial_from_ != 0 && trial_failed(mean, now)) return;
+  // A probe waits for the window after a judged cut: this one decides whether the room grows
+  // back to where the run of cuts began.
+  if (!cutting && windows_to_probe_ > 0 && --windows_to_probe_ == 0) {
     start_probe(now);
     return;
   }
@@ -143,6 +147,34 @@ void RoomController::end_probe(Nanos mean, Nanos now) noexcept {
   phase_ = Phase::steady;
   set_slots(resume_slots_, now);
   schedule_probe();
+}
+
+bool RoomController::trial_failed(Nanos mean, Nanos now) noexcept {
+  // Little's law: with the backend saturated at the room before, the step's slots raise the
+  // mean by step / from; half that tells the two apart (a slot in 8 is 12.5 %, and a window's
+  // 64 completions of service times spread by half either way measure the mean to 3.6 %).
+  const std::uint32_t from = trial_from_;
+  const std::uint32_t step = slots_ - from;
+  trial_from_ = 0;
+  if (!above(mean, no_queue_, std::max<std::int64_t>(1, 500 * std::int64_t{step} / from))) {
+    patience_ = 2;
+    trial_step_ = std::min(trial_step_ * 2, bounds_.most);
+    return false;
+  }
+  patience_ = std::min(patience_ * 2, kMostPatience);
+  trial_step_ = 1;
+  calm_ = 0;
+  // Back to what Little's law says the backend serves, to the nearest slot, down to a step
+  // below the room before: a room that a false pass left a slot above the capacity comes down
+  // too.
+  const Wide twice_served = static_cast<Wide>(slots_) *
+                            static_cast<Wide>(std::max<Nanos>(no_queue_, 1)) * 2 /
+                            static_cast<Wide>(std::max<Nanos>(mean, 1));
+  const auto served = static_cast<std::uint64_t>((twice_served + 1) / 2);
+  set_slots(
+      std::min<std::uint64_t>(std::max<std::uint64_t>(served, from > step ? from - step : 1), from),
+      now);
+  return true;
 }
 
 bool RoomController::slow_for_everyone(Nanos mean) noexcept {
@@ -194,14 +226,17 @@ void RoomController::grow(bool was_full, bool cutting, Nanos now) noexcept {
     regrowing_ = true;
   }
   if (slots_ >= threshold_) regrowing_ = false;
-  // Above the threshold, two windows in a row without a queue: one may be the noise of a room
-  // already a slot too large.
+  // Above the threshold, patience_ windows in a row without a queue (one may be the noise of a
+  // room already a slot too large), and the growth is a trial.
   calm_ = was_full ? calm_ + 1 : 0;
-  if (was_full && (slots_ < threshold_ || calm_ >= 2)) {
+  if (was_full && (slots_ < threshold_ || calm_ >= patience_)) {
     calm_ = 0;
+    const std::uint32_t before = slots_;
+    const bool trial = slots_ >= threshold_;
     set_slots(slots_ < threshold_ ? std::min<std::uint64_t>(std::uint64_t{slots_} * 2, threshold_)
-                                  : std::uint64_t{slots_} + std::max(1u, slots_ / 16),
+                                  : std::uint64_t{slots_} + std::max(trial_step_, slots_ / 16),
               now);
+    if (trial && slots_ > before) trial_from_ = before;
   }
 }
 

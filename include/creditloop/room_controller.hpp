@@ -54,14 +54,20 @@ class RoomController {
   static constexpr std::int64_t kWindowCompletions = 64;
   /// A window mean this far above the no-queue latency (per mille) is a queue in the backend.
   static constexpr std::int64_t kTolerancePerMille = 125;
+  /// Calm windows before a growth above the threshold, which is a trial: two, doubled by each
+  /// trial that found a queue, up to this many, so that a room at the capacity spends little
+  /// time a slot above it and a capacity that rose is still tried within about a second.
+  static constexpr std::uint32_t kMostPatience = 16;
 
  private:
   enum class Phase { start, steady, judge, probe };
 
   void close_window(Nanos now) noexcept;
-  // close_window's steps: a probe's end takes its mean; a judged cut that left the mean where it
-  // was (twice) says the backend is slow for everyone; a queue cuts; no queue may grow.
+  // close_window's steps: a probe's end takes its mean; a trial that found a queue goes back; a
+  // judged cut that left the mean where it was (twice) says the backend is slow for everyone; a
+  // queue cuts; no queue may grow.
   void end_probe(Nanos mean, Nanos now) noexcept;
+  [[nodiscard]] bool trial_failed(Nanos mean, Nanos now) noexcept;
   [[nodiscard]] bool slow_for_everyone(Nanos mean) noexcept;
   void cut(Nanos mean, bool cutting, Nanos now) noexcept;
   void grow(bool was_full, bool cutting, Nanos now) noexcept;
@@ -84,6 +90,13 @@ class RoomController {
   bool regrowing_ = false;
   /// Windows in a row without a queue, the room full.
   std::uint32_t calm_ = 0;
+  /// Calm windows a trial waits for.
+  std::uint32_t patience_ = 2;
+  /// The least slots a trial adds: doubled by each trial that passed, so that a capacity that
+  /// rose far is reached in a few trials; one after a trial that failed.
+  std::uint32_t trial_step_ = 1;
+  /// The room before the trial the open window judges; 0 when it judges none.
+  std::uint32_t trial_from_ = 0;
   /// Cuts in a row that left the mean where it was.
   std::uint32_t unchanged_ = 0;
   Nanos cut_mean_ = 0;
