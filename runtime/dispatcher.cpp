@@ -388,7 +388,8 @@ void Runtime::Impl::idle() {
     // every record in use: no waker will say when memory is back, so the sleep has a timeout,
     // and the loop tries again after it.
     bool retry_pending() const { return !rt.batch_jobs_.empty() || rt.growth_retry_pending(); }
-    void parked(std::uint32_t why, std::int64_t /*timeout_ns*/) {
+    // `why` goes to the probe alone, which a build without USDT probes compiles away.
+    void parked([[maybe_unused]] std::uint32_t why, std::int64_t /*timeout_ns*/) {
       CREDITLOOP_PROBE2(park, why, rt.in_flight());
       ++rt.parks_;
     }
