@@ -50,30 +50,21 @@ Backend::~Backend() = default;
 
 std::unique_ptr<Backend::Connection> Backend::take_sound() {
   const auto now = std::chrono::steady_clock::now();
-  std::vector<std::unique_ptr<Connection>> stale;  // closed outside the lock
-  std::unique_ptr<Connection> found;
-  {
-    std::lock_guard lock(mutex_);
-    // Oldest first: everything idle too long is at the front.
-    auto young = idle_.begin();
-    while (young != idle_.end() && now - (*young)->idle_since >= idle_timeout_) ++young;
-    for (auto it = idle_.begin(); it != young; ++it) stale.push_back(std::move(*it));
-    idle_.erase(idle_.begin(), young);
-    while (!idle_.empty() && !found) {
-      std::unique_ptr<Connection> c = std::move(idle_.back());  // the warmest
-      idle_.pop_back();
-      if (sound(*c)) {
-        found = std::move(c);
-      } else {
-        stale.push_back(std::move(c));
-      }
-    }
-  }
-  for (auto& c : stale) {
+  const auto close = [](Connection& c) {
     boost::system::error_code ignored;
-    c->stream.socket().close(ignored);
+    c.stream.socket().close(ignored);
+  };
+  // Oldest first: everything idle too long is at the front.
+  auto young = idle_.begin();
+  while (young != idle_.end() && now - (*young)->idle_since >= idle_timeout_) close(**young++);
+  idle_.erase(idle_.begin(), young);
+  while (!idle_.empty()) {
+    std::unique_ptr<Connection> c = std::move(idle_.back());  // the warmest
+    idle_.pop_back();
+    if (sound(*c)) return c;
+    close(*c);
   }
-  return found;
+  return nullptr;
 }
 
 asio::awaitable<std::unique_ptr<Backend::Connection>> Backend::lease(
@@ -93,7 +84,6 @@ void Backend::recycle(std::unique_ptr<Connection> c) {
   c->stream.expires_never();
   c->idle_since = std::chrono::steady_clock::now();
   c->reused = true;
-  std::lock_guard lock(mutex_);
   const std::uint64_t stay = ++c->stays;
   // Readable while idle means closed or unasked bytes: either way it must not carry a request.
   // The handler never touches `*raw` unless it finds it still in the pool in the same stay; a
@@ -107,18 +97,12 @@ void Backend::recycle(std::unique_ptr<Connection> c) {
 }
 
 void Backend::drop_idle(const Connection* c, std::uint64_t stay) {
-  std::unique_ptr<Connection> dropped;
-  {
-    std::lock_guard lock(mutex_);
-    const auto it =
-        std::find_if(idle_.begin(), idle_.end(),
-                     [&](const std::unique_ptr<Connection>& p) { return p.get() == c; });
-    if (it == idle_.end() || (*it)->stays != stay) return;
-    dropped = std::move(*it);
-    idle_.erase(it);
-  }
+  const auto it = std::find_if(idle_.begin(), idle_.end(),
+                               [&](const std::unique_ptr<Connection>& p) { return p.get() == c; });
+  if (it == idle_.end() || (*it)->stays != stay) return;
   boost::system::error_code ignored;
-  dropped->stream.socket().close(ignored);
+  (*it)->stream.socket().close(ignored);
+  idle_.erase(it);
 }
 
 }  // namespace creditloop::server

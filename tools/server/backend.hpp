@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -45,8 +44,8 @@ class Backend {
     boost::beast::flat_buffer buffer{kHeaderBytes + 16 * 1024};
     std::chrono::steady_clock::time_point idle_since;
     bool reused = false;  // has carried a request before: the backend may have closed it since
-    /// Counts its stays in the pool (under the pool's mutex), so that the watch of an earlier
-    /// stay cannot speak for this one.
+    /// Counts its stays in the pool, so that the watch of an earlier stay cannot speak for this
+    /// one.
     std::uint64_t stays = 0;
   };
 
@@ -57,7 +56,8 @@ class Backend {
   Backend& operator=(const Backend&) = delete;
 
   /// A sound pooled connection, or a new one connected within the timeout; null with `ec` set
-  /// when the backend cannot be reached. Any thread.
+  /// when the backend cannot be reached. The pool is its lane's alone (server.hpp): every call,
+  /// and every handler of its connections, runs on that lane's one thread, so it takes no lock.
   boost::asio::awaitable<std::unique_ptr<Connection>> lease(boost::system::error_code& ec);
   /// Returns a connection that ended a response cleanly and may carry another.
   void recycle(std::unique_ptr<Connection> c);
@@ -76,7 +76,6 @@ class Backend {
   std::string address_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds idle_timeout_;
-  std::mutex mutex_;
   std::vector<std::unique_ptr<Connection>> idle_;  // oldest first
 };
 
