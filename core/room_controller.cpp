@@ -126,6 +126,10 @@ void RoomController::close_window(Nanos now) noexcept {
       // the no-queue latency (the first window's few completions may have set it low): halfway
       // there.
       no_queue_ = (no_queue_ + mean) / 2;
+      // A run of cuts that reached the least room is not over until a window finds no queue:
+      // the next window still judges it, so that the room grows back to where the run began
+      // if the backend was slow for everyone.
+      if (cutting) phase_ = Phase::judge;
       return;
     }
     cut(mean, cutting, now);
@@ -204,9 +208,20 @@ void RoomController::cut(Nanos mean, bool cutting, Nanos now) noexcept {
   const std::uint64_t next = std::min<std::uint64_t>(
       std::max<std::uint64_t>(static_cast<std::uint64_t>(served), (std::uint64_t{slots_} + 1) / 2),
       slots_ > bounds_.least ? slots_ - 1 : slots_);
-  // A run of cuts begins: remember where it began, unless the room had just grown back there
-  // after the last run, and found a queue: then the capacity truly fell.
-  if (!cutting) before_cuts_ = regrowing_ ? 0 : slots_;
+  // A run of cuts begins: remember where it began. If the room was growing back after the
+  // last run and its last doubling found a queue larger than half of what that doubling adds to
+  // a saturated backend, the capacity truly fell: the room before that doubling is as far as
+  // the next regrowth goes. A smaller queue is the noise of a window (a 12.5 % rise is 2.5
+  // standard errors of 32 completions spread by half): the regrowth resumes after this cut.
+  if (!cutting) {
+    if (!regrowing_) {
+      before_cuts_ = slots_;
+    } else if (above(mean, no_queue_,
+                     std::max<std::int64_t>(1, 500 * std::int64_t{slots_ - grown_from_} /
+                                                   std::max<std::uint32_t>(grown_from_, 1)))) {
+      before_cuts_ = grown_from_;
+    }
+  }
   regrowing_ = false;
   calm_ = 0;
   before_cut_ = slots_;
@@ -233,6 +248,7 @@ void RoomController::grow(bool was_full, bool cutting, Nanos now) noexcept {
     calm_ = 0;
     const std::uint32_t before = slots_;
     const bool trial = slots_ >= threshold_;
+    if (!trial) grown_from_ = before;
     set_slots(slots_ < threshold_ ? std::min<std::uint64_t>(std::uint64_t{slots_} * 2, threshold_)
                                   : std::uint64_t{slots_} + std::max(trial_step_, slots_ / 16),
               now);

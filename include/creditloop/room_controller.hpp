@@ -88,6 +88,8 @@ class RoomController {
   std::uint32_t before_cuts_ = 0;
   /// Growing back to where the last run of cuts began.
   bool regrowing_ = false;
+  /// The room before the last growth below the threshold.
+  std::uint32_t grown_from_ = 0;
   /// Windows in a row without a queue, the room full.
   std::uint32_t calm_ = 0;
   /// Calm windows a trial waits for.
