@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -18,7 +19,34 @@ from server_harness import ALICE, base_config, wait_for, Server  # noqa: E402
 from proxy_harness import Client, request, metric, unread_on  # noqa: E402
 
 
+def refused_mid_body(port):
+    """A client whose request is refused (no key) before the body it announced: answered 401,
+    the connection then lingers for the rest of the body."""
+    c = Client(port)
+    c.send(request("POST", "/work", key=None, headers=[("Content-Length", "1000")]))
+    assert c.response()[0] == 401
+    return c
+
+
+def read_text(path):
+    try:
+        with open(path) as f:
+            return f.read().replace(" ", "")
+    except FileNotFoundError:
+        return ""
+
+
+def held(server):
+    """The connections the server still holds on its tenants' port (a lingering one shows here
+    until the server closes it; the client sees the end of the answer at once either way)."""
+    return unread_on(server.proc.pid, server.port)[0]
+
+
 class Connections(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
     def test_connections_beyond_the_limit_are_refused_and_room_comes_back(self):
         config = base_config()
         config["limits"]["max_connections"] = 3
@@ -89,6 +117,51 @@ class Connections(unittest.TestCase):
         finally:
             for c in clients:
                 c.close()
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_lingering_follows_nginx_lingering_time_and_timeout(self):
+        """A connection answered before the body it announced is read drains what still comes as
+        nginx does: each pause at most limits.lingering_timeout_ms, all of it at most
+        limits.lingering_time_ms (the fixed 2 s before them cut a slow sender off mid-body). Its
+        access line is written when it is answered, and a shutdown does not wait for it."""
+        log_path = os.path.join(self.tmp.name, "access.log")
+        config = base_config(access_log={"path": log_path}, shutdown_deadline_ms=1000)
+        config["limits"].update(lingering_timeout_ms=1000, lingering_time_ms=60000)
+        server = Server(config)
+        try:
+            slow = refused_mid_body(server.port)
+            # Its access line, while it lingers.
+            wait_for("the access line", lambda: '"status":401' in read_text(log_path))
+            # A byte every 0.2 s for 3 s: each pause is well within the timeout.
+            for _ in range(15):
+                slow.send(b"x")
+                time.sleep(0.2)  # the client's pace, not a wait for the server
+            self.assertEqual(held(server), 1, "closed while the client still sent")
+            # Silent: closed after one lingering timeout.
+            wait_for("closed after a pause", lambda: held(server) == 0)
+            slow.close()
+
+            # Lingering from here on: a shutdown ends it instead of waiting for it (the
+            # deadline passing would make the exit status 1).
+            silent = refused_mid_body(server.port)
+            silent.send(b"x")
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+        silent.close()
+
+        config["limits"].update(lingering_timeout_ms=5000, lingering_time_ms=500)
+        server = Server(config)
+        try:
+            steady = refused_mid_body(server.port)
+            sent = 0
+            while held(server) == 1 and sent < 50:
+                steady.send(b"x")
+                sent += 1
+                time.sleep(0.1)  # the client's pace
+            # Cut at the lingering time (about 5 bytes in), not at the 2 s of old (20).
+            self.assertLess(sent, 15, "not closed at the lingering time")
+            steady.close()
+        finally:
             self.assertEqual(server.stop(), 0, server.log())
 
     @unittest.skipIf("undefined" in os.environ.get("CREDITLOOP_SANITIZE", ""),

@@ -175,6 +175,8 @@ Limits limits(const json& body) {
   l.body_timeout = millis(f, "body_timeout_ms", l.body_timeout);
   l.idle_timeout = millis(f, "idle_timeout_ms", l.idle_timeout);
   l.send_timeout = millis(f, "send_timeout_ms", l.send_timeout);
+  l.lingering_time = millis(f, "lingering_time_ms", l.lingering_time, 0);
+  l.lingering_timeout = millis(f, "lingering_timeout_ms", l.lingering_timeout);
   l.max_connections =
       static_cast<std::uint32_t>(f.integer("max_connections", l.max_connections, 1, 10'000'000));
   l.max_connections_per_address = static_cast<std::uint32_t>(

@@ -122,6 +122,13 @@ struct Limits {
   /// Each write to a client must make progress within this, or the connection is closed: a
   /// client that stops reading a stream holds its slot no longer.
   std::chrono::milliseconds send_timeout{30'000};
+  /// A connection closed with bytes still to come (a body never read: a refusal, a 413) reads
+  /// and drops them for at most this long in all, and stops at a pause longer than
+  /// lingering_timeout: its unread bytes would otherwise reset the connection under the answer.
+  /// nginx's lingering_time and lingering_timeout, with their defaults; a lingering_time of 0
+  /// closes at once.
+  std::chrono::milliseconds lingering_time{30'000};
+  std::chrono::milliseconds lingering_timeout{5'000};
   /// The tenants' listener's connections open at once (the admin listener has none, so that an
   /// operator can look at a full server); beyond it a new one is answered 503 and closed.
   std::uint32_t max_connections = 10'000;

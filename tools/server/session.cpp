@@ -39,6 +39,7 @@ auto redirect(beast::error_code& ec) { return asio::redirect_error(asio::use_awa
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 constexpr std::size_t kReadAhead = 16 * 1024;
 constexpr std::size_t kLingerBytes = 4 * 1024;
+constexpr std::size_t kLingerMost = std::size_t{1} << 20;
 
 bool expects_continue(const RequestHead& req) {
   const auto it = req.find(http::field::expect);
@@ -156,6 +157,13 @@ char* Session::scratch(std::size_t& size) {
 }
 
 asio::awaitable<void> Session::serve() {
+  co_await serve_exchanges();
+  // Here and not in write(): the exchange that closed has let go by now, so that its access
+  // line is written and a shutdown does not wait out a lingering client.
+  if (lingering_) co_await linger_close();
+}
+
+asio::awaitable<void> Session::serve_exchanges() {
   buffer_.max_size(server_.directory()->config->limits.header_bytes + kReadAhead);
   for (;;) {
     const std::shared_ptr<const Directory> dir = server_.directory();
@@ -568,7 +576,9 @@ asio::awaitable<bool> Session::write(Response& res, bool close_after) {
     co_return false;
   }
   if (close_after) {
-    co_await linger_close();
+    // The answer's end, for the client, at once; what it still sends is drained by serve().
+    stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+    lingering_ = true;
     co_return false;
   }
   co_return true;
@@ -576,16 +586,24 @@ asio::awaitable<bool> Session::write(Response& res, bool close_after) {
 
 asio::awaitable<void> Session::linger_close() {
   beast::error_code ec;
-  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
   // Bytes read only to be dropped need no more room than nginx gives them (its lingering
   // buffer, 4 KiB): the relay buffer goes, and the read-ahead, whose bytes are dropped too, is
   // kept only if it is no larger.
   scratch_.reset();
   buffer_.clear();
   if (buffer_.capacity() > kLingerBytes) buffer_.shrink_to_fit();
+  // nginx's rule: each read waits at most lingering_timeout, and all of them together
+  // lingering_time. A drain also ends after kLingerMost bytes, which nginx does not bound: a
+  // client that streams fast would otherwise keep this thread reading for the whole time.
+  const std::shared_ptr<const Directory> dir = server_.directory();
+  const Limits& limits = dir->config->limits;
+  const auto until = std::chrono::steady_clock::now() + limits.lingering_time;
   std::size_t drained = 0;
-  stream_.expires_after(std::chrono::seconds(2));
-  while (!ec && drained < (std::size_t{1} << 20)) {
+  while (!ec && drained < kLingerMost) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    stream_.expires_after(std::min(left, limits.lingering_timeout));
     drained += co_await stream_.async_read_some(buffer_.prepare(kLingerBytes), redirect(ec));
   }
   stream_.socket().close(ec);

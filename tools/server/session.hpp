@@ -117,6 +117,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   boost::asio::awaitable<void> serve();
+  /// Serves requests until the connection ends or an answer ends it (then `lingering_`).
+  boost::asio::awaitable<void> serve_exchanges();
   boost::asio::awaitable<bool> serve_admin(http::request_parser<http::empty_body>& head);
   boost::asio::awaitable<bool> serve_tenant(http::request_parser<http::empty_body>& head);
   /// Reads a body within limits.body_bytes, the body timeout and the request's deadline: kept in
@@ -133,16 +135,18 @@ class Session : public std::enable_shared_from_this<Session> {
   /// it out of the queue is done with it (and, started, gives its slot back). Then `e` is the
   /// caller's to free.
   boost::asio::awaitable<void> reclaim(std::unique_ptr<Exchange>& e);
-  /// Writes `res`; returns whether the connection goes on. `close` forces its end.
+  /// Writes `res`; returns whether the connection goes on. `close` forces its end: sending is
+  /// shut down, and serve() lingers.
   boost::asio::awaitable<bool> write(Response& res, bool close);
   /// Answers a malformed or oversized head, then closes.
   boost::asio::awaitable<void> refuse_head(boost::beast::error_code ec);
   boost::asio::awaitable<unsigned> next_event();
   boost::asio::awaitable<void> stop_watching();
-  /// Closes after the client had a chance to read the answer: shuts down sending, then reads
-  /// and drops what the client still sends (a body never asked for), for a bounded time and
-  /// size, so that closing with unread bytes does not reset the connection under the answer.
-  /// Meanwhile the connection holds a 4 KiB buffer, nothing larger.
+  /// Closes after the client had a chance to read the answer: reads and drops what the client
+  /// still sends (a body never asked for), within limits.lingering_time and
+  /// lingering_timeout and 1 MiB, so that closing with unread bytes does not reset the
+  /// connection under the answer. Meanwhile the connection holds a 4 KiB buffer, nothing
+  /// larger.
   boost::asio::awaitable<void> linger_close();
   void close();
   void on_event(unsigned events);
@@ -167,6 +171,8 @@ class Session : public std::enable_shared_from_this<Session> {
   /// Every event the current exchange has had (see reclaim).
   unsigned turn_events_ = 0;
   bool watching_ = false;
+  /// An answer ended the connection: serve() drains what the client still sends, then closes.
+  bool lingering_ = false;
   /// Counts exchanges, so that a timer or watch of an earlier one cannot speak for this one.
   std::uint64_t turn_ = 0;
   /// When the request being read must be whole (limits.read_timeout from its first byte).
