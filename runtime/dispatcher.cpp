@@ -67,7 +67,9 @@ bool Runtime::Impl::service(Nanos t) {
   // completion its caller made before posting it (the take acquires the post).
   Command* const commands = commands_.take();
   bool did = completions_.drain([&](TicketRecord& r) { apply_completion(r, t); }) > 0;
-  did |= pool_completions_.drain([&](detail::PoolBlock& b) { apply_pool_completions(b, t); }) > 0;
+  did |= detail::take_blocks(pool_completions_, [&](const detail::PoolCompletion& done) {
+    apply_pool_completion(done, t);
+  });
   did |= activations_.drain([&](Mailbox& m) { take_inbox(m); }) > 0;
   if (stale_listings_.take()) [[unlikely]] {
     take_stale_listings();
@@ -104,16 +106,12 @@ void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t, bool timed) 
   ++completed_;
 }
 
-void Runtime::Impl::apply_pool_completions(detail::PoolBlock& block, Nanos t) {
-  for (std::uint32_t i = 0; i < block.count; ++i) {
-    const detail::PoolCompletion& done = block.entries[i];
-    TicketRecord& record = tickets_[done.index];
-    assert(static_cast<std::uint32_t>(record.generation) == done.generation &&
-           "a pool ticket completes once");
-    record.cost = done.cost;
-    apply_completion(record, t);
-  }
-  block.return_to_worker();
+void Runtime::Impl::apply_pool_completion(const detail::PoolCompletion& done, Nanos t) {
+  TicketRecord& record = tickets_[done.index];
+  assert(static_cast<std::uint32_t>(record.generation) == done.generation &&
+         "a pool ticket completes once");
+  record.cost = done.cost;
+  apply_completion(record, t);
 }
 
 void Runtime::Impl::take_inbox(Mailbox& mailbox) {

@@ -7,6 +7,7 @@
 #include "creditloop/detail/hand_back.hpp"
 #include "creditloop/runtime.hpp"
 #include "internal/announce.hpp"
+#include "internal/completion_handover.hpp"
 #include "internal/runtime_impl.hpp"
 #include "internal/unflushed_batches.hpp"
 
@@ -45,7 +46,9 @@ Status Runtime::Impl::claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*
   TicketRecord* const r = tickets_.find(ticket.index);
   // The runtime's tickets carry its core's identity: one of another runtime names a stranger.
   if (r == nullptr || ticket.issuer != core_.issuer()) return Errc::unknown_ticket;
-  switch (r->cell.claim(ticket.generation)) {
+  // The cost is written only if the claim won: the record is this thread's until published.
+  switch (detail::claim_completion<detail::MemberCost<TicketRecord>>(*r, ticket.generation,
+                                                                     cost_nano)) {
     case detail::TicketCell<std::atomic>::Claim::claimed:
       break;
     case detail::TicketCell<std::atomic>::Claim::unknown:
@@ -53,7 +56,6 @@ Status Runtime::Impl::claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*
     case detail::TicketCell<std::atomic>::Claim::stale:
       return Errc::stale_ticket;
   }
-  r->cost = cost_nano;  // the record is this thread's until published
   // The request is its caller's from here on; the dispatcher will not touch it (retire_nano()).
   detail::hand_back(r->request->held);
   CREDITLOOP_PROBE3(complete, ticket.index, ticket.generation, cost_nano);

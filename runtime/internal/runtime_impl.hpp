@@ -34,6 +34,7 @@
 #include "creditloop/detail/chunked_table.hpp"
 #include "creditloop/runtime.hpp"
 #include "internal/command_list.hpp"
+#include "internal/completion_handover.hpp"
 #include "internal/counter_line.hpp"
 #include "internal/futex.hpp"
 #include "internal/idle_env.hpp"
@@ -86,20 +87,13 @@ class Runtime::Impl {
   Status withdraw(ParticipantId p, RequestHook& request);
   Status submit(ParticipantId p, RequestHook& request) noexcept;
   Status claim(Ticket ticket, std::int64_t cost_nano, TicketRecord*& record) noexcept;
-  // A completer's whole hand-over. Once the exchange inside push_chain() has run, the dispatcher
-  // may apply the completion, finish, and the runtime be destroyed: after it this touches only
-  // the parking berth, which outlives the runtime (parking_berth.hpp), through the address read
-  // before it.
+  // A completer's whole hand-over (completion_handover.hpp). parker_ is read here, before the
+  // push: after it the runtime may be gone, and only the parking berth is left.
   void publish(TicketRecord& first, TicketRecord& last) noexcept {
-    detail::RuntimeParker& parker = parker_;
-    completions_.push_chain(first, last);  // seq_cst exchange: the work the dispatcher re-checks
-    CREDITLOOP_TEST_HOOK(completion_pushed);
-    parker.notify(detail::kWakeOnRoom);
+    detail::publish_completions(completions_, first, last, parker_);
   }
   void publish(detail::PoolBlock& block) noexcept {
-    block.lend();
-    pool_completions_.push(block);  // seq_cst exchange: the work the dispatcher re-checks
-    parker_.notify(detail::kWakeOnRoom);
+    detail::lend_block(pool_completions_, block, parker_);
   }
   // The embedder's room flag is a plain store: Parker::wake(), not notify().
   void wake() noexcept { parker_.wake(detail::kWakeOnRoom | detail::kWakeOnWork); }
@@ -188,7 +182,7 @@ class Runtime::Impl {
   bool run_commands(Command* oldest);
   // `timed`: the completion tells of the backend's latency (not a sink that refused the request).
   void apply_completion(TicketRecord& record, Nanos now, bool timed = true);
-  void apply_pool_completions(detail::PoolBlock& block, Nanos now);
+  void apply_pool_completion(const detail::PoolCompletion& done, Nanos now);
   // A mailbox taken off the activation list: its inbox onto its intake.
   void take_inbox(Mailbox& mailbox);
   // Every open place's inbox whose mailbox another registration listed (mailbox.hpp).

@@ -32,17 +32,6 @@ struct alignas(64) TicketRecord {
 static_assert(sizeof(TicketRecord) == 64 && alignof(TicketRecord) == 64,
               "completers of neighbouring tickets never share a line");
 
-// Appends a claimed record to a chain that one publish() hands to the dispatcher, whose release
-// makes the links visible: until then only this thread reads them.
-inline void chain(TicketRecord*& first, TicketRecord*& last, TicketRecord& record) noexcept {
-  if (first == nullptr) {
-    first = &record;
-  } else {
-    last->next_completed.store(&record, std::memory_order_relaxed);  // published by publish()
-  }
-  last = &record;
-}
-
 // One completion of a pool worker, as its block carries it (completion_block.hpp).
 struct PoolCompletion {
   std::uint32_t index = 0;  // the ticket record's

@@ -1,11 +1,12 @@
-// The charge-back and its fold (runtime.cpp claim(), publish(), service() and
-// apply_completion()): completers claim their tickets' cells, write the cost into the record and
-// hand the records to the dispatcher on the completion bag; the dispatcher drains the bag and
-// reads each cost to charge it to the core. One completer works like a worker or a
-// CompletionBatch (two records linked with relaxed stores and pushed as one chain), the other like
-// complete() (one record). The dispatcher drains twice during the run and after() drains the
-// rest, as the dispatcher's next turns would, then frees the cells: release() racing claims is
-// the ticket model's, and leaving it out here keeps the full search short.
+// The charge-back and its fold (internal/completion_handover.hpp, as runtime.cpp's claim(),
+// publish() and service() run it): completers claim their tickets' cells, write the cost into
+// the record and hand the records to the dispatcher on the completion bag; the dispatcher takes
+// them and reads each cost to charge it to the core. One completer works like a CompletionBatch
+// (two records chained, then published as one chain), the other like complete() (one record).
+// The dispatcher takes twice during the run and after() takes the rest, as the dispatcher's next
+// turns would, then frees the cells: release() racing claims is the ticket model's, and leaving
+// it out here keeps the full search short. No dispatcher sleeps here: the parking model runs the
+// waker's side.
 //
 // Checked: every completion reaches the dispatcher exactly once, with the cost its completer
 // wrote (a Relacy var: reading it unordered is a data race), so the sum charged is the sum of the
@@ -16,6 +17,7 @@
 // on the bag head): the dispatcher then reads a cost, or a link, that nothing handed to it.
 #include <array>
 
+#include "internal/completion_handover.hpp"
 #include "internal/lock_free_bag.hpp"
 #include "internal/ticket_cell.hpp"
 #include "model.hpp"
@@ -30,6 +32,7 @@ struct ChargeBackModel : rl::test_suite<ChargeBackModel<Policy>, 3> {
   using Claim = typename detail::TicketCell<With<Policy>::template Atomic>::Claim;
 
   Bag completions;
+  NoSleeper waker;
   std::array<R, 3> records;
   std::array<int, 3> applied{};  // the dispatcher's, then after()'s
   std::int64_t charged = 0;      // what the dispatcher has charged to the core
@@ -42,31 +45,33 @@ struct ChargeBackModel : rl::test_suite<ChargeBackModel<Policy>, 3> {
 
   R& claim(std::size_t i) {
     R& r = records[i];
-    RL_ASSERT(r.cell.claim(r.generation) == Claim::claimed);
-    r.cost(RL_INFO) = cost_of(i);
+    RL_ASSERT(detail::claim_completion<VarCost<R>>(r, r.generation, cost_of(i)) == Claim::claimed);
     return r;
   }
 
   void thread(unsigned index) {
     switch (index) {
-      case 0: {  // a worker: two completions, published at once
-        R& first = claim(0);
-        R& last = claim(1);
-        first.next_completed.store(&last, std::memory_order_relaxed);  // published by the push
-        completions.push_chain(first, last);
+      case 0: {  // a CompletionBatch: two completions, published at once by its flush()
+        R* first = nullptr;
+        R* last = nullptr;
+        detail::chain(first, last, claim(0));
+        detail::chain(first, last, claim(1));
+        detail::publish_completions(completions, *first, *last, waker);
         break;
       }
-      case 1:  // complete(): one completion
-        completions.push(claim(2));
+      case 1: {  // complete(): one completion
+        R& r = claim(2);
+        detail::publish_completions(completions, r, r, waker);
         break;
+      }
       default:
-        for (int i = 0; i < 2; ++i) drain();
+        for (int i = 0; i < 2; ++i) take();
         break;
     }
   }
 
-  void drain() {
-    completions.drain([&](R& r) {
+  void take() {
+    completions.drain([&](R& r) {  // service(): apply_completion() reads the cost
       const auto i = static_cast<std::size_t>(&r - records.data());
       const std::int64_t cost = r.cost(RL_INFO);
       RL_ASSERT(cost == cost_of(i));
@@ -76,7 +81,7 @@ struct ChargeBackModel : rl::test_suite<ChargeBackModel<Policy>, 3> {
   }
 
   void after() {
-    drain();
+    take();
     for (std::size_t i = 0; i < records.size(); ++i) {
       RL_ASSERT(applied[i] == 1);
       records[i].cell.release();

@@ -340,6 +340,23 @@ struct CostRecord {
   std::uint64_t generation = 0;    // the dispatcher's: the cell's current use
 };
 
+/// The record's cost as completion_handover.hpp reaches it (its MemberCost in the runtime): a
+/// Relacy variable, whose unordered access is reported at the line of the header that made it.
+template <class Record>
+struct VarCost {
+  static std::int64_t get(const Record& record, Here at = Here::current()) {
+    return record.cost(where(at));
+  }
+  static void set(Record& record, std::int64_t cost, Here at = Here::current()) {
+    record.cost(where(at)) = cost;
+  }
+};
+
+/// A waker for a model with no dispatcher asleep: completion_handover.hpp's notify() does nothing.
+struct NoSleeper {
+  void notify(std::uint32_t) const noexcept {}
+};
+
 /// The queue link of a model's node, through the policy the queue code is templated on
 /// (internal/queue_link.hpp): a Relacy variable, so an access to it that no hand-off orders against
 /// another thread's is reported as a data race, at the line of the queue code that made it.

@@ -1,8 +1,9 @@
 // Relacy model of parking and waking (internal/parker.hpp idle_wait() through
 // internal/idle_env.hpp, as dispatcher.cpp idle() runs it; the wakers of submit_complete.cpp
-// submit() and publish()): the dispatcher runs the runtime's idle loop on the Parker while a
-// submission (kWakeOnWork) and a completion (kWakeOnRoom) publish work and notify it. The futex is
-// modelled (ModelFutex), so a lost wake-up is a deadlock Relacy reports.
+// submit() and of a completion, internal/completion_handover.hpp publish_completions()): the
+// dispatcher runs the runtime's idle loop on the Parker while a submission (kWakeOnWork) and a
+// completion (kWakeOnRoom) publish work and notify it. The futex is modelled (ModelFutex), so a
+// lost wake-up is a deadlock Relacy reports.
 //
 // Checked: no wake-up is lost, also when the two notify() calls race.
 // Orders (the Dekker pair, all seq_cst):
@@ -12,6 +13,7 @@
 // Why: docs/testing.md#the-parking-model
 #include <array>
 
+#include "internal/completion_handover.hpp"
 #include "internal/idle_env.hpp"
 #include "internal/lock_free_bag.hpp"
 #include "internal/parker.hpp"
@@ -45,9 +47,8 @@ struct ParkingModel : rl::test_suite<ParkingModel<Policy>, 3> {
         activations.push(items[0]);
         parker.notify(detail::kWakeOnWork);
         break;
-      default:  // a completer
-        completions.push(items[1]);
-        parker.notify(detail::kWakeOnRoom);
+      default:  // a completer: complete()'s publish
+        detail::publish_completions(completions, items[1], items[1], parker);
         break;
     }
   }

@@ -1,11 +1,11 @@
-// A pool worker's completions (internal/completion_block.hpp, runtime.cpp worker_main(),
-// hand_out(), apply_pool_completions()). Two tickets were issued claimed for the pool
-// (issue_claimed()). The worker completes the first into its block and lends the block to the
-// dispatcher; for the second it writes the block again if the dispatcher has returned it by
-// then, and otherwise completes through the ticket's record. The dispatcher drains the block bag
-// and the record bag twice, reading each cost and returning each block; between its drains a
-// completion of the second ticket is forged, as a user calling complete() with it would. after()
-// drains the rest, as the dispatcher's next turns would.
+// A pool worker's completions (internal/completion_block.hpp and completion_handover.hpp, as
+// runtime.cpp hand_out(), worker_pool.cpp worker_main() and dispatcher.cpp service() run them).
+// Two tickets were issued claimed for the pool (issue_claimed()). The worker completes the first
+// into its block and lends the block to the dispatcher; for the second it writes the block again
+// if the dispatcher has returned it by then, and otherwise completes through the ticket's record.
+// The dispatcher takes the completions twice, reading each cost and returning each block; between
+// its takes a completion of the second ticket is forged, as a user calling complete() with it
+// would. after() takes the rest, as the dispatcher's next turns would.
 //
 // Checked: each ticket is applied exactly once with the cost its worker wrote (Relacy vars:
 // reading one unordered is a data race, and so is the worker writing a block the dispatcher may
@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "internal/completion_block.hpp"
+#include "internal/completion_handover.hpp"
 #include "internal/lock_free_bag.hpp"
 #include "internal/ticket_cell.hpp"
 #include "model.hpp"
@@ -41,6 +42,7 @@ struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
   Blocks blocks;
   Records records_bag;
   Block block;
+  NoSleeper waker;
   std::array<R, 2> records;
   std::array<int, 2> applied{};  // the dispatcher's, then after()'s
   std::int64_t charged = 0;
@@ -55,8 +57,7 @@ struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
     block.count = 1;
     block.entries[0].index = static_cast<std::uint32_t>(ticket);
     block.entries[0].cost(RL_INFO) = cost_of(ticket);
-    block.lend();
-    blocks.push(block);
+    detail::lend_block(blocks, block, waker);
   }
 
   void thread(unsigned index) {
@@ -67,8 +68,8 @@ struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
         if (block.available()) {
           lend(1);
         } else {
-          records[1].cost(RL_INFO) = cost_of(1);
-          records_bag.push(records[1]);
+          VarCost<R>::set(records[1], cost_of(1));  // worker_main(): the record is the pool's
+          detail::publish_completions(records_bag, records[1], records[1], waker);
         }
         break;
       default:  // the dispatcher, and a forged completion of the second ticket: the pool owns it
@@ -86,14 +87,9 @@ struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
   }
 
   void drain() {
-    blocks.drain([&](Block& b) {
-      for (std::uint32_t i = 0; i < b.count; ++i) {
-        apply(b.entries[i].index, b.entries[i].cost(RL_INFO));
-      }
-      b.return_to_worker();
-    });
     records_bag.drain(
         [&](R& r) { apply(static_cast<std::size_t>(&r - records.data()), r.cost(RL_INFO)); });
+    detail::take_blocks(blocks, [&](const Entry& e) { apply(e.index, e.cost(RL_INFO)); });
   }
 
   void after() {
