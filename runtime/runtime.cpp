@@ -275,17 +275,17 @@ std::optional<ParticipantId> Runtime::Impl::find(std::string_view name) {
 // ---- shutdown -----------------------------------------------------------------------------------
 
 void Runtime::Impl::begin_shutdown(ShutdownMode mode, Nanos t) {
-  // relaxed: published by each inbox's close() below (release), which every producer refused by
-  // it reads with acquire (inbox.hpp): that producer then reads false and reports shut_down.
-  accepting_.store(false, std::memory_order_relaxed);
-  // Close every inbox: a push from now on is refused. What the inboxes held joins the core's
-  // queues behind what they already hold, so each participant's order is kept.
-  for (std::uint32_t place = 0; place < core_.ring_size(); ++place) {
-    Local& local = locals_[place];
-    if (!local.open) continue;
-    local.open = false;
-    take_into_core(place, mailboxes_[place].inbox.close(), t);
-  }
+  // Close every inbox: a push from now on is refused, and reports shut_down (accepting_flag.hpp).
+  // What the inboxes held joins the core's queues behind what they already hold, so each
+  // participant's order is kept.
+  accepting_.stop_accepting([&] {
+    for (std::uint32_t place = 0; place < core_.ring_size(); ++place) {
+      Local& local = locals_[place];
+      if (!local.open) continue;
+      local.open = false;
+      take_into_core(place, mailboxes_[place].inbox.close(), t);
+    }
+  });
   if (mode == ShutdownMode::hand_back) {
     hand_back_queued();
   } else {

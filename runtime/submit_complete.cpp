@@ -27,10 +27,9 @@ Status Runtime::Impl::submit(ParticipantId p, RequestHook& request) noexcept {
     // A push that retried before it was refused wrote the request's link; the next submit, which
     // may be another thread's (a racing second submit, refused until now), writes it too.
     detail::hand_back(request.held);
-    // relaxed: an inbox refused because shutdown closed it was read by an acquire load that
-    // synchronizes with close()'s release exchange, which begin_shutdown() makes after clearing
-    // the flag: the flag reads false here, on any machine (tests/relacy/shutdown_flag_model).
-    return accepting_.load(std::memory_order_relaxed) ? Errc::unknown_participant : Errc::shut_down;
+    // A push refused by shutdown's close reads the flag cleared, on any machine
+    // (accepting_flag.hpp, tests/relacy/shutdown_flag_model).
+    return accepting_.shut_down() ? Errc::shut_down : Errc::unknown_participant;
   }
   if (outcome == Mailbox::Submit::unsupported) [[unlikely]] {
     return Errc::unsupported_address;  // checked above already; the inbox keeps its own guard

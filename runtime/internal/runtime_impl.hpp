@@ -33,6 +33,7 @@
 #include "creditloop/core.hpp"
 #include "creditloop/detail/chunked_table.hpp"
 #include "creditloop/runtime.hpp"
+#include "internal/accepting_flag.hpp"
 #include "internal/command_list.hpp"
 #include "internal/completion_handover.hpp"
 #include "internal/counter_line.hpp"
@@ -335,7 +336,7 @@ class Runtime::Impl {
                 alignof(decltype(pool_completions_)) == detail::kCacheLine);
   // Read on every refused call and by monitoring; written once, or on a handler error.
   // Only picks the error code of a refused submit (see begin_shutdown() and submit()).
-  alignas(detail::kCacheLine) std::atomic<bool> accepting_{true};
+  alignas(detail::kCacheLine) detail::AcceptingFlag<std::atomic> accepting_;
   // Raised by a producer that found its mailbox listed by a former registration (mailbox.hpp);
   // read by the dispatcher once per loop, written almost never.
   detail::StaleListings<std::atomic> stale_listings_;

@@ -1,7 +1,7 @@
-// A submit that races shutdown reports shut_down (runtime.cpp begin_shutdown() and submit(),
-// internal/inbox.hpp push() and close()): the dispatcher clears the runtime's accepting flag and
-// then closes the inbox, as begin_shutdown() does; two producers each push one request, and a
-// producer whose push is refused reads the flag to pick its error, as submit() does.
+// A submit that races shutdown reports shut_down (internal/accepting_flag.hpp and inbox.hpp, as
+// runtime.cpp begin_shutdown() and submit_complete.cpp submit() run them): the dispatcher's
+// stop_accepting() clears the runtime's accepting flag and then closes the inbox; two producers
+// each push one request, and a producer whose push is refused asks the flag for its error.
 //
 // Checked: a push refused by the close reads the flag cleared (the submit reports shut_down, not
 // unknown_participant), and every request is either taken by the close or refused, never both.
@@ -12,6 +12,7 @@
 // read the flag still set, and the assertion fails.
 #include <array>
 
+#include "internal/accepting_flag.hpp"
 #include "internal/inbox.hpp"
 #include "model.hpp"
 
@@ -25,7 +26,7 @@ struct ShutdownFlagModel : rl::test_suite<ShutdownFlagModel<Policy>, 3> {
   static constexpr std::uint16_t kTag = 1;
 
   Inbox inbox;
-  ModelAtomic<bool, Policy> accepting{true};
+  detail::AcceptingFlag<With<Policy>::template Atomic> accepting;
   std::array<Request, kProducers> requests;
   std::array<bool, kProducers> refused{};  // each producer's own entry
   std::array<int, kProducers> received{};  // the dispatcher's
@@ -34,16 +35,15 @@ struct ShutdownFlagModel : rl::test_suite<ShutdownFlagModel<Policy>, 3> {
 
   void thread(unsigned index) {
     if (index == kProducers) {
-      // begin_shutdown(): relaxed, published by the close.
-      accepting.store(false, std::memory_order_relaxed);
-      for (Request* r = inbox.close(); r != nullptr; r = RequestLink::get(*r)) {
-        ++received[static_cast<std::size_t>(r - requests.data())];
-      }
+      accepting.stop_accepting([&] {  // begin_shutdown()
+        for (Request* r = inbox.close(); r != nullptr; r = RequestLink::get(*r)) {
+          ++received[static_cast<std::size_t>(r - requests.data())];
+        }
+      });
       return;
     }
     refused[index] = inbox.push(requests[index], kTag) == Inbox::Push::refused;
-    // submit(): the flag picks the error of a refused push, read relaxed.
-    if (refused[index]) RL_ASSERT(!accepting.load(std::memory_order_relaxed));
+    if (refused[index]) RL_ASSERT(accepting.shut_down());  // submit(): the error is shut_down
   }
 
   void after() {
