@@ -2,7 +2,8 @@
 // the dispatcher and wakes it: first the seq_cst read-modify-write or store that the dispatcher's
 // re-check after Parker::prepare() reads (idle_env.hpp), then Parker::notify(). Either order
 // reversed, or a notify left out, can leave the dispatcher asleep beside the work. The runtime
-// runs these (submit(), run_on_dispatcher()); so do the Relacy models relisting and command_list.
+// runs these (submit(), run_on_dispatcher()); so do the Relacy models relisting, command_list and
+// withdrawal.
 // Internal to the runtime: not installed, not part of the public API.
 //
 // Why: docs/design.md#parking

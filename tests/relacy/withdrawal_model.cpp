@@ -1,6 +1,8 @@
-// Relacy model of a withdrawal's look into an inbox (internal/mailbox.hpp take_unlisted(),
-// runtime.cpp Runtime::Impl::withdraw()): the dispatcher takes a mailbox's inbox while two
-// producers submit to it, the mailbox listed, half-listed or not, then drains the activation list.
+// Relacy model of a withdrawal's look into an inbox (internal/mailbox.hpp take_unlisted(), which
+// runtime.cpp Runtime::Impl::withdraw() calls): the dispatcher takes a mailbox's inbox while two
+// producers submit to it and list it as submit() does (internal/announce.hpp announce_submit()),
+// the mailbox listed, half-listed or not, then drains the activation list and takes each listed
+// mailbox with take_listed(), as take_inbox() does.
 //
 // Checked: every request is taken exactly once with its contents visible; the mailbox is never
 // listed twice; the flag is clear and the inbox empty once nothing is listed.
@@ -10,6 +12,7 @@
 #include <array>
 #include <memory>
 
+#include "internal/announce.hpp"
 #include "internal/lock_free_bag.hpp"
 #include "internal/mailbox.hpp"
 #include "model.hpp"
@@ -31,6 +34,20 @@ struct WithdrawalModel : rl::test_suite<WithdrawalModel<Policy>, 3> {
   // Times the mailbox is on the list. Relaxed, so that counting adds no order of its own.
   ModelAtomic<int, AsWritten> on_list{0};
   std::array<int, kRequests> taken{};  // the dispatcher's, then after()'s
+  NoSleeper waker;                     // no dispatcher sleeps here: the relisting model's
+
+  // The activation list as announce_submit() sees it, counting the listings first.
+  struct CountedList {
+    WithdrawalModel& model;
+    void push(Mailbox& m) {
+      RL_ASSERT(model.on_list.fetch_add(1, std::memory_order_relaxed) == 0);  // never twice
+      model.list.push(m);
+    }
+  };
+  // One registration only: no listing is ever stale.
+  struct NoStale {
+    static void raise() { RL_ASSERT(false && "listed by another registration"); }
+  };
 
   void before() { mailbox->open(kGeneration); }
 
@@ -53,10 +70,9 @@ struct WithdrawalModel : rl::test_suite<WithdrawalModel<Policy>, 3> {
     r.payload(RL_INFO) = 100 + id;
     const typename Mailbox::Submit result = mailbox->submit(r, kGeneration);
     RL_ASSERT(result != Mailbox::Submit::refused);
-    if (result == Mailbox::Submit::queued_and_listed) {
-      RL_ASSERT(on_list.fetch_add(1, std::memory_order_relaxed) == 0);  // never listed twice
-      list.push(*mailbox);
-    }
+    CountedList listing{*this};
+    NoStale stale;
+    detail::announce_submit(result, *mailbox, listing, stale, waker);
   }
 
   void take_all(Request* oldest) {
