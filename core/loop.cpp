@@ -8,6 +8,7 @@
 #include "creditloop/core.hpp"
 
 #include "creditloop/detail/hand_back.hpp"
+#include "creditloop/detail/queued_mark.hpp"
 
 #include <bit>
 #include <new>
@@ -206,12 +207,8 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
   if (state != RequestHook::kIdle && state != RequestHook::kInbox) {
     return Errc::already_queued;  // queued, in flight, or in a list not yet walked past it
   }
-  // relaxed: published by the release store of `held` just after (request.hpp).
-  request.queued_by.store(issuer_, std::memory_order_relaxed);
-  request.queued_place.store(p.place, std::memory_order_relaxed);
-  // release: pairs with the acquire load in withdraw(), which another runtime's dispatcher may run
-  // on this request (it must then read this core's issuer, and refuse it).
-  request.held.store(RequestHook::kQueued, std::memory_order_release);
+  // Another runtime's dispatcher may read whose it is now (withdraw()): detail/queued_mark.hpp.
+  detail::mark_queued(request, issuer_, p.place, RequestHook::kQueued);
   now = advance_clock(now);
   request.queued_at = now;
   Header& header = *found;
@@ -234,14 +231,11 @@ void Core::start_waiting(Header& header, std::uint32_t place, Nanos now) noexcep
 }
 
 Status Core::withdraw(RequestHook& request) noexcept {
-  // acquire: pairs with the release stores of kQueued in submit() and kInFlight in dispatch,
-  // which may be another core's, on another thread: its issuer is then read, not ours.
-  const std::uint8_t state = request.held.load(std::memory_order_acquire);
-  // relaxed: ordered by the acquire above (request.hpp).
-  const std::uint32_t by = request.queued_by.load(std::memory_order_relaxed);
-  if (state == RequestHook::kInFlight && by == issuer_) return Errc::in_flight;
-  if (state != RequestHook::kQueued || by != issuer_) return Errc::not_queued;
-  const std::uint32_t place = request.queued_place.load(std::memory_order_relaxed);
+  // The request may be another core's, queued on another thread (detail/queued_mark.hpp).
+  const detail::QueuedMark mark = detail::read_queued_mark(request);
+  if (mark.state == RequestHook::kInFlight && mark.by == issuer_) return Errc::in_flight;
+  if (mark.state != RequestHook::kQueued || mark.by != issuer_) return Errc::not_queued;
+  const std::uint32_t place = mark.place;
   Header& header = header_at(place);
   // The head's prev_in_queue is not kept (request.hpp): the queue says who its head is.
   RequestHook* const before = header.head == &request ? nullptr : request.prev_in_queue;

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "creditloop/detail/queued_mark.hpp"
 #include "internal/announce.hpp"
 #include "internal/options.hpp"
 #include "internal/runtime_impl.hpp"
@@ -246,11 +247,11 @@ Status Runtime::Impl::withdraw(ParticipantId p, RequestHook& request) {
     const Local& local = locals_[p.place];
     take_into_core(p.place, mailboxes_[p.place].take_unlisted(local.generation), loop_now_);
     // Core::withdraw finds the request's queue from its hook: one queued for another participant
-    // must not be withdrawn and counted against p. acquire: the request may be queued by another
-    // runtime's dispatcher, whose release store of `held` orders its queue place before it
-    // (request.hpp); Core::withdraw refuses such a request by its issuer.
-    if (request.held.load(std::memory_order_acquire) == RequestHook::kQueued &&
-        request.queued_place.load(std::memory_order_relaxed) != p.place) {
+    // must not be withdrawn and counted against p. The request may be queued by another
+    // runtime's dispatcher (detail/queued_mark.hpp); Core::withdraw refuses such a request by
+    // its issuer.
+    const detail::QueuedMark mark = detail::read_queued_mark(request);
+    if (mark.state == RequestHook::kQueued && mark.place != p.place) {
       result = Errc::not_queued;
       return;
     }

@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
       {"relisting", relisting_model},
       {"last_holder", last_holder_model},
       {"shutdown_answer", shutdown_answer_model},
+      {"queued_mark", queued_mark_model},
   };
   const std::string_view variant = argc == 3 ? argv[2] : "";
   if (variant != "correct" && variant != "twin") {

@@ -329,6 +329,7 @@ bool command_list_model(Variant variant);
 bool relisting_model(Variant variant);
 bool last_holder_model(Variant variant);
 bool shutdown_answer_model(Variant variant);
+bool queued_mark_model(Variant variant);
 
 // A ticket's record as the completion models use it: the cell, the completion list's link, and
 // the cost a completer writes (a Relacy var: the dispatcher reading it unordered is a data race).
