@@ -6,9 +6,8 @@
 
 #include <chrono>
 #include <string>
-#include <variant>
 
-#include "config.hpp"
+#include "server_config_text.hpp"
 
 namespace {
 
@@ -21,18 +20,11 @@ std::string file_with_limits(const std::string& limits) {
 }
 
 Limits accepted(const std::string& limits) {
-  auto parsed = creditloop::server::parse_config(file_with_limits(limits));
-  if (const auto* refusal = std::get_if<creditloop::tools::Refusal>(&parsed)) {
-    ADD_FAILURE() << limits << ": " << refusal->message;
-    return {};
-  }
-  return std::get<creditloop::server::ServerConfig>(std::move(parsed)).limits;
+  return creditloop::server::test::accepted_config(file_with_limits(limits)).limits;
 }
 
 std::string refusal(const std::string& limits) {
-  auto parsed = creditloop::server::parse_config(file_with_limits(limits));
-  const auto* r = std::get_if<creditloop::tools::Refusal>(&parsed);
-  return r == nullptr ? "(accepted)" : r->message;
+  return creditloop::server::test::refusal_of(file_with_limits(limits));
 }
 
 TEST(ServerLingering, NginxsDefaults) {

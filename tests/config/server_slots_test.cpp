@@ -4,9 +4,8 @@
 
 #include <optional>
 #include <string>
-#include <variant>
 
-#include "config.hpp"
+#include "server_config_text.hpp"
 
 namespace {
 
@@ -18,18 +17,11 @@ std::string file_with_slots(const std::string& slots) {
 }
 
 ServerConfig accepted(const std::string& slots) {
-  auto parsed = creditloop::server::parse_config(file_with_slots(slots));
-  if (const auto* refusal = std::get_if<creditloop::tools::Refusal>(&parsed)) {
-    ADD_FAILURE() << slots << ": " << refusal->message;
-    return {};
-  }
-  return std::get<ServerConfig>(std::move(parsed));
+  return creditloop::server::test::accepted_config(file_with_slots(slots));
 }
 
 std::string refusal(const std::string& slots) {
-  auto parsed = creditloop::server::parse_config(file_with_slots(slots));
-  const auto* r = std::get_if<creditloop::tools::Refusal>(&parsed);
-  return r == nullptr ? "(accepted)" : r->message;
+  return creditloop::server::test::refusal_of(file_with_slots(slots));
 }
 
 TEST(ServerSlots, ANumberIsAFixedRoom) {
