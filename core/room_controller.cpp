@@ -21,6 +21,12 @@ bool above(Nanos mean, Nanos base, std::int64_t per_mille) {
          static_cast<Wide>(std::max<Nanos>(base, 1)) * static_cast<Wide>(1000 + per_mille);
 }
 
+// Half of what `step` slots added to a room of `from` raise the mean by, per mille, when the
+// backend was saturated at `from` (Little's law): what tells a queue they made from noise.
+std::int64_t half_the_rise(std::uint32_t step, std::uint32_t from) {
+  return std::max<std::int64_t>(1, 500 * std::int64_t{step} / std::max<std::uint32_t>(from, 1));
+}
+
 }  // namespace
 
 RoomController::RoomController(RoomBounds bounds) noexcept
@@ -160,7 +166,7 @@ bool RoomController::trial_failed(Nanos mean, Nanos now) noexcept {
   const std::uint32_t from = trial_from_;
   const std::uint32_t step = slots_ - from;
   trial_from_ = 0;
-  if (!above(mean, no_queue_, std::max<std::int64_t>(1, 500 * std::int64_t{step} / from))) {
+  if (!above(mean, no_queue_, half_the_rise(step, from))) {
     patience_ = 2;
     trial_step_ = std::min(trial_step_ * 2, bounds_.most);
     return false;
@@ -216,9 +222,7 @@ void RoomController::cut(Nanos mean, bool cutting, Nanos now) noexcept {
   if (!cutting) {
     if (!regrowing_) {
       before_cuts_ = slots_;
-    } else if (above(mean, no_queue_,
-                     std::max<std::int64_t>(1, 500 * std::int64_t{slots_ - grown_from_} /
-                                                   std::max<std::uint32_t>(grown_from_, 1)))) {
+    } else if (above(mean, no_queue_, half_the_rise(slots_ - grown_from_, grown_from_))) {
       before_cuts_ = grown_from_;
     }
   }

@@ -158,7 +158,9 @@ class Connections(unittest.TestCase):
                 steady.send(b"x")
                 sent += 1
                 time.sleep(0.1)  # the client's pace
-            # Cut at the lingering time (about 5 bytes in), not at the 2 s of old (20).
+            # Cut at the lingering time (about 5 bytes in), not at the 2 s of old (20), and not
+            # at once either.
+            self.assertGreaterEqual(sent, 2, "closed at once instead of lingering")
             self.assertLess(sent, 15, "not closed at the lingering time")
             steady.close()
         finally:

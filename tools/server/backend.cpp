@@ -26,6 +26,13 @@ bool sound(Backend::Connection& c) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+// A pooled connection that will carry nothing more: whatever its socket says on closing changes
+// nothing.
+void close_quietly(Backend::Connection& c) {
+  boost::system::error_code ignored;
+  c.stream.socket().close(ignored);
+}
+
 }  // namespace
 
 Backend::Connection::Connection(asio::io_context& io) : stream(asio::make_strand(io)) {}
@@ -50,19 +57,17 @@ Backend::~Backend() = default;
 
 std::unique_ptr<Backend::Connection> Backend::take_sound() {
   const auto now = std::chrono::steady_clock::now();
-  const auto close = [](Connection& c) {
-    boost::system::error_code ignored;
-    c.stream.socket().close(ignored);
-  };
   // Oldest first: everything idle too long is at the front.
   auto young = idle_.begin();
-  while (young != idle_.end() && now - (*young)->idle_since >= idle_timeout_) close(**young++);
+  while (young != idle_.end() && now - (*young)->idle_since >= idle_timeout_) {
+    close_quietly(**young++);
+  }
   idle_.erase(idle_.begin(), young);
   while (!idle_.empty()) {
     std::unique_ptr<Connection> c = std::move(idle_.back());  // the warmest
     idle_.pop_back();
     if (sound(*c)) return c;
-    close(*c);
+    close_quietly(*c);
   }
   return nullptr;
 }
@@ -100,8 +105,7 @@ void Backend::drop_idle(const Connection* c, std::uint64_t stay) {
   const auto it = std::find_if(idle_.begin(), idle_.end(),
                                [&](const std::unique_ptr<Connection>& p) { return p.get() == c; });
   if (it == idle_.end() || (*it)->stays != stay) return;
-  boost::system::error_code ignored;
-  (*it)->stream.socket().close(ignored);
+  close_quietly(**it);
   idle_.erase(it);
 }
 
