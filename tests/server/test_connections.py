@@ -15,7 +15,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import server_harness  # noqa: E402 - the Server wrapper, the base configuration, main()
-from server_harness import ALICE, base_config, wait_for, Server  # noqa: E402
+from server_harness import ALICE, base_config, free_port, wait_for, Server  # noqa: E402
 from proxy_harness import Client, request, metric, unread_on  # noqa: E402
 
 
@@ -163,6 +163,58 @@ class Connections(unittest.TestCase):
             self.assertGreaterEqual(sent, 2, "closed at once instead of lingering")
             self.assertLess(sent, 15, "not closed at the lingering time")
             steady.close()
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_a_close_with_nothing_unread_does_not_linger(self):
+        """A connection that ends with its request read whole (here the client's own
+        `Connection: close`) is closed at once, as nginx closes it: lingering is for bytes that
+        may still come, and a client that keeps its end open would otherwise hold the connection
+        for a whole lingering timeout. A request pipelined behind it still makes it linger."""
+        config = base_config()
+        config["limits"].update(lingering_timeout_ms=60000, lingering_time_ms=60000)
+        server = Server(config)
+        try:
+            whole = Client(server.port)
+            whole.send(request("GET", "/work", headers=[("Connection", "close")]))
+            self.assertEqual(whole.response()[0], 200)
+            with self.assertRaises(EOFError):
+                whole.line()  # the answer's end
+            # The client keeps its end open; the server's end is gone well before the timeout.
+            wait_for("the connection closed", lambda: held(server) == 0)
+            whole.close()
+
+            pipelined = Client(server.port)
+            pipelined.send(request("GET", "/work", headers=[("Connection", "close")]) +
+                           request("GET", "/work"))
+            self.assertEqual(pipelined.response()[0], 200)
+            with self.assertRaises(EOFError):
+                pipelined.line()
+            self.assertEqual(held(server), 1, "a close with a request unread did not linger")
+            pipelined.close()
+            wait_for("the lingering connection closed", lambda: held(server) == 0)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log())
+
+    def test_an_unrelayed_body_answered_early_lingers(self):
+        """Proxy mode without request buffering: a request answered before its body was relayed
+        (here 502, the backend unreachable) ends its connection lingering, as nginx's does, so
+        that the rest of the body is drained instead of resetting the connection."""
+        config = base_config(mode="proxy", slots=2,
+                             proxy={"backend": f"127.0.0.1:{free_port()}", "timeout_ms": 500,
+                                    "request_buffering": False})
+        config["limits"].update(lingering_timeout_ms=60000, lingering_time_ms=60000)
+        server = Server(config)
+        try:
+            c = Client(server.port)
+            c.send(request("POST", "/work", headers=[("Content-Length", str(1 << 20))]))
+            self.assertEqual(c.response()[0], 502)
+            with self.assertRaises(EOFError):
+                c.line()
+            c.send(b"x" * 60000)  # more of the body: drained, not answered with a reset
+            wait_for("the rest drained while lingering",
+                     lambda: unread_on(server.proc.pid, server.port) == (1, 0))
+            c.close()
         finally:
             self.assertEqual(server.stop(), 0, server.log())
 

@@ -252,7 +252,7 @@ asio::awaitable<bool> Session::serve_admin(http::request_parser<http::empty_body
   } else {
     res = admin_response(server_, request);
   }
-  co_return co_await write(res, !res.keep_alive());
+  co_return co_await write(res, false);
 }
 
 asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_body>& head) {
@@ -321,7 +321,9 @@ asio::awaitable<bool> Session::serve_tenant(http::request_parser<http::empty_bod
       co_await proxy(server_, *backend_, ClientSide{stream_, buffer_, buffer, size}, *e);
   server_.log_access(*e, o.status, o.bytes);
   if (!o.keep_alive || server_.stopping()) {
-    close();
+    // A body not relayed (proxy.request_buffering off, answered before its end) is drained as
+    // any other, or its unread bytes would reset the connection under the answer.
+    end_answered(!e->parser->is_done());
     co_return false;
   }
   co_return true;
@@ -565,9 +567,9 @@ asio::awaitable<void> Session::stop_watching() {
   events_ |= others;
 }
 
-asio::awaitable<bool> Session::write(Response& res, bool close_after) {
-  if (close_after || server_.stopping()) res.keep_alive(false);
-  close_after = close_after || !res.keep_alive();
+asio::awaitable<bool> Session::write(Response& res, bool request_unread) {
+  if (request_unread || server_.stopping()) res.keep_alive(false);
+  const bool close_after = !res.keep_alive();
   beast::error_code ec;
   stream_.expires_after(server_.directory()->config->limits.send_timeout);
   co_await http::async_write(stream_, res, redirect(ec));
@@ -576,12 +578,25 @@ asio::awaitable<bool> Session::write(Response& res, bool close_after) {
     co_return false;
   }
   if (close_after) {
-    // The answer's end, for the client, at once; what it still sends is drained by serve().
-    stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
-    lingering_ = true;
+    end_answered(request_unread);
     co_return false;
   }
   co_return true;
+}
+
+void Session::end_answered(bool request_unread) {
+  // nginx's rule (ngx_http_set_lingering_close): linger only when more may come, that is when the
+  // request was not read whole, or bytes are read ahead or wait in the socket. A connection with
+  // nothing unread is closed at once: a client that keeps its end open would otherwise hold it
+  // for a whole lingering timeout.
+  beast::error_code ec;
+  lingering_ = request_unread || buffer_.size() != 0 || stream_.socket().available(ec) != 0 || ec;
+  if (!lingering_) {
+    close();
+    return;
+  }
+  // The answer's end, for the client, at once; what it still sends is drained by serve().
+  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
 }
 
 asio::awaitable<void> Session::linger_close() {

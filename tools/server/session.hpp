@@ -135,9 +135,13 @@ class Session : public std::enable_shared_from_this<Session> {
   /// it out of the queue is done with it (and, started, gives its slot back). Then `e` is the
   /// caller's to free.
   boost::asio::awaitable<void> reclaim(std::unique_ptr<Exchange>& e);
-  /// Writes `res`; returns whether the connection goes on. `close` forces its end: sending is
-  /// shut down, and serve() lingers.
-  boost::asio::awaitable<bool> write(Response& res, bool close);
+  /// Writes `res`; returns whether the connection goes on. `request_unread` ends it with the
+  /// request not read whole: sending is shut down, and serve() lingers. An answer that ends the
+  /// connection otherwise (not kept alive) lingers only if bytes were read ahead or wait unread.
+  boost::asio::awaitable<bool> write(Response& res, bool request_unread);
+  /// Ends the connection after an answer: lingers (serve() drains what still comes) when
+  /// `request_unread` or bytes are read ahead or wait in the socket, else closes at once.
+  void end_answered(bool request_unread);
   /// Answers a malformed or oversized head, then closes.
   boost::asio::awaitable<void> refuse_head(boost::beast::error_code ec);
   boost::asio::awaitable<unsigned> next_event();
