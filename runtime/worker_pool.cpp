@@ -121,19 +121,11 @@ void Runtime::Impl::worker_main(std::size_t index) {
     CREDITLOOP_PROBE3(complete, job.ticket.index, job.ticket.generation, nano.value_or(0));
     // Published as the job ends, so that its room returns at once: in a block of this worker's,
     // or, when the dispatcher holds every one of them, through the ticket's record.
-    detail::PoolBlock* block = nullptr;
-    for (std::size_t i = 0; i < kBlocksPerWorker && block == nullptr; ++i) {
-      detail::PoolBlock& candidate = blocks[(next_block + i) % kBlocksPerWorker];
-      if (candidate.available()) block = &candidate;
-    }
-    if (block != nullptr) {
-      next_block = static_cast<std::size_t>(block - blocks.data() + 1) % kBlocksPerWorker;
-      block->entries[0] = {job.ticket.index, static_cast<std::uint32_t>(job.ticket.generation),
-                           nano.value_or(0)};
-      block->count = 1;
-      publish(*block);
-      continue;
-    }
+    const auto fill = [&](detail::PoolBlock& block) {
+      block.entries[0] = {job.ticket.index, static_cast<std::uint32_t>(job.ticket.generation),
+                          nano.value_or(0)};
+    };
+    if (lend(blocks, next_block, fill)) continue;
     // The ticket was issued claimed for this pool (hand_out()): the record is this worker's.
     TicketRecord* const record = tickets_.find(job.ticket.index);
     record->cost = nano.value_or(0);

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "internal/parker.hpp"
@@ -85,6 +86,28 @@ void lend_block(Blocks& blocks, Block& block, Waker& waker) noexcept {
   block.lend();        // relaxed: the push orders it before the dispatcher's return_to_worker()
   blocks.push(block);  // seq_cst CAS: as in publish_completions()
   waker.notify(kWakeOnRoom);
+}
+
+/// A pool worker, as a job ends: the first of its blocks `own` that is its own again, looked for
+/// from `next` on so that the blocks are lent in turn, is filled by `fill(block)` with one entry
+/// and lent. Returns false when the dispatcher holds every one; the worker then completes through
+/// the ticket's record and never waits for the dispatcher.
+template <class Blocks, class OwnBlocks, class Fill, class Waker>
+bool lend_completion(Blocks& blocks, OwnBlocks& own, std::size_t& next, Fill&& fill,
+                     Waker& waker) noexcept {
+  for (std::size_t i = 0; i < own.size(); ++i) {
+    const std::size_t at = (next + i) % own.size();
+    auto& block = own[at];
+    // acquire: pairs with take_blocks()' return_to_worker(); the entry is written after the
+    // dispatcher's reads of the block's last lend.
+    if (!block.available()) continue;
+    next = (at + 1) % own.size();
+    fill(block);
+    block.count = 1;
+    lend_block(blocks, block, waker);
+    return true;
+  }
+  return false;
 }
 
 /// The dispatcher: applies every block entry the pool's workers have lent

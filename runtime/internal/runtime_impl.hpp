@@ -93,8 +93,9 @@ class Runtime::Impl {
   void publish(TicketRecord& first, TicketRecord& last) noexcept {
     detail::publish_completions(completions_, first, last, parker_);
   }
-  void publish(detail::PoolBlock& block) noexcept {
-    detail::lend_block(pool_completions_, block, parker_);
+  template <class OwnBlocks, class Fill>
+  bool lend(OwnBlocks& own, std::size_t& next, Fill&& fill) noexcept {
+    return detail::lend_completion(pool_completions_, own, next, fill, parker_);
   }
   // The embedder's room flag is a plain store: Parker::wake(), not notify().
   void wake() noexcept { parker_.wake(detail::kWakeOnRoom | detail::kWakeOnWork); }
