@@ -679,6 +679,7 @@ Result<Completion> Core::complete_ticket(Ticket t, std::int64_t cost_nano, Nanos
   Header* const found = live_header(p);
   if (found == nullptr) return done;
   Header& header = *found;
+  done.registered = true;
   Cold& st = cold_[f.place];
   ++st.completed;
   const ClassId c = f.bucket;

@@ -86,7 +86,8 @@ void Runtime::Impl::apply_completion(TicketRecord& record, Nanos t, bool timed) 
   const Result<Completion> applied = core_.retire_nano(record.core, record.cost, t);
   assert(applied.ok() && "the runtime completes each core ticket once, with a checked cost");
   const bool charged = applied.ok() && applied->charged;
-  if (applied.ok() && core_.contains(applied->participant)) {
+  // Its own line only while it is registered: a removed participant's line was forgotten.
+  if (applied.ok() && applied->registered) {
     CounterWrite w(counters_[applied->participant.place]);
     w.add(CounterLine::kCompleted, 1);
     if (charged) w.add_cost(record.cost);

@@ -61,6 +61,9 @@ struct Completion {
   ParticipantId participant;
   ClassId bucket = 0;    // the admitting class; k for an unmetered request
   bool charged = false;  // false when the cost went nowhere (unmetered, removed, dropped bucket)
+  // The participant is still registered: false once it was removed after the dispatch. Said
+  // here so that a caller keeping its own per-participant state needs no second lookup.
+  bool registered = false;
 };
 
 namespace detail {

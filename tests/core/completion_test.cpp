@@ -239,10 +239,16 @@ TEST(Completion, ForRemovedParticipantAcceptedAndChargedNowhere) {
   const Result<Completion> c = rig.core.complete(rig.log[0].ticket, 3, 0);
   ASSERT_TRUE(c.ok());
   EXPECT_FALSE(c->charged);
+  EXPECT_FALSE(c->registered);
   EXPECT_EQ(c->participant, a);
   EXPECT_EQ(rig.core.in_flight(), 1u);
   EXPECT_EQ(rig.bals(b, 0, 0), before_b);
   EXPECT_EQ(rig.core.stats(b).completed, 0u);
+  // B is still registered, charged or not (a cost of zero changes no balance).
+  const Result<Completion> still = rig.core.complete(rig.log[1].ticket, 0, 0);
+  ASSERT_TRUE(still.ok());
+  EXPECT_TRUE(still->registered);
+  EXPECT_EQ(still->participant, b);
 }
 
 TEST(Completion, ChargeBackCanTakeAParticipantOutOfAClass) {

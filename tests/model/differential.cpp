@@ -902,11 +902,11 @@ void Harness::complete_both(Ticket ct, TicketId mt, bool nano, double cost, std:
   }
   const auto who = by_core_.find(key(cr->participant));
   if (who == by_core_.end() || !(who_[who->second].model == mr->participant) ||
-      cr->bucket != mr->bucket || cr->charged != mr->charged) {
+      cr->bucket != mr->bucket || cr->charged != mr->charged || cr->registered != mr->registered) {
     fail("complete: core " + str(cr->participant) + " bucket " + pc(cr->bucket) +
-         (cr->charged ? " charged" : " not charged") + ", model place " +
-         std::to_string(mr->participant.place) + " bucket " + pc(mr->bucket) +
-         (mr->charged ? " charged" : " not charged"));
+         (cr->charged ? " charged" : " not charged") + (cr->registered ? "" : " removed") +
+         ", model place " + std::to_string(mr->participant.place) + " bucket " + pc(mr->bucket) +
+         (mr->charged ? " charged" : " not charged") + (mr->registered ? "" : " removed"));
     return;
   }
   touch(who->second);

@@ -366,6 +366,7 @@ Result<Completion> Model::complete_nano(TicketId t, std::int64_t cost_nano, Nano
   Completion done{ticket.participant, ticket.bucket, false};
   Participant* p = live(ticket.participant);
   if (p == nullptr) return done;
+  done.registered = true;
   ++p->stats.completed;
   if (ticket.bucket != unmetered()) {
     Bucket& b = p->buckets[ticket.bucket];

@@ -67,6 +67,7 @@ struct Completion {
   Pid participant;
   ClassId bucket = 0;  // k for an unmetered request
   bool charged = false;
+  bool registered = false;  // the participant was not removed since the dispatch
 };
 
 struct Stats {
