@@ -330,10 +330,16 @@ void Runtime::Impl::hand_out(const Decision& d, Nanos t) {
   // the newcomer's, and this dispatch is not.
   Local& local = locals_[d.participant.place];
   const bool still_registered = local.generation == d.participant.generation;
-  for (CounterLine* line : {&counters_[d.participant.place], &totals_}) {
-    if (line != &totals_ && !still_registered) continue;
-    CounterWrite w(*line);
+  // Written out, not a loop over the two lines: the loop cost 24 instructions more per dispatch
+  // (callgrind, bench_runtime's BM_Runtime, hand_out() 155 -> 131).
+  if (still_registered) {
+    CounterWrite w(counters_[d.participant.place]);
     w.add(CounterLine::kQueued, ~std::uint64_t{0});  // minus one
+    w.add(CounterLine::kDispatched + d.out, 1);
+  }
+  {
+    CounterWrite w(totals_);
+    w.add(CounterLine::kQueued, ~std::uint64_t{0});
     w.add(CounterLine::kDispatched + d.out, 1);
   }
   if (still_registered) local.last_class = d.out;
