@@ -452,15 +452,20 @@ ClassId Core::highest_credit(const Header& header, std::uint8_t among) noexcept 
 std::optional<Decision> Core::visit(Nanos now) noexcept {
   // One named result on every path, so that it is built in place in the caller's slot: a local
   // copied out on return is read back wider than it was written (see dispatch()).
-  std::optional<Decision> d;
-  if (!turn_.active) return d;
+  // Engaged from the start: GCC zeroes the whole storage of a default-constructed optional
+  // (its empty member's value-initialisation), then emplace() zeroed it again.
+  std::optional<Decision> d(std::in_place);
+  if (!turn_.active) [[unlikely]] {
+    d.reset();
+    return d;
+  }
   if (!record_ready()) [[unlikely]] {
     turn_.active = false;
     ++record_shortages_;
+    d.reset();
     return d;
   }
   now = advance_clock(now);
-  d.emplace();
   const bool sent =
       turn_.cls == unmetered() ? visit_unmetered(now, *d) : visit_metered(turn_.cls, now, *d);
   if (!sent) d.reset();
