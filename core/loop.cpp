@@ -312,7 +312,8 @@ RequestList Core::take_all_queued() noexcept {
   return chosen;
 }
 
-std::uint32_t Core::next_in_turn(const detail::ReadySet& set) noexcept {
+[[gnu::always_inline]] inline std::uint32_t Core::next_in_turn(
+    const detail::ReadySet& set) noexcept {
   if (!turn_.wrapped) {
     const std::uint32_t p = set.find_next(turn_.next);
     if (p < turn_.end) return p;  // npos is never below end
@@ -466,9 +467,7 @@ std::optional<Decision> Core::visit(Nanos now) noexcept {
     return d;
   }
   now = advance_clock(now);
-  const bool sent =
-      turn_.cls == unmetered() ? visit_unmetered(now, *d) : visit_metered(turn_.cls, now, *d);
-  if (!sent) d.reset();
+  if (!visit_turn(now, *d)) d.reset();
   return d;
 }
 
@@ -494,7 +493,7 @@ std::size_t Core::dispatch(Nanos now, std::span<Decision> out) noexcept {
     // visit(), the caller copies it with wider loads than the stores that built it: a
     // store-forwarding stall that, by perf, was over half of an unmetered visit's time.
     Decision& d = out[n];
-    if (turn_.cls == unmetered() ? visit_unmetered(now, d) : visit_metered(turn_.cls, now, d)) ++n;
+    if (visit_turn(now, d)) ++n;
   }
   return n;
 }
@@ -515,10 +514,27 @@ std::size_t Core::dispatch(Nanos now, std::span<Decision> out) noexcept {
   }
 }
 
+// The turn's class chooses the visit. P1 (always metered) and P2 (metered unless k is 1) each
+// have a copy of the metered visit with the class a constant: the class's timer heap, ready set
+// and bucket line are then fixed offsets and the mask of the classes above it a constant (none
+// above P1), where a class read at run time cost a visit about 24 instructions computing and
+// spilling them (tools/instruction-budget: decision/visit/plentiful/1024-all 261.7 to 237.9,
+// decision/batch/plentiful/1024-all 226.0 to 199.4). Lower classes share one copy that reads it.
+[[gnu::always_inline]] inline bool Core::visit_turn(Nanos now, Decision& d) noexcept {
+  const ClassId c = turn_.cls;
+  if (c == 0) return visit_metered<0>(0, now, d);
+  if (c == unmetered()) return visit_unmetered(now, d);
+  if (c == 1) return visit_metered<1>(1, now, d);
+  return visit_metered<-1>(c, now, d);
+}
+
 // The two kinds of visit are separate loops: an unmetered visit usually reads one line and no
 // bucket, and sharing one body with the metered visit made GCC keep both paths' values live at
 // once (a 472-byte frame and a spill or reload every few instructions).
-[[gnu::always_inline]] inline bool Core::visit_metered(ClassId c, Nanos now, Decision& d) noexcept {
+template <int kClass>
+[[gnu::always_inline]] inline bool Core::visit_metered(ClassId c_read, Nanos now,
+                                                       Decision& d) noexcept {
+  const ClassId c = kClass >= 0 ? static_cast<ClassId>(kClass) : c_read;
   for (;;) {
     // Credits that land during the turn count when the cursor reaches their owner.
     expire_timers(c, now);

@@ -90,7 +90,9 @@ enum class Taken : std::uint8_t {
                                        Atto amount, Atto& at) noexcept {
   const Rate128 added = static_cast<Rate128>(dt) * rate;
   const Atto room = cap - value;  // no overflow: value lies between kDeepestDebt and the cap
-  if (room > 0 && added < static_cast<Rate128>(room)) {
+  // `room >= 0` rather than `> 0`: an empty room fails the second test anyway, and the sign
+  // alone is one test of the high word, where `> 0` compared both halves.
+  if (room >= 0 && added < static_cast<Rate128>(room)) {
     value -= amount;
     at = value + static_cast<Atto>(added);
     return Taken::below_cap;

@@ -452,9 +452,13 @@ class Core {
   // during the turn, with the look-ahead moved on; null when the cursor has been round (the turn
   // is then over).
   Header* next_stop(const detail::ReadySet& set, bool whole_record, std::uint32_t& place) noexcept;
-  // One visit of the current turn (metered class c, or the unmetered class): true with the
-  // dispatch in `d`, false when the turn is over.
-  bool visit_metered(ClassId c, Nanos now, Decision& d) noexcept;
+  // One visit of the current turn: true with the dispatch in `d`, false when the turn is over.
+  bool visit_turn(Nanos now, Decision& d) noexcept;
+  // The same for a metered class c, or the unmetered class. kClass is c when c is 0 or 1, a
+  // constant to the compiler (see visit_turn()), and -1 for any other c. Always inlined: the
+  // attribute must be on this first declaration for a template's copies to take it.
+  template <int kClass>
+  [[gnu::always_inline]] bool visit_metered(ClassId c, Nanos now, Decision& d) noexcept;
   bool visit_unmetered(Nanos now, Decision& d) noexcept;
   // The visit of `place` after refilling its buckets, when the usual visit (taken behind the
   // refill) does not apply: true with the dispatch in `d`, false when a charge-back took its
