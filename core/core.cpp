@@ -89,8 +89,20 @@ void Core::reserve(std::size_t participants, std::size_t in_flight) {
 }
 
 void Core::reserve_in_flight(std::size_t in_flight) {
-  in_flight_records_.grow_to(in_flight < kMaxInFlight ? in_flight : std::size_t{kMaxInFlight});
-  free_tickets_.reserve(in_flight_records_.capacity());
+  constexpr std::size_t kChunk = decltype(in_flight_records_)::kChunk;
+  const std::size_t from = in_flight_records_.capacity();
+  const std::size_t wanted = in_flight < kMaxInFlight ? in_flight : std::size_t{kMaxInFlight};
+  if (wanted <= from) return;
+  // The free list first, sized for the whole chunks the table grows by: a failure then leaves
+  // the records as they were.
+  free_tickets_.resize((wanted + kChunk - 1) / kChunk * kChunk);
+  try {
+    in_flight_records_.grow_to(wanted);
+  } catch (...) {
+    free_new_records(from);  // the chunks made before the failure
+    throw;
+  }
+  free_new_records(from);
 }
 
 // ---- participants ---------------------------------------------------------------------------

@@ -332,23 +332,31 @@ bool Core::grow_records() noexcept {
   const std::size_t capacity = in_flight_records_.capacity();
   if (capacity >= kMaxInFlight) return false;
   try {
-    free_tickets_.reserve(capacity + decltype(in_flight_records_)::kChunk);
+    free_tickets_.resize(capacity + decltype(in_flight_records_)::kChunk);
     in_flight_records_.grow_to(capacity + 1);
-    return true;
   } catch (const std::bad_alloc&) {
     return false;
   }
+  free_new_records(capacity);
+  return true;
+}
+
+void Core::free_new_records(std::size_t from) noexcept {
+  // Under the retired records, the lowest on top: retired records are reused first, then the new
+  // ones in order of their index.
+  const std::size_t added = in_flight_records_.capacity() - from;
+  const auto retired = free_tickets_.begin() + free_count_;
+  std::copy_backward(free_tickets_.begin(), retired, retired + static_cast<std::ptrdiff_t>(added));
+  for (std::size_t i = 0; i < added; ++i) {
+    free_tickets_[i] = static_cast<std::uint32_t>(from + added - 1 - i);
+  }
+  free_count_ += static_cast<std::uint32_t>(added);
 }
 
 Ticket Core::issue(std::uint32_t place, std::uint32_t generation, ClassId out,
                    std::uint32_t incarnation, RequestHook& request) noexcept {
-  std::uint32_t index = 0;
-  if (!free_tickets_.empty()) {
-    index = free_tickets_.back();
-    free_tickets_.pop_back();
-  } else {
-    index = tickets_++;  // below the capacity: the visit checked record_ready()
-  }
+  // One is free: the visit checked record_ready().
+  const std::uint32_t index = free_tickets_[--free_count_];
   InFlight& f = in_flight_records_[index];
   ++f.generation;  // odd: in flight
   f.place = place;
@@ -680,7 +688,7 @@ void Core::visit_unmetered_with_credit(std::uint32_t place, Header& header, Nano
 Result<Completion> Core::complete_ticket(Ticket t, std::int64_t cost_nano, Nanos now,
                                          bool hand_back_request) noexcept {
   if (cost_nano < 0 || cost_nano > kMaxCostNano) return Errc::bad_cost;
-  if (t.issuer != issuer_ || t.index >= tickets_ || (t.generation & 1u) == 0) {
+  if (t.issuer != issuer_ || t.index >= in_flight_records_.capacity() || (t.generation & 1u) == 0) {
     return Errc::unknown_ticket;
   }
   InFlight& f = in_flight_records_[t.index];
@@ -688,8 +696,8 @@ Result<Completion> Core::complete_ticket(Ticket t, std::int64_t cost_nano, Nanos
   if (t.generation != f.generation) return Errc::stale_ticket;
   now = advance_clock(now);
 
-  ++f.generation;                    // even: retired; a repeat of this ticket is now stale
-  free_tickets_.push_back(t.index);  // never allocates: capacity covers every record
+  ++f.generation;                          // even: retired; a repeat of this ticket is now stale
+  free_tickets_[free_count_++] = t.index;  // sized for every record
   --in_flight_;
   if (hand_back_request) {
     detail::hand_back(f.request->held);

@@ -509,6 +509,8 @@ class Core {
   // Out of line and cold, so that a visit saves no registers for it. False when the allocation
   // failed or kMaxInFlight records exist: the caller dispatches nothing (see visit()).
   [[gnu::cold, gnu::noinline]] bool grow_records() noexcept;
+  // Puts the records the table grew past `from` on the free list.
+  void free_new_records(std::size_t from) noexcept;
 
   Config config_;
   std::uint32_t issuer_;
@@ -536,8 +538,10 @@ class Core {
   std::uint32_t places_ = 0;  // capacity of the per-place structures
 
   detail::ChunkedTable<InFlight> in_flight_records_;
+  // The free records, taken from the top: the first free_count_ entries. Sized for every record,
+  // so that a completion stores without the capacity test of a push_back.
   std::vector<std::uint32_t> free_tickets_;
-  std::uint32_t tickets_ = 0;  // records ever used
+  std::uint32_t free_count_ = 0;
   std::size_t in_flight_ = 0;
   std::uint64_t record_shortages_ = 0;
 

@@ -163,6 +163,35 @@ TEST(Completion, OldTicketStaysStaleWhenItsRecordIsReused) {
   EXPECT_EQ(rig.bal(a, 0, 0), credits(7));
 }
 
+// Records are reused latest-retired first, and new ones are taken in order of their index, also
+// after a reservation that grows the table while some records are retired and some never used.
+TEST(Completion, RetiredRecordsReusedFirstThenNewOnesInOrder) {
+  Core core(plans());
+  const ParticipantId a = *core.add("A", "ten", 1, 0);
+  std::vector<RequestHook> requests(8);
+  const auto dispatch_one = [&](RequestHook& r) {
+    EXPECT_TRUE(core.submit(a, r, 0).ok());
+    Decision d;
+    EXPECT_EQ(core.dispatch(0, std::span<Decision>(&d, 1)), 1u);
+    return d.ticket;
+  };
+  const Ticket t0 = dispatch_one(requests[0]);
+  const Ticket t1 = dispatch_one(requests[1]);
+  const Ticket t2 = dispatch_one(requests[2]);
+  EXPECT_EQ(t0.index, 0u);
+  EXPECT_EQ(t1.index, 1u);
+  EXPECT_EQ(t2.index, 2u);
+  const std::size_t before = core.in_flight_capacity();
+  ASSERT_TRUE(core.complete(t2, 0, 0).ok());
+  ASSERT_TRUE(core.complete(t0, 0, 0).ok());
+  core.reserve_in_flight(before + 1);
+  ASSERT_GT(core.in_flight_capacity(), before);
+  EXPECT_EQ(dispatch_one(requests[3]).index, 0u);  // the latest retired
+  EXPECT_EQ(dispatch_one(requests[4]).index, 2u);
+  EXPECT_EQ(dispatch_one(requests[5]).index, 3u);  // then the first never used
+  EXPECT_EQ(dispatch_one(requests[6]).index, 4u);
+}
+
 // A completion delayed across 2^31 reuses of its record (where a 32-bit generation wrapped back
 // to the delayed ticket's own) is still refused as stale, and charges nothing.
 TEST(Completion, OldTicketStaysStaleAcrossWhereA32BitGenerationWrapped) {
