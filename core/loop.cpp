@@ -220,14 +220,18 @@ Status Core::submit(ParticipantId p, RequestHook& request, Nanos now) noexcept {
     header.tail->next_in_queue = &request;
   }
   header.tail = &request;
-  if (++header.queued == 1) start_waiting(header, p.place, now);
-  return {};
+  if (++header.queued != 1) return {};
+  return start_waiting(header, p.place, now);
 }
 
-// Out of line: inlined, its loops over the buckets made every submit save six registers.
-void Core::start_waiting(Header& header, std::uint32_t place, Nanos now) noexcept {
+// Out of line: inlined, its loops over the buckets made every submit save six registers. It
+// returns the submission's status so that submit() ends in a jump to it: with a call and then
+// a return of its own, submit() kept its participant on the stack across the call (7
+// instructions a submission, cycle/16-deep/plentiful/1024 485.7 to 478.7).
+Status Core::start_waiting(Header& header, std::uint32_t place, Nanos now) noexcept {
   bring_to(header, now);
   enter_waiting(place);
+  return {};
 }
 
 Status Core::withdraw(RequestHook& request) noexcept {

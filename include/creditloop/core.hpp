@@ -430,7 +430,8 @@ class Core {
   void refile_held(std::uint32_t place, Header& header) noexcept;
   void enter_waiting(std::uint32_t place) noexcept;
   // A queue that was empty has its first request: refilled to `now`, it enters the waiting set.
-  [[gnu::noinline]] void start_waiting(Header& header, std::uint32_t place, Nanos now) noexcept;
+  // Returns submit()'s status, ok.
+  [[gnu::noinline]] Status start_waiting(Header& header, std::uint32_t place, Nanos now) noexcept;
   // Whether any held bucket of waiting `s` may have a credit at `now`. False proves none has one
   // (filing is exact); reads only the header line.
   [[nodiscard]] static bool credit_possible(const Header& header, Nanos now) noexcept {
