@@ -94,13 +94,13 @@ void Runtime::Impl::ensure_places(std::uint32_t places) {
 
 void Runtime::Impl::run_on_dispatcher(Command& command) {
   if (std::this_thread::get_id() == dispatcher_id_) {  // from a sink or observer: inline
-    command.work();
+    run_command_work(command);
     return;
   }
   if (!detail::announce_command(commands_, command, parker_)) {
     // The dispatcher has exited: the core is quiescent.
     std::lock_guard lock(exit_mutex_);
-    command.work();
+    run_command_work(command);
     return;
   }
   command.done.acquire();  // pairs with the release in run_commands(): the result is visible
@@ -113,7 +113,7 @@ bool Runtime::Impl::run_on_dispatcher_until(Command& command,
     // The dispatcher has exited: the core is quiescent.
     const std::shared_ptr<void> owner = std::move(command.keep_alive);  // run here, and done
     std::lock_guard lock(exit_mutex_);
-    command.work();
+    run_command_work(command);
     return true;
   }
   // Both pair with the release in run_commands(): the result is visible.
@@ -139,6 +139,7 @@ bool Runtime::Impl::run_commands(Command* oldest) {
     } catch (...) {
       oldest->error = std::current_exception();  // the poster's call throws it
     }
+    flush_totals();  // before the poster returns: it may read them
     oldest->done.release();
     oldest = next;
   }
@@ -298,6 +299,7 @@ void Runtime::Impl::hand_back_queued() {
   for (std::uint32_t place = 0; place < core_.ring_size(); ++place) {
     if (core_.at(place)) CounterWrite(counters_[place]).set(CounterLine::kQueued, 0);
   }
+  flush_totals();  // what is pending was counted before the set
   CounterWrite(totals_).set(CounterLine::kQueued, 0);
   // Appended: a list a late caller left here is kept for the next call.
   handed_back_.splice_back(core_.take_all_queued());

@@ -268,7 +268,9 @@ class Runtime {
   /// only while the dispatcher updates that same participant (nanoseconds). Nothing for a
   /// participant never registered or removed.
   [[nodiscard]] std::optional<ParticipantCounters> counters(ParticipantId p) const noexcept;
-  /// The runtime's totals, on the same terms.
+  /// The runtime's totals, on the same terms, written once per dispatcher loop iteration: they may
+  /// lag the participants' counters by the iteration in progress; whole when any command (a
+  /// snapshot, a removal) returns.
   [[nodiscard]] RuntimeCounters counters() const noexcept;
   /// Whether the dispatcher is asleep (or about to be). Unlike a snapshot it does not wake it.
   [[nodiscard]] bool dispatcher_sleeping() const noexcept;

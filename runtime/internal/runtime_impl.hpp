@@ -234,6 +234,13 @@ class Runtime::Impl {
   void begin_shutdown(ShutdownMode mode, Nanos now);
   // Every request still queued, into handed_back_; the loop then only waits for what is in flight.
   void hand_back_queued();
+  // Writes pending_totals_ to totals_ (one counter-line write), if anything is pending.
+  void flush_totals() noexcept;
+  // A command's work, with what it counted written to the totals before its poster returns.
+  void run_command_work(Command& command) {
+    command.work();
+    flush_totals();
+  }
   void ensure_places(std::uint32_t places);
   void fill_snapshot(ParticipantId p, Nanos now, ParticipantSnapshot& into);
 
@@ -321,6 +328,20 @@ class Runtime::Impl {
   // Written by the dispatcher alone, read by any thread (counters()).
   detail::ChunkedTable<CounterLine> counters_;
   CounterLine totals_;
+  // What the dispatcher counted for the totals since it last wrote them: each request changes
+  // them three times (intake, hand-out, completion), and each counter-line write is a sequence
+  // count written twice around the values, so they are summed here and written once per loop
+  // iteration (flush_totals()), before the dispatcher waits, and before and after each command,
+  // so that a command's poster and a snapshot see them whole. counters() may lag the
+  // participants' own lines by the iteration in progress.
+  struct PendingTotals {
+    std::uint64_t queued = 0;  // added modulo 2^64: a decrease wraps, as the line's own adds do
+    std::array<std::uint64_t, kMaxClasses + 1> dispatched{};
+    std::uint64_t completed = 0;
+    Balance cost = 0;
+    bool any = false;
+  };
+  PendingTotals pending_totals_;
   // Each written by different threads: producers, completers, the dispatcher going to sleep.
   detail::OwnLine<detail::LockFreeBag<Mailbox, std::atomic, &Mailbox::next_listed>> activations_;
   detail::OwnLine<detail::LockFreeBag<TicketRecord, std::atomic, &TicketRecord::next_completed>>

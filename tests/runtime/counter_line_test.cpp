@@ -72,6 +72,35 @@ TEST(CounterLine, CountersReadFromAnotherThreadAreMonotonicAndEndExact) {
   EXPECT_EQ(rt.counters().completed, std::uint64_t{kRequests});
 }
 
+// The totals are summed over a loop iteration and written once (runtime_impl.hpp,
+// PendingTotals); a command still returns with them whole, even one a sink runs inline in the
+// middle of a batch: every dispatch handed out so far is counted, the sink's own included.
+TEST(CounterLine, TotalsAreWholeWhenACommandReturnsEvenInsideABatch) {
+  constexpr int kRequests = 64;
+  RuntimeOptions o;
+  o.config = reference_config();
+  o.slots = 16;
+  Runtime* runtime = nullptr;
+  std::uint64_t handed = 0;         // on the dispatcher thread only
+  std::vector<std::uint64_t> lags;  // likewise; read after shutdown
+  o.sink = [&](const Decision& d) {
+    ++handed;
+    (void)runtime->find("");  // a command: run inline on the dispatcher
+    std::uint64_t dispatched = 0;
+    for (const std::uint64_t n : runtime->counters().dispatched) dispatched += n;
+    lags.push_back(handed - dispatched);
+    ASSERT_TRUE(runtime->complete(d.ticket, 0).ok());
+  };
+  Runtime rt(std::move(o));
+  runtime = &rt;
+  const ParticipantId alice = *rt.add("alice", "pro", 1);
+  std::deque<Req> requests(kRequests);
+  for (Req& r : requests) ASSERT_TRUE(rt.submit(alice, r).ok());
+  EXPECT_TRUE(rt.shutdown(ShutdownMode::drain).empty());
+  ASSERT_EQ(lags.size(), std::size_t{kRequests});
+  for (const std::uint64_t lag : lags) EXPECT_EQ(lag, 0u);
+}
+
 // A writer stopped inside its update (odd count): the reader waits through its back-off, one call
 // per retry with the attempts counted, and copies the whole update once the writer goes on. Here
 // the writer "goes on" inside the back-off's 200th call, so the test needs no second thread.
