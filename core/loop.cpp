@@ -10,6 +10,7 @@
 #include "creditloop/detail/hand_back.hpp"
 #include "creditloop/detail/queued_mark.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <new>
 
