@@ -41,6 +41,8 @@ void Runtime::Impl::dispatcher_main() {
     // since its tickets are in flight.
     if (!batch_jobs_.empty()) [[unlikely]]
       (void)hand_batch_to_pool();
+    // The totals need no flush on the way out: service() wrote them after its drains and after
+    // each command.
     if (phase_ == Phase::finishing && in_flight() == 0) break;
     if (phase_ != Phase::finishing) {
       const bool sent = dispatch_batch(t);
@@ -61,7 +63,6 @@ void Runtime::Impl::dispatcher_main() {
   // Commands posted while it finished run now, so that their callers return; a later post is
   // refused, and its caller runs the command under this mutex.
   (void)run_commands(commands_.close());
-  flush_totals();
   exited_.notify_all();
 }
 
