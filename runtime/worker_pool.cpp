@@ -97,7 +97,7 @@ void Runtime::Impl::stop_pool() noexcept {
 void Runtime::Impl::worker_main(std::size_t index) {
   moodycamel::ConsumerToken token(jobs_->queue);
   std::array<detail::PoolBlock, kBlocksPerWorker>& blocks = *worker_blocks_[index];
-  std::size_t next_block = 0;
+  std::size_t last_lent = kBlocksPerWorker;  // none yet
   for (;;) {
     // One job at a time: a job dequeued with others would wait behind them on this worker while
     // another worker may be idle, so one slow job would hold a whole bulk of other tenants' jobs.
@@ -119,13 +119,14 @@ void Runtime::Impl::worker_main(std::size_t index) {
     const std::optional<std::int64_t> nano = ok ? to_nano_credits(cost, kMaxCost) : std::nullopt;
     if (!nano) handler_errors_.fetch_add(1, std::memory_order_relaxed);  // a statistic
     CREDITLOOP_PROBE3(complete, job.ticket.index, job.ticket.generation, nano.value_or(0));
-    // Published as the job ends, so that its room returns at once: in a block of this worker's,
-    // or, when the dispatcher holds every one of them, through the ticket's record.
-    const auto fill = [&](detail::PoolBlock& block) {
-      block.entries[0] = {job.ticket.index, static_cast<std::uint32_t>(job.ticket.generation),
-                          nano.value_or(0)};
+    // Published as the job ends, so that its room returns at once: in the block this worker lent
+    // last if the dispatcher has not closed it yet, in another of its blocks, or, when the
+    // dispatcher holds every one of them, through the ticket's record.
+    const auto fill = [&](detail::PoolCompletion& entry) {
+      entry = {job.ticket.index, static_cast<std::uint32_t>(job.ticket.generation),
+               nano.value_or(0)};
     };
-    if (lend(blocks, next_block, fill)) continue;
+    if (lend(blocks, last_lent, fill)) continue;
     // The ticket was issued claimed for this pool (hand_out()): the record is this worker's.
     TicketRecord* const record = tickets_.find(job.ticket.index);
     record->cost = nano.value_or(0);

@@ -1,21 +1,24 @@
 // runtime/internal/completion_handover.hpp: how a completion goes from its completer to the
 // dispatcher, and how the dispatcher takes it. A completer claims its ticket's cell and writes the
 // cost into the record (the record is then its own), links the records of a batch, and pushes
-// them on the completion bag as one chain; a pool worker fills one of its completion blocks and
-// lends it instead. The dispatcher drains both bags, applies each record and each block's
-// entries, and returns each block to its worker after its entries. The runtime runs these
-// (submit_complete.cpp, worker_pool.cpp, dispatcher.cpp); so do the Relacy models charge_back,
-// pool_completion and parking. Internal to the runtime: not installed, not part of the public API.
+// them on the completion bag as one chain; a pool worker adds its completion to the block it lent
+// last, while the dispatcher has not closed it, or fills another of its blocks and lends it. The
+// dispatcher drains both bags, applies each record and each block's entries, and returns each
+// block to its worker after its entries. The runtime runs these (submit_complete.cpp,
+// worker_pool.cpp, dispatcher.cpp); so do the Relacy models charge_back, pool_completion and
+// parking. Internal to the runtime: not installed, not part of the public API.
 //
 //   completer                                  dispatcher
 //   claim(): the cell's acquire CAS            drain / take_blocks(): the bags' acquire exchanges
 //   write the cost, link the chain (relaxed)   read each cost and link, apply
-//   publish(): the bag's seq_cst CAS  ------>  return_to_worker() after a block's entries
-//   then notify(kWakeOnRoom)                   (release, acquired by available())
+//   publish(): the bag's seq_cst CAS  ------>  close() a block (acquire), read its entries,
+//   then notify(kWakeOnRoom)                   return_to_worker() (release, acquired by
+//   append(): the block's release CAS ------>  available())
 //
 // The bag's CAS releases the costs and links written before it, and the drain's exchange acquires
-// them: the order the charge_back twin weakens. A block's release store of `lent` returns it only
-// after the dispatcher has read it: the order the pool_completion twin weakens.
+// them: the order the charge_back twin weakens. An entry appended to a lent block is released by
+// the count's CAS and acquired by close(), and a block's release store of 0 returns it only after
+// the dispatcher has read it: the orders the pool_completion twins weaken.
 //
 // `Cost` says how the record's cost is reached, so that a model can make it a Relacy variable
 // (whose unordered access is a data race); the runtime's is the member itself, the same loads and
@@ -80,30 +83,39 @@ void publish_completions(Bag& completions, Record& first, Record& last, Waker& w
   waker.notify(kWakeOnRoom);
 }
 
-/// A pool worker: lends its filled block to the dispatcher and wakes it if it sleeps for room.
+/// A pool worker: lends its opened block to the dispatcher and wakes it if it sleeps for room.
 template <class Blocks, class Block, class Waker>
 void lend_block(Blocks& blocks, Block& block, Waker& waker) noexcept {
-  block.lend();        // relaxed: the push orders it before the dispatcher's return_to_worker()
+  block.open();        // relaxed: the push publishes it
   blocks.push(block);  // seq_cst CAS: as in publish_completions()
   waker.notify(kWakeOnRoom);
 }
 
-/// A pool worker, as a job ends: the first of its blocks `own` that is its own again, looked for
-/// from `next` on so that the blocks are lent in turn, is filled by `fill(block)` with one entry
-/// and lent. Returns false when the dispatcher holds every one; the worker then completes through
-/// the ticket's record and never waits for the dispatcher.
+/// A pool worker, as a job ends: `fill(entry)` writes its completion into the block it lent last
+/// (`last`), while the dispatcher has not closed it; otherwise into the first of its blocks `own`
+/// that is its own again, looked for after `last` so that the blocks are lent in turn, which it
+/// then lends. Returns false when the dispatcher holds every one; the worker then completes
+/// through the ticket's record and never waits for the dispatcher. `last` starts at own.size().
+///
+/// An entry added to a lent block is as soon in the dispatcher's hands as a block of its own
+/// (the next drain finds the block on the bag, or the dispatcher that took it reads its count
+/// afterwards), and it costs the worker no push: while the dispatcher is busy, a worker's
+/// completions share one push on the bag's head instead of one each.
 template <class Blocks, class OwnBlocks, class Fill, class Waker>
-bool lend_completion(Blocks& blocks, OwnBlocks& own, std::size_t& next, Fill&& fill,
+bool lend_completion(Blocks& blocks, OwnBlocks& own, std::size_t& last, Fill&& fill,
                      Waker& waker) noexcept {
+  // No notify after an append: the block is on the bag, whose push woke the dispatcher, or the
+  // dispatcher holds it and has yet to close it.
+  if (last < own.size() && own[last].append(fill)) return true;
+  const std::size_t first = last < own.size() ? last + 1 : 0;
   for (std::size_t i = 0; i < own.size(); ++i) {
-    const std::size_t at = (next + i) % own.size();
+    const std::size_t at = (first + i) % own.size();
     auto& block = own[at];
     // acquire: pairs with take_blocks()' return_to_worker(); the entry is written after the
     // dispatcher's reads of the block's last lend.
     if (!block.available()) continue;
-    next = (at + 1) % own.size();
-    fill(block);
-    block.count = 1;
+    last = at;
+    fill(block.entries[0]);
     lend_block(blocks, block, waker);
     return true;
   }
@@ -119,7 +131,9 @@ bool take_blocks(Blocks& blocks, ApplyEntry&& apply_entry) {
   // The drain's acquire exchange pairs with lend_block()'s push: the entries written before it
   // are read here after it.
   return blocks.drain([&](auto& block) {
-    for (std::uint32_t i = 0; i < block.count; ++i) apply_entry(block.entries[i]);
+    // acquire exchange: pairs with every append's release CAS; later appends fail.
+    const std::uint32_t count = block.close();
+    for (std::uint32_t i = 0; i < count; ++i) apply_entry(block.entries[i]);
     block.return_to_worker();  // release: pairs with available()'s acquire; after every read
   }) > 0;
 }

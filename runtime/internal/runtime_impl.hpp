@@ -94,8 +94,8 @@ class Runtime::Impl {
     detail::publish_completions(completions_, first, last, parker_);
   }
   template <class OwnBlocks, class Fill>
-  bool lend(OwnBlocks& own, std::size_t& next, Fill&& fill) noexcept {
-    return detail::lend_completion(pool_completions_, own, next, fill, parker_);
+  bool lend(OwnBlocks& own, std::size_t& last, Fill&& fill) noexcept {
+    return detail::lend_completion(pool_completions_, own, last, fill, parker_);
   }
   // The embedder's room flag is a plain store: Parker::wake(), not notify().
   void wake() noexcept { parker_.wake(detail::kWakeOnRoom | detail::kWakeOnWork); }

@@ -35,6 +35,10 @@ inline std::atomic<void (*)()> inbox_pushing{nullptr};
 /// pool's blocks), after it read the list's head and before its compare-and-swap: a preemption,
 /// or a cgroup's quota, stops a thread anywhere, and this is where a stop could hide the most.
 inline std::atomic<void (*)()> list_pushing{nullptr};
+/// A pool worker adding a completion to the block it lent last (CompletionBlock::append), after
+/// it wrote the entry and before the compare-and-swap that counts it: the window in which the
+/// dispatcher may close the block without it.
+inline std::atomic<void (*)()> block_appending{nullptr};
 /// The dispatcher after it took the commands posted so far and before it runs them: a dispatcher
 /// held up there, as by a slow sink or a preemption, answers no round trip until it goes on.
 inline std::atomic<void (*)()> commands_taken{nullptr};

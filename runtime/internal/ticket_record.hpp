@@ -40,11 +40,17 @@ struct PoolCompletion {
   std::uint32_t generation = 0;
   std::int64_t cost = 0;  // nano-credits
 };
-// One completion per block: a worker publishes each as its job ends (worker_pool.cpp), so a block
-// with its one entry fills a single cache line.
-inline constexpr std::size_t kPoolBlockEntries = 1;
+// A worker publishes each completion as its job ends (worker_pool.cpp), in a block of its own or
+// behind the entries of the block it lent last while the dispatcher has not closed it. 31 entries
+// and a header make a block eight lines; a worker's eight blocks carry 248 completions before it
+// falls back to the ticket records, which move the record's line to the worker and back. In
+// bench_runtime (256 slots, one or two workers) blocks of one entry sent 57 to 83 % of the
+// completions through the records and pushed once per completion; blocks of 31 sent under 0.5 %
+// and pushed once per 14 to 20 completions (docs/performance.md, "Toward many cores").
+inline constexpr std::size_t kPoolBlockEntries = 31;
 using PoolBlock = CompletionBlock<std::atomic, PoolCompletion, kPoolBlockEntries>;
-static_assert(sizeof(PoolBlock) == 64, "a block is one line");
+static_assert(sizeof(PoolBlock) == 16 + 16 * kPoolBlockEntries,
+              "the header takes one entry's place");
 static_assert(sizeof(PoolCompletion) == 16, "four completions to a cache line");
 
 static_assert(ChunkedTable<TicketRecord>::kMax >= kMaxInFlight);

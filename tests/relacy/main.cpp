@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
       {"close", close_model},
       {"close_same_tag", close_same_tag_model},
       {"pool_completion", pool_completion_model},
+      {"pool_completion_append", pool_completion_append_model},
       {"shutdown_flag", shutdown_flag_model},
       {"capture_ring", capture_ring_model},
       {"counter_line", counter_line_model},

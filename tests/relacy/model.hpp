@@ -317,6 +317,7 @@ bool ticket_model(Variant variant);
 bool close_model(Variant variant);
 bool close_same_tag_model(Variant variant);
 bool pool_completion_model(Variant variant);
+bool pool_completion_append_model(Variant variant);  // pool_completion's model, another twin
 bool shutdown_flag_model(Variant variant);
 bool capture_ring_model(Variant variant);
 bool counter_line_model(Variant variant);

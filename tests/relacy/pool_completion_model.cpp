@@ -1,21 +1,28 @@
 // A pool worker's completions (internal/completion_block.hpp and completion_handover.hpp, as
 // runtime.cpp hand_out(), worker_pool.cpp worker_main() and dispatcher.cpp service() run them).
-// Three tickets were issued claimed for the pool (issue_claimed()). The worker has two blocks and
-// completes each ticket as worker_main() does (lend_completion()): into the next of its blocks
-// that the dispatcher has returned, lent at once, or, when the dispatcher holds both, through the
-// ticket's record. The dispatcher takes the completions once, reading each cost and returning
-// each block, and then a completion of the last ticket is forged, as a user calling complete()
-// with it would. after() takes the rest, as the dispatcher's next turns would. (A second take
-// by the dispatcher makes the full search run for more than ten minutes.)
+// Four tickets were issued claimed for the pool (issue_claimed()). The worker has two blocks of
+// two entries and completes each ticket as worker_main() does (lend_completion()): behind the
+// entries of the block it lent last while the dispatcher has not closed it, else into the next
+// of its blocks that the dispatcher has returned, lent at once, or, when the dispatcher holds
+// both, through the ticket's record. (Four, so that a block the dispatcher returned is lent
+// again: with three, the third always finds room in the second block.) The dispatcher takes the
+// completions once, closing each block, reading the entries it counted and returning it, and then a
+// completion of the last ticket is forged, as a user calling complete() with it would. after()
+// takes the rest, as the dispatcher's next turns would. (A second take by the dispatcher makes the
+// full search run for more than ten minutes.)
 //
 // Checked: each ticket is applied exactly once with the cost its worker wrote (Relacy vars:
 // reading one unordered is a data race, and so is the worker writing a block the dispatcher may
-// still be reading); the forged completion is refused as stale and changes nothing; the first two
-// completions go to the two blocks in turn.
+// still be reading); an entry written into a block the dispatcher closed first is never read, and
+// its completion goes out in another block; the forged completion is refused as stale and changes
+// nothing.
 //
-// The orders that matter: return_to_worker()'s release store and available()'s acquire load return
-// the block to its worker. The twin makes return_to_worker() relaxed: the worker may then rewrite
-// the block while the dispatcher's reads of it are not ordered before, a data race.
+// The orders that matter, one twin each: return_to_worker()'s release store and available()'s
+// acquire load return the block to its worker (twin `pool_completion`: the store relaxed, so the
+// worker may rewrite the block while the dispatcher's reads of it are not ordered before, a data
+// race); append()'s release CAS and close()'s acquire exchange hand over an entry added to a lent
+// block (twin `pool_completion_append`: the CAS relaxed, so the dispatcher reads an entry whose
+// write is not ordered before, a data race).
 #include <array>
 #include <cstdint>
 
@@ -36,18 +43,18 @@ struct Entry {
 template <class Policy>
 struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
   using R = CostRecord<Policy>;
-  using Block = detail::CompletionBlock<With<Policy>::template Atomic, Entry, 1>;
+  using Block = detail::CompletionBlock<With<Policy>::template Atomic, Entry, 2>;
   using Blocks = detail::LockFreeBag<Block, With<Policy>::template Atomic, &Block::next_completed>;
   using Records = detail::LockFreeBag<R, With<Policy>::template Atomic, &R::next_completed>;
   using Claim = typename detail::TicketCell<With<Policy>::template Atomic>::Claim;
 
   Blocks blocks;
   Records records_bag;
-  std::array<Block, 2> own;  // the worker's blocks
-  std::size_t next = 0;      // worker_main()'s next_block
+  std::array<Block, 2> own;       // the worker's blocks
+  std::size_t last = own.size();  // worker_main()'s last_lent
   NoSleeper waker;
-  std::array<R, 3> records;
-  std::array<int, 3> applied{};  // the dispatcher's, then after()'s
+  std::array<R, 4> records;
+  std::array<int, 4> applied{};  // the dispatcher's, then after()'s
   std::int64_t charged = 0;
 
   static std::int64_t cost_of(std::size_t i) { return 1000 * static_cast<std::int64_t>(i + 1); }
@@ -58,11 +65,11 @@ struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
 
   // worker_main(): one completion as its job ends.
   void complete(std::size_t ticket) {
-    const auto fill = [&](Block& block) {
-      block.entries[0].index = static_cast<std::uint32_t>(ticket);
-      block.entries[0].cost(RL_INFO) = cost_of(ticket);
+    const auto fill = [&](Entry& entry) {
+      entry.index = static_cast<std::uint32_t>(ticket);
+      entry.cost(RL_INFO) = cost_of(ticket);
     };
-    if (detail::lend_completion(blocks, own, next, fill, waker)) return;
+    if (detail::lend_completion(blocks, own, last, fill, waker)) return;
     VarCost<R>::set(records[ticket], cost_of(ticket));  // the record is the pool's
     detail::publish_completions(records_bag, records[ticket], records[ticket], waker);
   }
@@ -71,14 +78,14 @@ struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
     switch (index) {
       case 0:  // the worker
         complete(0);
-        RL_ASSERT(next == 1);
+        RL_ASSERT(last == 0);
         complete(1);
-        RL_ASSERT(next == 0);
         complete(2);
+        complete(3);
         break;
       default:  // the dispatcher, and a forged completion of the last ticket: the pool owns it
         drain();
-        RL_ASSERT(records[2].cell.claim(records[2].generation) == Claim::stale);
+        RL_ASSERT(records[3].cell.claim(records[3].generation) == Claim::stale);
         break;
     }
   }
@@ -102,18 +109,27 @@ struct PoolCompletionModel : rl::test_suite<PoolCompletionModel<Policy>, 2> {
       records[i].cell.release();
       RL_ASSERT(records[i].cell.claim(records[i].generation) == Claim::stale);
     }
-    RL_ASSERT(charged == cost_of(0) + cost_of(1) + cost_of(2));
+    RL_ASSERT(charged == cost_of(0) + cost_of(1) + cost_of(2) + cost_of(3));
   }
 };
 
-// `lent` is the model's only bool atomic; return_to_worker() is its only release store.
-using Twin = Weaken<Holding<bool>, Op::store, std::memory_order_release, std::memory_order_relaxed>;
+// `filled` is the model's only 32-bit atomic: return_to_worker() is its only release store, and
+// append()'s its only CAS.
+using ReturnTwin =
+    Weaken<Holding<std::uint32_t>, Op::store, std::memory_order_release, std::memory_order_relaxed>;
+using AppendTwin =
+    Weaken<Holding<std::uint32_t>, Op::cas, std::memory_order_release, std::memory_order_relaxed>;
 
 }  // namespace
 
 bool pool_completion_model(Variant variant) {
-  return check<PoolCompletionModel, Twin>("pool_completion", variant, {rl::sched_full, 0},
-                                          rl::test_result_data_race);
+  return check<PoolCompletionModel, ReturnTwin>("pool_completion", variant, {rl::sched_full, 0},
+                                                rl::test_result_data_race);
+}
+
+bool pool_completion_append_model(Variant variant) {
+  return check<PoolCompletionModel, AppendTwin>("pool_completion_append", variant,
+                                                {rl::sched_full, 0}, rl::test_result_data_race);
 }
 
 }  // namespace creditloop::relacy
