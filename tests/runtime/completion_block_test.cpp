@@ -41,21 +41,34 @@ struct Worker {
     return lend_completion(
         bag, own, last, [&](Entry& e) { e.id = id; }, waker);
   }
+  // Which of its blocks holds `entry`: only the addresses are read.
+  const Block* block_of(const Entry& entry) const {
+    for (const Block& block : own) {
+      for (const Entry& e : block.entries) {
+        if (&e == &entry) return &block;
+      }
+    }
+    return nullptr;
+  }
 };
 
-// The dispatcher's side: the ids of each block it takes, a vector per block.
-std::vector<std::vector<std::uint64_t>> take(Bag& bag) {
-  std::vector<std::vector<std::uint64_t>> blocks;
-  bag.drain([&](Block& block) {
-    std::vector<std::uint64_t>& ids = blocks.emplace_back();
-    const std::uint32_t count = block.close();
-    for (std::uint32_t i = 0; i < count; ++i) ids.push_back(block.entries[i].id);
-    block.return_to_worker();
+using Ids = std::vector<std::vector<std::uint64_t>>;
+
+// The dispatcher's side, as it ships (take_blocks()): the ids of each block it takes, a vector
+// per block. A block is drained once per take, so its entries come together.
+Ids take(Bag& bag, const Worker& worker) {
+  Ids blocks;
+  const Block* current = nullptr;
+  take_blocks(bag, [&](const Entry& e) {
+    const Block* const in = worker.block_of(e);
+    if (in != current) {
+      blocks.emplace_back();
+      current = in;
+    }
+    blocks.back().push_back(e.id);
   });
   return blocks;
 }
-
-using Ids = std::vector<std::vector<std::uint64_t>>;
 
 TEST(CompletionBlocks, CompletionsWhileTheDispatcherIsBusyShareOnePush) {
   Bag bag;
@@ -64,15 +77,15 @@ TEST(CompletionBlocks, CompletionsWhileTheDispatcherIsBusyShareOnePush) {
   ASSERT_TRUE(worker.complete(bag, 2));
   ASSERT_TRUE(worker.complete(bag, 3));
   EXPECT_EQ(worker.waker.notified, 1) << "one push, one wake";
-  EXPECT_EQ(take(bag), (Ids{{1, 2, 3}}));
+  EXPECT_EQ(take(bag, worker), (Ids{{1, 2, 3}}));
 
   // Taken and closed: the next completion opens the other block, and the blocks go in turn.
   ASSERT_TRUE(worker.complete(bag, 4));
   EXPECT_EQ(worker.last, 1U);
-  EXPECT_EQ(take(bag), (Ids{{4}}));
+  EXPECT_EQ(take(bag, worker), (Ids{{4}}));
   ASSERT_TRUE(worker.complete(bag, 5));
   EXPECT_EQ(worker.last, 0U);
-  EXPECT_EQ(take(bag), (Ids{{5}}));
+  EXPECT_EQ(take(bag, worker), (Ids{{5}}));
 }
 
 TEST(CompletionBlocks, AFullBlockSendsTheNextCompletionToAnotherAndNoneWaitsWhenAllAreLent) {
@@ -86,9 +99,9 @@ TEST(CompletionBlocks, AFullBlockSendsTheNextCompletionToAnotherAndNoneWaitsWhen
   }
   EXPECT_FALSE(worker.complete(bag, 99))
       << "every block lent and full: the worker goes another way";
-  EXPECT_EQ(take(bag), (Ids{{4, 5, 6}, {1, 2, 3}}));  // the bag is a stack
+  EXPECT_EQ(take(bag, worker), (Ids{{4, 5, 6}, {1, 2, 3}}));  // the bag is a stack
   ASSERT_TRUE(worker.complete(bag, 7));
-  EXPECT_EQ(take(bag), (Ids{{7}}));
+  EXPECT_EQ(take(bag, worker), (Ids{{7}}));
 }
 
 TEST(CompletionBlocks, AnEntryTooLateForItsBlockGoesInAnotherAndIsReadOnce) {
@@ -101,12 +114,12 @@ TEST(CompletionBlocks, AnEntryTooLateForItsBlockGoesInAnotherAndIsReadOnce) {
   Stops::arm();
   std::thread completer([&] { EXPECT_TRUE(worker.complete(bag, 2)); });
   Stops::stopped.acquire();
-  EXPECT_EQ(take(bag), (Ids{{1}}));
+  EXPECT_EQ(take(bag, worker), (Ids{{1}}));
   Stops::go.release();
   completer.join();
   Stops::disarm();
-  EXPECT_EQ(take(bag), (Ids{{2}}));
-  EXPECT_EQ(take(bag), Ids{});
+  EXPECT_EQ(take(bag, worker), (Ids{{2}}));
+  EXPECT_EQ(take(bag, worker), Ids{});
 }
 
 // A worker completing as fast as it can against a dispatcher taking as fast as it can: every
@@ -130,7 +143,7 @@ TEST(CompletionBlocks, EveryCompletionIsReadOnceUnderContention) {
   std::uint64_t entries = 0;
   bool ordered = true;
   const auto read = [&] {
-    for (const std::vector<std::uint64_t>& ids : take(bag)) {
+    for (const std::vector<std::uint64_t>& ids : take(bag, worker)) {
       ++blocks;
       for (std::size_t i = 0; i < ids.size(); ++i) {
         ++seen[ids[i]];
