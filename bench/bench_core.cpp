@@ -137,7 +137,7 @@ void BM_MemoryFloor(benchmark::State& state) {
     for (int i = 0; i < kBatch; ++i) {
       const std::size_t ahead =
           at + kAhead < stops.size() ? at + kAhead : at + kAhead - stops.size();
-      if (ahead < stops.size()) records.prefetch(stops[ahead]);
+      if (ahead < stops.size()) records.prefetch(records.header(stops[ahead]));
       const std::uint32_t place = stops[at];
       Line& header = records.header(place);
       header.word += 1;

@@ -313,18 +313,25 @@ RequestList Core::take_all_queued() noexcept {
   turn_.end = ring_size_;
   turn_.next = turn_.start;
   ++turn_.serial;
+  lookahead_.from = 0;
   ++turns_[chosen];
   return chosen;
 }
 
 [[gnu::always_inline]] inline std::uint32_t Core::next_in_turn(
     const detail::ReadySet& set) noexcept {
+  // A search from a side's end would climb the ready set's levels to find nothing: at a ring of
+  // one, twice a decision.
   if (!turn_.wrapped) {
-    const std::uint32_t p = set.find_next(turn_.next);
-    if (p < turn_.end) return p;  // npos is never below end
+    if (turn_.next < turn_.end) {
+      const std::uint32_t p = set.find_next(turn_.next);
+      if (p < turn_.end) return p;  // npos is never below end
+    }
     turn_.wrapped = true;
     turn_.next = 0;
+    lookahead_.from = 0;
   }
+  if (turn_.next >= turn_.start) return detail::ReadySet::npos;
   const std::uint32_t p = set.find_next(turn_.next);
   return p < turn_.start ? p : detail::ReadySet::npos;
 }
@@ -369,15 +376,50 @@ Ticket Core::issue(std::uint32_t place, std::uint32_t generation, ClassId out,
   f.bucket = out;
   f.incarnation = incarnation;
   f.request = &request;
-  ++in_flight_;
   return Ticket{index, issuer_, f.generation};
 }
 
-void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
-                          bool whole_record) noexcept {
+const Core::Header Core::kNoRecord{};
+
+// A fresh start searches kLookAhead stops ahead, and notes what the turn's stops are searched in
+// and how much of each record is loaded: the usual step then reads them rather than work them
+// out from the turn's class (5 instructions a dispatch, decision/visit/plentiful/1M-all).
+void Core::start_lookahead(std::uint32_t place) noexcept {
+  Lookahead& la = lookahead_;
+  const ClassId c = turn_.cls;
+  la.whole_record = c != unmetered();
+  la.set = la.whole_record ? &ready_[c] : &waiting_;
+  la.from = place + 1;
+  // The turn's walk runs to the ring's end, then from its start to where the turn began.
+  la.end = turn_.wrapped ? turn_.start : turn_.end;
+  la.found = 0;
+  // Until kLookAhead / 2 stops are found, the stop at half distance is an empty record: the usual
+  // step then reads it with no count to test.
+  la.records.fill(&kNoRecord);
+  for (int searches = 0; searches < kLookAhead; ++searches) {
+    if (!look_ahead_once()) break;
+  }
+}
+
+[[gnu::always_inline]] inline bool Core::look_ahead_once() noexcept {
+  Lookahead& la = lookahead_;
+  const std::uint32_t next = la.set->find_next(la.from);
+  if (next >= la.end) return false;  // npos too
+  la.from = next + 1;
+  const Header& record = header_at(next);
+  la.records[la.found++ % kLookAhead] = &record;
+  if (la.whole_record) {
+    places_store_.prefetch(record);
+  } else {
+    __builtin_prefetch(&record);
+  }
+  return true;
+}
+
+void Core::prefetch_ahead() noexcept {
   // At a million participants a record is rarely in cache, and a miss costs several visits'
   // time: the records of the cursor's next kLookAhead stops are loaded ahead, each found by one
-  // search of the ready set per visit from where the last one stopped (a fresh start, at a new
+  // search of the ready set per dispatch from where the last one stopped (a fresh start, at a new
   // turn or when the cursor overtook the frontier, searches kLookAhead times). The requests at
   // the head of the queues half that distance ahead are loaded too, once their headers have
   // arrived: taking a request off its queue reads its link. An unmetered visit usually reads
@@ -388,37 +430,24 @@ void Core::prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
   // side three times). The test uses the latest clock seen, which the visit's can only pass, so
   // it loads lines the visit will not read only when a charge-back moves the instant meanwhile.
   // The frontier is a hint: a participant that joins the set behind it is simply not prefetched.
+  // Called after a dispatch, where the visit's values are no longer live: a call inside the
+  // walk made GCC keep them in callee-saved registers or spill them on every visit (6
+  // instructions a decision at 1,024 participants, where it never runs), and inlined there, GCC
+  // 12 dropped the record's prefetches from the metered visits (seen in the disassembly; 12 %
+  // slower at a million participants all waiting, side by side).
+  const std::uint32_t place = turn_.next - 1;  // the stop that dispatched
   Lookahead& la = lookahead_;
-  int searches = 1;
-  if (la.serial != turn_.serial || la.wrapped != turn_.wrapped || la.from <= place) {
-    la.serial = turn_.serial;
-    la.wrapped = turn_.wrapped;
-    la.from = place + 1;
-    la.found = 0;
-    searches = kLookAhead;
+  if (la.from <= place) [[unlikely]] {
+    start_lookahead(place);
+    return;
   }
-  // The turn's walk runs to the ring's end, then from its start to where the turn began.
-  const std::uint32_t end = turn_.wrapped ? turn_.start : turn_.end;
-  for (; searches > 0; --searches) {
-    const std::uint32_t next = set.find_next(la.from);
-    if (next >= end) break;  // npos too
-    la.from = next + 1;
-    la.places[la.found++ % kLookAhead] = next;
-    if (whole_record) {
-      places_store_.prefetch(next);
-    } else {
-      places_store_.prefetch_header(next);
-    }
-  }
-  if (la.found > kLookAhead / 2) {
-    const std::uint32_t half = la.places[(la.found - 1 - kLookAhead / 2) % kLookAhead];
-    const Header& h = header_at(half);
-    if (const RequestHook* head = h.head) __builtin_prefetch(head);
-    if (!whole_record && credit_possible(h, now_)) {
-      const BucketRec* buckets = buckets_of(h);
-      for (std::uint8_t held = h.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
-        __builtin_prefetch(&buckets[std::countr_zero(held)]);
-      }
+  look_ahead_once();
+  const Header& h = *la.records[(la.found - 1 - kLookAhead / 2) % kLookAhead];
+  if (const RequestHook* head = h.head) __builtin_prefetch(head);
+  if (!la.whole_record && credit_possible(h, now_)) {
+    const BucketRec* buckets = buckets_of(h);
+    for (std::uint8_t held = h.held; held != 0; held &= static_cast<std::uint8_t>(held - 1)) {
+      __builtin_prefetch(&buckets[std::countr_zero(held)]);
     }
   }
 }
@@ -480,7 +509,11 @@ std::optional<Decision> Core::visit(Nanos now) noexcept {
     return d;
   }
   now = advance_clock(now);
-  if (!visit_turn(now, *d)) d.reset();
+  if (!visit_turn(now, *d)) {
+    d.reset();
+  } else if (ring_size_ >= kPrefetchFrom) {
+    prefetch_ahead();
+  }
   return d;
 }
 
@@ -491,7 +524,7 @@ std::size_t Core::dispatch(Nanos now, std::span<Decision> out) noexcept {
   // table is looked at again only when the n taken reach them (a compare of two registers per
   // visit instead of record_ready()'s loads: 1.5 instructions less per decision, by
   // tools/instruction-budget's decision/batch cases).
-  std::size_t records = in_flight_records_.capacity() - in_flight_;
+  std::size_t records = free_count_;
   while (n < out.size()) {
     if (!turn_.active && !begin_turn(now)) break;
     if (n == records) [[unlikely]] {
@@ -500,19 +533,21 @@ std::size_t Core::dispatch(Nanos now, std::span<Decision> out) noexcept {
         ++record_shortages_;
         break;
       }
-      records = n + (in_flight_records_.capacity() - in_flight_);
+      records = n + free_count_;
     }
     // Inlined here, each visit's outcome is stored straight into `out`. Returned by value from
     // visit(), the caller copies it with wider loads than the stores that built it: a
     // store-forwarding stall that, by perf, was over half of an unmetered visit's time.
     Decision& d = out[n];
-    if (visit_turn(now, d)) ++n;
+    if (visit_turn(now, d)) {
+      ++n;
+      if (ring_size_ >= kPrefetchFrom) prefetch_ahead();
+    }
   }
   return n;
 }
 
 [[gnu::always_inline]] inline Core::Header* Core::next_stop(const detail::ReadySet& set,
-                                                            bool whole_record,
                                                             std::uint32_t& place) noexcept {
   for (;;) {
     place = next_in_turn(set);
@@ -521,7 +556,6 @@ std::size_t Core::dispatch(Nanos now, std::span<Decision> out) noexcept {
       return nullptr;
     }
     turn_.next = place + 1;
-    if (ring_size_ >= kPrefetchFrom) prefetch_ahead(set, place, whole_record);
     Header& header = header_at(place);
     if (header.joined_turn != turn_.serial) return &header;
   }
@@ -552,7 +586,7 @@ template <int kClass>
     // Credits that land during the turn count when the cursor reaches their owner.
     expire_timers(c, now);
     std::uint32_t place = 0;
-    Header* const stop = next_stop(ready_[c], true, place);
+    Header* const stop = next_stop(ready_[c], place);
     if (stop == nullptr) return false;
     Header& header = *stop;
     BucketRec* buckets = buckets_of(header);
@@ -646,7 +680,7 @@ bool Core::visit_refilled(std::uint32_t place, Header& header, ClassId c, Nanos 
 [[gnu::always_inline]] inline bool Core::visit_unmetered(Nanos now, Decision& d) noexcept {
   const ClassId c = unmetered();
   std::uint32_t place = 0;
-  Header* const stop = next_stop(waiting_, false, place);
+  Header* const stop = next_stop(waiting_, place);
   if (stop == nullptr) return false;
   Header& header = *stop;
   if (credit_possible(header, now)) {
@@ -690,8 +724,8 @@ void Core::visit_unmetered_with_credit(std::uint32_t place, Header& header, Nano
 
 // ---- completions ----------------------------------------------------------------------------
 
-Result<Completion> Core::complete_ticket(Ticket t, std::int64_t cost_nano, Nanos now,
-                                         bool hand_back_request) noexcept {
+template <bool kHandBack>
+Result<Completion> Core::complete_ticket(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
   if (cost_nano < 0 || cost_nano > kMaxCostNano) return Errc::bad_cost;
   if (t.issuer != issuer_ || t.index >= in_flight_records_.capacity() || (t.generation & 1u) == 0) {
     return Errc::unknown_ticket;
@@ -703,16 +737,14 @@ Result<Completion> Core::complete_ticket(Ticket t, std::int64_t cost_nano, Nanos
 
   ++f.generation;                          // even: retired; a repeat of this ticket is now stale
   free_tickets_[free_count_++] = t.index;  // sized for every record
-  --in_flight_;
-  if (hand_back_request) {
-    detail::hand_back(f.request->held);
-  }
+  if constexpr (kHandBack) detail::hand_back(f.request->held);
 
-  const ParticipantId p{f.place, f.participant_generation, issuer_};
+  const ParticipantId p{f.place, f.participant_generation, t.issuer};  // issuer_, checked above
   Completion done{p, f.bucket, false};
-  Header* const found = live_header(p);
-  if (found == nullptr) return done;
-  Header& header = *found;
+  // Its place is in the ring, which never shrinks: only the registration is checked, not the
+  // place's range and issuer as live_header() checks a participant id from outside.
+  Header& header = header_at(f.place);
+  if (!header.live || header.generation != f.participant_generation) return done;
   done.registered = true;
   Cold& st = cold_[f.place];
   ++st.completed;
@@ -764,5 +796,8 @@ Result<Completion> Core::complete_ticket(Ticket t, std::int64_t cost_nano, Nanos
   }
   return done;
 }
+
+template Result<Completion> Core::complete_ticket<true>(Ticket, std::int64_t, Nanos) noexcept;
+template Result<Completion> Core::complete_ticket<false>(Ticket, std::int64_t, Nanos) noexcept;
 
 }  // namespace creditloop

@@ -241,20 +241,22 @@ class Core {
   Result<Completion> complete(Ticket t, double cost, Nanos now) noexcept {
     const std::optional<std::int64_t> nano = to_nano_credits(cost, kMaxCost);
     if (!nano) return Errc::bad_cost;
-    return complete_ticket(t, *nano, now, true);
+    return complete_ticket<true>(t, *nano, now);
   }
   /// The same with a cost already in nano-credits (0 .. kMaxCost * 1e9).
   Result<Completion> complete_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
-    return complete_ticket(t, cost_nano, now, true);
+    return complete_ticket<true>(t, cost_nano, now);
   }
   /// complete_nano() for an embedder that hands each request back to its owner itself, before
   /// the core hears of its completion (the runtime's completers do): the request's hook is not
   /// touched, since by then it may be queued again elsewhere or gone.
   Result<Completion> retire_nano(Ticket t, std::int64_t cost_nano, Nanos now) noexcept {
-    return complete_ticket(t, cost_nano, now, false);
+    return complete_ticket<false>(t, cost_nano, now);
   }
   /// Dispatched and not yet completed.
-  [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
+  [[nodiscard]] std::size_t in_flight() const noexcept {
+    return in_flight_records_.capacity() - free_count_;
+  }
 
   // ---- reading balances (each read refills to `now` first) --------------------------------
   [[nodiscard]] bool holds(ParticipantId p, ClassId c) const noexcept;
@@ -450,9 +452,8 @@ class Core {
   }
   [[gnu::noinline]] void expire_due_timers(ClassId c, Nanos now) noexcept;
   // The turn's next stop in `set` (its place in `place`), past any participant that registered
-  // during the turn, with the look-ahead moved on; null when the cursor has been round (the turn
-  // is then over).
-  Header* next_stop(const detail::ReadySet& set, bool whole_record, std::uint32_t& place) noexcept;
+  // during the turn; null when the cursor has been round (the turn is then over).
+  Header* next_stop(const detail::ReadySet& set, std::uint32_t& place) noexcept;
   // One visit of the current turn: true with the dispatch in `d`, false when the turn is over.
   bool visit_turn(Nanos now, Decision& d) noexcept;
   // The same for a metered class c, or the unmetered class. kClass is c when c is 0 or 1, a
@@ -468,15 +469,23 @@ class Core {
                                         Decision& d) noexcept;
   [[gnu::noinline]] void visit_unmetered_with_credit(std::uint32_t place, Header& header, Nanos now,
                                                      Decision& d) noexcept;
-  [[gnu::noinline]] void prefetch_ahead(const detail::ReadySet& set, std::uint32_t place,
-                                        bool whole_record) noexcept;
+  // Moves the look-ahead on from the stop that just dispatched (a ring of kPrefetchFrom places
+  // or more).
+  [[gnu::noinline]] void prefetch_ahead() noexcept;
+  [[gnu::noinline]] void start_lookahead(std::uint32_t place) noexcept;
+  // Finds the stop after the frontier and prefetches its record; false at the turn's end.
+  bool look_ahead_once() noexcept;
   static constexpr int kLookAhead = 8;
-  struct Lookahead {           // prefetch_ahead's frontier in the current turn
-    std::uint64_t serial = 0;  // the turn it belongs to
-    bool wrapped = false;      // and which side of the ring's end
-    std::uint32_t from = 0;    // the place after the furthest stop prefetched
-    std::uint32_t found = 0;   // stops prefetched this turn
-    std::array<std::uint32_t, kLookAhead> places{};  // the latest of them, by found % kLookAhead
+  static const Header kNoRecord;  // no queue, holds nothing: the look-ahead's filler
+  struct Lookahead {              // prefetch_ahead's frontier in the current turn
+    // The place after the furthest stop prefetched; 0 when a turn begins or wraps, which no
+    // stop is below, so that the next dispatch starts afresh.
+    std::uint32_t from = 0;
+    std::uint32_t end = 0;                  // where this side of the turn's walk ends
+    std::uint32_t found = 0;                // stops prefetched since the fresh start
+    const detail::ReadySet* set = nullptr;  // the turn's stops: its class's ready set, or waiting_
+    bool whole_record = false;              // a metered turn: the buckets' lines too
+    std::array<const Header*, kLookAhead> records{};  // the latest of them, by found % kLookAhead
   };
   // Counts the dispatch under `out`, dequeues the oldest request, issues its ticket and moves the
   // turn's cursor here, into `d`. The caller has debited `out` (behind the refill or after it)
@@ -499,14 +508,13 @@ class Core {
   void grow_places(std::uint32_t places);
   Ticket issue(std::uint32_t place, std::uint32_t generation, ClassId out,
                std::uint32_t incarnation, RequestHook& request) noexcept;
-  // complete_nano() and retire_nano() in one: `hand_back_request` says which.
-  Result<Completion> complete_ticket(Ticket t, std::int64_t cost_nano, Nanos now,
-                                     bool hand_back_request) noexcept;
+  // complete_nano() and retire_nano() in one: kHandBack says which. A template parameter, not a
+  // seventh argument, which went through the stack on every completion.
+  template <bool kHandBack>
+  Result<Completion> complete_ticket(Ticket t, std::int64_t cost_nano, Nanos now) noexcept;
   // Whether the next visit has a record for its ticket: one is free, or the table grew by a chunk.
   // Checked before the visit changes anything, so that a growth that fails leaves all as it was.
-  [[nodiscard]] bool record_ready() noexcept {
-    return in_flight_ < in_flight_records_.capacity() || grow_records();
-  }
+  [[nodiscard]] bool record_ready() noexcept { return free_count_ != 0 || grow_records(); }
   // Out of line and cold, so that a visit saves no registers for it. False when the allocation
   // failed or kMaxInFlight records exist: the caller dispatches nothing (see visit()).
   [[gnu::cold, gnu::noinline]] bool grow_records() noexcept;
@@ -540,10 +548,10 @@ class Core {
 
   detail::ChunkedTable<InFlight> in_flight_records_;
   // The free records, taken from the top: the first free_count_ entries. Sized for every record,
-  // so that a completion stores without the capacity test of a push_back.
+  // so that a completion stores without the capacity test of a push_back. Every record is on it
+  // unless in flight, so the records in flight are the others: no count of its own to keep.
   std::vector<std::uint32_t> free_tickets_;
   std::uint32_t free_count_ = 0;
-  std::size_t in_flight_ = 0;
   std::uint64_t record_shortages_ = 0;
 
   // The latest time seen: time never runs backwards inside the core.

@@ -23,9 +23,13 @@ class ReadySet {
   static constexpr std::uint32_t npos = 0xffffffffu;
   static constexpr int kLevels = 4;
 
+  ReadySet() { resize(0); }
+
   /// Grows to hold places [0, places). Never shrinks. May allocate.
   void resize(std::uint32_t places) {
-    std::size_t words = (static_cast<std::size_t>(places) + 63) / 64;
+    // A word more than the places need, always empty: find_next() reads from's word with no
+    // bounds test for any `from` up to the capacity.
+    std::size_t words = static_cast<std::size_t>(places) / 64 + 1;
     for (auto& level : levels_) {
       if (level.size() < words) level.resize(words, 0);
       words = (words + 63) / 64;
@@ -75,10 +79,12 @@ class ReadySet {
     return true;
   }
 
-  /// The first place at or after `from`, or npos.
+  /// The first place at or after `from`, or npos. `from` is at most the capacity: a search
+  /// starts at a place or just after one. Without a bounds test, a visit's search is 3
+  /// instructions shorter (tools/instruction-budget).
   [[nodiscard]] std::uint32_t find_next(std::uint32_t from) const noexcept {
-    if (from >= places_) return npos;
-    // The usual answer lies in from's own word, which exists since from < places_.
+    assert(from <= places_);
+    // The usual answer lies in from's own word, which exists (resize()).
     const std::uint64_t bits = levels_[0][from >> 6] & (~std::uint64_t{0} << (from & 63));
     if (bits != 0) {
       return (from & ~std::uint32_t{63}) | static_cast<std::uint32_t>(std::countr_zero(bits));

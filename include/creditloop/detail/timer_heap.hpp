@@ -24,6 +24,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -92,7 +93,7 @@ class BasicTimerHeap {
   void set(std::uint32_t place, Nanos due) noexcept {
     TimerHandle& s = handles_(place);
     const std::uint64_t key = static_cast<std::uint64_t>(due) ^ kBias;
-    if (key < due_from_) due_from_ = key;
+    if (due < due_from_) due_from_ = due;
     if (s.id == npos) s.id = take_id();
     const std::uint32_t pos = pos_[s.id];
     if (pos != npos) {
@@ -116,7 +117,7 @@ class BasicTimerHeap {
     TimerHandle& s = handles_(place);
     assert(!contains(place));
     const std::uint64_t key = static_cast<std::uint64_t>(due) ^ kBias;
-    if (key < due_from_) due_from_ = key;
+    if (due < due_from_) due_from_ = due;
     if (s.id == npos) s.id = take_id();
     insert(s, place, key);
   }
@@ -144,23 +145,19 @@ class BasicTimerHeap {
   /// A place filed at or before `now`, or npos. `now` must not be earlier than in any earlier
   /// call. The place stays filed until erased or moved.
   [[nodiscard]] std::uint32_t find_due(Nanos now) noexcept {
-    const std::uint64_t key = static_cast<std::uint64_t>(now) ^ kBias;
-    if (key < due_from_ || !settle(key)) return npos;
+    if (now < due_from_ || !settle(static_cast<std::uint64_t>(now) ^ kBias)) return npos;
     const std::uint32_t first = heads_[0];
     return blocks_[first].entries[blocks_[first].count - 1].place;
   }
 
   /// Whether find_due or pop_due at `now` may find a place: false proves neither will. Two
   /// instructions, for callers that ask on every step.
-  [[nodiscard]] bool may_be_due(Nanos now) const noexcept {
-    return (static_cast<std::uint64_t>(now) ^ kBias) >= due_from_;
-  }
+  [[nodiscard]] bool may_be_due(Nanos now) const noexcept { return now >= due_from_; }
 
   /// Removes and returns a place filed at or before `now`, or npos. Like find_due then erase,
   /// but it touches neither the place's handle nor its record, which the caller has not loaded.
   [[nodiscard]] std::uint32_t pop_due(Nanos now) noexcept {
-    const std::uint64_t key = static_cast<std::uint64_t>(now) ^ kBias;
-    if (key < due_from_ || !settle(key)) return npos;
+    if (now < due_from_ || !settle(static_cast<std::uint64_t>(now) ^ kBias)) return npos;
     const std::uint32_t first = heads_[0];
     Block& b = blocks_[first];
     const Entry& e = b.entries[--b.count];
@@ -347,12 +344,12 @@ class BasicTimerHeap {
   bool settle(std::uint64_t now) noexcept {
     const std::uint64_t least = least_possible_key();
     if (now < least) {
-      due_from_ = least;
+      due_from_ = static_cast<Nanos>(least ^ kBias);
       return false;
     }
     advance(now);
     if (heads_[0] != npos) return true;
-    due_from_ = least_possible_key();
+    due_from_ = static_cast<Nanos>(least_possible_key() ^ kBias);
     return false;
   }
 
@@ -411,9 +408,11 @@ class BasicTimerHeap {
   std::array<std::uint64_t, kDigits> nonempty_{};  // digit d, bit v: list 1 + 64d + v not empty
   std::uint32_t digits_ = 0;                       // bit d: nonempty_[d] != 0
   std::uint64_t floor_ = 0;  // biased: the latest `now` of a find_due that could find one
-  // Biased: no filed key is below it. Lowered by set(), raised only when a find finds nothing
-  // due (erasing an entry leaves it a valid bound), so "nothing due" is one compare.
-  std::uint64_t due_from_ = ~std::uint64_t{0};
+  // No filed instant is before it. Lowered by set(), raised only when a find finds nothing due
+  // (erasing an entry leaves it a valid bound), so "nothing due" is one compare. An instant, not
+  // a biased key: the visit's check then compares the clock as it is, where a biased clock was
+  // kept on the stack across the walk (about 4 instructions a visit, tools/instruction-budget).
+  Nanos due_from_ = std::numeric_limits<Nanos>::max();
   std::size_t size_ = 0;
 };
 
