@@ -45,8 +45,7 @@ class PlaceStore {
 
   explicit PlaceStore(int buckets_per_place)
       : buckets_(static_cast<std::size_t>(buckets_per_place)),
-        stride_(round_up(sizeof(Header) + buckets_ * sizeof(Bucket), alignof(Header))),
-        lines_((stride_ + kAlign - 1) / kAlign) {}
+        stride_(round_up(sizeof(Header) + buckets_ * sizeof(Bucket), alignof(Header))) {}
 
   /// Ensures places [0, n) exist, default-constructed. May allocate.
   void grow_to(std::size_t n) {
@@ -100,8 +99,8 @@ class PlaceStore {
     // The first three lines unrolled (a record of k = 2 has three): the loop's step and test
     // cost 6 instructions a record more (tools/instruction-budget, the 1M cases).
     __builtin_prefetch(p);
-    if (lines_ > 1) __builtin_prefetch(p + kAlign);
-    if (lines_ > 2) __builtin_prefetch(p + 2 * kAlign);
+    if (stride_ > kAlign) __builtin_prefetch(p + kAlign);
+    if (stride_ > 2 * kAlign) __builtin_prefetch(p + 2 * kAlign);
     for (std::size_t line = 3 * kAlign; line < stride_; line += kAlign) {
       __builtin_prefetch(p + line);
     }
@@ -142,8 +141,7 @@ class PlaceStore {
 
   std::size_t buckets_;
   std::size_t stride_;
-  std::size_t lines_;               // cache lines a record spans, at most: prefetch()'s count
-  std::vector<std::byte*> chunks_;  // by place >> kChunkBits
+  std::vector<std::byte*> chunks_;                          // by place >> kChunkBits
   std::vector<std::unique_ptr<std::byte[], Free>> blocks_;  // owns the chunks and slabs
   std::size_t capacity_ = 0;                                // places that exist
 };
