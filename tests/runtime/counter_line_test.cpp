@@ -119,6 +119,8 @@ struct StalledWriter {
 };
 
 TEST(CounterLine, AReaderWaitsOutAWriterStoppedInsideAnUpdateThroughItsBackOff) {
+  // The back-off's record is static (the fence policy is a type): a repeated run starts it afresh.
+  StalledWriter::Fence::attempts.clear();
   StalledWriter::Line line;
   detail::CounterWrite<std::atomic, StalledWriter::Fence>(line).reset(5);
   StalledWriter::Fence::writer.emplace(line);
